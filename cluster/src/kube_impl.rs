@@ -1,0 +1,1 @@
+//! `ClusterClient` over the `kube` crate (to be written).
