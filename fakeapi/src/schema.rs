@@ -40,29 +40,84 @@ impl Schema {
         &self.node
     }
 
-    /// The schema of property `name` (from `properties`, else `additionalProperties`).
-    pub fn property(&self, _name: &str) -> Option<Schema> {
-        None
+    /// The schema of property `name` (from `properties`, else `additionalProperties`; a node
+    /// that preserves unknown fields answers [`Schema::any`] for names it does not list).
+    pub fn property(&self, name: &str) -> Option<Schema> {
+        if let Some(p) = self.node.get("properties").and_then(|p| p.get(name)) {
+            return Some(Schema::new(p.clone()));
+        }
+        match self.node.get("additionalProperties") {
+            Some(Value::Object(ap)) => return Some(Schema::new(Value::Object(ap.clone()))),
+            Some(Value::Bool(true)) => return Some(Schema::any()),
+            _ => {}
+        }
+        if self.preserves_unknown() { Some(Schema::any()) } else { None }
     }
 
     /// The schema of list items.
     pub fn items(&self) -> Option<Schema> {
-        None
+        match self.node.get("items") {
+            Some(items @ Value::Object(_)) => Some(Schema::new(items.clone())),
+            _ if self.preserves_unknown() => Some(Schema::any()),
+            _ => None,
+        }
     }
 
     /// How a list at this node merges.
     pub fn list_type(&self) -> ListType {
-        ListType::Atomic
+        let keys = |field: &str| -> Option<Vec<String>> {
+            match self.node.get(field)? {
+                Value::Array(a) => Some(a.iter().filter_map(|k| k.as_str().map(str::to_string)).collect()),
+                Value::String(s) => Some(vec![s.clone()]),
+                _ => None,
+            }
+        };
+        match self.node.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("map") => ListType::Map(keys("x-kubernetes-list-map-keys").unwrap_or_default()),
+            Some("set") => ListType::Set,
+            Some(_) => ListType::Atomic,
+            None => match keys("x-kubernetes-patch-merge-key") {
+                Some(k) if !k.is_empty() => ListType::Map(k),
+                _ => ListType::Atomic,
+            },
+        }
+    }
+
+    /// The strategic-merge key of a list of objects (`x-kubernetes-patch-merge-key`, else the
+    /// first list-map key).
+    pub fn patch_merge_key(&self) -> Option<String> {
+        if let Some(k) = self.node.get("x-kubernetes-patch-merge-key").and_then(Value::as_str) {
+            return Some(k.to_string());
+        }
+        match self.list_type() {
+            ListType::Map(keys) => keys.into_iter().next(),
+            _ => None,
+        }
+    }
+
+    /// The strategic-merge strategy (`x-kubernetes-patch-strategy`, e.g. `merge`, `retainKeys`).
+    pub fn patch_strategy(&self) -> Option<&str> {
+        self.node.get("x-kubernetes-patch-strategy").and_then(Value::as_str)
     }
 
     /// Whether a map/object at this node is atomic (`x-kubernetes-map-type: atomic`).
     pub fn is_atomic_map(&self) -> bool {
-        false
+        self.node.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
     }
 
     /// Whether unknown fields are kept here.
     pub fn preserves_unknown(&self) -> bool {
-        true
+        self.node.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+    }
+
+    /// Whether this node is `x-kubernetes-int-or-string`.
+    pub fn is_int_or_string(&self) -> bool {
+        self.node.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true)
+    }
+
+    /// The declared `type`, if any.
+    pub fn type_name(&self) -> Option<&str> {
+        self.node.get("type").and_then(Value::as_str)
     }
 }
 
