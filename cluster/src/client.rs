@@ -24,7 +24,12 @@ pub trait ClusterClient: Send + Sync {
     async fn get(&self, res: &ApiResource, namespace: Option<&str>, name: &str) -> Result<DynamicObject>;
 
     /// Lists objects (selectors, resourceVersion semantics, limit/continue as in `params`).
-    async fn list(&self, res: &ApiResource, namespace: Option<&str>, params: &ListParams) -> Result<ObjectList<DynamicObject>>;
+    async fn list(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<ObjectList<DynamicObject>>;
 
     /// Watches objects changed after `resource_version` (`"0"` or `""`: from "any" version).
     async fn watch(
@@ -36,7 +41,13 @@ pub trait ClusterClient: Send + Sync {
     ) -> Result<WatchStream>;
 
     /// Creates an object.
-    async fn create(&self, res: &ApiResource, namespace: Option<&str>, obj: &DynamicObject, params: &PostParams) -> Result<DynamicObject>;
+    async fn create(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        obj: &DynamicObject,
+        params: &PostParams,
+    ) -> Result<DynamicObject>;
 
     /// Replaces an object; a set `metadata.resourceVersion` is a precondition.
     async fn replace(
@@ -79,7 +90,13 @@ pub trait ClusterClient: Send + Sync {
     ) -> Result<DynamicObject>;
 
     /// Deletes an object: `Some(obj)` while finalizers keep it, `None` once it is gone.
-    async fn delete(&self, res: &ApiResource, namespace: Option<&str>, name: &str, params: &DeleteParams) -> Result<Option<DynamicObject>>;
+    async fn delete(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Option<DynamicObject>>;
 
     /// Creates on a subresource (e.g. `serviceaccounts/token`) and returns the server's answer.
     async fn create_subresource(
@@ -132,7 +149,9 @@ pub trait ClusterClientExt: ClusterClient {
         let res = ApiResource::erase::<K>(&());
         let dynamic = to_dynamic(obj)?;
         let ns = obj.meta().namespace.clone();
-        let created = self.create(&res, ns.as_deref(), &dynamic, &PostParams::default()).await?;
+        let created = self
+            .create(&res, ns.as_deref(), &dynamic, &PostParams::default())
+            .await?;
         from_dynamic(created)
     }
 

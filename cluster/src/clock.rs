@@ -34,7 +34,10 @@ pub struct TokioClock {
 impl TokioClock {
     /// A clock reading `base` now and advancing with `tokio::time`.
     pub fn starting_at(base: Timestamp) -> Self {
-        Self { base, start: tokio::time::Instant::now() }
+        Self {
+            base,
+            start: tokio::time::Instant::now(),
+        }
     }
 
     /// A clock starting at 2026-01-01T00:00:00Z, the default for deterministic worlds.

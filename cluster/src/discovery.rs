@@ -77,17 +77,25 @@ pub struct Discovery {
 impl Discovery {
     /// The resource with this group and plural, in the group's preferred version.
     pub fn find(&self, group: &str, plural: &str) -> Option<&DiscoveredResource> {
-        let preferred = self.groups.iter().find(|g| g.name == group).map(|g| g.preferred_version.as_str());
+        let preferred = self
+            .groups
+            .iter()
+            .find(|g| g.name == group)
+            .map(|g| g.preferred_version.as_str());
         let mut candidates = self.resources.iter().filter(|r| r.group == group && r.plural == plural);
         let first = candidates.next()?;
         if Some(first.version.as_str()) == preferred {
             return Some(first);
         }
-        candidates.find(|r| Some(r.version.as_str()) == preferred).or(Some(first))
+        candidates
+            .find(|r| Some(r.version.as_str()) == preferred)
+            .or(Some(first))
     }
 
     /// The resource with this group, version and plural.
     pub fn find_version(&self, group: &str, version: &str, plural: &str) -> Option<&DiscoveredResource> {
-        self.resources.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
     }
 }

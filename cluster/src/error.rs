@@ -159,12 +159,16 @@ impl Error {
 
     /// A 404 for `resource` `name`, worded as kube-apiserver words it.
     pub fn not_found(resource: &str, name: &str) -> Self {
-        Error::NotFound { message: format!("{resource} \"{name}\" not found") }
+        Error::NotFound {
+            message: format!("{resource} \"{name}\" not found"),
+        }
     }
 
     /// A 409 AlreadyExists for `resource` `name`.
     pub fn already_exists(resource: &str, name: &str) -> Self {
-        Error::AlreadyExists { message: format!("{resource} \"{name}\" already exists") }
+        Error::AlreadyExists {
+            message: format!("{resource} \"{name}\" already exists"),
+        }
     }
 
     /// A 409 for a stale write.
@@ -178,8 +182,19 @@ impl Error {
     }
 
     /// A 403 for `user` doing `verb` on `resource` (`group` may be empty).
-    pub fn forbidden(user: &str, verb: &str, resource: &str, group: &str, namespace: Option<&str>, name: Option<&str>) -> Self {
-        let full = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+    pub fn forbidden(
+        user: &str,
+        verb: &str,
+        resource: &str,
+        group: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Self {
+        let full = if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        };
         let subject = match name {
             Some(n) => format!("{full} \"{n}\""),
             None => full.clone(),
@@ -191,19 +206,30 @@ impl Error {
         Error::Forbidden {
             verb: verb.to_string(),
             resource: full.clone(),
-            message: format!("{subject} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"),
+            message: format!(
+                "{subject} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
+            ),
         }
     }
 
     /// A 410 for a resourceVersion older than the history window.
     pub fn gone(rv: &str) -> Self {
-        Error::Gone { message: format!("too old resource version: {rv}") }
+        Error::Gone {
+            message: format!("too old resource version: {rv}"),
+        }
     }
 
     /// A 422 with causes.
     pub fn invalid(kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let detail = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect::<Vec<_>>().join(", ");
-        Error::Invalid { message: format!("{kind} \"{name}\" is invalid: {detail}"), causes }
+        let detail = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Error::Invalid {
+            message: format!("{kind} \"{name}\" is invalid: {detail}"),
+            causes,
+        }
     }
 
     /// Builds the error a `Status` describes.
@@ -215,7 +241,11 @@ impl Error {
             .map(|d| {
                 d.causes
                     .iter()
-                    .map(|c| Cause { reason: c.reason.clone(), message: c.message.clone(), field: c.field.clone() })
+                    .map(|c| Cause {
+                        reason: c.reason.clone(),
+                        message: c.message.clone(),
+                        field: c.field.clone(),
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -229,8 +259,16 @@ impl Error {
                     .as_ref()
                     .map(|d| (d.kind.clone(), d.group.clone()))
                     .unwrap_or_default();
-                let resource = if group.is_empty() { resource } else { format!("{resource}.{group}") };
-                Error::Forbidden { verb: parse_forbidden_verb(&message).unwrap_or_default(), resource, message }
+                let resource = if group.is_empty() {
+                    resource
+                } else {
+                    format!("{resource}.{group}")
+                };
+                Error::Forbidden {
+                    verb: parse_forbidden_verb(&message).unwrap_or_default(),
+                    resource,
+                    message,
+                }
             }
             (401, _) => Error::Unauthorized { message },
             (422, _) => Error::Invalid { message, causes },
@@ -239,10 +277,18 @@ impl Error {
             (405, _) => Error::MethodNotAllowed { message },
             (429, _) => Error::TooManyRequests {
                 message,
-                retry_after_seconds: status.details.as_ref().map(|d| d.retry_after_seconds).filter(|s| *s > 0),
+                retry_after_seconds: status
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|s| *s > 0),
             },
             (504, _) | (_, "Timeout") => Error::Timeout(message),
-            (code, reason) => Error::Server { code, reason: reason.to_string(), message },
+            (code, reason) => Error::Server {
+                code,
+                reason: reason.to_string(),
+                message,
+            },
         }
     }
 
@@ -256,7 +302,11 @@ impl Error {
                 let (kind, group) = resource.split_once('.').unwrap_or((resource.as_str(), ""));
                 (
                     "Forbidden",
-                    Some(StatusDetails { kind: kind.to_string(), group: group.to_string(), ..empty_details() }),
+                    Some(StatusDetails {
+                        kind: kind.to_string(),
+                        group: group.to_string(),
+                        ..empty_details()
+                    }),
                 )
             }
             Error::Unauthorized { .. } => ("Unauthorized", None),
@@ -264,9 +314,14 @@ impl Error {
             Error::Gone { .. } => ("Expired", None),
             Error::BadRequest { .. } => ("BadRequest", None),
             Error::MethodNotAllowed { .. } => ("MethodNotAllowed", None),
-            Error::TooManyRequests { retry_after_seconds, .. } => (
+            Error::TooManyRequests {
+                retry_after_seconds, ..
+            } => (
                 "TooManyRequests",
-                Some(StatusDetails { retry_after_seconds: retry_after_seconds.unwrap_or(1), ..empty_details() }),
+                Some(StatusDetails {
+                    retry_after_seconds: retry_after_seconds.unwrap_or(1),
+                    ..empty_details()
+                }),
             ),
             Error::Server { reason, .. } => (reason.as_str(), None),
             Error::Timeout(_) => ("Timeout", None),
@@ -283,7 +338,14 @@ impl Error {
 }
 
 fn empty_details() -> StatusDetails {
-    StatusDetails { name: String::new(), group: String::new(), kind: String::new(), uid: String::new(), causes: vec![], retry_after_seconds: 0 }
+    StatusDetails {
+        name: String::new(),
+        group: String::new(),
+        kind: String::new(),
+        uid: String::new(),
+        causes: vec![],
+        retry_after_seconds: 0,
+    }
 }
 
 fn details_with(causes: &[Cause], kind: &str, name: &str) -> Option<StatusDetails> {
@@ -295,7 +357,11 @@ fn details_with(causes: &[Cause], kind: &str, name: &str) -> Option<StatusDetail
         name: name.to_string(),
         causes: causes
             .iter()
-            .map(|c| StatusCause { reason: c.reason.clone(), message: c.message.clone(), field: c.field.clone() })
+            .map(|c| StatusCause {
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                field: c.field.clone(),
+            })
             .collect(),
         ..empty_details()
     })
@@ -338,18 +404,47 @@ mod tests {
             Error::stale("widgets.example.org", "a"),
             Error::forbidden("bob", "create", "widgets", "example.org", Some("ns1"), None),
             Error::gone("12"),
-            Error::invalid("Widget", "a", vec![Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: "spec.x".into() }]),
-            Error::TooManyRequests { message: "slow down".into(), retry_after_seconds: Some(3) },
-            Error::Server { code: 500, reason: "InternalError".into(), message: "boom".into() },
+            Error::invalid(
+                "Widget",
+                "a",
+                vec![Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: "spec.x".into(),
+                }],
+            ),
+            Error::TooManyRequests {
+                message: "slow down".into(),
+                retry_after_seconds: Some(3),
+            },
+            Error::Server {
+                code: 500,
+                reason: "InternalError".into(),
+                message: "boom".into(),
+            },
         ];
         for err in cases {
             let back = Error::from_status(&err.to_status());
             assert_eq!(back.code(), err.code(), "{err:?} -> {back:?}");
             assert_eq!(back.to_string(), err.to_string());
-            if let (Error::Forbidden { verb, resource, .. }, Error::Forbidden { verb: v2, resource: r2, .. }) = (&err, &back) {
+            if let (
+                Error::Forbidden { verb, resource, .. },
+                Error::Forbidden {
+                    verb: v2, resource: r2, ..
+                },
+            ) = (&err, &back)
+            {
                 assert_eq!((verb, resource), (v2, r2));
             }
-            if let (Error::TooManyRequests { retry_after_seconds: a, .. }, Error::TooManyRequests { retry_after_seconds: b, .. }) = (&err, &back) {
+            if let (
+                Error::TooManyRequests {
+                    retry_after_seconds: a, ..
+                },
+                Error::TooManyRequests {
+                    retry_after_seconds: b, ..
+                },
+            ) = (&err, &back)
+            {
                 assert_eq!(a, b);
             }
             if let (Error::Invalid { causes: a, .. }, Error::Invalid { causes: b, .. }) = (&err, &back) {

@@ -54,7 +54,12 @@ pub async fn read_identity<C: ClusterClient + ?Sized>(client: &C) -> Result<Clus
         // resource is not served: only discovery can tell the two apart.
         Err(e @ Error::Forbidden { .. }) => {
             let lc = logical_cluster_resource();
-            if client.discovery().await?.find_version(&lc.group, &lc.version, &lc.plural).is_some() {
+            if client
+                .discovery()
+                .await?
+                .find_version(&lc.group, &lc.version, &lc.plural)
+                .is_some()
+            {
                 return Err(e);
             }
         }

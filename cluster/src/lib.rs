@@ -2,8 +2,8 @@
 //! talks to a cluster, with its `kube` implementation and the one list+watch → watcher-event
 //! conversion every consumer of the seam shares.
 
-pub mod clock;
 pub mod client;
+pub mod clock;
 pub mod discovery;
 pub mod error;
 pub mod identity;
@@ -16,8 +16,7 @@ pub use discovery::{ApiGroupInfo, DiscoveredResource, Discovery};
 pub use error::{Error, Result};
 pub use identity::{ClusterIdentity, IdentitySource};
 
-
 pub use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GetParams, ListParams, ObjectList, Patch, PatchParams,
-    PostParams, PropagationPolicy, WatchEvent, WatchParams,
+    ApiResource, DeleteParams, DynamicObject, GetParams, ListParams, ObjectList, Patch, PatchParams, PostParams,
+    PropagationPolicy, WatchEvent, WatchParams,
 };

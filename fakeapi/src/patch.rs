@@ -12,10 +12,14 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// Applies a JSON patch; a failed `test` or a bad path is a 422 / 400 as kube-apiserver answers.
 pub fn json_patch(_target: &mut Value, _patch: &json_patch::Patch) -> Result<(), Error> {
-    Err(Error::MethodNotAllowed { message: "json patch is not implemented yet".into() })
+    Err(Error::MethodNotAllowed {
+        message: "json patch is not implemented yet".into(),
+    })
 }
 
 /// Applies a strategic merge patch using the merge keys of `schema`.
 pub fn strategic_merge_patch(_target: &mut Value, _patch: &Value, _schema: &Schema) -> Result<(), Error> {
-    Err(Error::MethodNotAllowed { message: "strategic merge patch is not implemented yet".into() })
+    Err(Error::MethodNotAllowed {
+        message: "strategic merge patch is not implemented yet".into(),
+    })
 }

@@ -14,12 +14,18 @@ pub struct UserInfo {
 impl UserInfo {
     /// The cluster administrator (member of `system:masters`).
     pub fn admin() -> Self {
-        Self { name: "admin".into(), groups: vec!["system:masters".into(), "system:authenticated".into()] }
+        Self {
+            name: "admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        }
     }
 
     /// A plain authenticated user.
     pub fn user(name: &str) -> Self {
-        Self { name: name.into(), groups: vec!["system:authenticated".into()] }
+        Self {
+            name: name.into(),
+            groups: vec!["system:authenticated".into()],
+        }
     }
 }
 

@@ -51,7 +51,11 @@ impl Schema {
             Some(Value::Bool(true)) => return Some(Schema::any()),
             _ => {}
         }
-        if self.preserves_unknown() { Some(Schema::any()) } else { None }
+        if self.preserves_unknown() {
+            Some(Schema::any())
+        } else {
+            None
+        }
     }
 
     /// The schema of list items.
@@ -107,7 +111,10 @@ impl Schema {
 
     /// Whether unknown fields are kept here.
     pub fn preserves_unknown(&self) -> bool {
-        self.node.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+        self.node
+            .get("x-kubernetes-preserve-unknown-fields")
+            .and_then(Value::as_bool)
+            == Some(true)
     }
 
     /// Whether this node is `x-kubernetes-int-or-string`.

@@ -28,9 +28,19 @@ pub fn apply(
     _subresource: &str,
     _now: &str,
 ) -> Result<Value, Error> {
-    Err(Error::MethodNotAllowed { message: "server-side apply is not implemented yet".into() })
+    Err(Error::MethodNotAllowed {
+        message: "server-side apply is not implemented yet".into(),
+    })
 }
 
 /// Records a non-apply write by `manager` in `new`'s managedFields: the fields that changed
 /// from `old` become the manager's (operation Update) and leave every other manager.
-pub fn record_update(_old: Option<&Value>, _new: &mut Value, _manager: &str, _schema: &Schema, _subresource: &str, _now: &str) {}
+pub fn record_update(
+    _old: Option<&Value>,
+    _new: &mut Value,
+    _manager: &str,
+    _schema: &Schema,
+    _subresource: &str,
+    _now: &str,
+) {
+}
