@@ -2,8 +2,28 @@
 //! kube-controller-manager kbind can observe), with real watch semantics, RBAC, faults and a
 //! seeded, clock-injected world for deterministic tests.
 
+pub mod bootstrap;
 pub mod builtins;
+pub mod client;
+pub mod cluster;
+pub mod controllers;
+pub mod crd;
+pub mod faults;
+pub mod meta;
+pub mod openapi;
+pub mod ops;
 pub mod patch;
 pub mod rbac;
+pub mod registry;
 pub mod schema;
+pub mod selector;
 pub mod ssa;
+pub mod store;
+pub mod watch;
+
+pub use client::FakeClient;
+pub use cluster::{FakeCluster, FakeClusterBuilder};
+pub use faults::{ErrorRule, InjectedError};
+pub use ops::{Caller, Subresource};
+pub use rbac::UserInfo;
+pub use store::{EventType, HistoryEvent, WriteRecord};

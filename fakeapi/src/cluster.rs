@@ -1,0 +1,366 @@
+//! A fake cluster: its builder, its store and fault switches, identity, users and tokens.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use kbind_cluster::{SharedClock, TokioClock, clock::format_time};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::faults::{ErrorRule, FaultState};
+use crate::rbac::UserInfo;
+use crate::registry::{GroupResource, Registry};
+use crate::store::{EventType, HistoryEvent, State, WriteRecord};
+use crate::{controllers, meta};
+
+/// How many events a cluster keeps for watches to resume from, unless told otherwise.
+pub const DEFAULT_HISTORY: usize = 10_000;
+
+/// Builds a [`FakeCluster`].
+#[derive(Debug, Clone)]
+pub struct FakeClusterBuilder {
+    name: String,
+    seed: u64,
+    clock: Option<SharedClock>,
+    garbage_collector: bool,
+    kcp_like: bool,
+    history_limit: usize,
+    bookmark_interval: Duration,
+}
+
+impl FakeClusterBuilder {
+    /// The seed of the cluster's only randomness (uids, generated names, tokens).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The clock timestamps come from (default: [`TokioClock::fixed`]).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Whether ownerReference garbage collection runs (default on; off mimics a bare apiserver).
+    pub fn garbage_collector(mut self, on: bool) -> Self {
+        self.garbage_collector = on;
+        self
+    }
+
+    /// Serve kcp's LogicalCluster and create LogicalCluster `cluster` (the identity object).
+    pub fn kcp_like(mut self, on: bool) -> Self {
+        self.kcp_like = on;
+        self
+    }
+
+    /// How many events the watch history keeps.
+    pub fn history_limit(mut self, events: usize) -> Self {
+        self.history_limit = events.max(1);
+        self
+    }
+
+    /// How long an idle watch waits before sending a bookmark.
+    pub fn bookmark_interval(mut self, every: Duration) -> Self {
+        self.bookmark_interval = every;
+        self
+    }
+
+    /// Starts the cluster (and its controllers, on the current tokio runtime).
+    pub fn build(self) -> FakeCluster {
+        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(TokioClock::fixed()));
+        let rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let state = State::new(Registry::new(self.kcp_like), rng, self.history_limit, 0);
+        let (changed, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            name: self.name,
+            state: Mutex::new(state),
+            faults: Mutex::new(FaultState::default()),
+            changed,
+            clock,
+            garbage_collector: std::sync::atomic::AtomicBool::new(self.garbage_collector),
+            kcp_like: self.kcp_like,
+            bookmark_interval: self.bookmark_interval,
+            tokens: Mutex::new(BTreeMap::new()),
+        });
+        let cluster = FakeCluster { inner };
+        cluster.bootstrap();
+        controllers::spawn(Arc::downgrade(&cluster.inner));
+        cluster
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) state: Mutex<State>,
+    pub(crate) faults: Mutex<FaultState>,
+    /// Carries the latest resourceVersion; every change (and every watch epoch) is sent here.
+    pub(crate) changed: watch::Sender<u64>,
+    pub(crate) clock: SharedClock,
+    pub(crate) garbage_collector: std::sync::atomic::AtomicBool,
+    pub(crate) kcp_like: bool,
+    pub(crate) bookmark_interval: Duration,
+    /// Bearer tokens: the user they authenticate and, for ServiceAccount tokens, the SA uid.
+    pub(crate) tokens: Mutex<BTreeMap<String, (UserInfo, Option<String>)>>,
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock can only come from a bug in fakeapi itself; the
+        // state stays usable for the test that reports it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn faults(&self) -> MutexGuard<'_, FaultState> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn now(&self) -> String {
+        format_time(self.clock.now())
+    }
+
+    pub(crate) fn notify(&self, rv: u64) {
+        self.changed.send_replace(rv);
+    }
+
+    /// Writes `object` as a system component (no RBAC, no faults), with a new resourceVersion.
+    pub(crate) fn system_write(
+        &self,
+        state: &mut State,
+        gr: &GroupResource,
+        mut object: Value,
+        kind: EventType,
+        user: &str,
+        verb: &str,
+    ) {
+        let rv = state.next_rv();
+        meta::set(&mut object, "resourceVersion", Some(json!(rv.to_string())));
+        let record = WriteRecord {
+            rv,
+            user: user.to_string(),
+            verb: verb.to_string(),
+            resource: gr.qualified(),
+            subresource: String::new(),
+            namespace: meta::namespace(&object).unwrap_or("").to_string(),
+            name: meta::name(&object).unwrap_or("").to_string(),
+        };
+        state.put(gr, object, kind);
+        state.write_log.push(record);
+    }
+}
+
+/// An in-process fake Kubernetes API server; clones share the same cluster.
+#[derive(Clone)]
+pub struct FakeCluster {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FakeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCluster").field("name", &self.inner.name).finish()
+    }
+}
+
+impl FakeCluster {
+    /// A builder for a cluster called `name` (the name appears in errors and logs only).
+    pub fn builder(name: &str) -> FakeClusterBuilder {
+        FakeClusterBuilder {
+            name: name.to_string(),
+            seed: 0,
+            clock: None,
+            garbage_collector: true,
+            kcp_like: false,
+            history_limit: DEFAULT_HISTORY,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The UID that identifies this cluster (LogicalCluster `cluster` on kcp-like, else `kube-system`).
+    pub fn identity_uid(&self) -> String {
+        let state = self.inner.lock();
+        let (gr, name) = if self.inner.kcp_like {
+            (GroupResource::new("core.kcp.io", "logicalclusters"), "cluster")
+        } else {
+            (GroupResource::new("", "namespaces"), "kube-system")
+        };
+        state
+            .get(&gr, &(String::new(), name.to_string()))
+            .and_then(|o| meta::uid(o).map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.lock().rv
+    }
+
+    /// Every successful write so far.
+    pub fn write_log(&self) -> Vec<WriteRecord> {
+        self.inner.lock().write_log.clone()
+    }
+
+    /// The retained event history (what a determinism check compares).
+    pub fn event_log(&self) -> Vec<HistoryEvent> {
+        self.inner.lock().history.iter().cloned().collect()
+    }
+
+    /// Turns garbage collection of ownerReferences on or off.
+    pub fn set_garbage_collector(&self, on: bool) {
+        self.inner
+            .garbage_collector
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+        let rv = self.resource_version();
+        self.inner.notify(rv);
+    }
+
+    /// Registers a bearer token for `user` (used by the HTTP surface).
+    pub fn add_token(&self, token: &str, user: UserInfo) {
+        self.inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_string(), (user, None));
+    }
+
+    /// The user a bearer token authenticates, if any (ServiceAccount tokens die with their SA).
+    pub fn authenticate(&self, token: &str) -> Option<UserInfo> {
+        let (user, sa_uid) = self
+            .inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()?;
+        match sa_uid {
+            Some(uid) => self.inner.lock().find_uid(&uid).map(|_| user),
+            None => Some(user),
+        }
+    }
+
+    // ---- faults ----
+
+    /// Cuts the cluster off: every request fails as unreachable and open watches end.
+    pub fn partition(&self) {
+        self.inner.faults().partitioned = true;
+        self.drop_watches();
+    }
+
+    /// Ends a partition.
+    pub fn heal(&self) {
+        self.inner.faults().partitioned = false;
+    }
+
+    /// Whether the cluster is partitioned.
+    pub fn is_partitioned(&self) -> bool {
+        self.inner.faults().partitioned
+    }
+
+    /// Adds `latency` (on the tokio clock) before every answer; `None` removes it.
+    pub fn set_latency(&self, latency: Option<Duration>) {
+        self.inner.faults().latency = latency;
+    }
+
+    /// Injects an error into matching requests.
+    pub fn inject_error(&self, rule: ErrorRule) {
+        self.inner.faults().errors.push(rule);
+    }
+
+    /// Removes every injected error.
+    pub fn clear_errors(&self) {
+        self.inner.faults().errors.clear();
+    }
+
+    /// Ends every open watch (as a dropped connection would); clients must re-watch.
+    pub fn drop_watches(&self) {
+        let rv = {
+            let mut state = self.inner.lock();
+            state.watch_epoch += 1;
+            state.rv
+        };
+        self.inner.notify(rv);
+    }
+
+    /// Forgets the event history: resuming from any older resourceVersion gets 410 Gone.
+    pub fn compact(&self) {
+        let rv = {
+            let mut state = self.inner.lock();
+            state.compact();
+            state.rv
+        };
+        self.inner.notify(rv);
+    }
+
+    /// Replaces the cluster with a fresh, empty one that has a new identity, behind the same
+    /// handle (resourceVersions keep increasing so no client sees time run backwards).
+    pub fn replace_with_fresh(&self) {
+        {
+            let mut state = self.inner.lock();
+            let rng = state.rng.clone();
+            let write_log = std::mem::take(&mut state.write_log);
+            let (rv, epoch) = (state.rv, state.watch_epoch);
+            *state = State::new(Registry::new(self.inner.kcp_like), rng, state.history_limit, rv);
+            state.write_log = write_log;
+            state.watch_epoch = epoch + 1;
+        }
+        self.inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, (_, sa)| sa.is_none());
+        self.bootstrap();
+    }
+
+    /// Creates what every cluster starts with: the system namespaces, the bootstrap RBAC
+    /// policy and, on kcp-like clusters, LogicalCluster `cluster`.
+    fn bootstrap(&self) {
+        let now = self.inner.now();
+        let mut state = self.inner.lock();
+        let ns_gr = GroupResource::new("", "namespaces");
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let uid = state.new_uid();
+            let ns = json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": name, "uid": uid, "creationTimestamp": now,
+                             "labels": {"kubernetes.io/metadata.name": name}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            });
+            self.inner
+                .system_write(&mut state, &ns_gr, ns, EventType::Added, "system:apiserver", "create");
+        }
+        if self.inner.kcp_like {
+            let uid = state.new_uid();
+            let lc = json!({
+                "apiVersion": "core.kcp.io/v1alpha1", "kind": "LogicalCluster",
+                "metadata": {"name": "cluster", "uid": uid, "creationTimestamp": now},
+                "spec": {}, "status": {"phase": "Ready"},
+            });
+            let gr = GroupResource::new("core.kcp.io", "logicalclusters");
+            self.inner
+                .system_write(&mut state, &gr, lc, EventType::Added, "system:apiserver", "create");
+        }
+        for (gr, obj) in crate::bootstrap::rbac_objects() {
+            let mut obj = obj;
+            let uid = state.new_uid();
+            meta::set(&mut obj, "uid", Some(json!(uid)));
+            meta::set(&mut obj, "creationTimestamp", Some(json!(now)));
+            self.inner
+                .system_write(&mut state, &gr, obj, EventType::Added, "system:apiserver", "create");
+        }
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+    }
+}
+
+/// The current faults, for inspection.
+pub fn faults_of(cluster: &FakeCluster) -> FaultState {
+    cluster.inner.faults().clone()
+}

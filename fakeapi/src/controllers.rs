@@ -1,0 +1,277 @@
+//! The kube-controller-manager parts kbind can observe, run as one task per cluster after
+//! every change: CRD establishing and cleanup, the namespace controller, and the garbage
+//! collector. Each pass visits objects in key order, so runs are deterministic.
+
+use std::sync::{Arc, Weak};
+
+use serde_json::{Value, json};
+
+use crate::cluster::Inner;
+use crate::meta;
+use crate::ops::{Subresource, UpdateKind};
+use crate::registry::GroupResource;
+use crate::store::{EventType, State};
+
+const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+const CRD_CONTROLLER: &str = "system:apiextensions-apiserver";
+const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
+const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+
+fn crds() -> GroupResource {
+    GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
+}
+
+/// Starts the controllers of a cluster; the task ends when the cluster is dropped.
+pub(crate) fn spawn(weak: Weak<Inner>) {
+    let Some(mut changed) = weak.upgrade().map(|inner| inner.changed.subscribe()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            {
+                let Some(inner) = weak.upgrade() else { return };
+                let mut passes = 0;
+                while reconcile_once(&inner) && passes < 1000 {
+                    passes += 1;
+                }
+            }
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// One pass of every controller; whether anything was written.
+pub(crate) fn reconcile_once(inner: &Arc<Inner>) -> bool {
+    let mut state = inner.lock();
+    let before = state.rv;
+    establish_crds(inner, &mut state);
+    clean_up_crds(inner, &mut state);
+    finalize_namespaces(inner, &mut state);
+    if inner.garbage_collector.load(std::sync::atomic::Ordering::SeqCst) {
+        collect_garbage(inner, &mut state);
+    }
+    let after = state.rv;
+    drop(state);
+    if after != before {
+        inner.notify(after);
+    }
+    after != before
+}
+
+fn is_established(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+}
+
+/// Marks new CRDs Established and serves exactly the Established ones.
+fn establish_crds(inner: &Inner, state: &mut State) {
+    let now = inner.now();
+    for crd in state.list(&crds(), None) {
+        let accepted_differs = crd.pointer("/status/acceptedNames") != crd.pointer("/spec/names");
+        let stored_missing = crate::crd::storage_version(&crd).is_some_and(|v| {
+            !crd.pointer("/status/storedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(|s| s == &json!(v)))
+        });
+        if meta::is_terminating(&crd) || (is_established(&crd) && !accepted_differs && !stored_missing) {
+            continue;
+        }
+        let mut updated = (*crd).clone();
+        let mut status = crate::crd::established_status(&crd, &now);
+        if let Some(old) = crd.pointer("/status/storedVersions").and_then(Value::as_array) {
+            let mut stored: Vec<Value> = old.clone();
+            for v in status["storedVersions"].as_array().cloned().unwrap_or_default() {
+                if !stored.contains(&v) {
+                    stored.push(v);
+                }
+            }
+            status["storedVersions"] = json!(stored);
+        }
+        updated["status"] = status;
+        inner.system_write(state, &crds(), updated, EventType::Modified, CRD_CONTROLLER, "update");
+    }
+    let served: Vec<Value> = state
+        .list(&crds(), None)
+        .iter()
+        .filter(|c| is_established(c))
+        .map(|c| (**c).clone())
+        .collect();
+    state.registry.set_crds(served.iter());
+}
+
+/// Deletes the instances of a deleted CRD, then releases it.
+fn clean_up_crds(inner: &Inner, state: &mut State) {
+    for crd in state.list(&crds(), None) {
+        if !meta::is_terminating(&crd) || !meta::finalizers(&crd).iter().any(|f| f == CRD_FINALIZER) {
+            continue;
+        }
+        let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
+        let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("");
+        let gr = GroupResource::new(group, plural);
+        let instances = state.list(&gr, None);
+        if instances.is_empty() {
+            release_finalizer(inner, state, &crds(), &crd, CRD_FINALIZER, CRD_CONTROLLER);
+            continue;
+        }
+        for obj in instances.iter().filter(|o| !meta::is_terminating(o)) {
+            delete_object(inner, state, &gr, obj, CRD_CONTROLLER);
+        }
+    }
+}
+
+/// Empties terminating namespaces, then finalizes them.
+fn finalize_namespaces(inner: &Inner, state: &mut State) {
+    let ns_gr = GroupResource::new("", "namespaces");
+    for ns in state.list(&ns_gr, None) {
+        if !meta::is_terminating(&ns) {
+            continue;
+        }
+        let name = meta::name(&ns).unwrap_or("").to_string();
+        let mut remaining = 0;
+        for gr in state.registry.namespaced_group_resources() {
+            for obj in state.list(&gr, Some(&name)) {
+                remaining += 1;
+                if !meta::is_terminating(&obj) {
+                    delete_object(inner, state, &gr, &obj, NAMESPACE_CONTROLLER);
+                }
+            }
+        }
+        let spec_finalizers = ns
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if remaining > 0 || !spec_finalizers {
+            continue;
+        }
+        let mut finalized = (*ns).clone();
+        finalized["spec"]["finalizers"] = json!([]);
+        let gone = meta::finalizers(&finalized).is_empty();
+        let kind = if gone { EventType::Deleted } else { EventType::Modified };
+        inner.system_write(state, &ns_gr, finalized, kind, NAMESPACE_CONTROLLER, "update");
+    }
+}
+
+/// The garbage collector: dependents of vanished owners go; `orphan` and `foregroundDeletion`
+/// owners are honoured.
+fn collect_garbage(inner: &Inner, state: &mut State) {
+    let all: Vec<(GroupResource, Arc<Value>)> = state
+        .objects
+        .iter()
+        .flat_map(|(gr, m)| m.values().map(move |o| (gr.clone(), o.clone())))
+        .filter(|(_, o)| o.pointer("/metadata/ownerReferences").is_some())
+        .collect();
+    for (gr, obj) in &all {
+        let refs = meta::owner_references(obj);
+        if refs.is_empty() {
+            continue;
+        }
+        let ns = meta::namespace(obj).unwrap_or("");
+        let mut alive = 0;
+        let mut orphan_from = Vec::new();
+        let mut foreground = false;
+        for r in &refs {
+            let owner = r["uid"].as_str().and_then(|uid| state.find_uid(uid));
+            let owner = owner.filter(|(_, o)| meta::namespace(o).is_none_or(|ons| ons == ns));
+            let Some((_, owner)) = owner else { continue };
+            alive += 1;
+            if meta::is_terminating(&owner) {
+                let fins = meta::finalizers(&owner);
+                if fins.iter().any(|f| f == "orphan") {
+                    orphan_from.push(r["uid"].clone());
+                } else if fins.iter().any(|f| f == "foregroundDeletion") {
+                    foreground = true;
+                }
+            }
+        }
+        if !orphan_from.is_empty() {
+            let mut updated = (**obj).clone();
+            let kept: Vec<Value> = refs.into_iter().filter(|r| !orphan_from.contains(&r["uid"])).collect();
+            meta::set(&mut updated, "ownerReferences", (!kept.is_empty()).then(|| json!(kept)));
+            let info = state.registry.versions_of(gr).first().map(|i| (*i).clone());
+            if let Some(info) = info {
+                let _ = inner.update_locked(
+                    state,
+                    GARBAGE_COLLECTOR,
+                    &info,
+                    obj,
+                    updated,
+                    UpdateKind::System,
+                    Subresource::Main,
+                    false,
+                );
+            }
+            continue;
+        }
+        if (alive == 0 || foreground) && !meta::is_terminating(obj) {
+            delete_object(inner, state, gr, obj, GARBAGE_COLLECTOR);
+        }
+    }
+    release_owner_finalizers(inner, state);
+}
+
+/// Owners waiting on `orphan` / `foregroundDeletion` are released once no dependent points at them.
+fn release_owner_finalizers(inner: &Inner, state: &mut State) {
+    let waiting: Vec<(GroupResource, Arc<Value>)> = state
+        .objects
+        .iter()
+        .flat_map(|(gr, m)| m.values().map(move |o| (gr.clone(), o.clone())))
+        .filter(|(_, o)| meta::is_terminating(o))
+        .filter(|(_, o)| {
+            meta::finalizers(o)
+                .iter()
+                .any(|f| f == "orphan" || f == "foregroundDeletion")
+        })
+        .collect();
+    for (gr, owner) in waiting {
+        let Some(uid) = meta::uid(&owner).map(str::to_string) else {
+            continue;
+        };
+        let has_dependents = state.objects.values().flat_map(|m| m.values()).any(|o| {
+            meta::owner_references(o)
+                .iter()
+                .any(|r| r["uid"].as_str() == Some(uid.as_str()))
+        });
+        if has_dependents {
+            continue;
+        }
+        for f in ["orphan", "foregroundDeletion"] {
+            if let Some(current) = state.get(&gr, &crate::store::key_of(&owner)).cloned() {
+                release_finalizer(inner, state, &gr, &current, f, GARBAGE_COLLECTOR);
+            }
+        }
+    }
+}
+
+fn release_finalizer(
+    inner: &Inner,
+    state: &mut State,
+    gr: &GroupResource,
+    obj: &Arc<Value>,
+    finalizer: &str,
+    user: &str,
+) {
+    let mut fins = meta::finalizers(obj);
+    if !fins.iter().any(|f| f == finalizer) {
+        return;
+    }
+    fins.retain(|f| f != finalizer);
+    let mut updated = (**obj).clone();
+    meta::set_finalizers(&mut updated, &fins);
+    let kind = if fins.is_empty() && meta::is_terminating(obj) {
+        EventType::Deleted
+    } else {
+        EventType::Modified
+    };
+    inner.system_write(state, gr, updated, kind, user, "update");
+}
+
+fn delete_object(inner: &Inner, state: &mut State, gr: &GroupResource, obj: &Arc<Value>, user: &str) {
+    let info = state.registry.versions_of(gr).first().map(|i| (*i).clone());
+    if let Some(info) = info {
+        // A controller's delete can only fail if the object vanished meanwhile, which is the goal.
+        let _ = inner.delete_locked(state, user, &info, obj, None, false);
+    }
+}

@@ -1,0 +1,102 @@
+//! Faults a test switches on and off: partition, latency, injected errors per verb and
+//! resource, dropped watches, forced compaction and (through the cluster) replacement.
+
+use std::time::Duration;
+
+use kbind_cluster::Error;
+
+/// Which error an injected fault answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectedError {
+    /// 500 InternalError.
+    Internal,
+    /// 429 with `Retry-After` seconds.
+    TooManyRequests {
+        /// Seconds the client should wait.
+        retry_after_seconds: u32,
+    },
+    /// 403 Forbidden (as if RBAC refused).
+    Forbidden,
+}
+
+/// An error injected into matching requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorRule {
+    /// Verb to match (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`); `None`: all.
+    pub verb: Option<String>,
+    /// Plural resource to match; `None`: all.
+    pub resource: Option<String>,
+    /// What to answer.
+    pub error: InjectedError,
+    /// How many requests it hits; `None`: until cleared.
+    pub remaining: Option<u32>,
+}
+
+impl ErrorRule {
+    /// A rule for every request of `verb` on `resource` (either may be `None` for all).
+    pub fn new(verb: Option<&str>, resource: Option<&str>, error: InjectedError) -> Self {
+        Self {
+            verb: verb.map(str::to_string),
+            resource: resource.map(str::to_string),
+            error,
+            remaining: None,
+        }
+    }
+
+    /// Limits the rule to the next `n` matching requests.
+    pub fn times(mut self, n: u32) -> Self {
+        self.remaining = Some(n);
+        self
+    }
+}
+
+/// The faults currently switched on.
+#[derive(Debug, Clone, Default)]
+pub struct FaultState {
+    /// Every request fails as unreachable and watches end.
+    pub partitioned: bool,
+    /// Added before every answer, on the injectable (tokio) clock.
+    pub latency: Option<Duration>,
+    /// Injected errors, first match wins.
+    pub errors: Vec<ErrorRule>,
+}
+
+impl FaultState {
+    /// The error a request gets, consuming one use of a limited rule.
+    pub fn check(&mut self, cluster: &str, verb: &str, resource: &str) -> Result<(), Error> {
+        if self.partitioned {
+            return Err(Error::Transport(format!(
+                "cluster {cluster} is unreachable (partitioned)"
+            )));
+        }
+        let Some(idx) = self.errors.iter().position(|r| {
+            r.verb.as_deref().is_none_or(|v| v == verb) && r.resource.as_deref().is_none_or(|res| res == resource)
+        }) else {
+            return Ok(());
+        };
+        let rule = &mut self.errors[idx];
+        let error = rule.error.clone();
+        if let Some(n) = rule.remaining.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.errors.remove(idx);
+            }
+        }
+        Err(match error {
+            InjectedError::Internal => Error::Server {
+                code: 500,
+                reason: "InternalError".into(),
+                message: format!("Internal error occurred: injected fault on {verb} {resource}"),
+            },
+            InjectedError::TooManyRequests { retry_after_seconds } => Error::TooManyRequests {
+                message: "the server has received too many requests and has asked us to try again later".into(),
+                retry_after_seconds: Some(retry_after_seconds),
+            },
+            InjectedError::Forbidden => Error::Forbidden {
+                verb: verb.to_string(),
+                resource: resource.to_string(),
+                message: format!("{resource} is forbidden: injected fault: cannot {verb} resource \"{resource}\""),
+            },
+        })
+    }
+}

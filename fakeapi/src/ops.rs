@@ -1,0 +1,1053 @@
+//! The API operations of a fake cluster: admission (faults, RBAC, routing), reads, and the
+//! write pipeline kube-apiserver runs (defaults, pruning, validation, preconditions,
+//! generation, managed fields, finalizers, no-op detection).
+
+use std::sync::Arc;
+
+use kbind_cluster::error::Cause;
+use kbind_cluster::{
+    ApiResource, DeleteParams, Discovery, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, Result,
+};
+use kube::api::VersionMatch;
+use serde_json::{Value, json};
+
+use crate::cluster::{FakeCluster, Inner};
+use crate::rbac::{self, Attributes, RbacSnapshot, UserInfo};
+use crate::registry::{GroupResource, ResourceInfo};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{EventType, ObjectKey, State, WriteRecord, key_of};
+use crate::{meta, patch, schema, ssa};
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// The object itself.
+    Main,
+    /// The `/status` subresource.
+    Status,
+}
+
+impl Subresource {
+    fn name(self) -> &'static str {
+        match self {
+            Subresource::Main => "",
+            Subresource::Status => "status",
+        }
+    }
+}
+
+/// Who asks, and how they name themselves as a field manager by default.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The authenticated user.
+    pub user: UserInfo,
+    /// The default field manager (kube-apiserver derives it from the User-Agent).
+    pub default_manager: String,
+}
+
+impl Caller {
+    /// A caller with the default manager derived from a user agent like `kubectl/v1.35`.
+    pub fn new(user: UserInfo, user_agent: &str) -> Self {
+        let default_manager = user_agent.split('/').next().unwrap_or(user_agent).to_string();
+        Self { user, default_manager }
+    }
+}
+
+const CUSTOM_RESOURCE_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+impl FakeCluster {
+    /// Faults, RBAC and routing for one request; the resource's served info on success.
+    pub(crate) async fn admit(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        subresource: &str,
+    ) -> Result<ResourceInfo> {
+        self.inner.fault_gate(verb, &res.plural).await?;
+        let state = self.inner.lock();
+        let attrs = Attributes {
+            verb: verb.to_string(),
+            api_group: res.group.clone(),
+            resource: res.plural.clone(),
+            subresource: subresource.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+        };
+        if !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
+            return Err(forbidden(&caller.user, &attrs));
+        }
+        let info = state
+            .registry
+            .lookup(&res.group, &res.version, &res.plural)
+            .cloned()
+            .ok_or_else(|| Error::NotFound {
+                message: "the server could not find the requested resource".into(),
+            })?;
+        if info.resource.namespaced != namespace.is_some() && !(namespace.is_none() && matches!(verb, "list" | "watch"))
+        {
+            return Err(Error::NotFound {
+                message: "the server could not find the requested resource".into(),
+            });
+        }
+        if !subresource.is_empty() && !info.resource.subresources.iter().any(|s| s == subresource) {
+            return Err(Error::NotFound {
+                message: "the server could not find the requested resource".into(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Reads one object.
+    pub async fn get(&self, caller: &Caller, res: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value> {
+        let info = self.admit(caller, "get", res, namespace, Some(name), "").await?;
+        let state = self.inner.lock();
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        state
+            .get(&info.group_resource(), &key)
+            .map(|o| present(o, &info))
+            .ok_or_else(|| Error::not_found(&info.group_resource().qualified(), name))
+    }
+
+    /// Lists objects as a `<Kind>List`.
+    pub async fn list(
+        &self,
+        caller: &Caller,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<Value> {
+        let fields = FieldSelector::parse(params.field_selector.as_deref().unwrap_or(""))?;
+        let labels = LabelSelector::parse(params.label_selector.as_deref().unwrap_or(""))?;
+        let info = self
+            .admit(caller, "list", res, namespace, fields.pinned_name(), "")
+            .await?;
+        let gr = info.group_resource();
+        let state = self.inner.lock();
+        let (snapshot_rv, start_after, paginate) = match params.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            Some(token) => {
+                let (rv, after) = decode_continue(token)?;
+                if rv < state.floor {
+                    return Err(Error::Gone {
+                        message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                    });
+                }
+                (rv, Some(after), true)
+            }
+            None => {
+                let rv = list_resource_version(&state, params)?;
+                // kube-apiserver serves resourceVersion=0 from its watch cache, which ignores limit.
+                let from_cache = params.resource_version.as_deref() == Some("0");
+                (rv, None, !from_cache)
+            }
+        };
+        let objects = state.snapshot_at(&gr, snapshot_rv)?;
+        let limit = params.limit.filter(|l| *l > 0 && paginate).map(|l| l as usize);
+        let mut items = Vec::new();
+        let mut continue_token = None;
+        let mut remaining = 0usize;
+        for ((ns, name), obj) in &objects {
+            if namespace.is_some_and(|want| want != ns) {
+                continue;
+            }
+            if start_after
+                .as_ref()
+                .is_some_and(|after| (ns, name) <= (&after.0, &after.1))
+            {
+                continue;
+            }
+            if !labels.matches(obj) || !fields.matches(obj) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                remaining += 1;
+                continue;
+            }
+            items.push(present(obj, &info));
+        }
+        if remaining > 0 {
+            let last = items.last().map(key_of).unwrap_or_default();
+            continue_token = Some(encode_continue(snapshot_rv, &last));
+        }
+        let mut list_meta = json!({"resourceVersion": snapshot_rv.to_string()});
+        if let Some(token) = continue_token {
+            list_meta["continue"] = json!(token);
+            if params.label_selector.is_none() && params.field_selector.is_none() {
+                list_meta["remainingItemCount"] = json!(remaining);
+            }
+        }
+        Ok(json!({
+            "apiVersion": info.api_version(),
+            "kind": format!("{}List", info.resource.kind),
+            "metadata": list_meta,
+            "items": items,
+        }))
+    }
+
+    /// Creates an object.
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        mut obj: Value,
+        params: &PostParams,
+    ) -> Result<Value> {
+        let name_hint = meta::name(&obj).map(str::to_string);
+        let info = self
+            .admit(caller, "create", res, namespace, name_hint.as_deref(), "")
+            .await?;
+        if let Some(obj_ns) = meta::namespace(&obj)
+            && Some(obj_ns) != namespace
+        {
+            return Err(Error::BadRequest {
+                message: "the namespace of the provided object does not match the namespace sent on the request".into(),
+            });
+        }
+        if meta::resource_version(&obj).is_some() {
+            return Err(Error::BadRequest {
+                message: "resourceVersion should not be set on objects to be created".into(),
+            });
+        }
+        let manager = params
+            .field_manager
+            .clone()
+            .unwrap_or_else(|| caller.default_manager.clone());
+        let mut state = self.inner.lock();
+        if meta::name(&obj).is_none()
+            && let Some(prefix) = meta::get_str(&obj, "generateName").map(str::to_string)
+        {
+            let suffix = state.name_suffix();
+            meta::set(&mut obj, "name", Some(json!(format!("{prefix}{suffix}"))));
+        }
+        if let Some(ns) = namespace {
+            meta::set(&mut obj, "namespace", Some(json!(ns)));
+        }
+        let created = self.inner.create_locked(
+            &mut state,
+            &caller.user.name,
+            &info,
+            obj,
+            &manager,
+            params.dry_run,
+            None,
+        )?;
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+        Ok(present(&created, &info))
+    }
+
+    /// Replaces an object or its status.
+    pub async fn update(
+        &self,
+        caller: &Caller,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        obj: Value,
+        params: &PostParams,
+        sub: Subresource,
+    ) -> Result<Value> {
+        let info = self
+            .admit(caller, "update", res, namespace, Some(name), sub.name())
+            .await?;
+        if let Some(body_name) = meta::name(&obj)
+            && body_name != name
+        {
+            return Err(Error::BadRequest {
+                message: format!("the name of the object ({body_name}) does not match the name on the URL ({name})"),
+            });
+        }
+        let manager = params
+            .field_manager
+            .clone()
+            .unwrap_or_else(|| caller.default_manager.clone());
+        let mut state = self.inner.lock();
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        let gr = info.group_resource();
+        let old = state
+            .get(&gr, &key)
+            .cloned()
+            .ok_or_else(|| Error::not_found(&gr.qualified(), name))?;
+        if meta::resource_version(&obj).is_none() && info.is_custom() {
+            return Err(Error::invalid(
+                &info.resource.kind,
+                name,
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "Invalid value: 0x0: must be specified for an update".into(),
+                    field: "metadata.resourceVersion".into(),
+                }],
+            ));
+        }
+        let updated = self.inner.update_locked(
+            &mut state,
+            &caller.user.name,
+            &info,
+            &old,
+            obj,
+            UpdateKind::Write { manager: &manager },
+            sub,
+            params.dry_run,
+        )?;
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+        Ok(present(&updated, &info))
+    }
+
+    /// Patches an object or its status (merge, JSON, strategic or apply).
+    pub async fn patch(
+        &self,
+        caller: &Caller,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Patch<Value>,
+        params: &PatchParams,
+        sub: Subresource,
+    ) -> Result<Value> {
+        let info = self
+            .admit(caller, "patch", res, namespace, Some(name), sub.name())
+            .await?;
+        let mut state = self.inner.lock();
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        let gr = info.group_resource();
+        let old = state.get(&gr, &key).cloned();
+        let now = self.inner.now();
+        let result = match patch {
+            Patch::Apply(body) => {
+                let manager = params
+                    .field_manager
+                    .clone()
+                    .ok_or_else(|| Error::BadRequest { message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into() })?;
+                let mut body = body.clone();
+                if sub == Subresource::Main && info.has_status() {
+                    if let Some(map) = body.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+                let merged = ssa::apply(
+                    old.as_deref(),
+                    &body,
+                    &manager,
+                    params.force,
+                    &info.schema,
+                    sub.name(),
+                    &now,
+                )?;
+                match old {
+                    None if sub == Subresource::Main => {
+                        let mut merged = merged;
+                        meta::set(&mut merged, "name", Some(json!(name)));
+                        if let Some(ns) = namespace {
+                            meta::set(&mut merged, "namespace", Some(json!(ns)));
+                        }
+                        self.inner.create_locked(
+                            &mut state,
+                            &caller.user.name,
+                            &info,
+                            merged,
+                            &manager,
+                            params.dry_run,
+                            Some(()),
+                        )
+                    }
+                    None => Err(Error::not_found(&gr.qualified(), name)),
+                    Some(old) => self.inner.update_locked(
+                        &mut state,
+                        &caller.user.name,
+                        &info,
+                        &old,
+                        merged,
+                        UpdateKind::Applied,
+                        sub,
+                        params.dry_run,
+                    ),
+                }
+            }
+            other => {
+                let old = old.ok_or_else(|| Error::not_found(&gr.qualified(), name))?;
+                let mut target = (*old).clone();
+                match other {
+                    Patch::Merge(p) => patch::merge_patch(&mut target, p),
+                    Patch::Json(p) => patch::json_patch(&mut target, p)?,
+                    Patch::Strategic(p) => {
+                        if info.is_custom() {
+                            return Err(Error::Server {
+                                code: 415,
+                                reason: "UnsupportedMediaType".into(),
+                                message: "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+                            });
+                        }
+                        patch::strategic_merge_patch(&mut target, p, &info.schema)?
+                    }
+                    _ => {
+                        return Err(Error::BadRequest {
+                            message: "unsupported patch type".into(),
+                        });
+                    }
+                }
+                let manager = params
+                    .field_manager
+                    .clone()
+                    .unwrap_or_else(|| caller.default_manager.clone());
+                self.inner.update_locked(
+                    &mut state,
+                    &caller.user.name,
+                    &info,
+                    &old,
+                    target,
+                    UpdateKind::Write { manager: &manager },
+                    sub,
+                    params.dry_run,
+                )
+            }
+        }?;
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+        Ok(present(&result, &info))
+    }
+
+    /// Deletes an object: `Some` while finalizers hold it, `None` once it is gone.
+    pub async fn delete(
+        &self,
+        caller: &Caller,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<Option<Value>> {
+        let info = self.admit(caller, "delete", res, namespace, Some(name), "").await?;
+        let mut state = self.inner.lock();
+        let key = (namespace.unwrap_or("").to_string(), name.to_string());
+        let gr = info.group_resource();
+        let old = state
+            .get(&gr, &key)
+            .cloned()
+            .ok_or_else(|| Error::not_found(&gr.qualified(), name))?;
+        if let Some(pre) = &params.preconditions {
+            if let Some(uid) = pre.uid.as_deref()
+                && Some(uid) != meta::uid(&old)
+            {
+                return Err(precondition_failed("UID", uid, meta::uid(&old).unwrap_or("")));
+            }
+            if let Some(rv) = pre.resource_version.as_deref()
+                && Some(rv) != meta::resource_version(&old)
+            {
+                return Err(precondition_failed(
+                    "ResourceVersion",
+                    rv,
+                    meta::resource_version(&old).unwrap_or(""),
+                ));
+            }
+        }
+        let out = self.inner.delete_locked(
+            &mut state,
+            &caller.user.name,
+            &info,
+            &old,
+            params.propagation_policy.as_ref(),
+            params.dry_run,
+        )?;
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+        Ok(out.map(|o| present(&o, &info)))
+    }
+
+    /// Creates on a subresource; only `serviceaccounts/token` (TokenRequest) is served.
+    pub async fn create_subresource(
+        &self,
+        caller: &Caller,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+        body: &Value,
+    ) -> Result<Value> {
+        let info = self
+            .admit(caller, "create", res, namespace, Some(name), subresource)
+            .await?;
+        if (info.resource.group.as_str(), info.resource.plural.as_str(), subresource)
+            != ("", "serviceaccounts", "token")
+        {
+            return Err(Error::MethodNotAllowed {
+                message: format!("create is not supported on {}/{subresource}", res.plural),
+            });
+        }
+        let ns = namespace.unwrap_or("");
+        let (token, sa_uid, user) = {
+            let mut state = self.inner.lock();
+            let sa = state
+                .get(&info.group_resource(), &(ns.to_string(), name.to_string()))
+                .cloned()
+                .ok_or_else(|| Error::not_found("serviceaccounts", name))?;
+            let mut raw = [0u8; 24];
+            rand::RngCore::fill_bytes(&mut state.rng, &mut raw);
+            let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+            let user = UserInfo {
+                name: format!("system:serviceaccount:{ns}:{name}"),
+                groups: vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{ns}"),
+                    "system:authenticated".into(),
+                ],
+            };
+            (format!("fake-sa.{token}"), meta::uid(&sa).map(str::to_string), user)
+        };
+        self.inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.clone(), (user, sa_uid));
+        let seconds = body
+            .pointer("/spec/expirationSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(3600);
+        let expires = self
+            .inner
+            .clock
+            .now()
+            .checked_add(jiff::SignedDuration::from_secs(seconds))
+            .map(kbind_cluster::clock::format_time)
+            .unwrap_or_default();
+        let mut answer = body.clone();
+        answer["apiVersion"] = json!("authentication.k8s.io/v1");
+        answer["kind"] = json!("TokenRequest");
+        answer["status"] = json!({"token": token, "expirationTimestamp": expires});
+        Ok(answer)
+    }
+
+    /// What the cluster serves.
+    pub async fn discovery(&self, _caller: &Caller) -> Result<Discovery> {
+        self.inner.fault_gate("get", "").await?;
+        Ok(self.inner.lock().registry.discovery())
+    }
+
+    /// The OpenAPI v3 document of one group-version.
+    pub async fn openapi_v3(&self, _caller: &Caller, group: &str, version: &str) -> Result<Value> {
+        self.inner.fault_gate("get", "").await?;
+        let state = self.inner.lock();
+        let resources: Vec<_> = state
+            .registry
+            .all()
+            .filter(|r| r.resource.group == group && r.resource.version == version)
+            .map(|r| (r.resource.clone(), r.schema.clone()))
+            .collect();
+        if resources.is_empty() {
+            return Err(Error::NotFound {
+                message: format!("group-version {group}/{version} is not served"),
+            });
+        }
+        Ok(crate::openapi::group_version_document(group, version, &resources))
+    }
+}
+
+/// How an update came about (what managedFields must record).
+pub(crate) enum UpdateKind<'a> {
+    /// A non-apply write by this manager.
+    Write { manager: &'a str },
+    /// A server-side apply whose result already carries its managedFields.
+    Applied,
+    /// A system controller's write (finalizers, namespace and GC): no field manager.
+    System,
+}
+
+impl Inner {
+    /// Faults in front of every request: latency (on the tokio clock), partition, injected errors.
+    pub(crate) async fn fault_gate(&self, verb: &str, resource: &str) -> Result<()> {
+        let latency = self.faults().latency;
+        if let Some(delay) = latency {
+            tokio::time::sleep(delay).await;
+        }
+        self.faults().check(&self.name, verb, resource)
+    }
+
+    /// The create pipeline, under the lock. `applied`: managedFields were set by apply already.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_locked(
+        &self,
+        state: &mut State,
+        user: &str,
+        info: &ResourceInfo,
+        mut obj: Value,
+        manager: &str,
+        dry_run: bool,
+        applied: Option<()>,
+    ) -> Result<Arc<Value>> {
+        let gr = info.group_resource();
+        let name = meta::name(&obj).map(str::to_string).ok_or_else(|| {
+            Error::invalid(
+                &info.resource.kind,
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value: name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+            )
+        })?;
+        validate_name(info, &name)?;
+        let ns = meta::namespace(&obj).unwrap_or("").to_string();
+        if info.resource.namespaced {
+            check_namespace_open(state, &ns, &gr, &name)?;
+        }
+        if state.get(&gr, &(ns.clone(), name.clone())).is_some() {
+            return Err(Error::already_exists(&gr.qualified(), &name));
+        }
+        if let Some(map) = obj.as_object_mut() {
+            map.insert("apiVersion".into(), json!(info.api_version()));
+            map.insert("kind".into(), json!(info.resource.kind));
+            if info.has_status() && applied.is_none() {
+                map.remove("status");
+            }
+        }
+        for field in [
+            "uid",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "selfLink",
+        ] {
+            meta::set(&mut obj, field, None);
+        }
+        if applied.is_none() {
+            meta::set(&mut obj, "managedFields", None);
+        }
+        let now = self.now();
+        prepare_for_create(info, &mut obj);
+        admit_schema(info, &mut obj, None)?;
+        let uid = state.new_uid();
+        meta::set(&mut obj, "uid", Some(json!(uid)));
+        meta::set(&mut obj, "creationTimestamp", Some(json!(now)));
+        if tracks_generation(info) {
+            meta::set(&mut obj, "generation", Some(json!(1)));
+        }
+        if applied.is_none() {
+            ssa::record_update(None, &mut obj, manager, &info.schema, "", &now);
+        }
+        if dry_run {
+            return Ok(Arc::new(obj));
+        }
+        let rv = state.next_rv();
+        meta::set(&mut obj, "resourceVersion", Some(json!(rv.to_string())));
+        log_write(state, user, "create", &gr, "", &obj);
+        Ok(state.put(&gr, obj, EventType::Added))
+    }
+
+    /// The update pipeline, under the lock.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn update_locked(
+        &self,
+        state: &mut State,
+        user: &str,
+        info: &ResourceInfo,
+        old: &Arc<Value>,
+        body: Value,
+        kind: UpdateKind<'_>,
+        sub: Subresource,
+        dry_run: bool,
+    ) -> Result<Arc<Value>> {
+        let gr = info.group_resource();
+        let name = meta::name(old).unwrap_or("").to_string();
+        if let Some(rv) = meta::resource_version(&body)
+            && Some(rv) != meta::resource_version(old)
+        {
+            return Err(Error::stale(&gr.qualified(), &name));
+        }
+        if let Some(uid) = meta::uid(&body)
+            && Some(uid) != meta::uid(old)
+        {
+            return Err(precondition_failed("UID", uid, meta::uid(old).unwrap_or("")));
+        }
+        let mut new = match sub {
+            Subresource::Status => {
+                let mut new = (**old).clone();
+                match body.get("status") {
+                    Some(status) => new["status"] = status.clone(),
+                    None => {
+                        if let Some(map) = new.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                }
+                if let UpdateKind::Applied = kind {
+                    meta::set(
+                        &mut new,
+                        "managedFields",
+                        body.pointer("/metadata/managedFields").cloned(),
+                    );
+                }
+                new
+            }
+            Subresource::Main => {
+                let mut new = body;
+                if let Some(map) = new.as_object_mut() {
+                    map.insert("apiVersion".into(), json!(info.api_version()));
+                    map.insert("kind".into(), json!(info.resource.kind));
+                    if info.has_status() {
+                        match old.get("status") {
+                            Some(s) => {
+                                map.insert("status".into(), s.clone());
+                            }
+                            None => {
+                                map.remove("status");
+                            }
+                        }
+                    }
+                }
+                for field in [
+                    "name",
+                    "namespace",
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                ] {
+                    meta::set(&mut new, field, old.pointer(&format!("/metadata/{field}")).cloned());
+                }
+                if !matches!(kind, UpdateKind::Applied)
+                    && new.pointer("/metadata/managedFields").is_none_or(Value::is_null)
+                {
+                    meta::set(
+                        &mut new,
+                        "managedFields",
+                        old.pointer("/metadata/managedFields").cloned(),
+                    );
+                }
+                if gr == GroupResource::new("", "namespaces") {
+                    // spec.finalizers change only through /finalize (the namespace controller).
+                    new["spec"] = old.get("spec").cloned().unwrap_or_else(|| json!({}));
+                    new["status"] = old.get("status").cloned().unwrap_or_else(|| json!({}));
+                }
+                new
+            }
+        };
+        if meta::is_terminating(old) {
+            let before = meta::finalizers(old);
+            if let Some(added) = meta::finalizers(&new).iter().find(|f| !before.contains(f)) {
+                return Err(Error::Forbidden {
+                    verb: "update".into(),
+                    resource: gr.qualified(),
+                    message: format!(
+                        "{} \"{name}\" is forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [\"{added}\"]",
+                        gr.qualified()
+                    ),
+                });
+            }
+        }
+        admit_schema(info, &mut new, Some(old))?;
+        let now = self.now();
+        if tracks_generation(info) && spec_changed(info, old, &new) {
+            let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            meta::set(&mut new, "generation", Some(json!(generation + 1)));
+        }
+        meta::set(
+            &mut new,
+            "resourceVersion",
+            old.pointer("/metadata/resourceVersion").cloned(),
+        );
+        if let UpdateKind::Write { manager } = kind {
+            ssa::record_update(Some(old), &mut new, manager, &info.schema, sub.name(), &now);
+        }
+        let verb = match kind {
+            UpdateKind::System => "update",
+            _ if sub == Subresource::Status => "update",
+            _ => "update",
+        };
+        if meta::comparable(&new) == meta::comparable(old) {
+            return Ok(old.clone());
+        }
+        if dry_run {
+            return Ok(Arc::new(new));
+        }
+        let rv = state.next_rv();
+        meta::set(&mut new, "resourceVersion", Some(json!(rv.to_string())));
+        log_write(state, user, verb, &gr, sub.name(), &new);
+        if meta::is_terminating(&new) && meta::finalizers(&new).is_empty() && !has_spec_finalizers(&new) {
+            return Ok(state.put(&gr, new, EventType::Deleted));
+        }
+        Ok(state.put(&gr, new, EventType::Modified))
+    }
+
+    /// The delete pipeline, under the lock.
+    pub(crate) fn delete_locked(
+        &self,
+        state: &mut State,
+        user: &str,
+        info: &ResourceInfo,
+        old: &Arc<Value>,
+        propagation: Option<&PropagationPolicy>,
+        dry_run: bool,
+    ) -> Result<Option<Arc<Value>>> {
+        let gr = info.group_resource();
+        let mut finalizers = meta::finalizers(old);
+        match propagation {
+            Some(PropagationPolicy::Orphan) => push_unique(&mut finalizers, "orphan"),
+            Some(PropagationPolicy::Foreground) => push_unique(&mut finalizers, "foregroundDeletion"),
+            _ => {}
+        }
+        if gr == GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions") {
+            push_unique(&mut finalizers, CUSTOM_RESOURCE_FINALIZER);
+        }
+        let mut new = (**old).clone();
+        if finalizers.is_empty() && !has_spec_finalizers(old) {
+            if dry_run {
+                return Ok(None);
+            }
+            let rv = state.next_rv();
+            meta::set(&mut new, "resourceVersion", Some(json!(rv.to_string())));
+            log_write(state, user, "delete", &gr, "", &new);
+            state.put(&gr, new, EventType::Deleted);
+            return Ok(None);
+        }
+        meta::set_finalizers(&mut new, &finalizers);
+        if !meta::is_terminating(old) {
+            meta::set(&mut new, "deletionTimestamp", Some(json!(self.now())));
+            meta::set(&mut new, "deletionGracePeriodSeconds", Some(json!(0)));
+            if let Some(generation) = old.pointer("/metadata/generation").and_then(Value::as_i64) {
+                meta::set(&mut new, "generation", Some(json!(generation + 1)));
+            }
+            if gr == GroupResource::new("", "namespaces") {
+                new["status"] = json!({"phase": "Terminating"});
+            }
+        }
+        if meta::comparable(&new) == meta::comparable(old) || dry_run {
+            return Ok(Some(Arc::new(new)));
+        }
+        let rv = state.next_rv();
+        meta::set(&mut new, "resourceVersion", Some(json!(rv.to_string())));
+        log_write(state, user, "delete", &gr, "", &new);
+        Ok(Some(state.put(&gr, new, EventType::Modified)))
+    }
+}
+
+/// The object as a client sees it in `info`'s version.
+pub(crate) fn present(obj: &Value, info: &ResourceInfo) -> Value {
+    let mut out = obj.clone();
+    if let Some(map) = out.as_object_mut() {
+        map.insert("apiVersion".into(), json!(info.api_version()));
+    }
+    out
+}
+
+fn push_unique(list: &mut Vec<String>, item: &str) {
+    if !list.iter().any(|f| f == item) {
+        list.push(item.to_string());
+    }
+}
+
+fn has_spec_finalizers(obj: &Value) -> bool {
+    obj.pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+        && obj.get("kind").and_then(Value::as_str) == Some("Namespace")
+}
+
+/// Whether writes to this resource maintain `metadata.generation`.
+fn tracks_generation(info: &ResourceInfo) -> bool {
+    info.is_custom() || matches!(info.resource.group.as_str(), "apps" | "apiextensions.k8s.io")
+}
+
+/// Whether a write changed what `generation` counts: everything but metadata, and status when
+/// the status subresource is separate.
+fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("metadata");
+            if info.has_status() {
+                map.remove("status");
+            }
+        }
+        v
+    };
+    strip(old) != strip(new)
+}
+
+/// Per-kind preparation on create, as each built-in strategy does.
+fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
+    match (info.resource.group.as_str(), info.resource.plural.as_str()) {
+        ("", "namespaces") => {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["status"] = json!({"phase": "Active"});
+            let name = meta::name(obj).unwrap_or("").to_string();
+            let labels = meta::metadata_mut(obj).entry("labels").or_insert_with(|| json!({}));
+            labels["kubernetes.io/metadata.name"] = json!(name);
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            obj["status"] =
+                json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": []});
+        }
+        _ => {}
+    }
+}
+
+/// Defaulting, pruning and validation against the resource's schema.
+fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
+    let name = meta::name(obj).unwrap_or("").to_string();
+    if info.is_custom() {
+        schema::apply_defaults(obj, &info.schema);
+        schema::prune(obj, &info.schema);
+    }
+    let mut causes = schema::validate(obj, old.map(|o| o.as_ref()), &info.schema);
+    if info.resource.group == "apiextensions.k8s.io" {
+        causes.extend(crate::crd::validate_crd(obj));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(&info.resource.kind, &name, causes))
+    }
+}
+
+/// Names must be DNS-1123 subdomains (RBAC objects accept path segment names, as upstream).
+fn validate_name(info: &ResourceInfo, name: &str) -> Result<()> {
+    let rbac = info.resource.group == "rbac.authorization.k8s.io";
+    let ok = if rbac {
+        !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+    } else {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        name.len() <= 253 && name.split('.').all(label_ok)
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        &info.resource.kind,
+        name,
+        vec![Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
+            field: "metadata.name".into(),
+        }],
+    ))
+}
+
+fn check_namespace_open(state: &State, ns: &str, gr: &GroupResource, name: &str) -> Result<()> {
+    let key: ObjectKey = (String::new(), ns.to_string());
+    match state.get(&GroupResource::new("", "namespaces"), &key) {
+        None => Err(Error::not_found("namespaces", ns)),
+        Some(n) if meta::is_terminating(n) => Err(Error::Forbidden {
+            verb: "create".into(),
+            resource: gr.qualified(),
+            message: format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                gr.qualified()
+            ),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+fn log_write(state: &mut State, user: &str, verb: &str, gr: &GroupResource, sub: &str, obj: &Value) {
+    let record = WriteRecord {
+        rv: state.rv,
+        user: user.to_string(),
+        verb: verb.to_string(),
+        resource: gr.qualified(),
+        subresource: sub.to_string(),
+        namespace: meta::namespace(obj).unwrap_or("").to_string(),
+        name: meta::name(obj).unwrap_or("").to_string(),
+    };
+    state.write_log.push(record);
+}
+
+fn precondition_failed(what: &str, wanted: &str, actual: &str) -> Error {
+    Error::Conflict {
+        message: format!("Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"),
+        causes: vec![],
+    }
+}
+
+fn forbidden(user: &UserInfo, attrs: &Attributes) -> Error {
+    let resource = if attrs.subresource.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}/{}", attrs.resource, attrs.subresource)
+    };
+    Error::forbidden(
+        &user.name,
+        &attrs.verb,
+        &resource,
+        &attrs.api_group,
+        attrs.namespace.as_deref(),
+        attrs.name.as_deref(),
+    )
+}
+
+/// The RBAC objects of a cluster, for one authorization decision.
+pub(crate) fn rbac_snapshot(state: &State) -> RbacSnapshot {
+    let list = |plural: &str| -> Vec<Value> {
+        state
+            .list(&GroupResource::new("rbac.authorization.k8s.io", plural), None)
+            .iter()
+            .map(|o| (**o).clone())
+            .collect()
+    };
+    RbacSnapshot {
+        roles: list("roles"),
+        cluster_roles: list("clusterroles"),
+        role_bindings: list("rolebindings"),
+        cluster_role_bindings: list("clusterrolebindings"),
+    }
+}
+
+/// The resourceVersion a list without a continue token reads at.
+fn list_resource_version(state: &State, params: &ListParams) -> Result<u64> {
+    let requested = params
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty() && *rv != "0");
+    let Some(requested) = requested else {
+        return Ok(state.rv);
+    };
+    let rv: u64 = requested.parse().map_err(|_| Error::BadRequest {
+        message: format!("invalid resource version: {requested:?}"),
+    })?;
+    match params.version_match {
+        Some(VersionMatch::Exact) => Ok(rv),
+        _ if rv > state.rv => Err(Error::Timeout(format!(
+            "Too large resource version: {rv}, current: {}",
+            state.rv
+        ))),
+        _ => Ok(state.rv),
+    }
+}
+
+fn encode_continue(rv: u64, last: &ObjectKey) -> String {
+    let raw = json!({"rv": rv, "ns": last.0, "name": last.1}).to_string();
+    raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_continue(token: &str) -> Result<(u64, ObjectKey)> {
+    let bad = || Error::BadRequest {
+        message: "continue key is not valid".into(),
+    };
+    if token.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).ok())
+        .collect();
+    let value: Value = serde_json::from_slice(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
+    let rv = value["rv"].as_u64().ok_or_else(bad)?;
+    let ns = value["ns"].as_str().ok_or_else(bad)?.to_string();
+    let name = value["name"].as_str().ok_or_else(bad)?.to_string();
+    Ok((rv, (ns, name)))
+}
