@@ -756,11 +756,6 @@ impl Inner {
         if let UpdateKind::Write { manager } = kind {
             ssa::record_update(Some(old), &mut new, manager, &info.schema, sub.name(), &now);
         }
-        let verb = match kind {
-            UpdateKind::System => "update",
-            _ if sub == Subresource::Status => "update",
-            _ => "update",
-        };
         if meta::comparable(&new) == meta::comparable(old) {
             return Ok(old.clone());
         }
@@ -769,7 +764,7 @@ impl Inner {
         }
         let rv = state.next_rv();
         meta::set(&mut new, "resourceVersion", Some(json!(rv.to_string())));
-        log_write(state, user, verb, &gr, sub.name(), &new);
+        log_write(state, user, "update", &gr, sub.name(), &new);
         if meta::is_terminating(&new) && meta::finalizers(&new).is_empty() && !has_spec_finalizers(&new) {
             return Ok(state.put(&gr, new, EventType::Deleted));
         }
