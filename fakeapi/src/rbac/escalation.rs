@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use super::message::new_forbidden_message;
-use super::resolver::{Getter, RBAC_GROUP, ResolveError, Resolver, aggregate_message, name_of, namespace_of};
+use super::resolver::{Getter, RBAC_GROUP, ResolveError, Resolver, aggregate_message, aggregation_selectors, name_of};
 use super::rule::{PolicyRule, describe_missing, go_quote, go_quote_list, uncovered};
-use super::{Attributes, RbacSnapshot, UserInfo, authorize, resolver::aggregation_selectors};
+use super::{Attributes, RbacSnapshot, UserInfo, authorize};
 
 /// Why an RBAC write was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,11 +87,10 @@ pub fn escalation_message(user: &UserInfo, missing: &[String]) -> String {
 fn confirm_no_escalation(
     user: &UserInfo,
     resolver: &Resolver<'_>,
-    namespace: &str,
     wanted: &[PolicyRule],
-    written: (&str, &str),
+    written: &Written<'_>,
 ) -> Result<(), GrantError> {
-    let (owned, errors) = resolver.rules_for(user, namespace);
+    let (owned, errors) = resolver.rules_for(user, written.namespace);
     let Err(missing) = missing_permissions(&owned, wanted) else {
         return Ok(());
     };
@@ -102,25 +101,38 @@ fn confirm_no_escalation(
     Err(forbidden(written, &message))
 }
 
-fn forbidden((resource, name): (&str, &str), err: &str) -> GrantError {
+fn forbidden(written: &Written<'_>, err: &str) -> GrantError {
     GrantError::Forbidden {
         group: RBAC_GROUP.to_owned(),
-        resource: resource.to_owned(),
-        name: name.to_owned(),
-        message: new_forbidden_message(RBAC_GROUP, resource, name, err),
+        resource: written.resource.to_owned(),
+        name: written.name().to_owned(),
+        message: new_forbidden_message(RBAC_GROUP, written.resource, written.name(), err),
+    }
+}
+
+/// The role or binding being written: its plural resource, the request namespace (empty at
+/// cluster scope) and the object.
+struct Written<'a> {
+    resource: &'a str,
+    namespace: &'a str,
+    object: &'a Value,
+}
+
+impl Written<'_> {
+    fn name(&self) -> &str {
+        name_of(self.object)
     }
 }
 
 /// kube's `RoleEscalationAuthorized`: `escalate` on the role resource. A create names no object
 /// in its request path, so only an update is checked against the role's name.
-fn escalate_authorized(user: &UserInfo, resource: &str, role: &Value, is_update: bool, rbac: &RbacSnapshot) -> bool {
-    let mut attrs = Attributes::resource("escalate", RBAC_GROUP, resource);
-    let namespace = namespace_of(role);
-    if !namespace.is_empty() {
-        attrs = attrs.in_namespace(namespace);
+fn escalate_authorized(user: &UserInfo, role: &Written<'_>, is_update: bool, rbac: &RbacSnapshot) -> bool {
+    let mut attrs = Attributes::resource("escalate", RBAC_GROUP, role.resource);
+    if !role.namespace.is_empty() {
+        attrs = attrs.in_namespace(role.namespace);
     }
     if is_update {
-        attrs = attrs.named(name_of(role));
+        attrs = attrs.named(role.name());
     }
     authorize(user, &attrs, rbac)
 }
@@ -188,26 +200,27 @@ fn is_empty(value: &Value) -> bool {
     }
 }
 
-/// Checks a create (`old` is `None`) or update of a namespaced Role by `user`: allowed for
-/// `system:masters`, for holders of `escalate` on roles, for updates touching only GC fields,
-/// and otherwise only if the user already holds every rule in the Role's namespace.
+/// Checks a create (`old` is `None`) or update of a Role in `namespace` (the request's, from
+/// the URL) by `user`: allowed for `system:masters`, for holders of `escalate` on roles, for
+/// updates touching only GC fields, and otherwise only if the user already holds every rule
+/// of the Role in that namespace.
 pub fn check_role_write(
     user: &UserInfo,
+    namespace: &str,
     role: &Value,
     old: Option<&Value>,
     rbac: &RbacSnapshot,
 ) -> Result<(), GrantError> {
-    if user.is_privileged() || escalate_authorized(user, "roles", role, old.is_some(), rbac) {
-        return Ok(());
-    }
-    if let Some(old) = old
-        && only_mutates_gc_fields(role, old)
-    {
+    let written = Written {
+        resource: "roles",
+        namespace,
+        object: role,
+    };
+    if trusted_role_write(user, &written, old, rbac) {
         return Ok(());
     }
     let resolver = Resolver::new(rbac, Getter::Registry);
-    let rules = PolicyRule::list_from(role);
-    confirm_no_escalation(user, &resolver, namespace_of(role), &rules, ("roles", name_of(role)))
+    confirm_no_escalation(user, &resolver, &PolicyRule::list_from(role), &written)
 }
 
 /// Checks a create or update of a ClusterRole like [`check_role_write`] at cluster scope;
@@ -219,23 +232,22 @@ pub fn check_cluster_role_write(
     old: Option<&Value>,
     rbac: &RbacSnapshot,
 ) -> Result<(), GrantError> {
-    if user.is_privileged() || escalate_authorized(user, "clusterroles", role, old.is_some(), rbac) {
-        return Ok(());
-    }
-    if let Some(old) = old
-        && only_mutates_gc_fields(role, old)
-    {
+    let written = Written {
+        resource: "clusterroles",
+        namespace: "",
+        object: role,
+    };
+    if trusted_role_write(user, &written, old, rbac) {
         return Ok(());
     }
     let resolver = Resolver::new(rbac, Getter::Registry);
-    let written = ("clusterroles", name_of(role));
-    confirm_no_escalation(user, &resolver, "", &PolicyRule::list_from(role), written)?;
+    confirm_no_escalation(user, &resolver, &PolicyRule::list_from(role), &written)?;
     let has_aggregation = |r: &Value| aggregation_selectors(r).is_some_and(|s| !s.is_empty());
     if has_aggregation(role) || old.is_some_and(has_aggregation) {
         let (owned, _) = resolver.rules_for(user, "");
         if missing_permissions(&owned, &full_authority()).is_err() {
             return Err(forbidden(
-                written,
+                &written,
                 "must have cluster-admin privileges to use the aggregationRule",
             ));
         }
@@ -243,17 +255,31 @@ pub fn check_cluster_role_write(
     Ok(())
 }
 
-/// Checks a create or update of a RoleBinding: allowed for `system:masters`, for updates
-/// touching only GC fields, for holders of `bind` on the referenced role in the binding's
-/// namespace, and otherwise only if the user already holds every rule of the referenced role
-/// there. A missing role is a [`GrantError::RoleRef`].
+/// Whether a role write skips the covers check: the user is privileged, holds `escalate` on
+/// the role, or the update touches only GC fields.
+fn trusted_role_write(user: &UserInfo, written: &Written<'_>, old: Option<&Value>, rbac: &RbacSnapshot) -> bool {
+    user.is_privileged()
+        || escalate_authorized(user, written, old.is_some(), rbac)
+        || old.is_some_and(|old| only_mutates_gc_fields(written.object, old))
+}
+
+/// Checks a create or update of a RoleBinding in `namespace` (the request's): allowed for
+/// `system:masters`, for updates touching only GC fields, for holders of `bind` on the
+/// referenced role in that namespace, and otherwise only if the user already holds every rule
+/// of the referenced role there. A missing role is a [`GrantError::RoleRef`].
 pub fn check_role_binding_write(
     user: &UserInfo,
+    namespace: &str,
     binding: &Value,
     old: Option<&Value>,
     rbac: &RbacSnapshot,
 ) -> Result<(), GrantError> {
-    check_binding_write(user, binding, old, namespace_of(binding), "rolebindings", rbac)
+    let written = Written {
+        resource: "rolebindings",
+        namespace,
+        object: binding,
+    };
+    check_binding_write(user, &written, old, rbac)
 }
 
 /// Checks a create or update of a ClusterRoleBinding like [`check_role_binding_write`], at
@@ -264,30 +290,33 @@ pub fn check_cluster_role_binding_write(
     old: Option<&Value>,
     rbac: &RbacSnapshot,
 ) -> Result<(), GrantError> {
-    check_binding_write(user, binding, old, "", "clusterrolebindings", rbac)
+    let written = Written {
+        resource: "clusterrolebindings",
+        namespace: "",
+        object: binding,
+    };
+    check_binding_write(user, &written, old, rbac)
 }
 
 fn check_binding_write(
     user: &UserInfo,
-    binding: &Value,
+    written: &Written<'_>,
     old: Option<&Value>,
-    namespace: &str,
-    resource: &str,
     rbac: &RbacSnapshot,
 ) -> Result<(), GrantError> {
     if user.is_privileged() {
         return Ok(());
     }
     if let Some(old) = old
-        && only_mutates_gc_fields(binding, old)
+        && only_mutates_gc_fields(written.object, old)
     {
         return Ok(());
     }
-    let role_ref = binding.get("roleRef").unwrap_or(&Value::Null);
-    if binding_authorized(user, role_ref, namespace, rbac) {
+    let role_ref = written.object.get("roleRef").unwrap_or(&Value::Null);
+    if binding_authorized(user, role_ref, written.namespace, rbac) {
         return Ok(());
     }
     let resolver = Resolver::new(rbac, Getter::Registry);
-    let rules = resolver.role_reference_rules(role_ref, namespace)?;
-    confirm_no_escalation(user, &resolver, namespace, &rules, (resource, name_of(binding)))
+    let rules = resolver.role_reference_rules(role_ref, written.namespace)?;
+    confirm_no_escalation(user, &resolver, &rules, written)
 }

@@ -167,13 +167,11 @@ impl<'a> Resolver<'a> {
     /// aggregation rule, else its own.
     pub fn cluster_role_rules(&self, name: &str) -> Option<Vec<PolicyRule>> {
         let role = self.rbac.cluster_roles.iter().find(|r| name_of(r) == name)?;
-        let aggregated = self.aggregated.get_or_init(|| aggregate(&self.rbac.cluster_roles));
-        Some(
-            aggregated
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| PolicyRule::list_from(role)),
-        )
+        if aggregation_selectors(role).is_none() {
+            return Some(PolicyRule::list_from(role));
+        }
+        let aggregated = self.aggregated().get(name).cloned();
+        Some(aggregated.unwrap_or_else(|| PolicyRule::list_from(role)))
     }
 
     /// The rules the aggregation controller settles on for every aggregated ClusterRole.

@@ -791,6 +791,12 @@ fn denial_reason_reports_missing_roles_of_applicable_bindings() {
     assert_eq!(alice.reason, "");
 }
 
+/// A may_grant case: name, rules to grant, namespace, expected answer.
+type GrantCase = (&'static str, Vec<Value>, Option<&'static str>, Result<(), Vec<String>>);
+
+/// A write case: name, extra rules for bob, the written object, the old object, allowed.
+type WriteCase<'a> = (&'static str, Vec<Value>, &'a Value, Option<&'a Value>, bool);
+
 /// bob may read pods and configmaps in ns1 (through `view`-like rules) and nothing else.
 fn escalation_snapshot(extra_rules: Vec<Value>) -> RbacSnapshot {
     let mut rules = vec![r(&[""], &["pods", "configmaps"], &["get", "list"])];
@@ -815,7 +821,7 @@ fn escalation_snapshot(extra_rules: Vec<Value>) -> RbacSnapshot {
 fn may_grant_table() {
     let rbac = escalation_snapshot(Vec::new());
     let bob = UserInfo::user("bob");
-    let cases: Vec<(&str, Vec<Value>, Option<&str>, Result<(), Vec<String>>)> = vec![
+    let cases: Vec<GrantCase> = vec![
         ("held rules", vec![r(&[""], &["pods"], &["get"])], Some("ns1"), Ok(())),
         (
             "held only in another namespace",
@@ -856,7 +862,7 @@ fn may_grant_table() {
 fn role_escalation_is_refused_with_kube_message() {
     let rbac = escalation_snapshot(Vec::new());
     let new_role = role("ns1", "sneaky", vec![r(&[""], &["secrets"], &["get"])]);
-    let err = check_role_write(&UserInfo::user("bob"), &new_role, None, &rbac);
+    let err = check_role_write(&UserInfo::user("bob"), "ns1", &new_role, None, &rbac);
     assert_eq!(
         err,
         Err(GrantError::Forbidden {
@@ -882,7 +888,7 @@ fn role_write_table() {
     let mut with_owner = secret_role.clone();
     with_owner["metadata"]["ownerReferences"] =
         json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u"}]);
-    let cases: Vec<(&str, Vec<Value>, &Value, Option<&Value>, bool)> = vec![
+    let cases: Vec<WriteCase> = vec![
         ("covered create", vec![], &held, None, true),
         ("escalating create", vec![], &secret_role, None, false),
         (
@@ -917,11 +923,24 @@ fn role_write_table() {
     ];
     for (name, extra, new, old, want) in cases {
         let rbac = escalation_snapshot(extra);
-        let got = check_role_write(&UserInfo::user("bob"), new, old, &rbac);
+        let got = check_role_write(&UserInfo::user("bob"), "ns1", new, old, &rbac);
         assert_eq!(got.is_ok(), want, "{name}: {got:?}");
     }
     let rbac = escalation_snapshot(Vec::new());
-    assert_eq!(check_role_write(&UserInfo::admin(), &secret_role, None, &rbac), Ok(()));
+    assert_eq!(
+        check_role_write(&UserInfo::admin(), "ns1", &secret_role, None, &rbac),
+        Ok(())
+    );
+}
+
+#[test]
+fn role_write_is_checked_in_the_request_namespace() {
+    let rbac = escalation_snapshot(Vec::new());
+    // Clients may leave metadata.namespace empty; the URL's namespace decides.
+    let unplaced = json!({"kind": "Role", "metadata": {"name": "p"}, "rules": [r(&[""], &["pods"], &["get"])]});
+    let bob = UserInfo::user("bob");
+    assert_eq!(check_role_write(&bob, "ns1", &unplaced, None, &rbac), Ok(()));
+    assert!(check_role_write(&bob, "ns2", &unplaced, None, &rbac).is_err());
 }
 
 #[test]
@@ -940,7 +959,7 @@ fn escalate_in_another_namespace_does_not_help() {
         vec![user_subject("bob")],
     ));
     let secret_role = role("ns1", "sneaky", vec![r(&[""], &["secrets"], &["get"])]);
-    assert!(check_role_write(&UserInfo::user("bob"), &secret_role, None, &rbac).is_err());
+    assert!(check_role_write(&UserInfo::user("bob"), "ns1", &secret_role, None, &rbac).is_err());
 }
 
 #[test]
@@ -948,7 +967,7 @@ fn cluster_role_write_table() {
     let plain = cluster_role("c", json!({}), vec![r(&[""], &["pods"], &["get"])]);
     let aggregating = aggregated("c", json!({}), json!([{"matchLabels": {"x": "y"}}]));
     let cluster_reader = r(&[""], &["pods"], &["get"]);
-    let cases: Vec<(&str, Vec<Value>, &Value, Option<&Value>, bool)> = vec![
+    let cases: Vec<WriteCase> = vec![
         ("namespace rules do not count", vec![], &plain, None, false),
         (
             "held at cluster scope",
@@ -1048,7 +1067,7 @@ fn role_binding_write_table() {
     ];
     for (name, extra, binding, want) in cases {
         let rbac = escalation_snapshot(extra);
-        let got = check_role_binding_write(&UserInfo::user("bob"), binding, None, &rbac);
+        let got = check_role_binding_write(&UserInfo::user("bob"), "ns1", binding, None, &rbac);
         assert_eq!(got.is_ok(), want, "{name}: {got:?}");
     }
 }
@@ -1057,7 +1076,7 @@ fn role_binding_write_table() {
 fn role_binding_escalation_message_names_the_binding() {
     let rbac = escalation_snapshot(Vec::new());
     let binding = role_binding("ns1", "rb", "ClusterRole", "secret-admin", vec![user_subject("eve")]);
-    let err = check_role_binding_write(&UserInfo::user("bob"), &binding, None, &rbac).map_err(|e| e.to_string());
+    let err = check_role_binding_write(&UserInfo::user("bob"), "ns1", &binding, None, &rbac).map_err(|e| e.to_string());
     assert_eq!(
         err,
         Err(concat!(
@@ -1073,7 +1092,7 @@ fn role_binding_escalation_message_names_the_binding() {
 fn binding_to_a_missing_role_is_not_found() {
     let rbac = escalation_snapshot(Vec::new());
     let binding = role_binding("ns1", "rb", "Role", "ghost", vec![user_subject("eve")]);
-    let err = check_role_binding_write(&UserInfo::user("bob"), &binding, None, &rbac);
+    let err = check_role_binding_write(&UserInfo::user("bob"), "ns1", &binding, None, &rbac);
     assert_eq!(
         err.as_ref().map_err(ToString::to_string),
         Err(r#"roles.rbac.authorization.k8s.io "ghost" not found"#.to_string())
