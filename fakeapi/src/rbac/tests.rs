@@ -171,6 +171,18 @@ fn resource_rule_matching_table() {
             get("apps", "deployments"),
             false,
         ),
+        (
+            "subresource of another resource",
+            r(&[""], &["pods/status"], &["get"]),
+            get("", "nodes").on_subresource("status"),
+            false,
+        ),
+        (
+            "star/subresource is not a suffix match",
+            r(&[""], &["*/tatus"], &["get"]),
+            get("", "pods").on_subresource("status"),
+            false,
+        ),
         // kube has no `resource/*` glob: it is compared literally.
         (
             "resource/star is literal",
