@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::cluster::Inner;
 use crate::meta;
 use crate::ops::{Subresource, UpdateKind};
+use crate::rbac::UserInfo;
 use crate::registry::GroupResource;
 use crate::store::{EventType, State};
 
@@ -16,6 +17,14 @@ const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 const CRD_CONTROLLER: &str = "system:apiextensions-apiserver";
 const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
 const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+
+/// A controller's identity: privileged, as the controller-manager's credentials are.
+fn system(name: &str) -> UserInfo {
+    UserInfo {
+        name: name.to_string(),
+        groups: vec!["system:masters".into()],
+    }
+}
 
 fn crds() -> GroupResource {
     GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
@@ -194,7 +203,7 @@ fn collect_garbage(inner: &Inner, state: &mut State) {
             if let Some(info) = info {
                 let _ = inner.update_locked(
                     state,
-                    GARBAGE_COLLECTOR,
+                    &system(GARBAGE_COLLECTOR),
                     &info,
                     obj,
                     updated,
@@ -272,6 +281,6 @@ fn delete_object(inner: &Inner, state: &mut State, gr: &GroupResource, obj: &Arc
     let info = state.registry.versions_of(gr).first().map(|i| (*i).clone());
     if let Some(info) = info {
         // A controller's delete can only fail if the object vanished meanwhile, which is the goal.
-        let _ = inner.delete_locked(state, user, &info, obj, None, false);
+        let _ = inner.delete_locked(state, &system(user), &info, obj, None, false);
     }
 }

@@ -75,6 +75,7 @@ impl FakeCluster {
             subresource: subresource.to_string(),
             namespace: namespace.map(str::to_string),
             name: name.map(str::to_string),
+            path: None,
         };
         if !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
             return Err(forbidden(&caller.user, &attrs));
@@ -225,15 +226,9 @@ impl FakeCluster {
         if let Some(ns) = namespace {
             meta::set(&mut obj, "namespace", Some(json!(ns)));
         }
-        let created = self.inner.create_locked(
-            &mut state,
-            &caller.user.name,
-            &info,
-            obj,
-            &manager,
-            params.dry_run,
-            None,
-        )?;
+        let created = self
+            .inner
+            .create_locked(&mut state, &caller.user, &info, obj, &manager, params.dry_run, None)?;
         let rv = state.rv;
         drop(state);
         self.inner.notify(rv);
@@ -285,7 +280,7 @@ impl FakeCluster {
         }
         let updated = self.inner.update_locked(
             &mut state,
-            &caller.user.name,
+            &caller.user,
             &info,
             &old,
             obj,
@@ -348,7 +343,7 @@ impl FakeCluster {
                         }
                         self.inner.create_locked(
                             &mut state,
-                            &caller.user.name,
+                            &caller.user,
                             &info,
                             merged,
                             &manager,
@@ -359,7 +354,7 @@ impl FakeCluster {
                     None => Err(Error::not_found(&gr.qualified(), name)),
                     Some(old) => self.inner.update_locked(
                         &mut state,
-                        &caller.user.name,
+                        &caller.user,
                         &info,
                         &old,
                         merged,
@@ -397,7 +392,7 @@ impl FakeCluster {
                     .unwrap_or_else(|| caller.default_manager.clone());
                 self.inner.update_locked(
                     &mut state,
-                    &caller.user.name,
+                    &caller.user,
                     &info,
                     &old,
                     target,
@@ -448,7 +443,7 @@ impl FakeCluster {
         }
         let out = self.inner.delete_locked(
             &mut state,
-            &caller.user.name,
+            &caller.user,
             &info,
             &old,
             params.propagation_policy.as_ref(),
@@ -573,7 +568,7 @@ impl Inner {
     pub(crate) fn create_locked(
         &self,
         state: &mut State,
-        user: &str,
+        user: &UserInfo,
         info: &ResourceInfo,
         mut obj: Value,
         manager: &str,
@@ -622,6 +617,7 @@ impl Inner {
         let now = self.now();
         prepare_for_create(info, &mut obj);
         admit_schema(info, &mut obj, None)?;
+        check_rbac_escalation(state, user, &gr, &obj, None)?;
         let uid = state.new_uid();
         meta::set(&mut obj, "uid", Some(json!(uid)));
         meta::set(&mut obj, "creationTimestamp", Some(json!(now)));
@@ -645,7 +641,7 @@ impl Inner {
     pub(crate) fn update_locked(
         &self,
         state: &mut State,
-        user: &str,
+        user: &UserInfo,
         info: &ResourceInfo,
         old: &Arc<Value>,
         body: Value,
@@ -743,6 +739,7 @@ impl Inner {
             }
         }
         admit_schema(info, &mut new, Some(old))?;
+        check_rbac_escalation(state, user, &gr, &new, Some(old))?;
         let now = self.now();
         if tracks_generation(info) && spec_changed(info, old, &new) {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
@@ -775,7 +772,7 @@ impl Inner {
     pub(crate) fn delete_locked(
         &self,
         state: &mut State,
-        user: &str,
+        user: &UserInfo,
         info: &ResourceInfo,
         old: &Arc<Value>,
         propagation: Option<&PropagationPolicy>,
@@ -949,10 +946,10 @@ fn check_namespace_open(state: &State, ns: &str, gr: &GroupResource, name: &str)
     }
 }
 
-fn log_write(state: &mut State, user: &str, verb: &str, gr: &GroupResource, sub: &str, obj: &Value) {
+fn log_write(state: &mut State, user: &UserInfo, verb: &str, gr: &GroupResource, sub: &str, obj: &Value) {
     let record = WriteRecord {
         rv: state.rv,
-        user: user.to_string(),
+        user: user.name.clone(),
         verb: verb.to_string(),
         resource: gr.qualified(),
         subresource: sub.to_string(),
@@ -970,19 +967,16 @@ fn precondition_failed(what: &str, wanted: &str, actual: &str) -> Error {
 }
 
 fn forbidden(user: &UserInfo, attrs: &Attributes) -> Error {
-    let resource = if attrs.subresource.is_empty() {
+    let resource = if attrs.api_group.is_empty() {
         attrs.resource.clone()
     } else {
-        format!("{}/{}", attrs.resource, attrs.subresource)
+        format!("{}.{}", attrs.resource, attrs.api_group)
     };
-    Error::forbidden(
-        &user.name,
-        &attrs.verb,
-        &resource,
-        &attrs.api_group,
-        attrs.namespace.as_deref(),
-        attrs.name.as_deref(),
-    )
+    Error::Forbidden {
+        verb: attrs.verb.clone(),
+        resource,
+        message: rbac::forbidden_message(user, attrs),
+    }
 }
 
 /// The RBAC objects of a cluster, for one authorization decision.
@@ -1045,4 +1039,41 @@ fn decode_continue(token: &str) -> Result<(u64, ObjectKey)> {
     let ns = value["ns"].as_str().ok_or_else(bad)?.to_string();
     let name = value["name"].as_str().ok_or_else(bad)?.to_string();
     Ok((rv, (ns, name)))
+}
+
+/// RBAC objects may grant only what the writer holds (kube's escalation check).
+fn check_rbac_escalation(
+    state: &State,
+    user: &UserInfo,
+    gr: &GroupResource,
+    obj: &Value,
+    old: Option<&Arc<Value>>,
+) -> Result<()> {
+    if gr.group != "rbac.authorization.k8s.io" || user.is_privileged() {
+        return Ok(());
+    }
+    let snapshot = rbac_snapshot(state);
+    let ns = meta::namespace(obj).unwrap_or("");
+    let old = old.map(|o| o.as_ref());
+    let checked = match gr.resource.as_str() {
+        "roles" => rbac::check_role_write(user, ns, obj, old, &snapshot),
+        "clusterroles" => rbac::check_cluster_role_write(user, obj, old, &snapshot),
+        "rolebindings" => rbac::check_role_binding_write(user, ns, obj, old, &snapshot),
+        "clusterrolebindings" => rbac::check_cluster_role_binding_write(user, obj, old, &snapshot),
+        _ => Ok(()),
+    };
+    checked.map_err(|e| match e {
+        rbac::GrantError::Forbidden { resource, message, .. } => Error::Forbidden {
+            verb: if old.is_some() {
+                "update".into()
+            } else {
+                "create".into()
+            },
+            resource: format!("{resource}.rbac.authorization.k8s.io"),
+            message,
+        },
+        rbac::GrantError::RoleRef(err) => Error::NotFound {
+            message: err.to_string(),
+        },
+    })
 }
