@@ -3,6 +3,8 @@
 //! seeded, clock-injected world for deterministic tests.
 
 pub mod builtins;
+pub mod crd;
+pub mod openapi;
 pub mod patch;
 pub mod rbac;
 pub mod schema;
