@@ -151,6 +151,8 @@ fn validate_schema(root: &Value, path: &str) -> Vec<Cause> {
             "must not specify anything other than name and generateName, but metadata is implicitly specified",
         ));
     }
+    // ValidateStructural sorts its errors by their text, so the order is stable.
+    causes.sort_by_key(|c| format!("{}: {}", c.field, c.message));
     causes
 }
 
@@ -615,6 +617,7 @@ mod tests {
         let root = "spec.versions[1].schema.openAPIV3Schema";
         let expect = [
             format!("{root}.properties[a].$ref: Forbidden: $ref is not supported"),
+            format!("{root}.properties[a].type: Required value: must not be empty for specified object fields"),
             format!("{root}.properties[b].uniqueItems: Forbidden: uniqueItems cannot be set to true"),
             format!("{root}.properties[c].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"),
             format!("{root}.properties[d].anyOf[0].type: Forbidden: must be empty to be structural"),

@@ -339,13 +339,17 @@ pub fn validate(obj: &Value, old: Option<&Value>, schema: &Schema) -> Vec<Cause>
     walk.node(obj, schema.raw(), "");
     let mut causes = walk.schema;
     causes.extend(walk.lists);
+    // The apiserver builds a CEL validator only for schemas with rules.
+    if !has_cel_rules(schema.raw()) {
+        return causes;
+    }
     if causes.iter().any(blocks_cel) {
         causes.push(invalid(
             "",
             &Value::Null,
             "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
         ));
-    } else if has_cel_rules(schema.raw()) {
+    } else {
         causes.extend(cel_causes(obj, old, schema.raw()));
     }
     causes
