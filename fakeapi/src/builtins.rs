@@ -125,7 +125,16 @@ fn managed_fields_entry() -> Value {
 
 // --- discovery ---------------------------------------------------------------------------
 
-const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -378,7 +387,10 @@ fn binding_schema() -> Schema {
 
 fn roles() -> Builtin {
     let resource = discovered(RBAC, "v1", "Role", "roles", true);
-    Builtin { resource, schema: object_schema(json!({"rules": policy_rules()})) }
+    Builtin {
+        resource,
+        schema: object_schema(json!({"rules": policy_rules()})),
+    }
 }
 
 fn clusterroles() -> Builtin {
@@ -394,12 +406,18 @@ fn clusterroles() -> Builtin {
 
 fn rolebindings() -> Builtin {
     let resource = discovered(RBAC, "v1", "RoleBinding", "rolebindings", true);
-    Builtin { resource, schema: binding_schema() }
+    Builtin {
+        resource,
+        schema: binding_schema(),
+    }
 }
 
 fn clusterrolebindings() -> Builtin {
     let resource = discovered(RBAC, "v1", "ClusterRoleBinding", "clusterrolebindings", false);
-    Builtin { resource, schema: binding_schema() }
+    Builtin {
+        resource,
+        schema: binding_schema(),
+    }
 }
 
 // --- apps/v1 -----------------------------------------------------------------------------
@@ -489,8 +507,13 @@ fn deployments() -> Builtin {
 // --- apiextensions.k8s.io/v1 -------------------------------------------------------------
 
 fn customresourcedefinitions() -> Builtin {
-    let mut resource =
-        discovered("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false);
+    let mut resource = discovered(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+    );
     resource.subresources = strings(&["status"]);
     resource.short_names = strings(&["crd", "crds"]);
     resource.categories = strings(&["api-extensions"]);
@@ -538,7 +561,10 @@ mod tests {
         for b in &all {
             let r = &b.resource;
             assert_eq!(r.singular, r.kind.to_lowercase(), "{}", r.plural);
-            let same = all.iter().filter(|o| o.resource.group == r.group && o.resource.plural == r.plural).count();
+            let same = all
+                .iter()
+                .filter(|o| o.resource.group == r.group && o.resource.plural == r.plural)
+                .count();
             assert_eq!(same, 1, "{}.{} twice", r.plural, r.group);
             assert_eq!(b.schema.type_name(), Some("object"));
         }
@@ -563,7 +589,10 @@ mod tests {
         assert!(builtin(RBAC, "roles").resource.namespaced);
         assert_eq!(builtin("events.k8s.io", "events").resource.short_names, ["ev"]);
         let lc = logical_cluster().resource;
-        assert_eq!((lc.group.as_str(), lc.version.as_str(), lc.namespaced), ("core.kcp.io", "v1alpha1", false));
+        assert_eq!(
+            (lc.group.as_str(), lc.version.as_str(), lc.namespaced),
+            ("core.kcp.io", "v1alpha1", false)
+        );
         assert!(lc.has_status());
     }
 
@@ -577,7 +606,10 @@ mod tests {
         let finalizers = meta.property("finalizers").expect("finalizers");
         assert_eq!(finalizers.list_type(), ListType::Set);
         assert_eq!(finalizers.patch_strategy(), Some("merge"));
-        assert_eq!(meta.property("managedFields").expect("managedFields").list_type(), ListType::Atomic);
+        assert_eq!(
+            meta.property("managedFields").expect("managedFields").list_type(),
+            ListType::Atomic
+        );
     }
 
     #[test]
@@ -591,9 +623,18 @@ mod tests {
             c.property("ports").expect("ports").list_type(),
             ListType::Map(vec!["containerPort".into(), "protocol".into()])
         );
-        assert_eq!(c.property("ports").expect("ports").patch_merge_key().as_deref(), Some("containerPort"));
-        assert_eq!(c.property("env").expect("env").list_type(), ListType::Map(vec!["name".into()]));
-        assert_eq!(c.property("volumeMounts").expect("mounts").list_type(), ListType::Map(vec!["mountPath".into()]));
+        assert_eq!(
+            c.property("ports").expect("ports").patch_merge_key().as_deref(),
+            Some("containerPort")
+        );
+        assert_eq!(
+            c.property("env").expect("env").list_type(),
+            ListType::Map(vec!["name".into()])
+        );
+        assert_eq!(
+            c.property("volumeMounts").expect("mounts").list_type(),
+            ListType::Map(vec!["mountPath".into()])
+        );
         let volumes = pod.property("volumes").expect("volumes");
         assert_eq!(volumes.list_type(), ListType::Map(vec!["name".into()]));
         assert_eq!(volumes.patch_strategy(), Some("merge,retainKeys"));
@@ -604,7 +645,10 @@ mod tests {
     #[test]
     fn rbac_rules_and_subjects_are_atomic() {
         for plural in ["roles", "clusterroles"] {
-            assert_eq!(at(&builtin(RBAC, plural).schema, &["rules"]).list_type(), ListType::Atomic);
+            assert_eq!(
+                at(&builtin(RBAC, plural).schema, &["rules"]).list_type(),
+                ListType::Atomic
+            );
         }
         for plural in ["rolebindings", "clusterrolebindings"] {
             let schema = builtin(RBAC, plural).schema;
@@ -649,7 +693,10 @@ mod tests {
             {"name": "c", "ports": [{"containerPort": 80}, {"containerPort": 80, "protocol": "TCP"}]},
         ]}}}});
         apply_defaults(&mut deploy, &schema);
-        assert_eq!(deploy["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(
+            deploy["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"],
+            "TCP"
+        );
         let causes = validate(&deploy, None, &schema);
         assert_eq!(causes.len(), 1, "{causes:?}");
         assert_eq!(causes[0].reason, "FieldValueDuplicate");
@@ -663,7 +710,10 @@ mod tests {
             "metadata": {"name": "l", "namespace": "default", "creationTimestamp": null},
             "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15, "renewTime": "2024-01-01T00:00:00.000000Z"},
         });
-        assert_eq!(validate(&lease, None, &builtin("coordination.k8s.io", "leases").schema), vec![]);
+        assert_eq!(
+            validate(&lease, None, &builtin("coordination.k8s.io", "leases").schema),
+            vec![]
+        );
         let bad = json!({"spec": {"leaseDurationSeconds": "15"}});
         let causes = validate(&bad, None, &builtin("coordination.k8s.io", "leases").schema);
         assert_eq!(causes[0].reason, "FieldValueTypeInvalid");

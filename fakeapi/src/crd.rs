@@ -12,7 +12,16 @@ use serde_json::{Map, Value, json};
 
 use crate::schema::{self, Schema, forbidden, invalid, not_supported, required};
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 const DNS1035_MESSAGE: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 
@@ -24,7 +33,10 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
 }
 
 fn versions(crd: &Value) -> &[Value] {
-    crd.pointer("/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    crd.pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
 }
 
 fn is_true(v: &Value, key: &str) -> bool {
@@ -58,20 +70,36 @@ fn list_kind(crd: &Value) -> String {
 /// `singular`/`listKind` as defaulted.
 pub fn validate_crd(crd: &Value) -> Vec<Cause> {
     let mut causes = vec![];
-    let (group, plural, kind) = (text(crd, "/spec/group"), text(crd, "/spec/names/plural"), text(crd, "/spec/names/kind"));
+    let (group, plural, kind) = (
+        text(crd, "/spec/group"),
+        text(crd, "/spec/names/plural"),
+        text(crd, "/spec/names/kind"),
+    );
     let name = text(crd, "/metadata/name");
     if name != format!("{plural}.{group}") {
-        causes.push(invalid("metadata.name", &json!(name), "must be spec.names.plural+\".\"+spec.group"));
+        causes.push(invalid(
+            "metadata.name",
+            &json!(name),
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
     }
     if group.is_empty() {
         causes.push(required("spec.group", ""));
     } else if !group.contains('.') {
-        causes.push(invalid("spec.group", &json!(group), "should be a domain with at least one dot"));
+        causes.push(invalid(
+            "spec.group",
+            &json!(group),
+            "should be a domain with at least one dot",
+        ));
     }
     match text(crd, "/spec/scope") {
         "" => causes.push(required("spec.scope", "")),
         "Cluster" | "Namespaced" => {}
-        other => causes.push(not_supported("spec.scope", &json!(other), &["Cluster".into(), "Namespaced".into()])),
+        other => causes.push(not_supported(
+            "spec.scope",
+            &json!(other),
+            &["Cluster".into(), "Namespaced".into()],
+        )),
     }
     causes.extend(validate_versions(crd));
     if plural.is_empty() {
@@ -99,22 +127,34 @@ fn validate_versions(crd: &Value) -> Vec<Cause> {
         names.push(name);
         match version.pointer("/schema/openAPIV3Schema") {
             Some(root) => causes.extend(validate_schema(root, &format!("{path}.schema.openAPIV3Schema"))),
-            None => causes.push(required(&format!("{path}.schema.openAPIV3Schema"), "schemas are required")),
+            None => causes.push(required(
+                &format!("{path}.schema.openAPIV3Schema"),
+                "schemas are required",
+            )),
         }
-        causes.extend(validate_subresources(version.get("subresources"), &format!("{path}.subresources")));
+        causes.extend(validate_subresources(
+            version.get("subresources"),
+            &format!("{path}.subresources"),
+        ));
     }
     let unique = names.iter().enumerate().all(|(i, n)| !names[..i].contains(n));
     if !unique {
         causes.push(invalid("spec.versions", &all, "must contain unique version names"));
     }
     if versions.iter().filter(|v| is_true(v, "storage")).count() != 1 {
-        causes.push(invalid("spec.versions", &all, "must have exactly one version marked as storage version"));
+        causes.push(invalid(
+            "spec.versions",
+            &all,
+            "must have exactly one version marked as storage version",
+        ));
     }
     causes
 }
 
 fn validate_subresources(sub: Option<&Value>, path: &str) -> Vec<Cause> {
-    let Some(scale) = sub.and_then(|s| s.get("scale")) else { return vec![] };
+    let Some(scale) = sub.and_then(|s| s.get("scale")) else {
+        return vec![];
+    };
     let mut causes = vec![];
     for (key, prefix) in [("specReplicasPath", ".spec."), ("statusReplicasPath", ".status.")] {
         let field = format!("{path}.scale.{key}");
@@ -122,7 +162,11 @@ fn validate_subresources(sub: Option<&Value>, path: &str) -> Vec<Cause> {
             None | Some("") => causes.push(required(&field, "")),
             Some(p) if !p.starts_with(prefix) => {
                 let under = prefix.trim_end_matches('.');
-                causes.push(invalid(&field, &json!(p), &format!("should be a json path under {under}")));
+                causes.push(invalid(
+                    &field,
+                    &json!(p),
+                    &format!("should be a json path under {under}"),
+                ));
             }
             Some(_) => {}
         }
@@ -209,7 +253,11 @@ fn structural_type(ty: &str, flag: &dyn Fn(&str) -> bool, path: &str, level: Lev
     let at = |k: &str| format!("{path}.{k}");
     if flag("x-kubernetes-embedded-resource") && ty != "object" {
         let detail = "must be object if x-kubernetes-embedded-resource is true";
-        causes.push(if ty.is_empty() { required(&at("type"), detail) } else { invalid(&at("type"), &json!(ty), detail) });
+        causes.push(if ty.is_empty() {
+            required(&at("type"), detail)
+        } else {
+            invalid(&at("type"), &json!(ty), detail)
+        });
     } else if ty.is_empty() && !flag("x-kubernetes-int-or-string") && !flag("x-kubernetes-preserve-unknown-fields") {
         let detail = match level {
             Level::Root => "must not be empty at the root",
@@ -239,20 +287,29 @@ fn structural_children(node: &Map<String, Value>, path: &str, level: Level, caus
     }
     match node.get("items") {
         Some(item @ Value::Object(_)) => structural(item, &at("items"), Level::Item, causes),
-        Some(other) => causes.push(forbidden(&at("items"), &format!("items must be a schema object and not an array, got {other}"))),
+        Some(other) => causes.push(forbidden(
+            &at("items"),
+            &format!("items must be a schema object and not an array, got {other}"),
+        )),
         None if node.get("type").and_then(Value::as_str) == Some("array") => {
             causes.push(required(&at("items"), "must be specified"));
         }
         None => {}
     }
     match node.get("additionalProperties") {
-        Some(Value::Bool(false)) => causes.push(forbidden(&at("additionalProperties"), "additionalProperties cannot be set to false")),
+        Some(Value::Bool(false)) => causes.push(forbidden(
+            &at("additionalProperties"),
+            "additionalProperties cannot be set to false",
+        )),
         Some(ap) => {
             if level == Level::Root {
                 causes.push(forbidden(&at("additionalProperties"), "must not be used at the root"));
             }
             if node.contains_key("properties") {
-                causes.push(forbidden(&at("additionalProperties"), "additionalProperties and properties are mutual exclusive"));
+                causes.push(forbidden(
+                    &at("additionalProperties"),
+                    "additionalProperties and properties are mutual exclusive",
+                ));
             }
             if ap.is_object() {
                 structural(ap, &at("additionalProperties"), Level::Field, causes);
@@ -261,7 +318,13 @@ fn structural_children(node: &Map<String, Value>, path: &str, level: Level, caus
         None => {}
     }
     for junctor in ["allOf", "anyOf", "oneOf"] {
-        for (i, branch) in node.get(junctor).and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (i, branch) in node
+            .get(junctor)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             value_validation_only(branch, &format!("{path}.{junctor}[{i}]"), causes);
         }
     }
@@ -307,10 +370,18 @@ fn list_type_rules(node: &Map<String, Value>, path: &str, causes: &mut Vec<Cause
     if let Some(t) = list_type
         && !["atomic", "set", "map"].contains(&t)
     {
-        causes.push(not_supported(&at("x-kubernetes-list-type"), &json!(t), &["atomic", "set", "map"].map(String::from)));
+        causes.push(not_supported(
+            &at("x-kubernetes-list-type"),
+            &json!(t),
+            &["atomic", "set", "map"].map(String::from),
+        ));
     }
     if list_type.is_some() && node.get("type").and_then(Value::as_str) != Some("array") {
-        causes.push(invalid(&at("type"), &json!(node.get("type")), "must be array if x-kubernetes-list-type is specified"));
+        causes.push(invalid(
+            &at("type"),
+            &json!(node.get("type")),
+            "must be array if x-kubernetes-list-type is specified",
+        ));
     }
     if list_type != Some("map") {
         if !keys.is_empty() {
@@ -322,26 +393,46 @@ fn list_type_rules(node: &Map<String, Value>, path: &str, causes: &mut Vec<Cause
         return;
     }
     if keys.is_empty() {
-        causes.push(required(&at("x-kubernetes-list-map-keys"), "must not be empty if x-kubernetes-list-type is map"));
+        causes.push(required(
+            &at("x-kubernetes-list-map-keys"),
+            "must not be empty if x-kubernetes-list-type is map",
+        ));
         return;
     }
     let item = node.get("items");
     if item.and_then(|i| i.get("type")).and_then(Value::as_str) != Some("object") {
-        causes.push(invalid(&at("items.type"), &json!(item.and_then(|i| i.get("type"))), "must be object if parent array's x-kubernetes-list-type is map"));
+        causes.push(invalid(
+            &at("items.type"),
+            &json!(item.and_then(|i| i.get("type"))),
+            "must be object if parent array's x-kubernetes-list-type is map",
+        ));
         return;
     }
     let required_keys = string_list(item.and_then(|i| i.get("required")));
     for key in &keys {
         let key_path = format!("{path}.items.properties[{key}]");
         match item.and_then(|i| i.pointer(&format!("/properties/{key}"))) {
-            None => causes.push(required(&key_path, "entries with x-kubernetes-list-map-keys must exist")),
+            None => causes.push(required(
+                &key_path,
+                "entries with x-kubernetes-list-map-keys must exist",
+            )),
             Some(p) => {
-                let scalar = matches!(p.get("type").and_then(Value::as_str), Some("string" | "integer" | "number" | "boolean"));
+                let scalar = matches!(
+                    p.get("type").and_then(Value::as_str),
+                    Some("string" | "integer" | "number" | "boolean")
+                );
                 if !scalar && !is_true(p, "x-kubernetes-int-or-string") {
-                    causes.push(invalid(&format!("{key_path}.type"), &json!(p.get("type")), "must be a scalar type if parent array's x-kubernetes-list-type is map"));
+                    causes.push(invalid(
+                        &format!("{key_path}.type"),
+                        &json!(p.get("type")),
+                        "must be a scalar type if parent array's x-kubernetes-list-type is map",
+                    ));
                 }
                 if !required_keys.contains(key) && p.get("default").is_none() {
-                    causes.push(required(&key_path, "all map keys must be required or have a default value"));
+                    causes.push(required(
+                        &key_path,
+                        "all map keys must be required or have a default value",
+                    ));
                 }
             }
         }
@@ -350,7 +441,9 @@ fn list_type_rules(node: &Map<String, Value>, path: &str, causes: &mut Vec<Cause
 
 /// A `default` must itself be valid against its node (after pruning), as the apiserver checks.
 fn default_matches_schema(s: &Value, path: &str, causes: &mut Vec<Cause>) {
-    let Some(default) = s.get("default").filter(|d| !d.is_null()) else { return };
+    let Some(default) = s.get("default").filter(|d| !d.is_null()) else {
+        return;
+    };
     let node = Schema::new(s.clone());
     let mut pruned = default.clone();
     schema::prune(&mut pruned, &node);
@@ -365,13 +458,19 @@ fn default_matches_schema(s: &Value, path: &str, causes: &mut Vec<Cause>) {
 
 /// Every `x-kubernetes-validations` rule must compile.
 fn cel_rules_compile(node: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
-    let Some(rules) = node.get("x-kubernetes-validations").filter(|r| r.is_array()) else { return };
+    let Some(rules) = node.get("x-kubernetes-validations").filter(|r| r.is_array()) else {
+        return;
+    };
     let compiled = kube_cel::compile_schema(&json!({"x-kubernetes-validations": rules}));
     for (i, result) in compiled.validations.iter().enumerate() {
         if let Err(error) = result {
             let rule = rules.get(i).and_then(|r| r.get("rule")).cloned().unwrap_or(Value::Null);
             let detail = format!("compilation failed: {error}");
-            causes.push(invalid(&format!("{path}.x-kubernetes-validations[{i}].rule"), &rule, &detail));
+            causes.push(invalid(
+                &format!("{path}.x-kubernetes-validations[{i}].rule"),
+                &rule,
+                &detail,
+            ));
         }
     }
 }
@@ -381,12 +480,19 @@ fn cel_rules_compile(node: &Map<String, Value>, path: &str, causes: &mut Vec<Cau
 pub fn served_resources(crd: &Value) -> Vec<(DiscoveredResource, Schema)> {
     let mut served: Vec<&Value> = versions(crd).iter().filter(|v| is_true(v, "served")).collect();
     served.sort_by(|a, b| compare_versions(text(a, "/name"), text(b, "/name")));
-    served.into_iter().map(|v| (discovered(crd, v), version_schema(v))).collect()
+    served
+        .into_iter()
+        .map(|v| (discovered(crd, v), version_schema(v)))
+        .collect()
 }
 
 fn discovered(crd: &Value, version: &Value) -> DiscoveredResource {
     let sub = version.get("subresources");
-    let subresources = ["status", "scale"].into_iter().filter(|s| sub.and_then(|x| x.get(*s)).is_some()).map(String::from).collect();
+    let subresources = ["status", "scale"]
+        .into_iter()
+        .filter(|s| sub.and_then(|x| x.get(*s)).is_some())
+        .map(String::from)
+        .collect();
     DiscoveredResource {
         group: text(crd, "/spec/group").to_string(),
         version: text(version, "/name").to_string(),
@@ -434,7 +540,10 @@ pub fn compare_versions(a: &str, b: &str) -> Ordering {
 
 /// The name of the storage version.
 pub fn storage_version(crd: &Value) -> Option<String> {
-    versions(crd).iter().find(|v| is_true(v, "storage")).map(|v| text(v, "/name").to_string())
+    versions(crd)
+        .iter()
+        .find(|v| is_true(v, "storage"))
+        .map(|v| text(v, "/name").to_string())
 }
 
 /// A version's `additionalPrinterColumns`, or the apiserver's default `Age` column.
@@ -472,9 +581,15 @@ pub fn established_status(crd: &Value, now: Timestamp) -> Value {
             accepted.insert(key.into(), json!(list));
         }
     }
-    let old_conditions: Vec<Value> = old.and_then(|s| s.get("conditions")).and_then(Value::as_array).cloned().unwrap_or_default();
+    let old_conditions: Vec<Value> = old
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let condition = |kind: &str, reason: &str, message: &str| {
-        let previous = old_conditions.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(kind));
+        let previous = old_conditions
+            .iter()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some(kind));
         let since = previous
             .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
             .and_then(|c| c.get("lastTransitionTime").cloned())
@@ -483,11 +598,23 @@ pub fn established_status(crd: &Value, now: Timestamp) -> Value {
     };
     let mut conditions = vec![
         condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-        condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        condition(
+            "Established",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        ),
     ];
-    conditions.extend(old_conditions.iter().filter(|c| {
-        !matches!(c.get("type").and_then(Value::as_str), Some("NamesAccepted" | "Established"))
-    }).cloned());
+    conditions.extend(
+        old_conditions
+            .iter()
+            .filter(|c| {
+                !matches!(
+                    c.get("type").and_then(Value::as_str),
+                    Some("NamesAccepted" | "Established")
+                )
+            })
+            .cloned(),
+    );
     let mut stored = string_list(old.and_then(|s| s.get("storedVersions")));
     if let Some(storage) = storage_version(crd)
         && !stored.contains(&storage)
@@ -549,7 +676,10 @@ mod tests {
         let causes = validate_crd(&with(widget_crd(), "/metadata/name", json!("widget.example.org")));
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "metadata.name");
-        assert_eq!(causes[0].message, r#"Invalid value: "widget.example.org": must be spec.names.plural+"."+spec.group"#);
+        assert_eq!(
+            causes[0].message,
+            r#"Invalid value: "widget.example.org": must be spec.names.plural+"."+spec.group"#
+        );
     }
 
     #[test]
@@ -559,8 +689,14 @@ mod tests {
         let crd = with(crd, "/spec/scope", json!("Everywhere"));
         let causes = validate_crd(&crd);
         assert_eq!(fields(&causes), ["spec.group", "spec.scope"]);
-        assert_eq!(causes[0].message, r#"Invalid value: "example": should be a domain with at least one dot"#);
-        assert_eq!(causes[1].message, r#"Unsupported value: "Everywhere": supported values: "Cluster", "Namespaced""#);
+        assert_eq!(
+            causes[0].message,
+            r#"Invalid value: "example": should be a domain with at least one dot"#
+        );
+        assert_eq!(
+            causes[1].message,
+            r#"Unsupported value: "Everywhere": supported values: "Cluster", "Namespaced""#
+        );
     }
 
     #[test]
@@ -568,7 +704,11 @@ mod tests {
         let crd = with(widget_crd(), "/spec/versions/0/storage", json!(true));
         let causes = validate_crd(&crd);
         assert_eq!(fields(&causes), ["spec.versions"]);
-        assert!(causes[0].message.ends_with("must have exactly one version marked as storage version"));
+        assert!(
+            causes[0]
+                .message
+                .ends_with("must have exactly one version marked as storage version")
+        );
         let none = with(widget_crd(), "/spec/versions/1/storage", json!(false));
         assert_eq!(fields(&validate_crd(&none)), ["spec.versions"]);
     }
@@ -589,29 +729,42 @@ mod tests {
         );
         let causes = validate_crd(&crd);
         let root = "spec.versions[1].schema.openAPIV3Schema";
-        assert_eq!(fields(&causes), [
-            format!("{root}.properties[spec].properties[list].items.type"),
-            format!("{root}.properties[spec].type"),
-        ]);
-        assert_eq!(causes[1].message, "Required value: must not be empty for specified object fields");
-        assert_eq!(causes[0].message, "Required value: must not be empty for specified array items");
+        assert_eq!(
+            fields(&causes),
+            [
+                format!("{root}.properties[spec].properties[list].items.type"),
+                format!("{root}.properties[spec].type"),
+            ]
+        );
+        assert_eq!(
+            causes[1].message,
+            "Required value: must not be empty for specified object fields"
+        );
+        assert_eq!(
+            causes[0].message,
+            "Required value: must not be empty for specified array items"
+        );
     }
 
     #[test]
     fn unsupported_schema_constructs_are_refused() {
-        let crd = with(widget_crd(), "/spec/versions/1/schema/openAPIV3Schema", json!({
-            "type": "object",
-            "properties": {
-                "a": {"$ref": "#/definitions/x"},
-                "b": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
-                "c": {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": {"type": "string"}},
-                "d": {"type": "string", "anyOf": [{"type": "string"}]},
-                "e": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"]},
-                "f": {"type": "integer", "default": "one"},
-                "g": {"type": "string", "x-kubernetes-validations": [{"rule": "self ==="}]},
-                "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
-            },
-        }));
+        let crd = with(
+            widget_crd(),
+            "/spec/versions/1/schema/openAPIV3Schema",
+            json!({
+                "type": "object",
+                "properties": {
+                    "a": {"$ref": "#/definitions/x"},
+                    "b": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
+                    "c": {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": {"type": "string"}},
+                    "d": {"type": "string", "anyOf": [{"type": "string"}]},
+                    "e": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"]},
+                    "f": {"type": "integer", "default": "one"},
+                    "g": {"type": "string", "x-kubernetes-validations": [{"rule": "self ==="}]},
+                    "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
+                },
+            }),
+        );
         let causes = validate_crd(&crd);
         let messages: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
         let root = "spec.versions[1].schema.openAPIV3Schema";
@@ -619,15 +772,26 @@ mod tests {
             format!("{root}.properties[a].$ref: Forbidden: $ref is not supported"),
             format!("{root}.properties[a].type: Required value: must not be empty for specified object fields"),
             format!("{root}.properties[b].uniqueItems: Forbidden: uniqueItems cannot be set to true"),
-            format!("{root}.properties[c].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"),
+            format!(
+                "{root}.properties[c].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"
+            ),
             format!("{root}.properties[d].anyOf[0].type: Forbidden: must be empty to be structural"),
-            format!("{root}.properties[e].items.properties[k]: Required value: all map keys must be required or have a default value"),
+            format!(
+                "{root}.properties[e].items.properties[k]: Required value: all map keys must be required or have a default value"
+            ),
             format!("{root}.properties[f].default: Invalid value: \"string\""),
-            format!("{root}.properties[g].x-kubernetes-validations[0].rule: Invalid value: \"self ===\": compilation failed"),
-            format!("{root}.properties[metadata]: Forbidden: must not specify anything other than name and generateName"),
+            format!(
+                "{root}.properties[g].x-kubernetes-validations[0].rule: Invalid value: \"self ===\": compilation failed"
+            ),
+            format!(
+                "{root}.properties[metadata]: Forbidden: must not specify anything other than name and generateName"
+            ),
         ];
         for e in &expect {
-            assert!(messages.iter().any(|m| m.starts_with(e.as_str())), "missing {e} in {messages:#?}");
+            assert!(
+                messages.iter().any(|m| m.starts_with(e.as_str())),
+                "missing {e} in {messages:#?}"
+            );
         }
         assert_eq!(messages.len(), expect.len(), "{messages:#?}");
     }
@@ -649,7 +813,15 @@ mod tests {
         let versions: Vec<&str> = served.iter().map(|(r, _)| r.version.as_str()).collect();
         assert_eq!(versions, ["v1", "v1alpha1"]);
         let (v1, v1_schema) = &served[0];
-        assert_eq!((v1.group.as_str(), v1.kind.as_str(), v1.plural.as_str(), v1.singular.as_str()), ("example.org", "Widget", "widgets", "widget"));
+        assert_eq!(
+            (
+                v1.group.as_str(),
+                v1.kind.as_str(),
+                v1.plural.as_str(),
+                v1.singular.as_str()
+            ),
+            ("example.org", "Widget", "widgets", "widget")
+        );
         assert!(v1.namespaced);
         assert_eq!(v1.subresources, ["status", "scale"]);
         assert_eq!(v1.short_names, ["wd"]);
@@ -663,9 +835,32 @@ mod tests {
 
     #[test]
     fn kube_version_priority_orders_ga_beta_alpha_then_others() {
-        let mut versions = vec!["foo1", "v1alpha1", "v2", "v1beta2", "v1", "v10", "v11alpha2", "v1beta1", "foo10"];
+        let mut versions = vec![
+            "foo1",
+            "v1alpha1",
+            "v2",
+            "v1beta2",
+            "v1",
+            "v10",
+            "v11alpha2",
+            "v1beta1",
+            "foo10",
+        ];
         versions.sort_by(|a, b| compare_versions(a, b));
-        assert_eq!(versions, ["v10", "v2", "v1", "v1beta2", "v1beta1", "v11alpha2", "v1alpha1", "foo1", "foo10"]);
+        assert_eq!(
+            versions,
+            [
+                "v10",
+                "v2",
+                "v1",
+                "v1beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "foo1",
+                "foo10"
+            ]
+        );
     }
 
     #[test]
@@ -675,14 +870,20 @@ mod tests {
         assert_eq!(printer_columns(&crd, "v1")[0]["name"], "Size");
         let default = printer_columns(&crd, "v1alpha1");
         assert_eq!(default.len(), 1);
-        assert_eq!((default[0]["name"].as_str(), default[0]["jsonPath"].as_str()), (Some("Age"), Some(".metadata.creationTimestamp")));
+        assert_eq!(
+            (default[0]["name"].as_str(), default[0]["jsonPath"].as_str()),
+            (Some("Age"), Some(".metadata.creationTimestamp"))
+        );
     }
 
     #[test]
     fn established_status_accepts_names_and_records_the_storage_version() {
         let now = Timestamp::from_second(1_767_225_600).expect("valid timestamp");
         let status = established_status(&widget_crd(), now);
-        assert_eq!(status["acceptedNames"], json!({"kind": "Widget", "listKind": "WidgetList", "plural": "widgets", "singular": "widget", "shortNames": ["wd"], "categories": ["all"]}));
+        assert_eq!(
+            status["acceptedNames"],
+            json!({"kind": "Widget", "listKind": "WidgetList", "plural": "widgets", "singular": "widget", "shortNames": ["wd"], "categories": ["all"]})
+        );
         assert_eq!(status["storedVersions"], json!(["v1"]));
         let conditions = status["conditions"].as_array().expect("conditions");
         assert_eq!(conditions[0]["type"], "NamesAccepted");
@@ -697,6 +898,9 @@ mod tests {
         crd["status"] = status;
         let again = established_status(&crd, later);
         assert_eq!(again["storedVersions"], json!(["v1", "v1alpha1"]));
-        assert_eq!(again["conditions"][1]["lastTransitionTime"], "2026-01-01T00:00:00Z", "no transition, time kept");
+        assert_eq!(
+            again["conditions"][1]["lastTransitionTime"], "2026-01-01T00:00:00Z",
+            "no transition, time kept"
+        );
     }
 }

@@ -37,7 +37,11 @@ pub fn definition_name(group: &str, version: &str, kind: &str) -> String {
 
 /// The discovery path of a group-version under `/openapi/v3/`: `api/v1` or `apis/<g>/<v>`.
 pub fn document_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// The hash the apiserver puts in `serverRelativeURL`: uppercase hex SHA-512 of the document.
@@ -68,7 +72,13 @@ pub fn group_version_document(group: &str, version: &str, resources: &[(Discover
         let name = definition_name(group, version, &resource.kind);
         schemas.insert(name.clone(), resource_schema(group, version, &resource.kind, schema));
         schemas.insert(format!("{name}List"), list_schema(group, version, resource, &name));
-        Routes { group, version, resource, name: &name }.add_to(&mut paths);
+        Routes {
+            group,
+            version,
+            resource,
+            name: &name,
+        }
+        .add_to(&mut paths);
         if resource.subresources.iter().any(|s| s == "scale") {
             schemas.extend(scale_schemas());
         }
@@ -117,7 +127,10 @@ fn resource_schema(group: &str, version: &str, kind: &str, schema: &Schema) -> V
             props.insert("metadata".into(), wrapped_reference(OBJECT_META, METADATA_DOC));
         }
         node.entry("type").or_insert_with(|| json!("object"));
-        node.insert("x-kubernetes-group-version-kind".into(), json!([gvk(group, version, kind)]));
+        node.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([gvk(group, version, kind)]),
+        );
     }
     root
 }
@@ -200,15 +213,28 @@ struct Op<'a> {
 impl Routes<'_> {
     fn add_to(&self, paths: &mut Map<String, Value>) {
         let r = self.resource;
-        let base = if self.group.is_empty() { "/api".to_string() } else { format!("/apis/{}", self.group) };
+        let base = if self.group.is_empty() {
+            "/api".to_string()
+        } else {
+            format!("/apis/{}", self.group)
+        };
         let base = format!("{base}/{}", self.version);
         let list = format!("{}List", self.name);
         let (kind, ns) = (r.kind.as_str(), if r.namespaced { "Namespaced" } else { "" });
-        let op = |method, action, verb, response, body| Op { method, action, verb, response, body };
+        let op = |method, action, verb, response, body| Op {
+            method,
+            action,
+            verb,
+            response,
+            body,
+        };
         let root = if r.namespaced {
             let all = format!("{base}/{}", r.plural);
             let ops = [op("get", "list", "list", list.as_str(), None)];
-            paths.insert(all, self.path_item(&ops, &format!("{kind}ForAllNamespaces"), false, false));
+            paths.insert(
+                all,
+                self.path_item(&ops, &format!("{kind}ForAllNamespaces"), false, false),
+            );
             format!("{base}/namespaces/{{namespace}}/{}", r.plural)
         } else {
             format!("{base}/{}", r.plural)
@@ -216,16 +242,28 @@ impl Routes<'_> {
         let collection = [
             op("get", "list", "list", list.as_str(), None),
             op("post", "post", "create", self.name, Some(self.name)),
-            op("delete", "deletecollection", "deletecollection", STATUS, Some(DELETE_OPTIONS)),
+            op(
+                "delete",
+                "deletecollection",
+                "deletecollection",
+                STATUS,
+                Some(DELETE_OPTIONS),
+            ),
         ];
-        paths.insert(root.clone(), self.path_item(&collection, &format!("{ns}{kind}"), r.namespaced, false));
+        paths.insert(
+            root.clone(),
+            self.path_item(&collection, &format!("{ns}{kind}"), r.namespaced, false),
+        );
         let object = [
             op("get", "get", "read", self.name, None),
             op("put", "put", "replace", self.name, Some(self.name)),
             op("delete", "delete", "delete", STATUS, Some(DELETE_OPTIONS)),
             op("patch", "patch", "patch", self.name, Some(PATCH)),
         ];
-        paths.insert(format!("{root}/{{name}}"), self.path_item(&object, &format!("{ns}{kind}"), r.namespaced, true));
+        paths.insert(
+            format!("{root}/{{name}}"),
+            self.path_item(&object, &format!("{ns}{kind}"), r.namespaced, true),
+        );
         for sub in &r.subresources {
             let target = match sub.as_str() {
                 "scale" => SCALE,
@@ -242,7 +280,10 @@ impl Routes<'_> {
                 _ => continue,
             };
             let suffix = format!("{ns}{kind}{}", title(sub));
-            paths.insert(format!("{root}/{{name}}/{sub}"), self.path_item(&ops, &suffix, r.namespaced, true));
+            paths.insert(
+                format!("{root}/{{name}}/{sub}"),
+                self.path_item(&ops, &suffix, r.namespaced, true),
+            );
         }
     }
 
@@ -256,7 +297,10 @@ impl Routes<'_> {
             params.push(path_param("name", &format!("name of the {}", self.resource.kind)));
         }
         if namespaced {
-            params.push(path_param("namespace", "object name and auth scope, such as for teams and projects"));
+            params.push(path_param(
+                "namespace",
+                "object name and auth scope, such as for teams and projects",
+            ));
         }
         params.push(query_param("pretty", "string"));
         item.insert("parameters".into(), Value::Array(params));
@@ -286,10 +330,17 @@ impl Routes<'_> {
                     "application/merge-patch+json",
                     "application/strategic-merge-patch+json",
                 ],
-                "patch" => &["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"],
+                "patch" => &[
+                    "application/apply-patch+yaml",
+                    "application/json-patch+json",
+                    "application/merge-patch+json",
+                ],
                 _ => &["*/*"],
             };
-            let content: Map<String, Value> = types.iter().map(|t| (t.to_string(), json!({"schema": reference(body)}))).collect();
+            let content: Map<String, Value> = types
+                .iter()
+                .map(|t| (t.to_string(), json!({"schema": reference(body)})))
+                .collect();
             out["requestBody"] = json!({"content": content, "required": op.method != "delete"});
         }
         out
@@ -334,7 +385,11 @@ fn responses(op: &Op) -> Value {
 }
 
 fn description(verb: &str, kind: &str) -> String {
-    let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+    let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
+        "an"
+    } else {
+        "a"
+    };
     match verb {
         "list" => format!("list or watch objects of kind {kind}"),
         "create" => format!("create {article} {kind}"),
@@ -368,8 +423,17 @@ fn query_params(action: &str) -> Value {
             ("timeoutSeconds", "integer"),
             ("watch", "boolean"),
         ],
-        "post" | "put" => &[("dryRun", "string"), ("fieldManager", "string"), ("fieldValidation", "string")],
-        "patch" => &[("dryRun", "string"), ("fieldManager", "string"), ("fieldValidation", "string"), ("force", "boolean")],
+        "post" | "put" => &[
+            ("dryRun", "string"),
+            ("fieldManager", "string"),
+            ("fieldValidation", "string"),
+        ],
+        "patch" => &[
+            ("dryRun", "string"),
+            ("fieldManager", "string"),
+            ("fieldValidation", "string"),
+            ("force", "boolean"),
+        ],
         "delete" => &[
             ("dryRun", "string"),
             ("gracePeriodSeconds", "integer"),
@@ -396,13 +460,19 @@ fn camel(word: &str, upper_first: bool) -> String {
         joined
     } else {
         let mut chars = joined.chars();
-        chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
+        chars
+            .next()
+            .map(|c| c.to_lowercase().chain(chars).collect())
+            .unwrap_or_default()
     }
 }
 
 fn title(word: &str) -> String {
     let mut chars = word.chars();
-    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// The meta/v1 schemas every group-version document carries.
@@ -440,49 +510,79 @@ fn meta_schemas() -> Map<String, Value> {
     });
     let entries = [
         (OBJECT_META.to_string(), object_meta),
-        (LIST_META.to_string(), json!({"type": "object", "properties": {
-            "continue": {"type": "string"}, "remainingItemCount": {"type": "integer", "format": "int64"},
-            "resourceVersion": {"type": "string"}, "selfLink": {"type": "string"},
-        }})),
+        (
+            LIST_META.to_string(),
+            json!({"type": "object", "properties": {
+                "continue": {"type": "string"}, "remainingItemCount": {"type": "integer", "format": "int64"},
+                "resourceVersion": {"type": "string"}, "selfLink": {"type": "string"},
+            }}),
+        ),
         (meta("Time"), time),
-        (meta("FieldsV1"), json!({"type": "object", "description": "FieldsV1 stores a set of fields in a data structure like a Trie, in JSON format."})),
-        (meta("ManagedFieldsEntry"), json!({"type": "object", "properties": {
-            "apiVersion": {"type": "string"}, "fieldsType": {"type": "string"},
-            "fieldsV1": wrapped_reference(&meta("FieldsV1"), "FieldsV1 holds the first JSON version format as described in the \"FieldsV1\" type."),
-            "manager": {"type": "string"}, "operation": {"type": "string"}, "subresource": {"type": "string"},
-            "time": wrapped_reference(&meta("Time"), "Time is the timestamp of when the ManagedFields entry was added."),
-        }})),
-        (meta("OwnerReference"), json!({"type": "object", "required": ["apiVersion", "kind", "name", "uid"], "properties": {
+        (
+            meta("FieldsV1"),
+            json!({"type": "object", "description": "FieldsV1 stores a set of fields in a data structure like a Trie, in JSON format."}),
+        ),
+        (
+            meta("ManagedFieldsEntry"),
+            json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"}, "fieldsType": {"type": "string"},
+                "fieldsV1": wrapped_reference(&meta("FieldsV1"), "FieldsV1 holds the first JSON version format as described in the \"FieldsV1\" type."),
+                "manager": {"type": "string"}, "operation": {"type": "string"}, "subresource": {"type": "string"},
+                "time": wrapped_reference(&meta("Time"), "Time is the timestamp of when the ManagedFields entry was added."),
+            }}),
+        ),
+        (
+            meta("OwnerReference"),
+            json!({"type": "object", "required": ["apiVersion", "kind", "name", "uid"], "properties": {
             "apiVersion": {"type": "string", "default": ""}, "blockOwnerDeletion": {"type": "boolean"},
             "controller": {"type": "boolean"}, "kind": {"type": "string", "default": ""},
             "name": {"type": "string", "default": ""}, "uid": {"type": "string", "default": ""},
-        }, "x-kubernetes-map-type": "atomic"})),
-        (STATUS.to_string(), json!({"type": "object", "properties": {
+        }, "x-kubernetes-map-type": "atomic"}),
+        ),
+        (
+            STATUS.to_string(),
+            json!({"type": "object", "properties": {
             "apiVersion": {"type": "string"}, "code": {"type": "integer", "format": "int32"},
             "details": {"allOf": [reference(&meta("StatusDetails"))]}, "kind": {"type": "string"},
             "message": {"type": "string"}, "metadata": {"default": {}, "allOf": [reference(LIST_META)]},
             "reason": {"type": "string"}, "status": {"type": "string"},
-        }, "x-kubernetes-group-version-kind": [gvk("", "v1", "Status")]})),
-        (meta("StatusDetails"), json!({"type": "object", "properties": {
-            "causes": {"type": "array", "items": {"default": {}, "allOf": [reference(&meta("StatusCause"))]}, "x-kubernetes-list-type": "atomic"},
-            "group": {"type": "string"}, "kind": {"type": "string"}, "name": {"type": "string"},
-            "retryAfterSeconds": {"type": "integer", "format": "int32"}, "uid": {"type": "string"},
-        }})),
-        (meta("StatusCause"), json!({"type": "object", "properties": {
-            "field": {"type": "string"}, "message": {"type": "string"}, "reason": {"type": "string"},
-        }})),
-        (DELETE_OPTIONS.to_string(), json!({"type": "object", "properties": {
-            "apiVersion": {"type": "string"},
-            "dryRun": {"type": "array", "items": {"type": "string", "default": ""}, "x-kubernetes-list-type": "atomic"},
-            "gracePeriodSeconds": {"type": "integer", "format": "int64"}, "kind": {"type": "string"},
-            "orphanDependents": {"type": "boolean"},
-            "preconditions": {"allOf": [reference(&meta("Preconditions"))]},
-            "propagationPolicy": {"type": "string"},
-        }})),
-        (meta("Preconditions"), json!({"type": "object", "properties": {
-            "resourceVersion": {"type": "string"}, "uid": {"type": "string"},
-        }})),
-        (PATCH.to_string(), json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."})),
+        }, "x-kubernetes-group-version-kind": [gvk("", "v1", "Status")]}),
+        ),
+        (
+            meta("StatusDetails"),
+            json!({"type": "object", "properties": {
+                "causes": {"type": "array", "items": {"default": {}, "allOf": [reference(&meta("StatusCause"))]}, "x-kubernetes-list-type": "atomic"},
+                "group": {"type": "string"}, "kind": {"type": "string"}, "name": {"type": "string"},
+                "retryAfterSeconds": {"type": "integer", "format": "int32"}, "uid": {"type": "string"},
+            }}),
+        ),
+        (
+            meta("StatusCause"),
+            json!({"type": "object", "properties": {
+                "field": {"type": "string"}, "message": {"type": "string"}, "reason": {"type": "string"},
+            }}),
+        ),
+        (
+            DELETE_OPTIONS.to_string(),
+            json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"},
+                "dryRun": {"type": "array", "items": {"type": "string", "default": ""}, "x-kubernetes-list-type": "atomic"},
+                "gracePeriodSeconds": {"type": "integer", "format": "int64"}, "kind": {"type": "string"},
+                "orphanDependents": {"type": "boolean"},
+                "preconditions": {"allOf": [reference(&meta("Preconditions"))]},
+                "propagationPolicy": {"type": "string"},
+            }}),
+        ),
+        (
+            meta("Preconditions"),
+            json!({"type": "object", "properties": {
+                "resourceVersion": {"type": "string"}, "uid": {"type": "string"},
+            }}),
+        ),
+        (
+            PATCH.to_string(),
+            json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
+        ),
     ];
     entries.into_iter().collect()
 }
@@ -490,18 +590,27 @@ fn meta_schemas() -> Map<String, Value> {
 fn scale_schemas() -> Map<String, Value> {
     let (api_version, kind) = type_meta();
     [
-        (SCALE.to_string(), json!({"type": "object", "properties": {
+        (
+            SCALE.to_string(),
+            json!({"type": "object", "properties": {
             "apiVersion": api_version, "kind": kind,
             "metadata": wrapped_reference(OBJECT_META, METADATA_DOC),
             "spec": {"default": {}, "allOf": [reference("io.k8s.api.autoscaling.v1.ScaleSpec")]},
             "status": {"default": {}, "allOf": [reference("io.k8s.api.autoscaling.v1.ScaleStatus")]},
-        }, "x-kubernetes-group-version-kind": [gvk("autoscaling", "v1", "Scale")]})),
-        ("io.k8s.api.autoscaling.v1.ScaleSpec".to_string(), json!({"type": "object", "properties": {
-            "replicas": {"type": "integer", "format": "int32"},
-        }})),
-        ("io.k8s.api.autoscaling.v1.ScaleStatus".to_string(), json!({"type": "object", "required": ["replicas"], "properties": {
-            "replicas": {"type": "integer", "format": "int32", "default": 0}, "selector": {"type": "string"},
-        }})),
+        }, "x-kubernetes-group-version-kind": [gvk("autoscaling", "v1", "Scale")]}),
+        ),
+        (
+            "io.k8s.api.autoscaling.v1.ScaleSpec".to_string(),
+            json!({"type": "object", "properties": {
+                "replicas": {"type": "integer", "format": "int32"},
+            }}),
+        ),
+        (
+            "io.k8s.api.autoscaling.v1.ScaleStatus".to_string(),
+            json!({"type": "object", "required": ["replicas"], "properties": {
+                "replicas": {"type": "integer", "format": "int32", "default": 0}, "selector": {"type": "string"},
+            }}),
+        ),
     ]
     .into_iter()
     .collect()
@@ -559,10 +668,19 @@ mod tests {
     #[test]
     fn definition_names_follow_kube_naming() {
         assert_eq!(definition_name("example.org", "v1", "Widget"), "org.example.v1.Widget");
-        assert_eq!(definition_name("core.kcp.io", "v1alpha1", "LogicalCluster"), "io.kcp.core.v1alpha1.LogicalCluster");
+        assert_eq!(
+            definition_name("core.kcp.io", "v1alpha1", "LogicalCluster"),
+            "io.kcp.core.v1alpha1.LogicalCluster"
+        );
         assert_eq!(definition_name("", "v1", "Secret"), "io.k8s.api.core.v1.Secret");
-        assert_eq!(definition_name("apps", "v1", "Deployment"), "io.k8s.api.apps.v1.Deployment");
-        assert_eq!(definition_name("rbac.authorization.k8s.io", "v1", "Role"), "io.k8s.api.rbac.v1.Role");
+        assert_eq!(
+            definition_name("apps", "v1", "Deployment"),
+            "io.k8s.api.apps.v1.Deployment"
+        );
+        assert_eq!(
+            definition_name("rbac.authorization.k8s.io", "v1", "Role"),
+            "io.k8s.api.rbac.v1.Role"
+        );
         assert_eq!(
             definition_name("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
             "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition"
@@ -574,8 +692,14 @@ mod tests {
         let doc = group_version_document("example.org", "v1", &[widget(true, &["status"])]);
         assert_eq!(doc["openapi"], "3.0.0");
         let mut published = doc["components"]["schemas"]["org.example.v1.Widget"].clone();
-        assert_eq!(published["x-kubernetes-group-version-kind"], json!([{"group": "example.org", "version": "v1", "kind": "Widget"}]));
-        assert_eq!(published["properties"]["metadata"]["allOf"][0]["$ref"], "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta");
+        assert_eq!(
+            published["x-kubernetes-group-version-kind"],
+            json!([{"group": "example.org", "version": "v1", "kind": "Widget"}])
+        );
+        assert_eq!(
+            published["properties"]["metadata"]["allOf"][0]["$ref"],
+            "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+        );
         assert_eq!(published["properties"]["apiVersion"]["type"], "string");
         let object = published.as_object_mut().expect("object");
         object.remove("x-kubernetes-group-version-kind");
@@ -585,7 +709,10 @@ mod tests {
         assert_eq!(published, widget_schema());
         assert!(doc["components"]["schemas"][OBJECT_META]["properties"]["ownerReferences"].is_object());
         let list = &doc["components"]["schemas"]["org.example.v1.WidgetList"];
-        assert_eq!(list["properties"]["items"]["items"]["$ref"], "#/components/schemas/org.example.v1.Widget");
+        assert_eq!(
+            list["properties"]["items"]["items"]["$ref"],
+            "#/components/schemas/org.example.v1.Widget"
+        );
     }
 
     #[test]
@@ -594,24 +721,42 @@ mod tests {
         let paths = doc["paths"].as_object().expect("paths");
         let mut names: Vec<&str> = paths.keys().map(String::as_str).collect();
         names.sort();
-        assert_eq!(names, [
-            "/apis/example.org/v1/namespaces/{namespace}/widgets",
-            "/apis/example.org/v1/namespaces/{namespace}/widgets/{name}",
-            "/apis/example.org/v1/namespaces/{namespace}/widgets/{name}/status",
-            "/apis/example.org/v1/widgets",
-        ]);
+        assert_eq!(
+            names,
+            [
+                "/apis/example.org/v1/namespaces/{namespace}/widgets",
+                "/apis/example.org/v1/namespaces/{namespace}/widgets/{name}",
+                "/apis/example.org/v1/namespaces/{namespace}/widgets/{name}/status",
+                "/apis/example.org/v1/widgets",
+            ]
+        );
         let one = &paths["/apis/example.org/v1/namespaces/{namespace}/widgets/{name}"];
-        let actions: Vec<&str> = ["get", "put", "delete", "patch"].iter().map(|m| one[m]["x-kubernetes-action"].as_str().unwrap_or("?")).collect();
+        let actions: Vec<&str> = ["get", "put", "delete", "patch"]
+            .iter()
+            .map(|m| one[m]["x-kubernetes-action"].as_str().unwrap_or("?"))
+            .collect();
         assert_eq!(actions, ["get", "put", "delete", "patch"]);
-        assert_eq!(one["get"]["x-kubernetes-group-version-kind"], json!({"group": "example.org", "version": "v1", "kind": "Widget"}));
+        assert_eq!(
+            one["get"]["x-kubernetes-group-version-kind"],
+            json!({"group": "example.org", "version": "v1", "kind": "Widget"})
+        );
         assert_eq!(one["get"]["operationId"], "readExampleOrgV1NamespacedWidget");
         let collection = &paths["/apis/example.org/v1/namespaces/{namespace}/widgets"];
         assert_eq!(collection["get"]["x-kubernetes-action"], "list");
         assert_eq!(collection["post"]["x-kubernetes-action"], "post");
-        assert_eq!(collection["delete"]["operationId"], "deleteExampleOrgV1CollectionNamespacedWidget");
-        assert_eq!(paths["/apis/example.org/v1/widgets"]["get"]["operationId"], "listExampleOrgV1WidgetForAllNamespaces");
+        assert_eq!(
+            collection["delete"]["operationId"],
+            "deleteExampleOrgV1CollectionNamespacedWidget"
+        );
+        assert_eq!(
+            paths["/apis/example.org/v1/widgets"]["get"]["operationId"],
+            "listExampleOrgV1WidgetForAllNamespaces"
+        );
         let status = &paths["/apis/example.org/v1/namespaces/{namespace}/widgets/{name}/status"];
-        assert_eq!(status["patch"]["operationId"], "patchExampleOrgV1NamespacedWidgetStatus");
+        assert_eq!(
+            status["patch"]["operationId"],
+            "patchExampleOrgV1NamespacedWidgetStatus"
+        );
     }
 
     #[test]
@@ -631,7 +776,10 @@ mod tests {
         let (resource, _) = widget(true, &[]);
         let doc = group_version_document("example.org", "v1", &[(resource, Schema::new(schema))]);
         let props = &doc["components"]["schemas"]["org.example.v1.Widget"]["properties"];
-        assert_eq!(props["port"], json!({"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]}));
+        assert_eq!(
+            props["port"],
+            json!({"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]})
+        );
         assert_eq!(props["template"]["required"], json!(["kind", "apiVersion"]));
         assert_eq!(props["template"]["properties"]["kind"]["type"], "string");
     }
@@ -645,8 +793,11 @@ mod tests {
         });
         let doc = group_version_document("example.org", "v1", &crd::served_resources(&crd));
         assert!(doc["components"]["schemas"]["org.example.v1.Widget"]["properties"]["spec"]["properties"]["id"]["x-kubernetes-validations"].is_array());
-        let apps: Vec<(DiscoveredResource, Schema)> =
-            builtins::all().into_iter().filter(|b| b.resource.group == "apps").map(|b| (b.resource, b.schema)).collect();
+        let apps: Vec<(DiscoveredResource, Schema)> = builtins::all()
+            .into_iter()
+            .filter(|b| b.resource.group == "apps")
+            .map(|b| (b.resource, b.schema))
+            .collect();
         let doc = group_version_document("apps", "v1", &apps);
         assert!(doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"].is_object());
         assert!(doc["components"]["schemas"][SCALE].is_object());
@@ -663,9 +814,18 @@ mod tests {
             ("example.org".into(), "v1".into(), a.clone()),
             ("".into(), "v1".into(), json!({"openapi": "3.0.0"})),
         ]);
-        let url = index["paths"]["apis/example.org/v1"]["serverRelativeURL"].as_str().expect("url");
-        assert_eq!(url, format!("/openapi/v3/apis/example.org/v1?hash={}", document_hash(&a)));
-        assert!(index["paths"]["api/v1"]["serverRelativeURL"].as_str().is_some_and(|u| u.starts_with("/openapi/v3/api/v1?hash=")));
+        let url = index["paths"]["apis/example.org/v1"]["serverRelativeURL"]
+            .as_str()
+            .expect("url");
+        assert_eq!(
+            url,
+            format!("/openapi/v3/apis/example.org/v1?hash={}", document_hash(&a))
+        );
+        assert!(
+            index["paths"]["api/v1"]["serverRelativeURL"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("/openapi/v3/api/v1?hash="))
+        );
         assert_eq!(document_hash(&a).len(), 128);
         assert_eq!(document_hash(&a), document_hash(&a.clone()));
         assert_ne!(document_hash(&a), document_hash(&b));

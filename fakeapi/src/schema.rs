@@ -128,7 +128,6 @@ impl Schema {
     }
 }
 
-
 // The walkers below read the `JSONSchemaProps` JSON directly (no `Arc` per field) and follow
 // apiextensions-apiserver: `pruning`, `defaulting`, kube-openapi's schema validator with
 // `kubeOpenAPIResultToFieldErrors`, `structurallisttype` and the CEL validator.
@@ -359,7 +358,11 @@ pub fn validate(obj: &Value, old: Option<&Value>, schema: &Schema) -> Vec<Cause>
 fn blocks_cel(cause: &Cause) -> bool {
     matches!(
         cause.reason.as_str(),
-        "FieldValueNotSupported" | "FieldValueRequired" | "FieldValueTooLong" | "FieldValueTooMany" | "FieldValueTypeInvalid"
+        "FieldValueNotSupported"
+            | "FieldValueRequired"
+            | "FieldValueTooLong"
+            | "FieldValueTooMany"
+            | "FieldValueTypeInvalid"
     )
 }
 
@@ -402,7 +405,11 @@ fn type_accepts(types: &[&str], x: &Value) -> bool {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 impl Walk {
@@ -432,7 +439,8 @@ impl Walk {
 
     fn type_error(&mut self, path: &str, types: &[&str], actual: &str) {
         let detail = format!("{path} in body must be of type {}: \"{actual}\"", types.join(","));
-        self.schema.push(type_invalid(path, &Value::String(actual.into()), &detail));
+        self.schema
+            .push(type_invalid(path, &Value::String(actual.into()), &detail));
     }
 
     fn string(&mut self, text: &str, s: &Value, path: &str) {
@@ -467,7 +475,13 @@ impl Walk {
     fn number(&mut self, x: &Value, s: &Value, path: &str) {
         let Some(data) = x.as_f64() else { return };
         let integral = !x.as_number().is_some_and(serde_json::Number::is_f64);
-        let bound = |b: f64| if integral { format!("{}", b.trunc() as i64) } else { go_float(b) };
+        let bound = |b: f64| {
+            if integral {
+                format!("{}", b.trunc() as i64)
+            } else {
+                go_float(b)
+            }
+        };
         if let Some(factor) = s.get("multipleOf").and_then(Value::as_f64)
             && factor > 0.0
             && (data / factor).fract() != 0.0
@@ -478,7 +492,11 @@ impl Walk {
         if let Some(max) = s.get("maximum").and_then(Value::as_f64) {
             let exclusive = flag(s, "exclusiveMaximum");
             if data > max || (exclusive && data == max) {
-                let relation = if exclusive { "less than" } else { "less than or equal to" };
+                let relation = if exclusive {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
                 let detail = format!("{path} in body should be {relation} {}", bound(max));
                 self.schema.push(invalid(path, x, &detail));
             }
@@ -486,7 +504,11 @@ impl Walk {
         if let Some(min) = s.get("minimum").and_then(Value::as_f64) {
             let exclusive = flag(s, "exclusiveMinimum");
             if data < min || (exclusive && data == min) {
-                let relation = if exclusive { "greater than" } else { "greater than or equal to" };
+                let relation = if exclusive {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
                 let detail = format!("{path} in body should be {relation} {}", bound(min));
                 self.schema.push(invalid(path, x, &detail));
             }
@@ -551,7 +573,9 @@ impl Walk {
     }
 
     fn enumeration(&mut self, x: &Value, s: &Value, path: &str) {
-        let Some(allowed) = s.get("enum").and_then(Value::as_array) else { return };
+        let Some(allowed) = s.get("enum").and_then(Value::as_array) else {
+            return;
+        };
         if allowed.is_empty() || allowed.contains(x) {
             return;
         }
@@ -608,8 +632,10 @@ impl Walk {
 /// registry); formats we do not model pass, as unknown formats do on a real server.
 fn format_accepts(format: &str, text: &str) -> bool {
     static DATE_TIME: LazyLock<regex::Regex> = LazyLock::new(|| {
-        regex::Regex::new(r"^(?i)(\d{4})-(\d{2})-(\d{2})t([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60)(\.\d+)?(z|[+-]\d{2}:\d{2})$")
-            .expect("static date-time pattern compiles")
+        regex::Regex::new(
+            r"^(?i)(\d{4})-(\d{2})-(\d{2})t([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60)(\.\d+)?(z|[+-]\d{2}:\d{2})$",
+        )
+        .expect("static date-time pattern compiles")
     });
     static DATE: LazyLock<regex::Regex> = LazyLock::new(|| {
         regex::Regex::new(r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$").expect("static date pattern compiles")
@@ -619,9 +645,7 @@ fn format_accepts(format: &str, text: &str) -> bool {
             .expect("static uuid pattern compiles")
     });
     match format {
-        "date-time" => {
-            DATE_TIME.is_match(text) && text.get(..10).is_some_and(|d| DATE.is_match(d)) && text.len() >= 20
-        }
+        "date-time" => DATE_TIME.is_match(text) && text.get(..10).is_some_and(|d| DATE.is_match(d)) && text.len() >= 20,
         "date" => DATE.is_match(text),
         "uuid" => UUID.is_match(text),
         "ipv4" => text.parse::<std::net::Ipv4Addr>().is_ok(),
@@ -634,8 +658,12 @@ fn format_accepts(format: &str, text: &str) -> bool {
 fn has_cel_rules(s: &Value) -> bool {
     match s {
         Value::Object(map) => {
-            map.get("x-kubernetes-validations").and_then(Value::as_array).is_some_and(|r| !r.is_empty())
-                || map.iter().any(|(k, v)| k != "default" && k != "enum" && has_cel_rules(v))
+            map.get("x-kubernetes-validations")
+                .and_then(Value::as_array)
+                .is_some_and(|r| !r.is_empty())
+                || map
+                    .iter()
+                    .any(|(k, v)| k != "default" && k != "enum" && has_cel_rules(v))
         }
         Value::Array(list) => list.iter().any(has_cel_rules),
         _ => false,
@@ -673,7 +701,11 @@ fn rule_node_type(schema: &Value, path: &str, rule: &str) -> String {
     let carries = |s: &Value| {
         s.get("x-kubernetes-validations")
             .and_then(Value::as_array)
-            .is_some_and(|rules| rules.iter().any(|r| r.get("rule").and_then(Value::as_str) == Some(rule)))
+            .is_some_and(|rules| {
+                rules
+                    .iter()
+                    .any(|r| r.get("rule").and_then(Value::as_str) == Some(rule))
+            })
     };
     let type_of = |s: &Value| s.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
     let mut found = type_of(schema);
@@ -717,38 +749,70 @@ fn path_segments(path: &str) -> Vec<Segment<'_>> {
 
 fn cause(reason: &str, field: &str, message: String) -> Cause {
     let field = if field.is_empty() { "<nil>" } else { field };
-    Cause { reason: reason.to_string(), message, field: field.to_string() }
+    Cause {
+        reason: reason.to_string(),
+        message,
+        field: field.to_string(),
+    }
 }
 
 fn with_detail(head: String, detail: &str) -> String {
-    if detail.is_empty() { head } else { format!("{head}: {detail}") }
+    if detail.is_empty() {
+        head
+    } else {
+        format!("{head}: {detail}")
+    }
 }
 
 /// `field.Required`: "Required value[: detail]".
 pub(crate) fn required(field: &str, detail: &str) -> Cause {
-    cause("FieldValueRequired", field, with_detail("Required value".into(), detail))
+    cause(
+        "FieldValueRequired",
+        field,
+        with_detail("Required value".into(), detail),
+    )
 }
 
 /// `field.Invalid`: "Invalid value: <value>[: detail]".
 pub(crate) fn invalid(field: &str, value: &Value, detail: &str) -> Cause {
-    cause("FieldValueInvalid", field, with_detail(format!("Invalid value: {}", bad_value(value)), detail))
+    cause(
+        "FieldValueInvalid",
+        field,
+        with_detail(format!("Invalid value: {}", bad_value(value)), detail),
+    )
 }
 
 /// `field.TypeInvalid`: worded like `Invalid`, with reason `FieldValueTypeInvalid`.
 pub(crate) fn type_invalid(field: &str, value: &Value, detail: &str) -> Cause {
-    cause("FieldValueTypeInvalid", field, with_detail(format!("Invalid value: {}", bad_value(value)), detail))
+    cause(
+        "FieldValueTypeInvalid",
+        field,
+        with_detail(format!("Invalid value: {}", bad_value(value)), detail),
+    )
 }
 
 /// `field.NotSupported`: "Unsupported value: <value>: supported values: "a", "b"".
 pub(crate) fn not_supported(field: &str, value: &Value, supported: &[String]) -> Cause {
     let quoted: Vec<String> = supported.iter().map(|v| go_quote(v)).collect();
-    let detail = if quoted.is_empty() { String::new() } else { format!("supported values: {}", quoted.join(", ")) };
-    cause("FieldValueNotSupported", field, with_detail(format!("Unsupported value: {}", bad_value(value)), &detail))
+    let detail = if quoted.is_empty() {
+        String::new()
+    } else {
+        format!("supported values: {}", quoted.join(", "))
+    };
+    cause(
+        "FieldValueNotSupported",
+        field,
+        with_detail(format!("Unsupported value: {}", bad_value(value)), &detail),
+    )
 }
 
 /// `field.Duplicate`: "Duplicate value: <value>".
 pub(crate) fn duplicate(field: &str, value: &Value) -> Cause {
-    cause("FieldValueDuplicate", field, format!("Duplicate value: {}", bad_value(value)))
+    cause(
+        "FieldValueDuplicate",
+        field,
+        format!("Duplicate value: {}", bad_value(value)),
+    )
 }
 
 /// `field.Forbidden`: "Forbidden[: detail]".
@@ -758,12 +822,20 @@ pub(crate) fn forbidden(field: &str, detail: &str) -> Cause {
 
 /// `field.TooLong`: "Too long: may not be more than N bytes".
 pub(crate) fn too_long(field: &str, max: u64) -> Cause {
-    cause("FieldValueTooLong", field, format!("Too long: may not be more than {max} bytes"))
+    cause(
+        "FieldValueTooLong",
+        field,
+        format!("Too long: may not be more than {max} bytes"),
+    )
 }
 
 /// `field.TooMany`: "Too many: <actual>: must have at most N items".
 pub(crate) fn too_many(field: &str, actual: u64, max: u64) -> Cause {
-    cause("FieldValueTooMany", field, format!("Too many: {actual}: must have at most {max} items"))
+    cause(
+        "FieldValueTooMany",
+        field,
+        format!("Too many: {actual}: must have at most {max} items"),
+    )
 }
 
 /// A bad value as `ErrorBody` prints it: strings quoted, numbers and booleans bare, null as
@@ -799,7 +871,10 @@ fn go_sharp_v(value: &Value) -> String {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by_key(|(k, _)| *k);
-            let inner: Vec<String> = entries.iter().map(|(k, v)| format!("{}:{}", go_quote(k), go_sharp_v(v))).collect();
+            let inner: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{}:{}", go_quote(k), go_sharp_v(v)))
+                .collect();
             format!("map[string]interface {{}}{{{}}}", inner.join(", "))
         }
     }
@@ -809,7 +884,13 @@ fn go_sharp_v(value: &Value) -> String {
 /// form when the decimal exponent is below -4 or at least 6 (`1e+06`, `1.5e-05`).
 pub(crate) fn go_float(f: f64) -> String {
     if !f.is_finite() {
-        return if f.is_nan() { "NaN".into() } else if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if f.is_nan() {
+            "NaN".into()
+        } else if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     if f == 0.0 {
         return "0".into();
@@ -859,7 +940,11 @@ mod tests {
     }
 
     fn causes_for(spec: Value) -> Vec<Cause> {
-        validate(&json!({"apiVersion": "example.org/v1", "kind": "Widget", "spec": spec}), None, &widget_schema())
+        validate(
+            &json!({"apiVersion": "example.org/v1", "kind": "Widget", "spec": spec}),
+            None,
+            &widget_schema(),
+        )
     }
 
     fn only(causes: Vec<Cause>) -> Cause {
@@ -888,10 +973,13 @@ mod tests {
             },
         });
         prune(&mut obj, &schema);
-        assert_eq!(obj, json!({
-            "apiVersion": "v1", "kind": "W",
-            "spec": {"inner": {"keep": "x"}, "list": [{"a": "1"}], "labels": {"k": {"v": "1"}}},
-        }));
+        assert_eq!(
+            obj,
+            json!({
+                "apiVersion": "v1", "kind": "W",
+                "spec": {"inner": {"keep": "x"}, "list": [{"a": "1"}], "labels": {"k": {"v": "1"}}},
+            })
+        );
     }
 
     #[test]
@@ -903,7 +991,10 @@ mod tests {
         }}));
         let mut obj = json!({"spec": {"free": {"any": [1, {"x": 2}]}, "known": {"a": "1", "b": "2"}}});
         prune(&mut obj, &schema);
-        assert_eq!(obj, json!({"spec": {"free": {"any": [1, {"x": 2}]}, "known": {"a": "1"}}}));
+        assert_eq!(
+            obj,
+            json!({"spec": {"free": {"any": [1, {"x": 2}]}, "known": {"a": "1"}}})
+        );
     }
 
     #[test]
@@ -911,7 +1002,10 @@ mod tests {
         let schema = Schema::new(json!({"type": "object", "properties": {}}));
         let mut obj = json!({"metadata": {"name": "w", "labels": {"a": "b"}, "bogus": 1, "ownerReferences": [{"uid": "u", "extra": 1}]}});
         prune(&mut obj, &schema);
-        assert_eq!(obj, json!({"metadata": {"name": "w", "labels": {"a": "b"}, "ownerReferences": [{"uid": "u"}]}}));
+        assert_eq!(
+            obj,
+            json!({"metadata": {"name": "w", "labels": {"a": "b"}, "ownerReferences": [{"uid": "u"}]}})
+        );
     }
 
     #[test]
@@ -930,9 +1024,12 @@ mod tests {
             "junk": true,
         }}});
         prune(&mut obj, &schema);
-        assert_eq!(obj, json!({"spec": {"template": {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1},
-        }}}));
+        assert_eq!(
+            obj,
+            json!({"spec": {"template": {
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1},
+            }}})
+        );
     }
 
     #[test]
@@ -964,12 +1061,15 @@ mod tests {
         }}));
         let mut obj = json!({"spec": {"replicas": 3, "containers": [{}, {"pull": "Always"}], "limits": {"cpu": {}}}});
         apply_defaults(&mut obj, &schema);
-        assert_eq!(obj, json!({"spec": {
-            "replicas": 3,
-            "strategy": {"type": "Rolling", "maxSurge": 25},
-            "containers": [{"pull": "IfNotPresent"}, {"pull": "Always"}],
-            "limits": {"cpu": {"unit": "m"}},
-        }}));
+        assert_eq!(
+            obj,
+            json!({"spec": {
+                "replicas": 3,
+                "strategy": {"type": "Rolling", "maxSurge": 25},
+                "containers": [{"pull": "IfNotPresent"}, {"pull": "Always"}],
+                "limits": {"cpu": {"unit": "m"}},
+            }})
+        );
         let mut empty = json!({});
         apply_defaults(&mut empty, &schema);
         assert_eq!(empty["spec"]["replicas"], 1);
@@ -984,9 +1084,13 @@ mod tests {
             "nullable": {"type": "string", "nullable": true, "default": "d"},
             "items": {"type": "array", "items": {"type": "string", "default": "i"}},
         }}));
-        let mut obj = json!({"defaulted": null, "plain": null, "nullable": null, "items": [null, "x"], "unknown": null});
+        let mut obj =
+            json!({"defaulted": null, "plain": null, "nullable": null, "items": [null, "x"], "unknown": null});
         apply_defaults(&mut obj, &schema);
-        assert_eq!(obj, json!({"defaulted": "d", "nullable": null, "items": ["i", "x"], "unknown": null}));
+        assert_eq!(
+            obj,
+            json!({"defaulted": "d", "nullable": null, "items": ["i", "x"], "unknown": null})
+        );
     }
 
     #[test]
@@ -1013,16 +1117,29 @@ mod tests {
         let c = only(causes_for(json!({"size": "3"})));
         assert_eq!(c.reason, "FieldValueTypeInvalid");
         assert_eq!(c.field, "spec.size");
-        assert_eq!(c.message, r#"Invalid value: "string": spec.size in body must be of type integer: "string""#);
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "string": spec.size in body must be of type integer: "string""#
+        );
         let c = only(causes_for(json!({"size": 2.5})));
-        assert_eq!(c.message, r#"Invalid value: "number": spec.size in body must be of type integer: "number""#);
-        assert_eq!(causes_for(json!({"size": 2.0})), vec![], "an integral float is an integer");
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "number": spec.size in body must be of type integer: "number""#
+        );
+        assert_eq!(
+            causes_for(json!({"size": 2.0})),
+            vec![],
+            "an integral float is an integer"
+        );
     }
 
     #[test]
     fn a_missing_required_field_is_field_value_required() {
         let c = only(causes_for(json!({})));
-        assert_eq!((c.reason.as_str(), c.field.as_str(), c.message.as_str()), ("FieldValueRequired", "spec.size", "Required value"));
+        assert_eq!(
+            (c.reason.as_str(), c.field.as_str(), c.message.as_str()),
+            ("FieldValueRequired", "spec.size", "Required value")
+        );
     }
 
     #[test]
@@ -1030,42 +1147,78 @@ mod tests {
         let c = only(causes_for(json!({"size": 1, "mode": "warp"})));
         assert_eq!(c.reason, "FieldValueNotSupported");
         assert_eq!(c.field, "spec.mode");
-        assert_eq!(c.message, r#"Unsupported value: "warp": supported values: "fast", "slow""#);
+        assert_eq!(
+            c.message,
+            r#"Unsupported value: "warp": supported values: "fast", "slow""#
+        );
     }
 
     #[test]
     fn bounds_are_checked_inclusive_and_exclusive() {
         let c = only(causes_for(json!({"size": 11})));
-        assert_eq!((c.reason.as_str(), c.message.as_str()), ("FieldValueInvalid", "Invalid value: 11: spec.size in body should be less than or equal to 10"));
+        assert_eq!(
+            (c.reason.as_str(), c.message.as_str()),
+            (
+                "FieldValueInvalid",
+                "Invalid value: 11: spec.size in body should be less than or equal to 10"
+            )
+        );
         let c = only(causes_for(json!({"size": 0})));
-        assert_eq!(c.message, "Invalid value: 0: spec.size in body should be greater than or equal to 1");
+        assert_eq!(
+            c.message,
+            "Invalid value: 0: spec.size in body should be greater than or equal to 1"
+        );
         let c = only(causes_for(json!({"size": 1, "ratio": 1.0})));
         assert_eq!(c.message, "Invalid value: 1: spec.ratio in body should be less than 1");
         let c = only(causes_for(json!({"size": 1, "ratio": 0})));
-        assert_eq!(c.message, "Invalid value: 0: spec.ratio in body should be greater than 0");
+        assert_eq!(
+            c.message,
+            "Invalid value: 0: spec.ratio in body should be greater than 0"
+        );
         assert_eq!(causes_for(json!({"size": 10, "ratio": 0.99})), vec![]);
     }
 
     #[test]
     fn string_lengths_and_patterns_are_checked() {
         let c = only(causes_for(json!({"size": 1, "name": "toolong"})));
-        assert_eq!((c.reason.as_str(), c.field.as_str()), ("FieldValueTooLong", "spec.name"));
+        assert_eq!(
+            (c.reason.as_str(), c.field.as_str()),
+            ("FieldValueTooLong", "spec.name")
+        );
         assert_eq!(c.message, "Too long: may not be more than 5 bytes");
         let c = only(causes_for(json!({"size": 1, "name": "a"})));
-        assert_eq!(c.message, r#"Invalid value: "a": spec.name in body should be at least 2 chars long"#);
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "a": spec.name in body should be at least 2 chars long"#
+        );
         let c = only(causes_for(json!({"size": 1, "name": "ab1"})));
-        assert_eq!(c.message, r#"Invalid value: "ab1": spec.name in body should match '^[a-z]+$'"#);
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "ab1": spec.name in body should match '^[a-z]+$'"#
+        );
     }
 
     #[test]
     fn item_counts_are_checked() {
         let c = only(causes_for(json!({"size": 1, "tags": []})));
-        assert_eq!((c.reason.as_str(), c.message.as_str()), ("FieldValueInvalid", "Invalid value: 0: spec.tags in body should have at least 1 items"));
+        assert_eq!(
+            (c.reason.as_str(), c.message.as_str()),
+            (
+                "FieldValueInvalid",
+                "Invalid value: 0: spec.tags in body should have at least 1 items"
+            )
+        );
         let c = only(causes_for(json!({"size": 1, "tags": ["a", "b", "c", "d"]})));
-        assert_eq!((c.reason.as_str(), c.message.as_str()), ("FieldValueTooMany", "Too many: 4: must have at most 3 items"));
+        assert_eq!(
+            (c.reason.as_str(), c.message.as_str()),
+            ("FieldValueTooMany", "Too many: 4: must have at most 3 items")
+        );
         let c = only(causes_for(json!({"size": 1, "tags": [1]})));
         assert_eq!(c.field, "spec.tags[0]");
-        assert_eq!(c.message, r#"Invalid value: "integer": spec.tags[0] in body must be of type string: "integer""#);
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "integer": spec.tags[0] in body must be of type string: "integer""#
+        );
     }
 
     #[test]
@@ -1073,30 +1226,51 @@ mod tests {
         assert_eq!(causes_for(json!({"size": 1, "port": 8080})), vec![]);
         assert_eq!(causes_for(json!({"size": 1, "port": "http"})), vec![]);
         let c = only(causes_for(json!({"size": 1, "port": true})));
-        assert_eq!(c.message, r#"Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#);
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#
+        );
     }
 
     #[test]
     fn null_is_refused_unless_nullable() {
         assert_eq!(causes_for(json!({"size": 1, "note": null})), vec![]);
         let c = only(causes_for(json!({"size": 1, "name": null})));
-        assert_eq!(c.message, r#"Invalid value: "null": spec.name in body must be of type string: "null""#);
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "null": spec.name in body must be of type string: "null""#
+        );
     }
 
     #[test]
     fn date_time_format_is_checked() {
-        assert_eq!(causes_for(json!({"size": 1, "at": "2024-01-02T03:04:05.123+02:00"})), vec![]);
+        assert_eq!(
+            causes_for(json!({"size": 1, "at": "2024-01-02T03:04:05.123+02:00"})),
+            vec![]
+        );
         let c = only(causes_for(json!({"size": 1, "at": "yesterday"})));
         assert_eq!(c.reason, "FieldValueTypeInvalid");
-        assert_eq!(c.message, r#"Invalid value: "yesterday": spec.at in body must be of type date-time: "yesterday""#);
-        assert_eq!(causes_for(json!({"size": 1, "at": "2024-01-02T03:04:05"})).len(), 1, "a time zone is required");
+        assert_eq!(
+            c.message,
+            r#"Invalid value: "yesterday": spec.at in body must be of type date-time: "yesterday""#
+        );
+        assert_eq!(
+            causes_for(json!({"size": 1, "at": "2024-01-02T03:04:05"})).len(),
+            1,
+            "a time zone is required"
+        );
     }
 
     #[test]
     fn set_duplicates_and_map_duplicate_keys_are_refused() {
         let c = only(causes_for(json!({"size": 1, "tags": ["a", "a"]})));
-        assert_eq!((c.reason.as_str(), c.field.as_str(), c.message.as_str()), ("FieldValueDuplicate", "spec.tags[1]", r#"Duplicate value: "a""#));
-        let c = only(causes_for(json!({"size": 1, "ports": [{"name": "a", "port": 1}, {"name": "a", "port": 2}]})));
+        assert_eq!(
+            (c.reason.as_str(), c.field.as_str(), c.message.as_str()),
+            ("FieldValueDuplicate", "spec.tags[1]", r#"Duplicate value: "a""#)
+        );
+        let c = only(causes_for(
+            json!({"size": 1, "ports": [{"name": "a", "port": 1}, {"name": "a", "port": 2}]}),
+        ));
         assert_eq!(c.field, "spec.ports[1]");
         assert_eq!(c.message, r#"Duplicate value: map[string]interface {}{"name":"a"}"#);
     }
@@ -1121,7 +1295,11 @@ mod tests {
         let c = only(validate(&changed, Some(&old), &schema));
         assert_eq!((c.reason.as_str(), c.field.as_str()), ("FieldValueInvalid", "spec.id"));
         assert_eq!(c.message, r#"Invalid value: "string": id is immutable"#);
-        assert_eq!(validate(&changed, None, &schema), vec![], "transition rules do not run on create");
+        assert_eq!(
+            validate(&changed, None, &schema),
+            vec![],
+            "transition rules do not run on create"
+        );
     }
 
     #[test]
@@ -1129,8 +1307,14 @@ mod tests {
         let schema = immutable_schema();
         let old = json!({"spec": {"size": 3}});
         let c = only(validate(&json!({"spec": {"size": 2}}), Some(&old), &schema));
-        assert_eq!((c.field.as_str(), c.message.as_str()), ("spec", r#"Invalid value: "object": size may not shrink"#));
-        assert_eq!(validate(&json!({"spec": {"size": 4}}), Some(&json!({"spec": {}})), &schema), vec![]);
+        assert_eq!(
+            (c.field.as_str(), c.message.as_str()),
+            ("spec", r#"Invalid value: "object": size may not shrink"#)
+        );
+        assert_eq!(
+            validate(&json!({"spec": {"size": 4}}), Some(&json!({"spec": {}})), &schema),
+            vec![]
+        );
     }
 
     #[test]
@@ -1139,7 +1323,10 @@ mod tests {
         let c = only(validate(&json!({"spec": {"limit": 11}}), None, &schema));
         assert_eq!(c.message, r#"Invalid value: "integer": failed rule: self <= 10"#);
         let c = only(validate(&json!({"spec": {"owner": "root"}}), None, &schema));
-        assert_eq!((c.reason.as_str(), c.message.as_str()), ("FieldValueForbidden", "Forbidden: not root"));
+        assert_eq!(
+            (c.reason.as_str(), c.message.as_str()),
+            ("FieldValueForbidden", "Forbidden: not root")
+        );
     }
 
     #[test]
@@ -1149,7 +1336,11 @@ mod tests {
         assert_eq!(causes.len(), 2, "{causes:#?}");
         assert_eq!(causes[0].reason, "FieldValueTypeInvalid");
         assert_eq!(causes[1].field, "<nil>");
-        assert!(causes[1].message.starts_with(r#"Invalid value: "null": some validation rules were not checked"#));
+        assert!(
+            causes[1]
+                .message
+                .starts_with(r#"Invalid value: "null": some validation rules were not checked"#)
+        );
     }
 
     #[test]
