@@ -42,6 +42,8 @@ pub fn all() -> Vec<Builtin> {
 /// kcp's `logicalclusters.core.kcp.io/v1alpha1`, served only by kcp-like fakes.
 pub fn logical_cluster() -> Builtin {
     let mut resource = discovered("core.kcp.io", "v1alpha1", "LogicalCluster", "logicalclusters", false);
+    // kcp serves it through its CRD machinery, hence the custom-resource verb order.
+    resource.verbs = strings(crate::crd::VERBS);
     resource.subresources = strings(&["status"]);
     resource.categories = strings(&["kcp"]);
     let schema = object_schema(json!({

@@ -12,16 +12,20 @@ use serde_json::{Map, Value, json};
 
 use crate::schema::{self, Schema, forbidden, invalid, not_supported, required};
 
-const VERBS: &[&str] = &[
-    "create",
+/// Verbs of a custom resource, in the order the apiextensions discovery controller lists them.
+pub const VERBS: &[&str] = &[
     "delete",
     "deletecollection",
     "get",
     "list",
     "patch",
+    "create",
     "update",
     "watch",
 ];
+
+/// Verbs left while a CRD is terminating.
+const TERMINATING_VERBS: &[&str] = &["delete", "deletecollection", "get", "list", "watch"];
 
 const DNS1035_MESSAGE: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 
@@ -500,11 +504,20 @@ fn discovered(crd: &Value, version: &Value) -> DiscoveredResource {
         plural: text(crd, "/spec/names/plural").to_string(),
         singular: singular(crd),
         namespaced: text(crd, "/spec/scope") == "Namespaced",
-        verbs: VERBS.iter().map(|v| v.to_string()).collect(),
+        verbs: verbs(crd).iter().map(|v| v.to_string()).collect(),
         subresources,
         short_names: string_list(crd.pointer("/spec/names/shortNames")),
         categories: string_list(crd.pointer("/spec/names/categories")),
     }
+}
+
+fn verbs(crd: &Value) -> &'static [&'static str] {
+    let conditions = crd.pointer("/status/conditions").and_then(Value::as_array);
+    let terminating = conditions.into_iter().flatten().any(|c| {
+        c.get("type").and_then(Value::as_str) == Some("Terminating")
+            && c.get("status").and_then(Value::as_str) == Some("True")
+    });
+    if terminating { TERMINATING_VERBS } else { VERBS }
 }
 
 fn version_schema(version: &Value) -> Schema {
@@ -826,7 +839,13 @@ mod tests {
         assert_eq!(v1.subresources, ["status", "scale"]);
         assert_eq!(v1.short_names, ["wd"]);
         assert_eq!(v1.categories, ["all"]);
-        assert_eq!(v1.verbs.len(), 8);
+        assert_eq!(v1.verbs, VERBS);
+        let mut terminating = widget_crd();
+        terminating["status"] = json!({"conditions": [{"type": "Terminating", "status": "True"}]});
+        assert_eq!(
+            served_resources(&terminating)[0].0.verbs,
+            ["delete", "deletecollection", "get", "list", "watch"]
+        );
         assert!(v1_schema.property("spec").and_then(|s| s.property("size")).is_some());
         let (alpha, alpha_schema) = &served[1];
         assert!(alpha.subresources.is_empty());

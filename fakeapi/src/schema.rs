@@ -733,13 +733,11 @@ enum Segment<'a> {
 fn path_segments(path: &str) -> Vec<Segment<'_>> {
     let mut segments = vec![];
     for part in path.split('.').filter(|p| !p.is_empty()) {
-        let (name, indices) = part.split_once('[').map_or((part, ""), |(n, rest)| (n, rest));
+        let name = part.split('[').next().unwrap_or_default();
         if !name.is_empty() {
             segments.push(Segment::Key(name));
         }
-        if !indices.is_empty() || part.contains('[') {
-            segments.extend(part.matches('[').map(|_| Segment::Index));
-        }
+        segments.extend(part.matches('[').map(|_| Segment::Index));
     }
     segments
 }
@@ -1326,6 +1324,22 @@ mod tests {
         assert_eq!(
             (c.reason.as_str(), c.message.as_str()),
             ("FieldValueForbidden", "Forbidden: not root")
+        );
+    }
+
+    #[test]
+    fn cel_rules_on_list_items_report_the_item_path_and_type() {
+        let schema = Schema::new(json!({"type": "object", "properties": {
+            "ports": {"type": "array", "items": {
+                "type": "object",
+                "properties": {"port": {"type": "integer"}},
+                "x-kubernetes-validations": [{"rule": "self.port > 0", "message": "port must be positive"}],
+            }},
+        }}));
+        let c = only(validate(&json!({"ports": [{"port": 1}, {"port": 0}]}), None, &schema));
+        assert_eq!(
+            (c.field.as_str(), c.message.as_str()),
+            ("ports[1]", r#"Invalid value: "object": port must be positive"#)
         );
     }
 
