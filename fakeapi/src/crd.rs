@@ -479,6 +479,46 @@ fn cel_rules_compile(node: &Map<String, Value>, path: &str, causes: &mut Vec<Cau
     }
 }
 
+/// Validates an update of a CRD: what [`validate_crd`] checks, plus kube's immutable fields
+/// (group and plural always; scope and kind once Established) and that every version in the
+/// old `status.storedVersions` is still listed in `spec.versions`.
+pub fn validate_crd_update(crd: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = validate_crd(crd);
+    let established = old
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.get("type").and_then(Value::as_str) == Some("Established")
+                && c.get("status").and_then(Value::as_str) == Some("True")
+        });
+    let mut immutable = vec![
+        ("/spec/group", "spec.group"),
+        ("/spec/names/plural", "spec.names.plural"),
+    ];
+    if established {
+        immutable.extend([("/spec/scope", "spec.scope"), ("/spec/names/kind", "spec.names.kind")]);
+    }
+    for (pointer, field) in immutable {
+        let new_value = crd.pointer(pointer).cloned().unwrap_or(Value::Null);
+        if old.pointer(pointer).cloned().unwrap_or(Value::Null) != new_value {
+            causes.push(invalid(field, &new_value, "field is immutable"));
+        }
+    }
+    let listed: Vec<&str> = versions(crd).iter().map(|v| text(v, "/name")).collect();
+    for (i, stored) in string_list(old.pointer("/status/storedVersions")).iter().enumerate() {
+        if !listed.contains(&stored.as_str()) {
+            causes.push(invalid(
+                &format!("status.storedVersions[{i}]"),
+                &json!(stored),
+                "must appear in spec.versions",
+            ));
+        }
+    }
+    causes
+}
+
 /// One discovery entry and schema per served version, preferred version first (kube's
 /// version priority: GA before beta before alpha, higher numbers first).
 pub fn served_resources(crd: &Value) -> Vec<(DiscoveredResource, Schema)> {
@@ -818,6 +858,29 @@ mod tests {
         let causes = validate_crd(&crd);
         assert_eq!(fields(&causes), ["spec.versions[0].schema.openAPIV3Schema"]);
         assert_eq!(causes[0].message, "Required value: schemas are required");
+    }
+
+    #[test]
+    fn an_update_keeps_names_and_stored_versions() {
+        let now = Timestamp::from_second(1_767_225_600).expect("valid timestamp");
+        let mut old = widget_crd();
+        old["status"] = established_status(&old, now);
+        assert_eq!(validate_crd_update(&widget_crd(), &old), vec![]);
+        let rescoped = with(widget_crd(), "/spec/scope", json!("Cluster"));
+        let causes = validate_crd_update(&rescoped, &old);
+        assert_eq!(fields(&causes), ["spec.scope"]);
+        assert_eq!(causes[0].message, r#"Invalid value: "Cluster": field is immutable"#);
+        let mut dropped = widget_crd();
+        if let Some(list) = dropped.pointer_mut("/spec/versions").and_then(Value::as_array_mut) {
+            list.retain(|v| v["name"] != "v1");
+        }
+        dropped = with(dropped, "/spec/versions/0/storage", json!(true));
+        let causes = validate_crd_update(&dropped, &old);
+        assert_eq!(fields(&causes), ["status.storedVersions[0]"]);
+        assert_eq!(
+            causes[0].message,
+            r#"Invalid value: "v1": must appear in spec.versions"#
+        );
     }
 
     #[test]

@@ -88,10 +88,20 @@ pub fn group_version_document(group: &str, version: &str, resources: &[(Discover
     }
     json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.35.0"},
+        "info": info(group),
         "paths": paths,
         "components": {"schemas": schemas},
     })
+}
+
+/// Custom groups are published by the CRD OpenAPI builder, Kubernetes' own by the apiserver.
+fn info(group: &str) -> Value {
+    let builtin = group.is_empty() || !group.contains('.') || group.ends_with(".k8s.io");
+    if builtin {
+        json!({"title": "Kubernetes", "version": "v1.35.0"})
+    } else {
+        json!({"title": "Kubernetes CRD Swagger", "version": "v0.1.0"})
+    }
 }
 
 fn reference(name: &str) -> Value {
@@ -691,6 +701,7 @@ mod tests {
     fn a_crd_schema_round_trips_into_components_unchanged() {
         let doc = group_version_document("example.org", "v1", &[widget(true, &["status"])]);
         assert_eq!(doc["openapi"], "3.0.0");
+        assert_eq!(doc["info"]["title"], "Kubernetes CRD Swagger");
         let mut published = doc["components"]["schemas"]["org.example.v1.Widget"].clone();
         assert_eq!(
             published["x-kubernetes-group-version-kind"],
