@@ -77,7 +77,6 @@ fn is_established(crd: &Value) -> bool {
 
 /// Marks new CRDs Established and serves exactly the Established ones.
 fn establish_crds(inner: &Inner, state: &mut State) {
-    let now = inner.now();
     for crd in state.list(&crds(), None) {
         let accepted_differs = crd.pointer("/status/acceptedNames") != crd.pointer("/spec/names");
         let stored_missing = crate::crd::storage_version(&crd).is_some_and(|v| {
@@ -89,7 +88,7 @@ fn establish_crds(inner: &Inner, state: &mut State) {
             continue;
         }
         let mut updated = (*crd).clone();
-        let mut status = crate::crd::established_status(&crd, &now);
+        let mut status = crate::crd::established_status(&crd, inner.clock.now());
         if let Some(old) = crd.pointer("/status/storedVersions").and_then(Value::as_array) {
             let mut stored: Vec<Value> = old.clone();
             for v in status["storedVersions"].as_array().cloned().unwrap_or_default() {

@@ -890,7 +890,10 @@ fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) 
     }
     let mut causes = schema::validate(obj, old.map(|o| o.as_ref()), &info.schema);
     if info.resource.group == "apiextensions.k8s.io" {
-        causes.extend(crate::crd::validate_crd(obj));
+        causes.extend(match old {
+            Some(old) => crate::crd::validate_crd_update(obj, old),
+            None => crate::crd::validate_crd(obj),
+        });
     }
     if causes.is_empty() {
         Ok(())
