@@ -341,7 +341,9 @@ fn error_from_response(code: StatusCode, retry_after: Option<u32>, body: &[u8]) 
         // fairness, max-in-flight) and from proxies.
         _ => {
             let text = String::from_utf8_lossy(body).trim().to_string();
-            Status::failure(&text, code.canonical_reason().unwrap_or_default())
+            // "Service Unavailable" → "ServiceUnavailable", the apiserver's StatusReason spelling.
+            let reason = code.canonical_reason().unwrap_or_default().replace(' ', "");
+            Status::failure(&text, &reason)
         }
     };
     if status.code == 0 {
@@ -370,6 +372,8 @@ fn add_aggregated_group(discovery: &mut Discovery, group: APIGroupDiscovery) {
             continue;
         };
         for resource in version.resources {
+            // Without a kind the resource cannot become an `ApiResource`; the apiserver always
+            // sends one for top-level resources.
             let (Some(plural), Some(kind)) = (resource.resource, resource.response_kind.and_then(|k| k.kind)) else {
                 continue;
             };
@@ -1091,7 +1095,7 @@ mod tests {
     async fn plain_server_failures_and_broken_connections_are_typed() {
         let unavailable = error_for((503, vec![], "upstream connect error".into())).await;
         assert!(
-            matches!(&unavailable, Error::Server { code: 503, message, .. } if message == "upstream connect error"),
+            matches!(&unavailable, Error::Server { code: 503, reason, message } if message == "upstream connect error" && reason == "ServiceUnavailable"),
             "{unavailable:?}"
         );
         assert!(unavailable.is_transient());
