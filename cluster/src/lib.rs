@@ -15,6 +15,8 @@ pub use clock::{Clock, SharedClock, SystemClock, TokioClock};
 pub use discovery::{ApiGroupInfo, DiscoveredResource, Discovery};
 pub use error::{Error, Result};
 pub use identity::{ClusterIdentity, IdentitySource};
+pub use kube_impl::KubeClusterClient;
+pub use watcher::{BackoffPolicy, WatcherConfig, into_seam_error, watcher};
 
 pub use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GetParams, ListParams, ObjectList, Patch, PatchParams, PostParams,
