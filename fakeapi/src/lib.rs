@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod crd;
 pub mod faults;
+pub mod http;
 pub mod meta;
 pub mod openapi;
 pub mod ops;
