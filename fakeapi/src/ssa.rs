@@ -423,3 +423,473 @@ fn internal(message: String) -> Error {
 fn text(v: &Value, pointer: &str) -> String {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    const T1: &str = "2025-01-01T00:00:00Z";
+    const T2: &str = "2025-01-01T00:01:00Z";
+
+    fn widget_schema() -> Schema {
+        Schema::new(json!({
+            "type": "object",
+            "properties": {
+                "spec": {"type": "object", "properties": {
+                    "replicas": {"type": "integer"},
+                    "image": {"type": "string"},
+                    "containers": {
+                        "type": "array",
+                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                        "items": {"type": "object", "properties": {
+                            "name": {"type": "string"}, "image": {"type": "string"},
+                        }},
+                    },
+                    "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                    "args": {"type": "array", "items": {"type": "string"}},
+                    "selector": {
+                        "type": "object", "x-kubernetes-map-type": "atomic",
+                        "additionalProperties": {"type": "string"},
+                    },
+                    "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                }},
+                "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
+            },
+        }))
+    }
+
+    fn widget(spec: Value) -> Value {
+        json!({
+            "apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "ns"},
+            "spec": spec,
+        })
+    }
+
+    fn apply_as(live: Option<&Value>, body: &Value, manager: &str, force: bool) -> Result<Value, Error> {
+        apply(live, body, manager, force, &widget_schema(), "", T1)
+    }
+
+    fn entry<'a>(obj: &'a Value, manager: &str) -> Option<&'a Value> {
+        obj.pointer("/metadata/managedFields")?
+            .as_array()?
+            .iter()
+            .find(|e| e["manager"] == manager)
+    }
+
+    fn fields(obj: &Value, manager: &str) -> Value {
+        entry(obj, manager).map(|e| e["fieldsV1"].clone()).unwrap_or(Value::Null)
+    }
+
+    fn conflict(err: Error) -> (String, Vec<Cause>) {
+        match err {
+            Error::Conflict { message, causes } => (message, causes),
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn apply_creates_the_object_and_records_an_apply_entry() {
+        let mut body = widget(json!({"replicas": 1, "containers": [{"name": "a", "image": "x"}]}));
+        body["metadata"]["labels"] = json!({"app": "w"});
+        let out = apply_as(None, &body, "kbind", false).unwrap();
+
+        assert_eq!(out["spec"], body["spec"]);
+        assert_eq!(out["metadata"]["labels"], json!({"app": "w"}));
+        assert_eq!(
+            out["metadata"]["managedFields"],
+            json!([{
+                "manager": "kbind", "operation": "Apply", "apiVersion": "example.org/v1", "time": T1,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {"f:labels": {"f:app": {}}},
+                    "f:spec": {
+                        "f:replicas": {},
+                        "f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:image": {}, "f:name": {}}},
+                    },
+                },
+            }])
+        );
+    }
+
+    #[test]
+    fn applying_the_same_body_twice_changes_nothing() {
+        let body = widget(json!({"replicas": 1, "tags": ["a"]}));
+        let once = apply_as(None, &body, "kbind", false).unwrap();
+        let twice = apply(Some(&once), &body, "kbind", false, &widget_schema(), "", T2).unwrap();
+        assert_eq!(once, twice);
+    }
+
+    #[test]
+    fn server_set_metadata_and_identity_are_never_owned() {
+        let mut body = widget(json!({"replicas": 1}));
+        body["metadata"]["uid"] = json!("u1");
+        body["metadata"]["resourceVersion"] = json!("7");
+        body["metadata"]["creationTimestamp"] = json!(null);
+        body["metadata"]["managedFields"] = json!([{"manager": "x", "operation": "Update"}]);
+        body["metadata"]["finalizers"] = json!(["example.org/f"]);
+        body["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "o1"}]);
+        let out = apply_as(None, &body, "kbind", false).unwrap();
+
+        assert!(out["metadata"].get("uid").is_none());
+        assert!(out["metadata"].get("resourceVersion").is_none());
+        assert_eq!(out["metadata"]["managedFields"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            fields(&out, "kbind"),
+            json!({
+                "f:metadata": {
+                    "f:finalizers": {"v:\"example.org/f\"": {}},
+                    "f:ownerReferences": {"k:{\"uid\":\"o1\"}": {}},
+                },
+                "f:spec": {"f:replicas": {}},
+            })
+        );
+    }
+
+    #[test]
+    fn an_update_then_an_apply_of_another_value_conflicts() {
+        let mut created = widget(json!({"replicas": 1}));
+        record_update(None, &mut created, "kubectl", &widget_schema(), "", T1);
+        let err = apply_as(Some(&created), &widget(json!({"replicas": 2})), "kbind", false).unwrap_err();
+        let (message, causes) = conflict(err);
+        assert_eq!(
+            message,
+            "Apply failed with 1 conflict: conflict with \"kubectl\" using example.org/v1: .spec.replicas"
+        );
+        assert_eq!(
+            causes,
+            vec![Cause {
+                reason: "FieldManagerConflict".into(),
+                message: "conflict with \"kubectl\" using example.org/v1".into(),
+                field: ".spec.replicas".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn force_moves_ownership_to_the_applier() {
+        let mut created = widget(json!({"replicas": 1, "image": "x"}));
+        record_update(None, &mut created, "kubectl", &widget_schema(), "", T1);
+        let out = apply_as(Some(&created), &widget(json!({"replicas": 2})), "kbind", true).unwrap();
+        assert_eq!(out["spec"], json!({"replicas": 2, "image": "x"}));
+        assert_eq!(fields(&out, "kbind"), json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(fields(&out, "kubectl"), json!({"f:spec": {".": {}, "f:image": {}}}));
+    }
+
+    #[test]
+    fn an_equal_value_is_shared_without_conflict() {
+        let a = apply_as(None, &widget(json!({"replicas": 3})), "a", false).unwrap();
+        let b = apply_as(Some(&a), &widget(json!({"replicas": 3})), "b", false).unwrap();
+        assert_eq!(fields(&b, "a"), json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(fields(&b, "b"), json!({"f:spec": {"f:replicas": {}}}));
+        // Nothing changed for the object, so the new entry carries no time.
+        assert!(entry(&b, "b").unwrap().get("time").is_none());
+    }
+
+    #[test]
+    fn fields_dropped_by_a_reapply_are_removed() {
+        let first = apply_as(None, &widget(json!({"replicas": 1, "image": "x"})), "kbind", false).unwrap();
+        let second = apply_as(Some(&first), &widget(json!({"replicas": 1})), "kbind", false).unwrap();
+        assert_eq!(second["spec"], json!({"replicas": 1}));
+        assert_eq!(fields(&second, "kbind"), json!({"f:spec": {"f:replicas": {}}}));
+    }
+
+    #[test]
+    fn a_dropped_field_another_manager_owns_stays() {
+        let a = apply_as(None, &widget(json!({"image": "x", "replicas": 1})), "a", false).unwrap();
+        let b = apply_as(Some(&a), &widget(json!({"image": "x"})), "b", false).unwrap();
+        let a2 = apply_as(Some(&b), &widget(json!({"replicas": 1})), "a", false).unwrap();
+        assert_eq!(a2["spec"], json!({"image": "x", "replicas": 1}));
+        assert_eq!(fields(&a2, "a"), json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(fields(&a2, "b"), json!({"f:spec": {"f:image": {}}}));
+    }
+
+    #[test]
+    fn dropping_everything_removes_the_emptied_parents_and_the_entry() {
+        let a = apply_as(None, &widget(json!({"image": "x"})), "a", false).unwrap();
+        let gone = apply_as(Some(&a), &widget(json!(null)), "a", false).unwrap();
+        assert!(gone.get("spec").is_none(), "{gone}");
+        assert!(gone["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn two_appliers_own_disjoint_items_of_one_list_map() {
+        let a = apply_as(None, &widget(json!({"containers": [{"name": "a", "image": "1"}]})), "a", false).unwrap();
+        let b = apply_as(Some(&a), &widget(json!({"containers": [{"name": "b", "image": "2"}]})), "b", false).unwrap();
+        assert_eq!(
+            b["spec"]["containers"],
+            json!([{"name": "a", "image": "1"}, {"name": "b", "image": "2"}])
+        );
+        let a_left = apply_as(Some(&b), &widget(json!({"replicas": 1})), "a", false).unwrap();
+        assert_eq!(a_left["spec"]["containers"], json!([{"name": "b", "image": "2"}]));
+        assert_eq!(
+            fields(&a_left, "b"),
+            json!({"f:spec": {"f:containers": {"k:{\"name\":\"b\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+        );
+    }
+
+    #[test]
+    fn a_list_map_item_another_applier_changed_conflicts_per_field() {
+        let a = apply_as(None, &widget(json!({"containers": [{"name": "a", "image": "1"}]})), "a", false).unwrap();
+        let err = apply_as(Some(&a), &widget(json!({"containers": [{"name": "a", "image": "2"}]})), "b", false)
+            .unwrap_err();
+        let (message, causes) = conflict(err);
+        assert_eq!(
+            message,
+            "Apply failed with 1 conflict: conflict with \"a\": .spec.containers[name=\"a\"].image"
+        );
+        assert_eq!(causes[0].field, ".spec.containers[name=\"a\"].image");
+    }
+
+    #[test]
+    fn several_conflicts_are_grouped_by_manager() {
+        let a = apply_as(None, &widget(json!({"image": "x", "replicas": 1})), "a", false).unwrap();
+        let mut b = a.clone();
+        b["spec"]["args"] = json!(["1"]);
+        record_update(Some(&a), &mut b, "b", &widget_schema(), "", T1);
+        let err = apply_as(Some(&b), &widget(json!({"image": "y", "replicas": 2, "args": ["2"]})), "c", false)
+            .unwrap_err();
+        let (message, causes) = conflict(err);
+        assert_eq!(
+            message,
+            "Apply failed with 3 conflicts: conflicts with \"a\":\n- .spec.image\n- .spec.replicas\n\
+             conflicts with \"b\" using example.org/v1:\n- .spec.args"
+        );
+        assert_eq!(causes.len(), 3);
+    }
+
+    #[test]
+    fn adding_to_a_set_another_manager_owns_items_of_does_not_conflict() {
+        let mut b = widget(json!({"tags": ["t"]}));
+        record_update(None, &mut b, "b", &widget_schema(), "", T1);
+        let c = apply_as(Some(&b), &widget(json!({"tags": ["t", "u"]})), "c", false).unwrap();
+        assert_eq!(c["spec"]["tags"], json!(["t", "u"]));
+        assert_eq!(fields(&c, "b"), json!({"f:spec": {".": {}, "f:tags": {".": {}, "v:\"t\"": {}}}}));
+    }
+
+    #[test]
+    fn set_lists_merge_by_value() {
+        let a = apply_as(None, &widget(json!({"tags": ["x", "y"]})), "a", false).unwrap();
+        let b = apply_as(Some(&a), &widget(json!({"tags": ["z"]})), "b", false).unwrap();
+        assert_eq!(b["spec"]["tags"], json!(["x", "y", "z"]));
+        let a2 = apply_as(Some(&b), &widget(json!({"tags": ["x"]})), "a", false).unwrap();
+        assert_eq!(a2["spec"]["tags"], json!(["x", "z"]));
+        assert_eq!(fields(&a2, "a"), json!({"f:spec": {"f:tags": {"v:\"x\"": {}}}}));
+    }
+
+    #[test]
+    fn atomic_lists_and_maps_are_owned_and_replaced_whole() {
+        let a = apply_as(None, &widget(json!({"args": ["1", "2"], "selector": {"k": "v"}})), "a", false).unwrap();
+        assert_eq!(fields(&a, "a"), json!({"f:spec": {"f:args": {}, "f:selector": {}}}));
+        let err = apply_as(Some(&a), &widget(json!({"args": ["3"]})), "b", false).unwrap_err();
+        assert_eq!(conflict(err).1[0].field, ".spec.args");
+        let b = apply_as(Some(&a), &widget(json!({"args": ["3"], "selector": {"j": "w"}})), "b", true).unwrap();
+        assert_eq!(b["spec"]["args"], json!(["3"]));
+        assert_eq!(b["spec"]["selector"], json!({"j": "w"}));
+        assert!(entry(&b, "a").is_none());
+    }
+
+    #[test]
+    fn list_maps_keep_the_configured_order_of_shared_items() {
+        let mut live = widget(json!({"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}));
+        record_update(None, &mut live, "kubectl", &widget_schema(), "", T1);
+        let out = apply_as(Some(&live), &widget(json!({"containers": [{"name": "c"}, {"name": "a"}, {"name": "d"}]})), "k", false)
+            .unwrap();
+        let names: Vec<&str> = out["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["b", "c", "a", "d"]);
+    }
+
+    #[test]
+    fn unknown_fields_are_granular_maps_and_atomic_lists() {
+        let out = apply_as(None, &widget(json!({"extra": {"foo": {"bar": 1}, "list": [1, 2]}})), "a", false).unwrap();
+        assert_eq!(
+            fields(&out, "a"),
+            json!({"f:spec": {"f:extra": {"f:foo": {".": {}, "f:bar": {}}, "f:list": {}}}})
+        );
+    }
+
+    #[test]
+    fn status_apply_takes_only_status() {
+        let live = apply_as(None, &widget(json!({"replicas": 1})), "a", false).unwrap();
+        let mut body = widget(json!({"replicas": 5}));
+        body["status"] = json!({"phase": "Ready"});
+        let out = apply(Some(&live), &body, "ctrl", false, &widget_schema(), "status", T2).unwrap();
+        assert_eq!(out["spec"], json!({"replicas": 1}));
+        assert_eq!(out["status"], json!({"phase": "Ready"}));
+        let e = entry(&out, "ctrl").unwrap();
+        assert_eq!(e["subresource"], "status");
+        assert_eq!(e["fieldsV1"], json!({"f:status": {"f:phase": {}}}));
+        assert!(entry(&out, "a").unwrap().get("subresource").is_none());
+    }
+
+    #[test]
+    fn a_list_map_item_without_its_key_is_refused_as_kube_apiserver_does() {
+        let err = apply_as(None, &widget(json!({"containers": [{"image": "x"}]})), "a", false).unwrap_err();
+        assert_eq!(err.code(), 500);
+        assert_eq!(
+            err.to_string(),
+            "failed to create typed patch object (ns/w; example.org/v1, Kind=Widget): .spec.containers: element 0: \
+             associative list with keys has an element that omits key field \"name\" (and doesn't have default value)"
+        );
+        let dup = apply_as(None, &widget(json!({"containers": [{"name": "a"}, {"name": "a"}]})), "a", false).unwrap_err();
+        assert!(dup.to_string().ends_with(".spec.containers: duplicate entries for key [name=\"a\"]"), "{dup}");
+    }
+
+    #[test]
+    fn a_non_object_body_is_a_bad_request() {
+        assert_eq!(apply_as(None, &json!([1]), "a", false).unwrap_err().code(), 400);
+    }
+
+    #[test]
+    fn record_update_on_create_owns_everything_set() {
+        let mut obj = widget(json!({"replicas": 1, "containers": [{"name": "a"}]}));
+        obj["metadata"]["labels"] = json!({"app": "w"});
+        record_update(None, &mut obj, "kubectl", &widget_schema(), "", T1);
+        assert_eq!(
+            obj["metadata"]["managedFields"],
+            json!([{
+                "manager": "kubectl", "operation": "Update", "apiVersion": "example.org/v1", "time": T1,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {
+                        ".": {}, "f:replicas": {},
+                        "f:containers": {".": {}, "k:{\"name\":\"a\"}": {".": {}, "f:name": {}}},
+                    },
+                },
+            }])
+        );
+    }
+
+    #[test]
+    fn record_update_takes_changed_fields_and_drops_removed_ones_from_everyone() {
+        let a = apply_as(None, &widget(json!({"replicas": 1, "image": "x"})), "a", false).unwrap();
+        let mut updated = a.clone();
+        updated["spec"] = json!({"replicas": 2});
+        record_update(Some(&a), &mut updated, "editor", &widget_schema(), "", T2);
+        assert!(entry(&updated, "a").is_none(), "{updated}");
+        assert_eq!(fields(&updated, "editor"), json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(entry(&updated, "editor").unwrap()["time"], T2);
+    }
+
+    #[test]
+    fn record_update_that_changes_nothing_records_nothing() {
+        let a = apply_as(None, &widget(json!({"replicas": 1})), "a", false).unwrap();
+        let mut same = a.clone();
+        same["metadata"]["resourceVersion"] = json!("9");
+        record_update(Some(&a), &mut same, "editor", &widget_schema(), "", T2);
+        assert!(entry(&same, "editor").is_none());
+        assert_eq!(same["metadata"]["managedFields"], a["metadata"]["managedFields"]);
+    }
+
+    #[test]
+    fn record_update_honours_sent_and_reset_managed_fields() {
+        let a = apply_as(None, &widget(json!({"replicas": 1})), "a", false).unwrap();
+        let mut reset = a.clone();
+        reset["metadata"]["managedFields"] = json!([{}]);
+        record_update(Some(&a), &mut reset, "editor", &widget_schema(), "", T2);
+        assert!(reset["metadata"].get("managedFields").is_none());
+
+        let mut kept = a.clone();
+        kept["metadata"]["managedFields"] = json!([]);
+        kept["spec"]["image"] = json!("y");
+        record_update(Some(&a), &mut kept, "editor", &widget_schema(), "", T2);
+        assert!(entry(&kept, "a").is_some());
+        assert_eq!(fields(&kept, "editor"), json!({"f:spec": {"f:image": {}}}));
+    }
+
+    #[test]
+    fn entries_are_ordered_appliers_first_then_by_time() {
+        let mut obj = widget(json!({"image": "x"}));
+        record_update(None, &mut obj, "kubectl", &widget_schema(), "", T1);
+        let out = apply(Some(&obj), &widget(json!({"replicas": 1})), "kbind", false, &widget_schema(), "", T2).unwrap();
+        let managers: Vec<&str> = out["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, vec!["kbind", "kubectl"]);
+    }
+
+    #[test]
+    fn resource_version_in_an_apply_body_is_a_precondition() {
+        let mut live = widget(json!({}));
+        live["metadata"]["resourceVersion"] = json!("5");
+        let mut body = widget(json!({}));
+        assert!(precondition(&live, &body, "widgets.example.org").is_ok());
+        body["metadata"]["resourceVersion"] = json!("5");
+        assert!(precondition(&live, &body, "widgets.example.org").is_ok());
+        body["metadata"]["resourceVersion"] = json!("4");
+        let err = precondition(&live, &body, "widgets.example.org").unwrap_err();
+        assert!(err.is_conflict());
+        assert!(err.to_string().contains("widgets.example.org \"w\""));
+    }
+
+    fn arb_spec() -> impl Strategy<Value = Value> {
+        (
+            proptest::option::of(0..3i64),
+            proptest::option::of("[a-c]"),
+            proptest::collection::btree_map("[a-d]", "[xy]", 0..3),
+            proptest::collection::btree_set("[p-s]", 0..3),
+        )
+            .prop_map(|(replicas, image, containers, tags)| {
+                let mut spec = serde_json::Map::new();
+                if let Some(r) = replicas {
+                    spec.insert("replicas".into(), json!(r));
+                }
+                if let Some(i) = image {
+                    spec.insert("image".into(), json!(i));
+                }
+                if !containers.is_empty() {
+                    let items: Vec<Value> = containers.iter().map(|(n, i)| json!({"name": n, "image": i})).collect();
+                    spec.insert("containers".into(), Value::Array(items));
+                }
+                if !tags.is_empty() {
+                    spec.insert("tags".into(), json!(tags));
+                }
+                Value::Object(spec)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn reapplying_any_body_is_a_no_op(spec in arb_spec()) {
+            let body = widget(spec);
+            let once = apply_as(None, &body, "kbind", false).unwrap();
+            let twice = apply(Some(&once), &body, "kbind", false, &widget_schema(), "", T2).unwrap();
+            prop_assert_eq!(once, twice);
+        }
+
+        #[test]
+        fn every_owned_field_exists_after_forced_applies(steps in proptest::collection::vec((0..2usize, arb_spec()), 1..6)) {
+            let root = object_schema(&widget_schema());
+            let mut obj: Option<Value> = None;
+            for (who, spec) in steps {
+                let manager = ["a", "b"][who];
+                let out = apply(obj.as_ref(), &widget(spec.clone()), manager, true, &widget_schema(), "", T1).unwrap();
+                // What the applier just applied is in the object with the applied values.
+                if let Value::Object(applied) = &spec {
+                    for (k, v) in applied {
+                        if k == "replicas" || k == "image" {
+                            prop_assert_eq!(&out["spec"][k], v);
+                        }
+                    }
+                }
+                let present = typed::with_named_fields(&typed::fields_of_live(&out, &root), &root);
+                for e in managed::decode(&out).unwrap() {
+                    prop_assert!(e.fields.difference(&present).is_empty(), "{} owns missing fields in {}", e.manager, out);
+                }
+                obj = Some(out);
+            }
+        }
+    }
+}
