@@ -125,7 +125,10 @@ pub fn precondition(live: &Value, applied: &Value, resource: &str) -> Result<(),
     let current = live.pointer("/metadata/resourceVersion").and_then(Value::as_str);
     match wanted {
         Some(rv) if !rv.is_empty() && Some(rv) != current => {
-            let name = live.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let name = live
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             Err(Error::stale(resource, name))
         }
         _ => Ok(()),
@@ -379,12 +382,17 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, FieldSet)]) -> Error {
         })
         .collect();
     let message = match (causes.len(), by_manager.first()) {
-        (1, Some((e, paths))) => format!("Apply failed with 1 conflict: conflict with {}: {}", e.display(), paths[0]),
+        (1, Some((e, paths))) => format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            e.display(),
+            paths[0]
+        ),
         (n, _) => {
             let lines: Vec<String> = by_manager
                 .iter()
                 .flat_map(|(e, paths)| {
-                    std::iter::once(format!("conflicts with {}:", e.display())).chain(paths.iter().map(|p| format!("- {p}")))
+                    std::iter::once(format!("conflicts with {}:", e.display()))
+                        .chain(paths.iter().map(|p| format!("- {p}")))
                 })
                 .collect();
             format!("Apply failed with {n} conflicts: {}", lines.join("\n"))
@@ -421,7 +429,10 @@ fn internal(message: String) -> Error {
 }
 
 fn text(v: &Value, pointer: &str) -> String {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string()
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[cfg(test)]
@@ -481,7 +492,9 @@ mod tests {
     }
 
     fn fields(obj: &Value, manager: &str) -> Value {
-        entry(obj, manager).map(|e| e["fieldsV1"].clone()).unwrap_or(Value::Null)
+        entry(obj, manager)
+            .map(|e| e["fieldsV1"].clone())
+            .unwrap_or(Value::Null)
     }
 
     fn conflict(err: Error) -> (String, Vec<Cause>) {
@@ -531,7 +544,8 @@ mod tests {
         body["metadata"]["creationTimestamp"] = json!(null);
         body["metadata"]["managedFields"] = json!([{"manager": "x", "operation": "Update"}]);
         body["metadata"]["finalizers"] = json!(["example.org/f"]);
-        body["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "o1"}]);
+        body["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "o1"}]);
         let out = apply_as(None, &body, "kbind", false).unwrap();
 
         assert!(out["metadata"].get("uid").is_none());
@@ -617,8 +631,20 @@ mod tests {
 
     #[test]
     fn two_appliers_own_disjoint_items_of_one_list_map() {
-        let a = apply_as(None, &widget(json!({"containers": [{"name": "a", "image": "1"}]})), "a", false).unwrap();
-        let b = apply_as(Some(&a), &widget(json!({"containers": [{"name": "b", "image": "2"}]})), "b", false).unwrap();
+        let a = apply_as(
+            None,
+            &widget(json!({"containers": [{"name": "a", "image": "1"}]})),
+            "a",
+            false,
+        )
+        .unwrap();
+        let b = apply_as(
+            Some(&a),
+            &widget(json!({"containers": [{"name": "b", "image": "2"}]})),
+            "b",
+            false,
+        )
+        .unwrap();
         assert_eq!(
             b["spec"]["containers"],
             json!([{"name": "a", "image": "1"}, {"name": "b", "image": "2"}])
@@ -633,9 +659,20 @@ mod tests {
 
     #[test]
     fn a_list_map_item_another_applier_changed_conflicts_per_field() {
-        let a = apply_as(None, &widget(json!({"containers": [{"name": "a", "image": "1"}]})), "a", false).unwrap();
-        let err = apply_as(Some(&a), &widget(json!({"containers": [{"name": "a", "image": "2"}]})), "b", false)
-            .unwrap_err();
+        let a = apply_as(
+            None,
+            &widget(json!({"containers": [{"name": "a", "image": "1"}]})),
+            "a",
+            false,
+        )
+        .unwrap();
+        let err = apply_as(
+            Some(&a),
+            &widget(json!({"containers": [{"name": "a", "image": "2"}]})),
+            "b",
+            false,
+        )
+        .unwrap_err();
         let (message, causes) = conflict(err);
         assert_eq!(
             message,
@@ -650,8 +687,13 @@ mod tests {
         let mut b = a.clone();
         b["spec"]["args"] = json!(["1"]);
         record_update(Some(&a), &mut b, "b", &widget_schema(), "", T1);
-        let err = apply_as(Some(&b), &widget(json!({"image": "y", "replicas": 2, "args": ["2"]})), "c", false)
-            .unwrap_err();
+        let err = apply_as(
+            Some(&b),
+            &widget(json!({"image": "y", "replicas": 2, "args": ["2"]})),
+            "c",
+            false,
+        )
+        .unwrap_err();
         let (message, causes) = conflict(err);
         assert_eq!(
             message,
@@ -667,7 +709,10 @@ mod tests {
         record_update(None, &mut b, "b", &widget_schema(), "", T1);
         let c = apply_as(Some(&b), &widget(json!({"tags": ["t", "u"]})), "c", false).unwrap();
         assert_eq!(c["spec"]["tags"], json!(["t", "u"]));
-        assert_eq!(fields(&c, "b"), json!({"f:spec": {".": {}, "f:tags": {".": {}, "v:\"t\"": {}}}}));
+        assert_eq!(
+            fields(&c, "b"),
+            json!({"f:spec": {".": {}, "f:tags": {".": {}, "v:\"t\"": {}}}})
+        );
     }
 
     #[test]
@@ -682,11 +727,23 @@ mod tests {
 
     #[test]
     fn atomic_lists_and_maps_are_owned_and_replaced_whole() {
-        let a = apply_as(None, &widget(json!({"args": ["1", "2"], "selector": {"k": "v"}})), "a", false).unwrap();
+        let a = apply_as(
+            None,
+            &widget(json!({"args": ["1", "2"], "selector": {"k": "v"}})),
+            "a",
+            false,
+        )
+        .unwrap();
         assert_eq!(fields(&a, "a"), json!({"f:spec": {"f:args": {}, "f:selector": {}}}));
         let err = apply_as(Some(&a), &widget(json!({"args": ["3"]})), "b", false).unwrap_err();
         assert_eq!(conflict(err).1[0].field, ".spec.args");
-        let b = apply_as(Some(&a), &widget(json!({"args": ["3"], "selector": {"j": "w"}})), "b", true).unwrap();
+        let b = apply_as(
+            Some(&a),
+            &widget(json!({"args": ["3"], "selector": {"j": "w"}})),
+            "b",
+            true,
+        )
+        .unwrap();
         assert_eq!(b["spec"]["args"], json!(["3"]));
         assert_eq!(b["spec"]["selector"], json!({"j": "w"}));
         assert!(entry(&b, "a").is_none());
@@ -696,8 +753,13 @@ mod tests {
     fn list_maps_keep_the_configured_order_of_shared_items() {
         let mut live = widget(json!({"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}));
         record_update(None, &mut live, "kubectl", &widget_schema(), "", T1);
-        let out = apply_as(Some(&live), &widget(json!({"containers": [{"name": "c"}, {"name": "a"}, {"name": "d"}]})), "k", false)
-            .unwrap();
+        let out = apply_as(
+            Some(&live),
+            &widget(json!({"containers": [{"name": "c"}, {"name": "a"}, {"name": "d"}]})),
+            "k",
+            false,
+        )
+        .unwrap();
         let names: Vec<&str> = out["spec"]["containers"]
             .as_array()
             .unwrap()
@@ -709,7 +771,13 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_granular_maps_and_atomic_lists() {
-        let out = apply_as(None, &widget(json!({"extra": {"foo": {"bar": 1}, "list": [1, 2]}})), "a", false).unwrap();
+        let out = apply_as(
+            None,
+            &widget(json!({"extra": {"foo": {"bar": 1}, "list": [1, 2]}})),
+            "a",
+            false,
+        )
+        .unwrap();
         assert_eq!(
             fields(&out, "a"),
             json!({"f:spec": {"f:extra": {"f:foo": {".": {}, "f:bar": {}}, "f:list": {}}}})
@@ -739,8 +807,18 @@ mod tests {
             "failed to create typed patch object (ns/w; example.org/v1, Kind=Widget): .spec.containers: element 0: \
              associative list with keys has an element that omits key field \"name\" (and doesn't have default value)"
         );
-        let dup = apply_as(None, &widget(json!({"containers": [{"name": "a"}, {"name": "a"}]})), "a", false).unwrap_err();
-        assert!(dup.to_string().ends_with(".spec.containers: duplicate entries for key [name=\"a\"]"), "{dup}");
+        let dup = apply_as(
+            None,
+            &widget(json!({"containers": [{"name": "a"}, {"name": "a"}]})),
+            "a",
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            dup.to_string()
+                .ends_with(".spec.containers: duplicate entries for key [name=\"a\"]"),
+            "{dup}"
+        );
     }
 
     #[test]
@@ -810,7 +888,16 @@ mod tests {
     fn entries_are_ordered_appliers_first_then_by_time() {
         let mut obj = widget(json!({"image": "x"}));
         record_update(None, &mut obj, "kubectl", &widget_schema(), "", T1);
-        let out = apply(Some(&obj), &widget(json!({"replicas": 1})), "kbind", false, &widget_schema(), "", T2).unwrap();
+        let out = apply(
+            Some(&obj),
+            &widget(json!({"replicas": 1})),
+            "kbind",
+            false,
+            &widget_schema(),
+            "",
+            T2,
+        )
+        .unwrap();
         let managers: Vec<&str> = out["metadata"]["managedFields"]
             .as_array()
             .unwrap()

@@ -47,7 +47,10 @@ pub fn display_element(pe: &str) -> String {
     }
     if let Some(json) = pe.strip_prefix("k:") {
         if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(json) {
-            let parts: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={}", display_value(v))).collect();
+            let parts: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{k}={}", display_value(v)))
+                .collect();
             return format!("[{}]", parts.join(","));
         }
     }
@@ -302,7 +305,10 @@ mod tests {
         let pe = key(&[("protocol".into(), json!("TCP")), ("containerPort".into(), json!(80))]);
         assert_eq!(pe, r#"k:{"containerPort":80,"protocol":"TCP"}"#);
         let path = vec![field("spec"), field("ports"), pe, field("name")];
-        assert_eq!(display_path(&path), r#".spec.ports[containerPort=80,protocol="TCP"].name"#);
+        assert_eq!(
+            display_path(&path),
+            r#".spec.ports[containerPort=80,protocol="TCP"].name"#
+        );
         assert_eq!(display_element(&value(&json!("x"))), r#"[="x"]"#);
         assert_eq!(display_element(&index(3)), "[3]");
     }

@@ -147,12 +147,7 @@ pub fn fields_of_live(v: &Value, schema: &Schema) -> FieldSet {
     fields_below(v, schema, &mut Vec::new(), false).unwrap_or_default()
 }
 
-fn fields_below(
-    v: &Value,
-    schema: &Schema,
-    at: &mut Vec<PathElement>,
-    strict: bool,
-) -> Result<FieldSet, TypedError> {
+fn fields_below(v: &Value, schema: &Schema, at: &mut Vec<PathElement>, strict: bool) -> Result<FieldSet, TypedError> {
     let mut set = FieldSet::new();
     match (v, shape(v, schema)) {
         (Value::Object(fields), Shape::Map) => {
