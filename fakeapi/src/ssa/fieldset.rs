@@ -45,19 +45,19 @@ pub fn display_element(pe: &str) -> String {
     if let Some(name) = pe.strip_prefix("f:") {
         return format!(".{name}");
     }
-    if let Some(json) = pe.strip_prefix("k:") {
-        if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(json) {
-            let parts: Vec<String> = fields
-                .iter()
-                .map(|(k, v)| format!("{k}={}", display_value(v)))
-                .collect();
-            return format!("[{}]", parts.join(","));
-        }
+    if let Some(json) = pe.strip_prefix("k:")
+        && let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(json)
+    {
+        let parts: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={}", display_value(v)))
+            .collect();
+        return format!("[{}]", parts.join(","));
     }
-    if let Some(json) = pe.strip_prefix("v:") {
-        if let Ok(v) = serde_json::from_str::<Value>(json) {
-            return format!("[={}]", display_value(&v));
-        }
+    if let Some(json) = pe.strip_prefix("v:")
+        && let Ok(v) = serde_json::from_str::<Value>(json)
+    {
+        return format!("[={}]", display_value(&v));
     }
     if let Some(i) = pe.strip_prefix("i:") {
         return format!("[{i}]");
