@@ -170,9 +170,13 @@ fn merge_map(
             (Some(Value::Array(o)), Value::Array(p)) if meta.has("merge") => {
                 Value::Array(merge_list(o, p, &meta, &key, order)?)
             }
-            // New subtrees still lose their directives and nulls.
-            (None, Value::Object(p)) => Value::Object(merge_map(Map::new(), p, &meta.schema)?),
-            (None, Value::Array(p)) if meta.has("merge") => Value::Array(merge_list(vec![], p, &meta, &key, order)?),
+            // A value that is new here (or of another type) still loses its nulls and directives.
+            (o, Value::Object(p)) if !matches!(o, Some(Value::Object(_))) => {
+                Value::Object(merge_map(Map::new(), p, &meta.schema)?)
+            }
+            (o, Value::Array(p)) if meta.has("merge") && !matches!(o, Some(Value::Array(_))) => {
+                Value::Array(merge_list(vec![], p, &meta, &key, order)?)
+            }
             (_, p) => p,
         };
         original.insert(key, merged);
@@ -378,6 +382,7 @@ fn go_fmt(v: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -619,6 +624,29 @@ mod tests {
         let missing: json_patch::Patch =
             serde_json::from_value(json!([{"op": "replace", "path": "/spec/nope/x", "value": 1}])).unwrap();
         assert_eq!(json_patch(&mut target, &missing).unwrap_err().code(), 422);
+    }
+
+    fn arb_tree() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::from),
+            "[a-z]{0,3}".prop_map(Value::from)
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            proptest::collection::btree_map("[a-d]", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect()))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn strategic_merge_of_list_free_maps_equals_json_merge_patch(target in arb_tree(), patch in arb_tree()) {
+            prop_assume!(target.is_object() && patch.is_object());
+            let mut by_smp = target.clone();
+            strategic_merge_patch(&mut by_smp, &patch, &Schema::any()).unwrap();
+            let mut by_merge = target.clone();
+            merge_patch(&mut by_merge, &patch);
+            prop_assert_eq!(by_smp, by_merge);
+        }
     }
 
     #[test]

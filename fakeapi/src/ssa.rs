@@ -885,6 +885,28 @@ mod tests {
     }
 
     #[test]
+    fn record_update_through_status_keeps_the_live_entries_and_names_the_subresource() {
+        let a = apply_as(None, &widget(json!({"replicas": 1})), "a", false).unwrap();
+        let mut with_status = a.clone();
+        with_status["status"] = json!({"phase": "Ready"});
+        // Entries sent through a subresource are ignored: the live ones count.
+        with_status["metadata"]["managedFields"] = json!([{"manager": "forged", "operation": "Update"}]);
+        record_update(Some(&a), &mut with_status, "ctrl", &widget_schema(), "status", T2);
+        assert!(entry(&with_status, "forged").is_none());
+        assert!(entry(&with_status, "a").is_some());
+        let ctrl = entry(&with_status, "ctrl").unwrap();
+        assert_eq!(ctrl["subresource"], "status");
+        assert_eq!(ctrl["fieldsV1"], json!({"f:status": {".": {}, "f:phase": {}}}));
+    }
+
+    #[test]
+    fn an_object_without_metadata_still_gets_its_entry() {
+        let mut obj = json!({"apiVersion": "example.org/v1", "kind": "Widget", "spec": {"replicas": 1}});
+        record_update(None, &mut obj, "m", &widget_schema(), "", T1);
+        assert_eq!(fields(&obj, "m"), json!({"f:spec": {".": {}, "f:replicas": {}}}));
+    }
+
+    #[test]
     fn entries_are_ordered_appliers_first_then_by_time() {
         let mut obj = widget(json!({"image": "x"}));
         record_update(None, &mut obj, "kubectl", &widget_schema(), "", T1);

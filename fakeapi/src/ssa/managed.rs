@@ -145,9 +145,12 @@ pub fn encode(obj: &mut Value, entries: &[Entry]) {
             .then_with(|| a.api_version.cmp(&b.api_version))
             .then_with(|| a.subresource.cmp(&b.subresource))
     });
-    let Some(Value::Object(meta)) = obj.get_mut("metadata") else {
+    let Value::Object(fields) = obj else { return };
+    if kept.is_empty() && !fields.contains_key("metadata") {
         return;
-    };
+    }
+    let meta = fields.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = meta else { return };
     if kept.is_empty() {
         meta.remove("managedFields");
     } else {
