@@ -259,6 +259,7 @@ pub fn record_update(
                 fields: changed,
             }),
         }
+        managed::cap_update_managers(&mut entries);
     }
     finish(new, &mut entries);
 }
@@ -904,6 +905,31 @@ mod tests {
         let mut obj = json!({"apiVersion": "example.org/v1", "kind": "Widget", "spec": {"replicas": 1}});
         record_update(None, &mut obj, "m", &widget_schema(), "", T1);
         assert_eq!(fields(&obj, "m"), json!({"f:spec": {".": {}, "f:replicas": {}}}));
+    }
+
+    #[test]
+    fn the_oldest_update_entries_merge_into_ancient_changes() {
+        let mut obj = widget(json!({}));
+        for i in 0..12 {
+            let before = obj.clone();
+            obj["spec"][format!("f{i}")] = json!(i);
+            let now = format!("2025-01-01T00:00:{i:02}Z");
+            record_update(Some(&before), &mut obj, &format!("m{i:02}"), &widget_schema(), "", &now);
+        }
+        let managers: Vec<&str> = obj["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers.len(), 10, "{managers:?}");
+        assert_eq!(managers[0], "ancient-changes");
+        assert!(!managers.contains(&"m00") && !managers.contains(&"m01") && !managers.contains(&"m02"));
+        assert_eq!(
+            fields(&obj, "ancient-changes"),
+            json!({"f:spec": {"f:f0": {}, "f:f1": {}, "f:f2": {}}})
+        );
+        assert_eq!(entry(&obj, "ancient-changes").unwrap()["time"], "2025-01-01T00:00:02Z");
     }
 
     #[test]

@@ -167,3 +167,73 @@ fn seconds(time: &Option<String>) -> i64 {
         .map(|t| t.as_second())
         .unwrap_or(0)
 }
+
+/// How many Update entries kube-apiserver keeps before merging the oldest.
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager the oldest Update entries are merged into.
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Keeps at most [`MAX_UPDATE_MANAGERS`] Update entries: the oldest are merged, per apiVersion,
+/// into an `ancient-changes` entry (kube-apiserver's cap-managers manager).
+pub fn cap_update_managers(entries: &mut Vec<Entry>) {
+    let mut updaters: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == Operation::Update)
+        .collect();
+    if updaters.len() <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    updaters.sort_by(|&a, &b| {
+        seconds(&entries[a].time)
+            .cmp(&seconds(&entries[b].time))
+            .then_with(|| entries[a].identifier().cmp(&entries[b].identifier()))
+    });
+    let mut remaining = updaters.len();
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut merged_away = vec![false; entries.len()];
+    for i in updaters {
+        if remaining <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let version = entries[i].api_version.clone();
+        let Some(&(_, first)) = first_of_version.iter().find(|(v, _)| *v == version) else {
+            first_of_version.push((version, i));
+            continue;
+        };
+        let bucket = bucket_for(entries, &version);
+        for absorbed in [i, first] {
+            if absorbed != bucket && !merged_away[absorbed] {
+                let fields = entries[absorbed].fields.clone();
+                entries[bucket].fields = entries[bucket].fields.union(&fields);
+                merged_away[absorbed] = true;
+            }
+        }
+        entries[bucket].time = entries[i].time.clone();
+        remaining -= 1;
+    }
+    let mut index = 0;
+    entries.retain(|_| {
+        let keep = !merged_away.get(index).copied().unwrap_or(false);
+        index += 1;
+        keep
+    });
+}
+
+/// The index of the `ancient-changes` entry for `version`, created when missing.
+fn bucket_for(entries: &mut Vec<Entry>, version: &str) -> usize {
+    if let Some(i) = entries
+        .iter()
+        .position(|e| e.is(ANCIENT_CHANGES, Operation::Update, version, ""))
+    {
+        return i;
+    }
+    entries.push(Entry {
+        manager: ANCIENT_CHANGES.into(),
+        operation: Operation::Update,
+        api_version: version.into(),
+        time: None,
+        subresource: String::new(),
+        fields: FieldSet::new(),
+    });
+    entries.len() - 1
+}
