@@ -185,3 +185,148 @@ impl Connection {
             .is_some_and(|status| status.exported_apis.iter().any(|exported| exported.name == api))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::crds::test_support::{apply_defaults, node, schema_of, validate};
+
+    const CRD: &str = "connections.core.kbind.io";
+
+    /// The Connection of DESIGN.md §1, the one-apply bundle.
+    const DESIGN_SAMPLE: &str = r#"
+apiVersion: core.kbind.io/v1alpha1
+kind: Connection
+metadata: {name: acme}
+spec:
+  kubeconfigSecretRef: {namespace: kbind, name: acme, key: kubeconfig}
+"#;
+
+    fn minimal() -> Value {
+        json!({
+            "apiVersion": "core.kbind.io/v1alpha1",
+            "kind": "Connection",
+            "metadata": {"name": "acme"},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "acme"}},
+        })
+    }
+
+    fn with_status(mut object: Value, status: Value) -> Value {
+        object["status"] = status;
+        object
+    }
+
+    #[test]
+    fn design_sample_round_trips() {
+        let connection: Connection = serde_saphyr::from_str(DESIGN_SAMPLE).unwrap();
+        assert_eq!(connection.metadata.name.as_deref(), Some("acme"));
+        let secret = &connection.spec.kubeconfig_secret_ref;
+        assert_eq!((secret.namespace.as_str(), secret.name.as_str(), secret.key.as_str()), ("kbind", "acme", "kubeconfig"));
+        let yaml = serde_saphyr::to_string(&connection).unwrap();
+        let again: Connection = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(again, connection);
+        assert_eq!(serde_json::to_value(&again).unwrap()["apiVersion"], "core.kbind.io/v1alpha1");
+    }
+
+    #[test]
+    fn serde_fills_the_defaults_of_a_minimal_spec() {
+        let connection: Connection = serde_json::from_value(minimal()).unwrap();
+        assert_eq!(connection.spec.kubeconfig_secret_ref.key, "kubeconfig");
+        assert_eq!(
+            connection.spec.schema,
+            SchemaPolicy { source: SchemaSource::Auto, pull_policy: PullPolicy::Bound, update_policy: UpdatePolicy::Always }
+        );
+        assert!(!connection.spec.auto_bind);
+    }
+
+    #[test]
+    fn schema_defaults_agree_with_serde_defaults() {
+        let defaulted = apply_defaults(CRD, &minimal());
+        assert_eq!(defaulted["spec"]["kubeconfigSecretRef"]["key"], "kubeconfig");
+        assert_eq!(defaulted["spec"]["schema"], json!({"source": "Auto", "pullPolicy": "Bound", "updatePolicy": "Always"}));
+        assert_eq!(defaulted["spec"]["autoBind"], false);
+        let from_serde = serde_json::to_value(serde_json::from_value::<Connection>(minimal()).unwrap()).unwrap();
+        assert_eq!(defaulted["spec"], from_serde["spec"]);
+    }
+
+    #[test]
+    fn enums_serialize_with_their_wire_names() {
+        let policy = SchemaPolicy { source: SchemaSource::OpenApi, pull_policy: PullPolicy::None, update_policy: UpdatePolicy::Once };
+        assert_eq!(serde_json::to_value(policy).unwrap(), json!({"source": "OpenAPI", "pullPolicy": "None", "updatePolicy": "Once"}));
+        assert_eq!(serde_json::to_value(SchemaSource::Crd).unwrap(), "CRD");
+        let schema = schema_of(CRD);
+        assert_eq!(node(&schema, "spec/schema/source")["enum"], json!(["Auto", "CRD", "OpenAPI"]));
+        assert_eq!(node(&schema, "spec/schema/pullPolicy")["enum"], json!(["Bound", "All", "None"]));
+        assert_eq!(node(&schema, "spec/schema/updatePolicy")["enum"], json!(["Always", "Once"]));
+    }
+
+    #[test]
+    fn status_uses_the_contract_field_names() {
+        let status = ConnectionStatus {
+            remote_cluster_uid: Some("r".into()),
+            local_cluster_uid: Some("l".into()),
+            active_schema_source: Some(SchemaSource::Crd),
+            exported_apis: vec![ExportedApi {
+                name: "widgets.example.org".into(),
+                group: "example.org".into(),
+                resource: "widgets".into(),
+                scope: ResourceScope::Namespaced,
+                versions: vec!["v1".into()],
+            }],
+            conditions: vec![],
+        };
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            json!({
+                "remoteClusterUID": "r",
+                "localClusterUID": "l",
+                "activeSchemaSource": "CRD",
+                "exportedAPIs": [{"name": "widgets.example.org", "group": "example.org", "resource": "widgets", "scope": "Namespaced", "versions": ["v1"]}],
+            })
+        );
+        let mut connection: Connection = serde_json::from_value(minimal()).unwrap();
+        connection.status = Some(status);
+        assert!(connection.exports("widgets.example.org"));
+        assert!(!connection.exports("gadgets.example.org"));
+        assert!(connection.conditions().is_empty());
+    }
+
+    #[test]
+    fn kubeconfig_secret_ref_is_immutable() {
+        let old = minimal();
+        let mut renamed = minimal();
+        renamed["spec"]["kubeconfigSecretRef"]["name"] = json!("other");
+        let errors = validate(CRD, &renamed, Some(&old)).unwrap_err();
+        assert!(errors.iter().any(|e| e.message.contains("kubeconfigSecretRef is immutable")), "{errors:?}");
+
+        let mut explicit_default_key = minimal();
+        explicit_default_key["spec"]["kubeconfigSecretRef"]["key"] = json!("kubeconfig");
+        validate(CRD, &explicit_default_key, Some(&old)).unwrap();
+        let mut toggled = minimal();
+        toggled["spec"]["autoBind"] = json!(true);
+        validate(CRD, &toggled, Some(&old)).unwrap();
+    }
+
+    #[test]
+    fn cluster_uids_are_settable_once_then_immutable() {
+        let pinned = with_status(minimal(), json!({"localClusterUID": "local-1", "remoteClusterUID": "remote-1"}));
+        validate(CRD, &pinned, None).unwrap();
+        validate(CRD, &pinned, Some(&minimal())).unwrap();
+        validate(CRD, &pinned, Some(&with_status(minimal(), json!({})))).unwrap();
+        validate(CRD, &pinned, Some(&pinned)).unwrap();
+
+        for (field, value) in [("localClusterUID", "local-2"), ("remoteClusterUID", "remote-2")] {
+            let mut changed = pinned.clone();
+            changed["status"][field] = json!(value);
+            let errors = validate(CRD, &changed, Some(&pinned)).unwrap_err();
+            assert!(errors.iter().any(|e| e.message.contains(&format!("status.{field} is immutable"))), "{errors:?}");
+
+            let mut removed = pinned.clone();
+            removed["status"].as_object_mut().unwrap().remove(field);
+            assert!(validate(CRD, &removed, Some(&pinned)).is_err(), "removing {field} must be refused");
+        }
+        assert!(validate(CRD, &minimal(), Some(&pinned)).is_err(), "dropping the whole status must be refused");
+    }
+}
