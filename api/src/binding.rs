@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 ///
 /// `connectionRef` is immutable: an API is served through exactly one Connection, so moving a
 /// binding means deleting it (which drains) and creating a new one.
+// Clippy reads the repeated `printcolumn(type_ = ...)` inside `#[kube]` as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "core.kbind.io",
@@ -25,8 +27,16 @@ use serde::{Deserialize, Serialize};
     status = "BindingStatus",
     derive = "PartialEq",
     doc = "A Binding syncs instances of APIs of a Connection in its own namespace.",
-    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
-    printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].reason"#),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
     printcolumn(name = "Connection", type_ = "string", json_path = ".spec.connectionRef.name"),
     printcolumn(name = "APIs", type_ = "string", json_path = ".spec.apis[*].name"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -55,6 +65,8 @@ pub struct BindingSpec {
 /// Which APIs of a Connection are synced cluster-wide, and how; the same fields as a Binding.
 // One spec for both kinds (DESIGN §2): a transparent newtype that dereferences to BindingSpec,
 // because the CustomResource derive generates exactly one kind per struct.
+// Clippy reads the repeated `printcolumn(type_ = ...)` inside `#[kube]` as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "core.kbind.io",
@@ -66,8 +78,16 @@ pub struct BindingSpec {
     status = "BindingStatus",
     derive = "PartialEq",
     doc = "A ClusterBinding syncs all instances of APIs of a Connection.",
-    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
-    printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].reason"#),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
     printcolumn(name = "Connection", type_ = "string", json_path = ".spec.connectionRef.name"),
     printcolumn(name = "APIs", type_ = "string", json_path = ".spec.apis[*].name"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -214,5 +234,165 @@ impl BindingStatus {
     /// The status of the bound API `<plural>.<group>`, if reported.
     pub fn bound_api(&self, api: &str) -> Option<&BoundApiStatus> {
         self.bound_apis.iter().find(|bound| bound.name == api)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::crds::test_support::{apply_defaults, node, schema_of, validate};
+
+    const CLUSTER_CRD: &str = "clusterbindings.core.kbind.io";
+    const NAMESPACED_CRD: &str = "bindings.core.kbind.io";
+
+    /// The ClusterBinding of DESIGN.md §1, the one-apply bundle.
+    const DESIGN_SAMPLE: &str = r#"
+apiVersion: core.kbind.io/v1alpha1
+kind: ClusterBinding
+metadata: {name: widgets}
+spec:
+  connectionRef: {name: acme}
+  apis: [{name: widgets.example.org}]
+"#;
+
+    fn minimal(kind: &str) -> Value {
+        json!({
+            "apiVersion": "core.kbind.io/v1alpha1",
+            "kind": kind,
+            "metadata": {"name": "widgets", "namespace": "team-a"},
+            "spec": {
+                "connectionRef": {"name": "acme"},
+                "apis": [{"name": "widgets.example.org"}],
+                "relatedResources": [{"resource": "secrets", "direction": "FromProvider", "selector": {"names": ["creds"]}}],
+            },
+        })
+    }
+
+    #[test]
+    fn design_sample_round_trips() {
+        let binding: ClusterBinding = serde_saphyr::from_str(DESIGN_SAMPLE).unwrap();
+        assert_eq!(binding.spec.connection_ref.name, "acme");
+        assert!(binding.spec.binds("widgets.example.org"));
+        assert_eq!(binding.spec.conflict_policy, ConflictPolicy::Fail);
+        let yaml = serde_saphyr::to_string(&binding).unwrap();
+        let again: ClusterBinding = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(again, binding);
+        let wire = serde_json::to_value(&again).unwrap();
+        assert_eq!(wire["kind"], "ClusterBinding");
+        assert_eq!(wire["spec"]["apis"], json!([{"name": "widgets.example.org"}]));
+    }
+
+    #[test]
+    fn cluster_binding_and_binding_share_one_spec() {
+        let binding: Binding = serde_json::from_value(minimal("Binding")).unwrap();
+        let cluster: ClusterBinding = serde_json::from_value(minimal("ClusterBinding")).unwrap();
+        assert_eq!(*cluster.spec, binding.spec);
+        assert_eq!(
+            node(&schema_of(CLUSTER_CRD), "spec")["properties"],
+            node(&schema_of(NAMESPACED_CRD), "spec")["properties"]
+        );
+    }
+
+    #[test]
+    fn serde_fills_the_defaults_of_a_minimal_spec() {
+        let binding: Binding = serde_json::from_value(minimal("Binding")).unwrap();
+        assert_eq!(binding.spec.conflict_policy, ConflictPolicy::Fail);
+        let related = &binding.spec.related_resources[0];
+        assert_eq!(related.group, "");
+        assert_eq!(related.resource, RelatedResourceKind::Secrets);
+        assert_eq!(related.direction, RelatedResourceDirection::FromProvider);
+        assert_eq!(related.selector.names, ["creds"]);
+        assert!(related.selector.label_selector.is_none());
+    }
+
+    #[test]
+    fn schema_defaults_agree_with_serde_defaults() {
+        for (crd, kind) in [(NAMESPACED_CRD, "Binding"), (CLUSTER_CRD, "ClusterBinding")] {
+            let defaulted = apply_defaults(crd, &minimal(kind));
+            assert_eq!(defaulted["spec"]["conflictPolicy"], "Fail");
+            assert_eq!(defaulted["spec"]["relatedResources"][0]["group"], "");
+            let from_serde = serde_json::to_value(serde_json::from_value::<Binding>(minimal(kind)).unwrap()).unwrap();
+            assert_eq!(defaulted["spec"], from_serde["spec"], "{kind}");
+        }
+    }
+
+    #[test]
+    fn related_resources_admit_only_core_secrets_and_configmaps() {
+        let schema = schema_of(NAMESPACED_CRD);
+        let related = node(&schema, "spec/relatedResources/items");
+        assert_eq!(node(related, "group")["enum"], json!([""]));
+        assert_eq!(node(related, "resource")["enum"], json!(["secrets", "configmaps"]));
+        assert_eq!(
+            node(related, "direction")["enum"],
+            json!(["FromProvider", "FromConsumer"])
+        );
+        assert_eq!(
+            serde_json::to_value(RelatedResourceKind::ConfigMaps).unwrap(),
+            "configmaps"
+        );
+    }
+
+    #[test]
+    fn apis_need_at_least_one_plural_dot_group_name() {
+        let schema = schema_of(CLUSTER_CRD);
+        assert_eq!(node(&schema, "spec/apis")["minItems"], 1);
+        let pattern = node(&schema, "spec/apis/items/name")["pattern"].as_str().unwrap();
+        let pattern = regex::Regex::new(pattern).unwrap();
+        for valid in ["widgets.example.org", "gateways.gateway.networking.k8s.io", "a1-b.c"] {
+            assert!(pattern.is_match(valid), "{valid} should be accepted");
+        }
+        for invalid in [
+            "widgets",
+            "Widgets.example.org",
+            "widgets.",
+            ".example.org",
+            "widgets..org",
+            "wid gets.org",
+        ] {
+            assert!(!pattern.is_match(invalid), "{invalid} should be refused");
+        }
+    }
+
+    #[test]
+    fn connection_ref_is_immutable_but_apis_may_change() {
+        for (crd, kind) in [(NAMESPACED_CRD, "Binding"), (CLUSTER_CRD, "ClusterBinding")] {
+            let old = minimal(kind);
+            let mut moved = minimal(kind);
+            moved["spec"]["connectionRef"]["name"] = json!("other");
+            let errors = validate(crd, &moved, Some(&old)).unwrap_err();
+            assert!(
+                errors.iter().any(|e| e.message.contains("connectionRef is immutable")),
+                "{kind}: {errors:?}"
+            );
+
+            let mut more_apis = minimal(kind);
+            more_apis["spec"]["apis"] = json!([{"name": "widgets.example.org"}, {"name": "gadgets.example.org"}]);
+            more_apis["spec"]["conflictPolicy"] = json!("Adopt");
+            validate(crd, &more_apis, Some(&old)).unwrap();
+        }
+    }
+
+    #[test]
+    fn status_uses_the_contract_field_names() {
+        let status = BindingStatus {
+            bound_apis: vec![BoundApiStatus {
+                name: "widgets.example.org".into(),
+                crd_hash: Some("sha256:0123456789abcdef".into()),
+                conflict_count: 2,
+                conditions: vec![],
+            }],
+            conditions: vec![],
+        };
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            json!({"boundAPIs": [{"name": "widgets.example.org", "crdHash": "sha256:0123456789abcdef", "conflictCount": 2}]})
+        );
+        assert_eq!(
+            status.bound_api("widgets.example.org").map(|b| b.conflict_count),
+            Some(2)
+        );
+        assert!(status.bound_api("gadgets.example.org").is_none());
     }
 }

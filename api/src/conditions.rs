@@ -106,7 +106,11 @@ mod tests {
     #[test]
     fn set_appends_a_new_condition_stamped_now() {
         let mut conditions = Vec::new();
-        let changed = set(&mut conditions, new(condition::READY, false, reason::PENDING, "waiting", Some(1)), &at(10));
+        let changed = set(
+            &mut conditions,
+            new(condition::READY, false, reason::PENDING, "waiting", Some(1)),
+            &at(10),
+        );
         assert!(changed);
         assert_eq!(conditions.len(), 1);
         assert_eq!(conditions[0].status, "False");
@@ -117,10 +121,20 @@ mod tests {
     #[test]
     fn same_status_keeps_transition_time_but_updates_reason_and_message() {
         let mut conditions = Vec::new();
-        set(&mut conditions, new(condition::READY, false, reason::PENDING, "waiting", Some(1)), &at(10));
+        set(
+            &mut conditions,
+            new(condition::READY, false, reason::PENDING, "waiting", Some(1)),
+            &at(10),
+        );
         let changed = set(
             &mut conditions,
-            new(condition::READY, false, reason::SECRET_NOT_FOUND, "secret kbind/acme not found", Some(2)),
+            new(
+                condition::READY,
+                false,
+                reason::SECRET_NOT_FOUND,
+                "secret kbind/acme not found",
+                Some(2),
+            ),
             &at(20),
         );
         assert!(changed);
@@ -133,8 +147,16 @@ mod tests {
     #[test]
     fn status_flip_moves_transition_time() {
         let mut conditions = Vec::new();
-        set(&mut conditions, new(condition::READY, false, reason::PENDING, "", None), &at(10));
-        set(&mut conditions, new(condition::READY, true, reason::AS_EXPECTED, "", None), &at(30));
+        set(
+            &mut conditions,
+            new(condition::READY, false, reason::PENDING, "", None),
+            &at(10),
+        );
+        set(
+            &mut conditions,
+            new(condition::READY, true, reason::AS_EXPECTED, "", None),
+            &at(30),
+        );
         assert_eq!(conditions[0].status, "True");
         assert_eq!(conditions[0].last_transition_time, at(30));
     }
@@ -142,9 +164,17 @@ mod tests {
     #[test]
     fn identical_condition_reports_no_change() {
         let mut conditions = Vec::new();
-        set(&mut conditions, new(condition::CONNECTED, true, reason::AS_EXPECTED, "", Some(3)), &at(10));
+        set(
+            &mut conditions,
+            new(condition::CONNECTED, true, reason::AS_EXPECTED, "", Some(3)),
+            &at(10),
+        );
         let before = conditions.clone();
-        let changed = set(&mut conditions, new(condition::CONNECTED, true, reason::AS_EXPECTED, "", Some(3)), &at(99));
+        let changed = set(
+            &mut conditions,
+            new(condition::CONNECTED, true, reason::AS_EXPECTED, "", Some(3)),
+            &at(99),
+        );
         assert!(!changed);
         assert_eq!(conditions, before);
     }
@@ -152,8 +182,16 @@ mod tests {
     #[test]
     fn conditions_of_other_types_are_untouched() {
         let mut conditions = Vec::new();
-        set(&mut conditions, new(condition::CONNECTED, true, reason::AS_EXPECTED, "", None), &at(10));
-        set(&mut conditions, new(condition::READY, ConditionStatus::Unknown, reason::PENDING, "", None), &at(20));
+        set(
+            &mut conditions,
+            new(condition::CONNECTED, true, reason::AS_EXPECTED, "", None),
+            &at(10),
+        );
+        set(
+            &mut conditions,
+            new(condition::READY, ConditionStatus::Unknown, reason::PENDING, "", None),
+            &at(20),
+        );
         assert!(is_true(&conditions, condition::CONNECTED));
         assert!(!is_true(&conditions, condition::READY));
         assert!(has_status(&conditions, condition::READY, ConditionStatus::Unknown));

@@ -9,6 +9,8 @@ use crate::consts;
 
 /// A link from this (consumer) cluster to one provider cluster, whose kubeconfig lives in a
 /// Secret in the konnector's namespace.
+// Clippy reads the repeated `printcolumn(type_ = ...)` inside `#[kube]` as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "core.kbind.io",
@@ -223,11 +225,17 @@ spec:
         let connection: Connection = serde_saphyr::from_str(DESIGN_SAMPLE).unwrap();
         assert_eq!(connection.metadata.name.as_deref(), Some("acme"));
         let secret = &connection.spec.kubeconfig_secret_ref;
-        assert_eq!((secret.namespace.as_str(), secret.name.as_str(), secret.key.as_str()), ("kbind", "acme", "kubeconfig"));
+        assert_eq!(
+            (secret.namespace.as_str(), secret.name.as_str(), secret.key.as_str()),
+            ("kbind", "acme", "kubeconfig")
+        );
         let yaml = serde_saphyr::to_string(&connection).unwrap();
         let again: Connection = serde_saphyr::from_str(&yaml).unwrap();
         assert_eq!(again, connection);
-        assert_eq!(serde_json::to_value(&again).unwrap()["apiVersion"], "core.kbind.io/v1alpha1");
+        assert_eq!(
+            serde_json::to_value(&again).unwrap()["apiVersion"],
+            "core.kbind.io/v1alpha1"
+        );
     }
 
     #[test]
@@ -236,7 +244,11 @@ spec:
         assert_eq!(connection.spec.kubeconfig_secret_ref.key, "kubeconfig");
         assert_eq!(
             connection.spec.schema,
-            SchemaPolicy { source: SchemaSource::Auto, pull_policy: PullPolicy::Bound, update_policy: UpdatePolicy::Always }
+            SchemaPolicy {
+                source: SchemaSource::Auto,
+                pull_policy: PullPolicy::Bound,
+                update_policy: UpdatePolicy::Always
+            }
         );
         assert!(!connection.spec.auto_bind);
     }
@@ -245,7 +257,10 @@ spec:
     fn schema_defaults_agree_with_serde_defaults() {
         let defaulted = apply_defaults(CRD, &minimal());
         assert_eq!(defaulted["spec"]["kubeconfigSecretRef"]["key"], "kubeconfig");
-        assert_eq!(defaulted["spec"]["schema"], json!({"source": "Auto", "pullPolicy": "Bound", "updatePolicy": "Always"}));
+        assert_eq!(
+            defaulted["spec"]["schema"],
+            json!({"source": "Auto", "pullPolicy": "Bound", "updatePolicy": "Always"})
+        );
         assert_eq!(defaulted["spec"]["autoBind"], false);
         let from_serde = serde_json::to_value(serde_json::from_value::<Connection>(minimal()).unwrap()).unwrap();
         assert_eq!(defaulted["spec"], from_serde["spec"]);
@@ -253,13 +268,29 @@ spec:
 
     #[test]
     fn enums_serialize_with_their_wire_names() {
-        let policy = SchemaPolicy { source: SchemaSource::OpenApi, pull_policy: PullPolicy::None, update_policy: UpdatePolicy::Once };
-        assert_eq!(serde_json::to_value(policy).unwrap(), json!({"source": "OpenAPI", "pullPolicy": "None", "updatePolicy": "Once"}));
+        let policy = SchemaPolicy {
+            source: SchemaSource::OpenApi,
+            pull_policy: PullPolicy::None,
+            update_policy: UpdatePolicy::Once,
+        };
+        assert_eq!(
+            serde_json::to_value(policy).unwrap(),
+            json!({"source": "OpenAPI", "pullPolicy": "None", "updatePolicy": "Once"})
+        );
         assert_eq!(serde_json::to_value(SchemaSource::Crd).unwrap(), "CRD");
         let schema = schema_of(CRD);
-        assert_eq!(node(&schema, "spec/schema/source")["enum"], json!(["Auto", "CRD", "OpenAPI"]));
-        assert_eq!(node(&schema, "spec/schema/pullPolicy")["enum"], json!(["Bound", "All", "None"]));
-        assert_eq!(node(&schema, "spec/schema/updatePolicy")["enum"], json!(["Always", "Once"]));
+        assert_eq!(
+            node(&schema, "spec/schema/source")["enum"],
+            json!(["Auto", "CRD", "OpenAPI"])
+        );
+        assert_eq!(
+            node(&schema, "spec/schema/pullPolicy")["enum"],
+            json!(["Bound", "All", "None"])
+        );
+        assert_eq!(
+            node(&schema, "spec/schema/updatePolicy")["enum"],
+            json!(["Always", "Once"])
+        );
     }
 
     #[test]
@@ -299,7 +330,12 @@ spec:
         let mut renamed = minimal();
         renamed["spec"]["kubeconfigSecretRef"]["name"] = json!("other");
         let errors = validate(CRD, &renamed, Some(&old)).unwrap_err();
-        assert!(errors.iter().any(|e| e.message.contains("kubeconfigSecretRef is immutable")), "{errors:?}");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.message.contains("kubeconfigSecretRef is immutable")),
+            "{errors:?}"
+        );
 
         let mut explicit_default_key = minimal();
         explicit_default_key["spec"]["kubeconfigSecretRef"]["key"] = json!("kubeconfig");
@@ -311,7 +347,10 @@ spec:
 
     #[test]
     fn cluster_uids_are_settable_once_then_immutable() {
-        let pinned = with_status(minimal(), json!({"localClusterUID": "local-1", "remoteClusterUID": "remote-1"}));
+        let pinned = with_status(
+            minimal(),
+            json!({"localClusterUID": "local-1", "remoteClusterUID": "remote-1"}),
+        );
         validate(CRD, &pinned, None).unwrap();
         validate(CRD, &pinned, Some(&minimal())).unwrap();
         validate(CRD, &pinned, Some(&with_status(minimal(), json!({})))).unwrap();
@@ -321,12 +360,23 @@ spec:
             let mut changed = pinned.clone();
             changed["status"][field] = json!(value);
             let errors = validate(CRD, &changed, Some(&pinned)).unwrap_err();
-            assert!(errors.iter().any(|e| e.message.contains(&format!("status.{field} is immutable"))), "{errors:?}");
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.message.contains(&format!("status.{field} is immutable"))),
+                "{errors:?}"
+            );
 
             let mut removed = pinned.clone();
             removed["status"].as_object_mut().unwrap().remove(field);
-            assert!(validate(CRD, &removed, Some(&pinned)).is_err(), "removing {field} must be refused");
+            assert!(
+                validate(CRD, &removed, Some(&pinned)).is_err(),
+                "removing {field} must be refused"
+            );
         }
-        assert!(validate(CRD, &minimal(), Some(&pinned)).is_err(), "dropping the whole status must be refused");
+        assert!(
+            validate(CRD, &minimal(), Some(&pinned)).is_err(),
+            "dropping the whole status must be refused"
+        );
     }
 }

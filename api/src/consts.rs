@@ -200,7 +200,14 @@ mod tests {
 
     #[test]
     fn builtin_groups_cover_core_named_groups_and_suffixes() {
-        for group in ["", "apps", "batch", "rbac.authorization.k8s.io", "metrics.k8s.io", "tenancy.kcp.io"] {
+        for group in [
+            "",
+            "apps",
+            "batch",
+            "rbac.authorization.k8s.io",
+            "metrics.k8s.io",
+            "tenancy.kcp.io",
+        ] {
             assert!(is_builtin_group(group), "{group:?} should be built-in");
         }
         for group in ["example.org", "k8s.io.example.com", "apps.example.org", "kcp.io"] {

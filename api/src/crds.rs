@@ -20,9 +20,11 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 /// [`crds`] as one multi-document YAML stream, headed by a "generated" comment.
 pub fn crds_yaml() -> String {
-    let header = format!("# Generated from the kbind-api types; do not edit. Regenerate with:\n#   {REGENERATE_COMMAND}\n");
+    let header =
+        format!("# Generated from the kbind-api types; do not edit. Regenerate with:\n#   {REGENERATE_COMMAND}\n");
     // CRDs are plain maps, strings, numbers and booleans: serialization cannot fail.
-    let documents = serde_saphyr::to_string_multiple(&crds()).unwrap_or_else(|err| panic!("CRDs serialize to YAML: {err}"));
+    let documents =
+        serde_saphyr::to_string_multiple(&crds()).unwrap_or_else(|err| panic!("CRDs serialize to YAML: {err}"));
     format!("{header}---\n{documents}")
 }
 
@@ -34,8 +36,17 @@ pub(crate) mod test_support {
 
     /// The `openAPIV3Schema` of the CRD named `name`, as JSON.
     pub(crate) fn schema_of(name: &str) -> Value {
-        let crd = super::crds().into_iter().find(|crd| crd.metadata.name.as_deref() == Some(name)).unwrap();
-        let schema = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let crd = super::crds()
+            .into_iter()
+            .find(|crd| crd.metadata.name.as_deref() == Some(name))
+            .unwrap();
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
         serde_json::to_value(schema).unwrap()
     }
 
@@ -68,13 +79,20 @@ mod tests {
     use super::test_support::{node, schema_of};
     use super::*;
 
-    const CRD_NAMES: [&str; 3] = ["bindings.core.kbind.io", "clusterbindings.core.kbind.io", "connections.core.kbind.io"];
+    const CRD_NAMES: [&str; 3] = [
+        "bindings.core.kbind.io",
+        "clusterbindings.core.kbind.io",
+        "connections.core.kbind.io",
+    ];
 
     #[test]
     fn committed_yaml_matches_the_generated_crds() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(CRDS_YAML_PATH);
         let committed = std::fs::read_to_string(&path).unwrap_or_else(|err| {
-            panic!("cannot read {}: {err}\nGenerate it from the repository root with:\n    {REGENERATE_COMMAND}", path.display())
+            panic!(
+                "cannot read {}: {err}\nGenerate it from the repository root with:\n    {REGENERATE_COMMAND}",
+                path.display()
+            )
         });
         let generated = crds_yaml();
         if committed != generated {
@@ -95,6 +113,30 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs kubectl on PATH; `kubectl create --dry-run=client` needs a server, `kubectl kustomize` does not"]
+    fn kubectl_parses_the_committed_yaml_to_the_same_crds() {
+        let dir = std::env::temp_dir().join(format!("kbind-crds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("kbind-crds.yaml"), crds_yaml()).unwrap();
+        std::fs::write(dir.join("kustomization.yaml"), "resources:\n- kbind-crds.yaml\n").unwrap();
+        let output = std::process::Command::new("kubectl")
+            .arg("kustomize")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl kustomize failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let mut parsed: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(output.stdout).unwrap()).unwrap();
+        parsed.sort_by_key(|crd| crd["metadata"]["name"].as_str().map(str::to_owned));
+        let expected: Vec<Value> = crds().iter().map(|crd| serde_json::to_value(crd).unwrap()).collect();
+        assert_eq!(parsed, expected);
+    }
+
+    #[test]
     fn crds_are_ordered_by_name() {
         let names: Vec<_> = crds().into_iter().map(|crd| crd.metadata.name.unwrap()).collect();
         assert_eq!(names, CRD_NAMES);
@@ -106,8 +148,15 @@ mod tests {
             let name = crd.metadata.name.clone().unwrap();
             assert_eq!(crd.spec.group, crate::consts::GROUP);
             assert_eq!(name, format!("{}.{}", crd.spec.names.plural, crd.spec.group));
-            assert_eq!(crd.spec.names.categories.as_deref(), Some(&[crate::consts::CATEGORY.to_owned()][..]));
-            assert_eq!(crd.spec.names.short_names.as_ref().map(Vec::len), Some(1), "{name} short name");
+            assert_eq!(
+                crd.spec.names.categories.as_deref(),
+                Some(&[crate::consts::CATEGORY.to_owned()][..])
+            );
+            assert_eq!(
+                crd.spec.names.short_names.as_ref().map(Vec::len),
+                Some(1),
+                "{name} short name"
+            );
             let version = &crd.spec.versions[0];
             assert_eq!(version.name, crate::consts::VERSION);
             assert!(version.served && version.storage);
@@ -119,12 +168,27 @@ mod tests {
     #[test]
     fn printer_columns_show_readiness_connection_and_apis() {
         let columns = |name: &str| -> Vec<(String, String)> {
-            let crd = crds().into_iter().find(|crd| crd.metadata.name.as_deref() == Some(name)).unwrap();
-            let columns = crd.spec.versions[0].additional_printer_columns.clone().unwrap_or_default();
-            columns.into_iter().map(|c| (c.name.to_uppercase(), c.json_path)).collect()
+            let crd = crds()
+                .into_iter()
+                .find(|crd| crd.metadata.name.as_deref() == Some(name))
+                .unwrap();
+            let columns = crd.spec.versions[0]
+                .additional_printer_columns
+                .clone()
+                .unwrap_or_default();
+            columns
+                .into_iter()
+                .map(|c| (c.name.to_uppercase(), c.json_path))
+                .collect()
         };
-        let ready = ("READY".to_owned(), r#".status.conditions[?(@.type=="Ready")].status"#.to_owned());
-        let reason = ("REASON".to_owned(), r#".status.conditions[?(@.type=="Ready")].reason"#.to_owned());
+        let ready = (
+            "READY".to_owned(),
+            r#".status.conditions[?(@.type=="Ready")].status"#.to_owned(),
+        );
+        let reason = (
+            "REASON".to_owned(),
+            r#".status.conditions[?(@.type=="Ready")].reason"#.to_owned(),
+        );
         let age = ("AGE".to_owned(), ".metadata.creationTimestamp".to_owned());
         for name in ["bindings.core.kbind.io", "clusterbindings.core.kbind.io"] {
             let expected = vec![
@@ -139,7 +203,10 @@ mod tests {
         let connection = columns("connections.core.kbind.io");
         assert_eq!(connection.first(), Some(&ready));
         assert_eq!(connection.get(1), Some(&reason));
-        assert!(connection.contains(&("CONNECTED".to_owned(), r#".status.conditions[?(@.type=="Connected")].status"#.to_owned())));
+        assert!(connection.contains(&(
+            "CONNECTED".to_owned(),
+            r#".status.conditions[?(@.type=="Connected")].status"#.to_owned()
+        )));
         assert_eq!(connection.last(), Some(&age));
     }
 
@@ -150,7 +217,16 @@ mod tests {
             violations.push(format!("{path}: not an object"));
             return;
         };
-        for forbidden in ["$ref", "anyOf", "oneOf", "allOf", "not", "definitions", "$defs", "$schema"] {
+        for forbidden in [
+            "$ref",
+            "anyOf",
+            "oneOf",
+            "allOf",
+            "not",
+            "definitions",
+            "$defs",
+            "$schema",
+        ] {
             if node.contains_key(forbidden) {
                 violations.push(format!("{path}: has {forbidden}"));
             }
@@ -182,7 +258,11 @@ mod tests {
             structural_violations(values, &format!("{path}{{}}"), violations);
         }
         if node.get("x-kubernetes-list-type") == Some(&json!("map")) {
-            let keys = node.get("x-kubernetes-list-map-keys").and_then(Value::as_array).cloned().unwrap_or_default();
+            let keys = node
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             if keys.is_empty() {
                 violations.push(format!("{path}: list-type map without keys"));
             }
@@ -206,7 +286,11 @@ mod tests {
         for name in CRD_NAMES {
             let mut violations = Vec::new();
             structural_violations(&schema_of(name), name, &mut violations);
-            assert!(violations.is_empty(), "non-structural schema:\n{}", violations.join("\n"));
+            assert!(
+                violations.is_empty(),
+                "non-structural schema:\n{}",
+                violations.join("\n")
+            );
         }
     }
 
