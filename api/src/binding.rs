@@ -93,7 +93,10 @@ pub struct BindingSpec {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(transparent)]
-pub struct ClusterBindingSpec(pub BindingSpec);
+pub struct ClusterBindingSpec(
+    /// The spec shared with `Binding`.
+    pub BindingSpec,
+);
 
 impl Deref for ClusterBindingSpec {
     type Target = BindingSpec;
