@@ -1,0 +1,401 @@
+//! `ClusterBinding` and `Binding`: which exported APIs of a Connection are synced, and how.
+
+use std::ops::{Deref, DerefMut};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which APIs of a Connection are synced, and how. A namespaced Binding syncs only the
+/// instances in its own namespace, and only when the Connection's
+/// `core.kbind.io/binding-namespaces` annotation allows that namespace.
+///
+/// `connectionRef` is immutable: an API is served through exactly one Connection, so moving a
+/// binding means deleting it (which drains) and creating a new one.
+// Clippy reads the repeated `printcolumn(type_ = ...)` inside `#[kube]` as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "core.kbind.io",
+    version = "v1alpha1",
+    kind = "Binding",
+    plural = "bindings",
+    namespaced,
+    shortname = "kbd",
+    category = "kbind",
+    status = "BindingStatus",
+    derive = "PartialEq",
+    doc = "A Binding syncs instances of APIs of a Connection in its own namespace.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(name = "Connection", type_ = "string", json_path = ".spec.connectionRef.name"),
+    printcolumn(name = "APIs", type_ = "string", json_path = ".spec.apis[*].name"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingSpec {
+    /// The Connection whose provider serves the APIs. Immutable.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "connectionRef is immutable; delete the binding and create a new one"
+    }]))]
+    pub connection_ref: ConnectionRef,
+    /// The APIs to sync, by `<plural>.<group>`.
+    #[schemars(length(min = 1))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub apis: Vec<BoundApiRef>,
+    /// What to do with a provider object of the same name that kbind did not create.
+    #[serde(default)]
+    pub conflict_policy: ConflictPolicy,
+    /// Secrets and ConfigMaps copied alongside the instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub related_resources: Vec<RelatedResource>,
+}
+
+/// Which APIs of a Connection are synced cluster-wide, and how; the same fields as a Binding.
+// One spec for both kinds (DESIGN §2): a transparent newtype that dereferences to BindingSpec,
+// because the CustomResource derive generates exactly one kind per struct.
+// Clippy reads the repeated `printcolumn(type_ = ...)` inside `#[kube]` as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "core.kbind.io",
+    version = "v1alpha1",
+    kind = "ClusterBinding",
+    plural = "clusterbindings",
+    shortname = "kcb",
+    category = "kbind",
+    status = "BindingStatus",
+    derive = "PartialEq",
+    doc = "A ClusterBinding syncs all instances of APIs of a Connection.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(name = "Connection", type_ = "string", json_path = ".spec.connectionRef.name"),
+    printcolumn(name = "APIs", type_ = "string", json_path = ".spec.apis[*].name"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(transparent)]
+pub struct ClusterBindingSpec(
+    /// The spec shared with `Binding`.
+    pub BindingSpec,
+);
+
+impl Deref for ClusterBindingSpec {
+    type Target = BindingSpec;
+
+    fn deref(&self) -> &BindingSpec {
+        &self.0
+    }
+}
+
+impl DerefMut for ClusterBindingSpec {
+    fn deref_mut(&mut self) -> &mut BindingSpec {
+        &mut self.0
+    }
+}
+
+impl From<BindingSpec> for ClusterBindingSpec {
+    fn from(spec: BindingSpec) -> Self {
+        Self(spec)
+    }
+}
+
+/// Reference to a cluster-scoped Connection.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ConnectionRef {
+    /// Name of the Connection.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// One API to bind.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct BoundApiRef {
+    /// `<plural>.<group>`, e.g. `widgets.example.org`.
+    #[schemars(length(min = 3, max = 253))]
+    #[schemars(pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"))]
+    pub name: String,
+}
+
+/// What happens to a provider object kbind did not create.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ConflictPolicy {
+    /// Leave it alone and report the conflict.
+    #[default]
+    Fail,
+    /// Take it over by stamping kbind's ownership markers.
+    Adopt,
+}
+
+/// Secrets or ConfigMaps synced next to the bound instances.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedResource {
+    /// API group; only the core group `""`.
+    #[serde(default)]
+    #[schemars(extend("enum" = [""]))]
+    pub group: String,
+    /// `secrets` or `configmaps`.
+    pub resource: RelatedResourceKind,
+    /// Which side owns the originals.
+    pub direction: RelatedResourceDirection,
+    /// Which objects are copied. Both parts must match when both are set; an empty selector
+    /// selects nothing, an empty `labelSelector: {}` selects every object.
+    #[serde(default)]
+    pub selector: RelatedResourceSelector,
+}
+
+/// Kinds of related resources.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RelatedResourceKind {
+    /// Core `v1` Secrets.
+    Secrets,
+    /// Core `v1` ConfigMaps.
+    ConfigMaps,
+}
+
+/// Direction of a related-resource copy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum RelatedResourceDirection {
+    /// Provider originals are copied to the consumer.
+    FromProvider,
+    /// Consumer originals are copied to the provider.
+    FromConsumer,
+}
+
+/// Selects related objects by labels and/or names.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedResourceSelector {
+    /// Objects whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Objects with exactly these names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+}
+
+/// Observed state of a ClusterBinding or Binding.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingStatus {
+    /// Per-API state.
+    #[serde(rename = "boundAPIs", default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub bound_apis: Vec<BoundApiStatus>,
+    /// `Connected`, `Synced`, `Conflicts`, `PermissionDenied` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The state of one bound API.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundApiStatus {
+    /// `<plural>.<group>`.
+    pub name: String,
+    /// `sha256:<16 hex>` of the schema installed on this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crd_hash: Option<String>,
+    /// Objects of this API currently left alone because of a conflict.
+    #[serde(default)]
+    pub conflict_count: i64,
+    /// Per-API conditions *(ours)*, e.g. `APINotExported` or `BoundThroughAnotherConnection`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl BindingSpec {
+    /// Whether the spec names the API `<plural>.<group>`.
+    pub fn binds(&self, api: &str) -> bool {
+        self.apis.iter().any(|bound| bound.name == api)
+    }
+}
+
+impl BindingStatus {
+    /// The status of the bound API `<plural>.<group>`, if reported.
+    pub fn bound_api(&self, api: &str) -> Option<&BoundApiStatus> {
+        self.bound_apis.iter().find(|bound| bound.name == api)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::crds::test_support::{apply_defaults, node, schema_of, validate};
+
+    const CLUSTER_CRD: &str = "clusterbindings.core.kbind.io";
+    const NAMESPACED_CRD: &str = "bindings.core.kbind.io";
+
+    /// The ClusterBinding of DESIGN.md §1, the one-apply bundle.
+    const DESIGN_SAMPLE: &str = r#"
+apiVersion: core.kbind.io/v1alpha1
+kind: ClusterBinding
+metadata: {name: widgets}
+spec:
+  connectionRef: {name: acme}
+  apis: [{name: widgets.example.org}]
+"#;
+
+    fn minimal(kind: &str) -> Value {
+        json!({
+            "apiVersion": "core.kbind.io/v1alpha1",
+            "kind": kind,
+            "metadata": {"name": "widgets", "namespace": "team-a"},
+            "spec": {
+                "connectionRef": {"name": "acme"},
+                "apis": [{"name": "widgets.example.org"}],
+                "relatedResources": [{"resource": "secrets", "direction": "FromProvider", "selector": {"names": ["creds"]}}],
+            },
+        })
+    }
+
+    #[test]
+    fn design_sample_round_trips() {
+        let binding: ClusterBinding = serde_saphyr::from_str(DESIGN_SAMPLE).unwrap();
+        assert_eq!(binding.spec.connection_ref.name, "acme");
+        assert!(binding.spec.binds("widgets.example.org"));
+        assert_eq!(binding.spec.conflict_policy, ConflictPolicy::Fail);
+        let yaml = serde_saphyr::to_string(&binding).unwrap();
+        let again: ClusterBinding = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(again, binding);
+        let wire = serde_json::to_value(&again).unwrap();
+        assert_eq!(wire["kind"], "ClusterBinding");
+        assert_eq!(wire["spec"]["apis"], json!([{"name": "widgets.example.org"}]));
+    }
+
+    #[test]
+    fn cluster_binding_and_binding_share_one_spec() {
+        let binding: Binding = serde_json::from_value(minimal("Binding")).unwrap();
+        let cluster: ClusterBinding = serde_json::from_value(minimal("ClusterBinding")).unwrap();
+        assert_eq!(*cluster.spec, binding.spec);
+        assert_eq!(
+            node(&schema_of(CLUSTER_CRD), "spec")["properties"],
+            node(&schema_of(NAMESPACED_CRD), "spec")["properties"]
+        );
+    }
+
+    #[test]
+    fn serde_fills_the_defaults_of_a_minimal_spec() {
+        let binding: Binding = serde_json::from_value(minimal("Binding")).unwrap();
+        assert_eq!(binding.spec.conflict_policy, ConflictPolicy::Fail);
+        let related = &binding.spec.related_resources[0];
+        assert_eq!(related.group, "");
+        assert_eq!(related.resource, RelatedResourceKind::Secrets);
+        assert_eq!(related.direction, RelatedResourceDirection::FromProvider);
+        assert_eq!(related.selector.names, ["creds"]);
+        assert!(related.selector.label_selector.is_none());
+    }
+
+    #[test]
+    fn schema_defaults_agree_with_serde_defaults() {
+        for (crd, kind) in [(NAMESPACED_CRD, "Binding"), (CLUSTER_CRD, "ClusterBinding")] {
+            let defaulted = apply_defaults(crd, &minimal(kind));
+            assert_eq!(defaulted["spec"]["conflictPolicy"], "Fail");
+            assert_eq!(defaulted["spec"]["relatedResources"][0]["group"], "");
+            let from_serde = serde_json::to_value(serde_json::from_value::<Binding>(minimal(kind)).unwrap()).unwrap();
+            assert_eq!(defaulted["spec"], from_serde["spec"], "{kind}");
+        }
+    }
+
+    #[test]
+    fn related_resources_admit_only_core_secrets_and_configmaps() {
+        let schema = schema_of(NAMESPACED_CRD);
+        let related = node(&schema, "spec/relatedResources/items");
+        assert_eq!(node(related, "group")["enum"], json!([""]));
+        assert_eq!(node(related, "resource")["enum"], json!(["secrets", "configmaps"]));
+        assert_eq!(
+            node(related, "direction")["enum"],
+            json!(["FromProvider", "FromConsumer"])
+        );
+        assert_eq!(
+            serde_json::to_value(RelatedResourceKind::ConfigMaps).unwrap(),
+            "configmaps"
+        );
+    }
+
+    #[test]
+    fn apis_need_at_least_one_plural_dot_group_name() {
+        let schema = schema_of(CLUSTER_CRD);
+        assert_eq!(node(&schema, "spec/apis")["minItems"], 1);
+        let pattern = node(&schema, "spec/apis/items/name")["pattern"].as_str().unwrap();
+        let pattern = regex::Regex::new(pattern).unwrap();
+        for valid in ["widgets.example.org", "gateways.gateway.networking.k8s.io", "a1-b.c"] {
+            assert!(pattern.is_match(valid), "{valid} should be accepted");
+        }
+        for invalid in [
+            "widgets",
+            "Widgets.example.org",
+            "widgets.",
+            ".example.org",
+            "widgets..org",
+            "wid gets.org",
+        ] {
+            assert!(!pattern.is_match(invalid), "{invalid} should be refused");
+        }
+    }
+
+    #[test]
+    fn connection_ref_is_immutable_but_apis_may_change() {
+        for (crd, kind) in [(NAMESPACED_CRD, "Binding"), (CLUSTER_CRD, "ClusterBinding")] {
+            let old = minimal(kind);
+            let mut moved = minimal(kind);
+            moved["spec"]["connectionRef"]["name"] = json!("other");
+            let errors = validate(crd, &moved, Some(&old)).unwrap_err();
+            assert!(
+                errors.iter().any(|e| e.message.contains("connectionRef is immutable")),
+                "{kind}: {errors:?}"
+            );
+
+            let mut more_apis = minimal(kind);
+            more_apis["spec"]["apis"] = json!([{"name": "widgets.example.org"}, {"name": "gadgets.example.org"}]);
+            more_apis["spec"]["conflictPolicy"] = json!("Adopt");
+            validate(crd, &more_apis, Some(&old)).unwrap();
+        }
+    }
+
+    #[test]
+    fn status_uses_the_contract_field_names() {
+        let status = BindingStatus {
+            bound_apis: vec![BoundApiStatus {
+                name: "widgets.example.org".into(),
+                crd_hash: Some("sha256:0123456789abcdef".into()),
+                conflict_count: 2,
+                conditions: vec![],
+            }],
+            conditions: vec![],
+        };
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            json!({"boundAPIs": [{"name": "widgets.example.org", "crdHash": "sha256:0123456789abcdef", "conflictCount": 2}]})
+        );
+        assert_eq!(
+            status.bound_api("widgets.example.org").map(|b| b.conflict_count),
+            Some(2)
+        );
+        assert!(status.bound_api("gadgets.example.org").is_none());
+    }
+}
