@@ -325,6 +325,9 @@ impl FakeCluster {
                         map.remove("status");
                     }
                 }
+                if let Some(live) = old.as_deref() {
+                    ssa::precondition(live, &body, &gr.qualified())?;
+                }
                 let merged = ssa::apply(
                     old.as_deref(),
                     &body,
