@@ -74,7 +74,9 @@ impl<T> Context<T> for Option<T> {
 /// The error a step had to fail with; a success is a case failure naming `what`.
 pub fn expect_err<T: Debug>(result: Result<T, Error>, what: &str) -> CaseResult<Error> {
     match result {
-        Ok(v) => Err(CaseError::Failed(format!("{what}: expected an error, got success: {v:?}"))),
+        Ok(v) => Err(CaseError::Failed(format!(
+            "{what}: expected an error, got success: {v:?}"
+        ))),
         Err(e) => Ok(e),
     }
 }
@@ -91,7 +93,11 @@ fn poll_interval(within: Duration) -> Duration {
 
 /// Polls `probe` until it succeeds or `within` passes (on the tokio clock, so paused and real
 /// clocks both work); the last failure is the case's error.
-pub async fn eventually<T>(within: Duration, what: &str, mut probe: impl AsyncFnMut() -> CaseResult<T>) -> CaseResult<T> {
+pub async fn eventually<T>(
+    within: Duration,
+    what: &str,
+    mut probe: impl AsyncFnMut() -> CaseResult<T>,
+) -> CaseResult<T> {
     let deadline = Instant::now() + within;
     loop {
         match probe().await {
@@ -106,7 +112,11 @@ pub async fn eventually<T>(within: Duration, what: &str, mut probe: impl AsyncFn
 }
 
 /// Checks that `probe` keeps succeeding for `window` (an absence can only be shown over time).
-pub async fn consistently(window: Duration, what: &str, mut probe: impl AsyncFnMut() -> CaseResult<()>) -> CaseResult<()> {
+pub async fn consistently(
+    window: Duration,
+    what: &str,
+    mut probe: impl AsyncFnMut() -> CaseResult<()>,
+) -> CaseResult<()> {
     let deadline = Instant::now() + window;
     loop {
         probe()
@@ -127,7 +137,10 @@ pub async fn within<T>(limit: Duration, what: &str, step: impl Future<Output = T
 }
 
 /// The next item of a watch, failing the case if none comes within `limit`.
-pub async fn next_event(stream: &mut WatchStream, limit: Duration) -> CaseResult<Option<kbind_cluster::Result<WatchEvent<DynamicObject>>>> {
+pub async fn next_event(
+    stream: &mut WatchStream,
+    limit: Duration,
+) -> CaseResult<Option<kbind_cluster::Result<WatchEvent<DynamicObject>>>> {
     within(limit, "waiting for a watch event", stream.next()).await
 }
 
@@ -155,7 +168,9 @@ pub fn describe(ev: &WatchEvent<DynamicObject>) -> (String, String, String) {
         WatchEvent::Error(e) => return ("ERROR".into(), e.message.clone(), String::new()),
     };
     let name = obj.and_then(|o| o.metadata.name.clone()).unwrap_or_default();
-    let rv = obj.and_then(|o| o.metadata.resource_version.clone()).unwrap_or_default();
+    let rv = obj
+        .and_then(|o| o.metadata.resource_version.clone())
+        .unwrap_or_default();
     (kind.to_string(), name, rv)
 }
 
@@ -362,10 +377,11 @@ impl<'t> Scope<'t> {
 
     /// Remembers a cluster-scoped or out-of-namespace object to delete when the case ends.
     pub fn track(&self, res: ApiResource, namespace: Option<&str>, name: &str) {
-        self.created
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((res, namespace.map(str::to_string), name.to_string()));
+        self.created.lock().unwrap_or_else(|p| p.into_inner()).push((
+            res,
+            namespace.map(str::to_string),
+            name.to_string(),
+        ));
     }
 
     /// Creates a namespace `c-<short>-<base>-<random>` that is deleted when the case ends.
@@ -400,7 +416,11 @@ impl<'t> Scope<'t> {
         let admin = &self.admin;
         eventually(self.patience(), "CRD Established", async || {
             let crd = admin.get(&res::crds(), None, name).await?;
-            check!(is_established(&crd), "CRD {name} not Established yet: {:?}", crd.data.get("status"));
+            check!(
+                is_established(&crd),
+                "CRD {name} not Established yet: {:?}",
+                crd.data.get("status")
+            );
             Ok(())
         })
         .await?;

@@ -2,5 +2,8 @@
 
 fn main() {
     let json = kbind_conformance::differences_json();
-    println!("{}", serde_json::to_string_pretty(&json).unwrap_or_else(|_| json.to_string()));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json).unwrap_or_else(|_| json.to_string())
+    );
 }

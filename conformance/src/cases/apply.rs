@@ -33,9 +33,22 @@ fn managers(obj: &DynamicObject) -> Vec<(Option<String>, Option<String>)> {
         .collect()
 }
 
-async fn apply_cm(c: &dyn ClusterClient, ns: &str, data: Value, manager: &str, force: bool) -> kbind_cluster::Result<DynamicObject> {
-    c.apply(&res::config_maps(), Some(ns), "cm", applied_config_map("cm", data), manager, force)
-        .await
+async fn apply_cm(
+    c: &dyn ClusterClient,
+    ns: &str,
+    data: Value,
+    manager: &str,
+    force: bool,
+) -> kbind_cluster::Result<DynamicObject> {
+    c.apply(
+        &res::config_maps(),
+        Some(ns),
+        "cm",
+        applied_config_map("cm", data),
+        manager,
+        force,
+    )
+    .await
 }
 
 /// Apply creates a missing object and records its manager (Apply); a plain update records Update.
@@ -44,7 +57,9 @@ pub async fn apply_creates_and_records_manager(t: &dyn Target) -> CaseResult {
     let result = async {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
-        let created = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false).await.ctx("apply creates")?;
+        let created = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false)
+            .await
+            .ctx("apply creates")?;
         check!(created.data["data"]["x"] == "1", "applied data: {:?}", created.data);
         check!(created.metadata.uid.is_some(), "applied object has no uid");
         check!(
@@ -58,7 +73,9 @@ pub async fn apply_creates_and_records_manager(t: &dyn Target) -> CaseResult {
             field_manager: Some("conformance-u".into()),
             ..PostParams::default()
         };
-        let updated = c.replace(&res::config_maps(), Some(&ns), "cm", &updated, &params).await?;
+        let updated = c
+            .replace(&res::config_maps(), Some(&ns), "cm", &updated, &params)
+            .await?;
         check!(
             owns(&updated, "conformance-u", "Update", &["f:data", "f:y"]),
             "managedFields do not give data.y to conformance-u: {:?}",
@@ -126,8 +143,15 @@ pub async fn apply_removes_fields_dropped_from_reapply(t: &dyn Target) -> CaseRe
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         apply_cm(c.as_ref(), &ns, json!({"x": "1", "y": "1"}), "conformance-a", false).await?;
-        c.apply(&res::config_maps(), Some(&ns), "cm", applied_config_map("cm", json!({"z": "1"})), "conformance-b", false)
-            .await?;
+        c.apply(
+            &res::config_maps(),
+            Some(&ns),
+            "cm",
+            applied_config_map("cm", json!({"z": "1"})),
+            "conformance-b",
+            false,
+        )
+        .await?;
         let cm = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false).await?;
         let data = cm.data["data"].as_object().ctx("data")?;
         let mut keys: Vec<&str> = data.keys().map(String::as_str).collect();
@@ -146,19 +170,36 @@ pub async fn apply_conflict_is_409_with_causes(t: &dyn Target) -> CaseResult {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false).await?;
-        let err = expect_err(apply_cm(c.as_ref(), &ns, json!({"x": "2"}), "conformance-b", false).await, "conflicting apply")?;
+        let err = expect_err(
+            apply_cm(c.as_ref(), &ns, json!({"x": "2"}), "conformance-b", false).await,
+            "conflicting apply",
+        )?;
         let Error::Conflict { causes, message } = &err else {
-            return Err(crate::CaseError::failed(format!("conflicting apply: expected 409, got {err:?}")));
+            return Err(crate::CaseError::failed(format!(
+                "conflicting apply: expected 409, got {err:?}"
+            )));
         };
         check!(
-            causes.iter().any(|c| c.reason == "FieldManagerConflict" && c.field == ".data.x"),
+            causes
+                .iter()
+                .any(|c| c.reason == "FieldManagerConflict" && c.field == ".data.x"),
             "causes do not name .data.x: {causes:?}"
         );
-        check!(message.contains("conformance-a"), "conflict message does not name the owner: {message}");
+        check!(
+            message.contains("conformance-a"),
+            "conflict message does not name the owner: {message}"
+        );
         let cm = c.get(&res::config_maps(), Some(&ns), "cm").await?;
-        check!(cm.data["data"]["x"] == "1", "a refused apply changed the object: {:?}", cm.data);
+        check!(
+            cm.data["data"]["x"] == "1",
+            "a refused apply changed the object: {:?}",
+            cm.data
+        );
         let same = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-b", false).await;
-        check!(same.is_ok(), "applying the same value as the owner is shared ownership, not a conflict: {same:?}");
+        check!(
+            same.is_ok(),
+            "applying the same value as the owner is shared ownership, not a conflict: {same:?}"
+        );
         Ok(())
     }
     .await;
@@ -172,11 +213,29 @@ pub async fn apply_force_transfers_ownership(t: &dyn Target) -> CaseResult {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         apply_cm(c.as_ref(), &ns, json!({"x": "1", "keep": "a"}), "conformance-a", false).await?;
-        let cm = apply_cm(c.as_ref(), &ns, json!({"x": "2"}), "conformance-b", true).await.ctx("forced apply")?;
-        check!(cm.data["data"]["x"] == "2", "forced apply lost its value: {:?}", cm.data);
-        check!(owns(&cm, "conformance-b", "Apply", &["f:data", "f:x"]), "b does not own data.x: {:?}", cm.metadata.managed_fields);
-        check!(!owns(&cm, "conformance-a", "Apply", &["f:data", "f:x"]), "a still owns data.x: {:?}", cm.metadata.managed_fields);
-        check!(owns(&cm, "conformance-a", "Apply", &["f:data", "f:keep"]), "a lost data.keep: {:?}", cm.metadata.managed_fields);
+        let cm = apply_cm(c.as_ref(), &ns, json!({"x": "2"}), "conformance-b", true)
+            .await
+            .ctx("forced apply")?;
+        check!(
+            cm.data["data"]["x"] == "2",
+            "forced apply lost its value: {:?}",
+            cm.data
+        );
+        check!(
+            owns(&cm, "conformance-b", "Apply", &["f:data", "f:x"]),
+            "b does not own data.x: {:?}",
+            cm.metadata.managed_fields
+        );
+        check!(
+            !owns(&cm, "conformance-a", "Apply", &["f:data", "f:x"]),
+            "a still owns data.x: {:?}",
+            cm.metadata.managed_fields
+        );
+        check!(
+            owns(&cm, "conformance-a", "Apply", &["f:data", "f:keep"]),
+            "a lost data.keep: {:?}",
+            cm.metadata.managed_fields
+        );
         Ok(())
     }
     .await;

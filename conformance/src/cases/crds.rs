@@ -25,27 +25,55 @@ pub async fn crd_served_after_established(t: &dyn Target) -> CaseResult {
         let spec = json!({"type": "object", "properties": {"size": {"type": "integer"}}});
         let widgets = s.widget_crd(&WidgetCrd::with_spec(spec, true)).await?;
         let crd = c.get(&res::crds(), None, &format!("widgets.{group}")).await?;
-        check!(crd.data["status"]["acceptedNames"]["kind"] == "Widget", "acceptedNames: {:?}", crd.data["status"]["acceptedNames"]);
-        check!(crd.data["status"]["storedVersions"] == json!(["v1"]), "storedVersions: {:?}", crd.data["status"]["storedVersions"]);
+        check!(
+            crd.data["status"]["acceptedNames"]["kind"] == "Widget",
+            "acceptedNames: {:?}",
+            crd.data["status"]["acceptedNames"]
+        );
+        check!(
+            crd.data["status"]["storedVersions"] == json!(["v1"]),
+            "storedVersions: {:?}",
+            crd.data["status"]["storedVersions"]
+        );
         eventually(s.patience(), "Widgets in discovery", async || {
             let discovery = c.discovery().await?;
             let found = discovery.find(&group, "widgets").ctx("widgets in discovery")?;
-            check!(found.kind == "Widget" && found.namespaced && found.version == "v1", "discovered {found:?}");
+            check!(
+                found.kind == "Widget" && found.namespaced && found.version == "v1",
+                "discovered {found:?}"
+            );
             check!(found.has_status(), "discovery lacks widgets/status: {found:?}");
             Ok(())
         })
         .await?;
-        let created = c.create(&widgets, Some(&ns), &widget(&group, "w", json!({"size": 1}))?, &PostParams::default()).await?;
+        let created = c
+            .create(
+                &widgets,
+                Some(&ns),
+                &widget(&group, "w", json!({"size": 1}))?,
+                &PostParams::default(),
+            )
+            .await?;
         check!(created.data["spec"]["size"] == 1, "created widget: {:?}", created.data);
         let got = c.get(&widgets, Some(&ns), "w").await?;
         check!(got.metadata.uid == created.metadata.uid, "get returned another object");
         let key = format!("{}.v1.Widget", reversed(&group));
         eventually(s.patience(), "Widget in OpenAPI v3", async || {
             let doc = c.openapi_v3(&group, "v1").await?;
-            let schema = doc.pointer("/components/schemas").and_then(|s| s.get(&key)).ctx(format!("schema {key}"))?;
+            let schema = doc
+                .pointer("/components/schemas")
+                .and_then(|s| s.get(&key))
+                .ctx(format!("schema {key}"))?;
             let gvk = json!([{"group": group, "version": "v1", "kind": "Widget"}]);
-            check!(schema["x-kubernetes-group-version-kind"] == gvk, "{key} gvk: {:?}", schema["x-kubernetes-group-version-kind"]);
-            check!(schema.pointer("/properties/spec/properties/size/type") == Some(&json!("integer")), "{key}: {schema}");
+            check!(
+                schema["x-kubernetes-group-version-kind"] == gvk,
+                "{key} gvk: {:?}",
+                schema["x-kubernetes-group-version-kind"]
+            );
+            check!(
+                schema.pointer("/properties/spec/properties/size/type") == Some(&json!("integer")),
+                "{key}: {schema}"
+            );
             Ok(())
         })
         .await
@@ -54,10 +82,19 @@ pub async fn crd_served_after_established(t: &dyn Target) -> CaseResult {
     s.finish(result).await
 }
 
-async fn create_widget(s: &Scope<'_>, ns: &str, spec_schema: Value, body: Value) -> CaseResult<(kbind_cluster::ApiResource, DynamicObject)> {
+async fn create_widget(
+    s: &Scope<'_>,
+    ns: &str,
+    spec_schema: Value,
+    body: Value,
+) -> CaseResult<(kbind_cluster::ApiResource, DynamicObject)> {
     let widgets = s.widget_crd(&WidgetCrd::with_spec(spec_schema, false)).await?;
     let body = crate::support::object(body)?;
-    let created = s.admin.create(&widgets, Some(ns), &body, &PostParams::default()).await.ctx("create widget")?;
+    let created = s
+        .admin
+        .create(&widgets, Some(ns), &body, &PostParams::default())
+        .await
+        .ctx("create widget")?;
     Ok((widgets, created))
 }
 
@@ -95,14 +132,31 @@ pub async fn crd_applies_defaults(t: &dyn Target) -> CaseResult {
             "mode": {"type": "string", "default": "fast"},
             "nested": {"type": "object", "default": {}, "properties": {"level": {"type": "integer", "default": 1}}},
         }});
-        let (widgets, created) = create_widget(&s, &ns, spec, json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {}})).await?;
+        let (widgets, created) = create_widget(
+            &s,
+            &ns,
+            spec,
+            json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}),
+        )
+        .await?;
         let want = json!({"size": 3, "mode": "fast", "nested": {"level": 1}});
-        check!(created.data["spec"] == want, "defaulted spec on create: {:?}", created.data["spec"]);
+        check!(
+            created.data["spec"] == want,
+            "defaulted spec on create: {:?}",
+            created.data["spec"]
+        );
         let mut update = created.clone();
         update.data["spec"] = json!({"mode": "slow"});
-        let updated = s.admin.replace(&widgets, Some(&ns), "w", &update, &PostParams::default()).await?;
+        let updated = s
+            .admin
+            .replace(&widgets, Some(&ns), "w", &update, &PostParams::default())
+            .await?;
         let want = json!({"size": 3, "mode": "slow", "nested": {"level": 1}});
-        check!(updated.data["spec"] == want, "defaulted spec on update: {:?}", updated.data["spec"]);
+        check!(
+            updated.data["spec"] == want,
+            "defaulted spec on update: {:?}",
+            updated.data["spec"]
+        );
         Ok(())
     }
     .await;
@@ -122,12 +176,41 @@ pub async fn crd_accepts_int_or_string(t: &dyn Target) -> CaseResult {
         }}});
         let widgets = s.widget_crd(&WidgetCrd::with_spec(spec, false)).await?;
         let pp = PostParams::default();
-        let number = c.create(&widgets, Some(&ns), &widget(&group, "num", json!({"port": 8080}))?, &pp).await?;
-        check!(number.data["spec"]["port"] == json!(8080), "integer port: {:?}", number.data["spec"]);
-        let name = c.create(&widgets, Some(&ns), &widget(&group, "name", json!({"port": "http"}))?, &pp).await?;
-        check!(name.data["spec"]["port"] == json!("http"), "string port: {:?}", name.data["spec"]);
-        let err = expect_err(c.create(&widgets, Some(&ns), &widget(&group, "bool", json!({"port": true}))?, &pp).await, "boolean port")?;
-        check!(matches!(err, Error::Invalid { .. }), "boolean port: expected 422, got {err:?}");
+        let number = c
+            .create(&widgets, Some(&ns), &widget(&group, "num", json!({"port": 8080}))?, &pp)
+            .await?;
+        check!(
+            number.data["spec"]["port"] == json!(8080),
+            "integer port: {:?}",
+            number.data["spec"]
+        );
+        let name = c
+            .create(
+                &widgets,
+                Some(&ns),
+                &widget(&group, "name", json!({"port": "http"}))?,
+                &pp,
+            )
+            .await?;
+        check!(
+            name.data["spec"]["port"] == json!("http"),
+            "string port: {:?}",
+            name.data["spec"]
+        );
+        let err = expect_err(
+            c.create(
+                &widgets,
+                Some(&ns),
+                &widget(&group, "bool", json!({"port": true}))?,
+                &pp,
+            )
+            .await,
+            "boolean port",
+        )?;
+        check!(
+            matches!(err, Error::Invalid { .. }),
+            "boolean port: expected 422, got {err:?}"
+        );
         Ok(())
     }
     .await;
@@ -148,8 +231,15 @@ pub async fn crd_preserves_unknown_fields_where_marked(t: &dyn Target) -> CaseRe
         let body = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"},
             "spec": {"size": 1, "extra": free, "junk": 1}});
         let (_, created) = create_widget(&s, &ns, spec, body).await?;
-        check!(created.data["spec"]["extra"] == free, "preserved content changed: {:?}", created.data["spec"]["extra"]);
-        check!(created.data["spec"].get("junk").is_none(), "unknown field outside the preserved subtree kept");
+        check!(
+            created.data["spec"]["extra"] == free,
+            "preserved content changed: {:?}",
+            created.data["spec"]["extra"]
+        );
+        check!(
+            created.data["spec"].get("junk").is_none(),
+            "unknown field outside the preserved subtree kept"
+        );
         Ok(())
     }
     .await;
@@ -177,19 +267,49 @@ pub async fn crd_validates_types(t: &dyn Target) -> CaseResult {
         }});
         let widgets = s.widget_crd(&WidgetCrd::with_spec(spec, false)).await?;
         let pp = PostParams::default();
-        let err = expect_err(c.create(&widgets, Some(&ns), &widget(&group, "t", json!({"size": "big"}))?, &pp).await, "string size")?;
-        let fields = invalid_fields(&err).ok_or_else(|| CaseError::failed(format!("string size: expected 422, got {err:?}")))?;
-        check!(fields.iter().any(|f| f == "spec.size"), "string size: causes {fields:?}");
+        let err = expect_err(
+            c.create(&widgets, Some(&ns), &widget(&group, "t", json!({"size": "big"}))?, &pp)
+                .await,
+            "string size",
+        )?;
+        let fields =
+            invalid_fields(&err).ok_or_else(|| CaseError::failed(format!("string size: expected 422, got {err:?}")))?;
+        check!(
+            fields.iter().any(|f| f == "spec.size"),
+            "string size: causes {fields:?}"
+        );
         let bad = json!({"size": -1, "name": "toolong", "mode": "c"});
-        let err = expect_err(c.create(&widgets, Some(&ns), &widget(&group, "r", bad)?, &pp).await, "out-of-range fields")?;
-        let fields = invalid_fields(&err).ok_or_else(|| CaseError::failed(format!("out-of-range: expected 422, got {err:?}")))?;
+        let err = expect_err(
+            c.create(&widgets, Some(&ns), &widget(&group, "r", bad)?, &pp).await,
+            "out-of-range fields",
+        )?;
+        let fields = invalid_fields(&err)
+            .ok_or_else(|| CaseError::failed(format!("out-of-range: expected 422, got {err:?}")))?;
         for want in ["spec.size", "spec.name", "spec.mode"] {
-            check!(fields.iter().any(|f| f == want), "out-of-range: no cause for {want}: {fields:?}");
+            check!(
+                fields.iter().any(|f| f == want),
+                "out-of-range: no cause for {want}: {fields:?}"
+            );
         }
-        let err = expect_err(c.create(&widgets, Some(&ns), &widget(&group, "m", json!({"mode": "a"}))?, &pp).await, "missing size")?;
-        let fields = invalid_fields(&err).ok_or_else(|| CaseError::failed(format!("missing size: expected 422, got {err:?}")))?;
-        check!(fields.iter().any(|f| f == "spec.size"), "missing size: causes {fields:?}");
-        let ok = c.create(&widgets, Some(&ns), &widget(&group, "ok", json!({"size": 0, "name": "five5", "mode": "b"}))?, &pp).await;
+        let err = expect_err(
+            c.create(&widgets, Some(&ns), &widget(&group, "m", json!({"mode": "a"}))?, &pp)
+                .await,
+            "missing size",
+        )?;
+        let fields = invalid_fields(&err)
+            .ok_or_else(|| CaseError::failed(format!("missing size: expected 422, got {err:?}")))?;
+        check!(
+            fields.iter().any(|f| f == "spec.size"),
+            "missing size: causes {fields:?}"
+        );
+        let ok = c
+            .create(
+                &widgets,
+                Some(&ns),
+                &widget(&group, "ok", json!({"size": 0, "name": "five5", "mode": "b"}))?,
+                &pp,
+            )
+            .await;
         check!(ok.is_ok(), "a valid widget was refused: {ok:?}");
         Ok(())
     }
@@ -236,10 +356,17 @@ pub async fn deleting_crd_removes_instances(t: &dyn Target) -> CaseResult {
         let crd = WidgetCrd::open(false);
         let widgets = s.widget_crd(&crd).await?;
         for name in ["w1", "w2"] {
-            c.create(&widgets, Some(&ns), &widget(&group, name, json!({}))?, &PostParams::default()).await?;
+            c.create(
+                &widgets,
+                Some(&ns),
+                &widget(&group, name, json!({}))?,
+                &PostParams::default(),
+            )
+            .await?;
         }
         let crd_name = format!("widgets.{group}");
-        c.delete(&res::crds(), None, &crd_name, &DeleteParams::default()).await?;
+        c.delete(&res::crds(), None, &crd_name, &DeleteParams::default())
+            .await?;
         eventually(s.patience(), "CRD gone", async || {
             let gone = c.get_opt(&res::crds(), None, &crd_name).await?;
             check!(gone.is_none(), "CRD still there");
@@ -247,14 +374,21 @@ pub async fn deleting_crd_removes_instances(t: &dyn Target) -> CaseResult {
         })
         .await?;
         eventually(s.patience(), "Widgets no longer served", async || {
-            let err = expect_err(c.list(&widgets, Some(&ns), &Default::default()).await, "list after CRD deletion")?;
+            let err = expect_err(
+                c.list(&widgets, Some(&ns), &Default::default()).await,
+                "list after CRD deletion",
+            )?;
             check!(err.is_not_found(), "expected 404, got {err:?}");
             Ok(())
         })
         .await?;
         let widgets = s.widget_crd(&crd).await?;
         let list = c.list(&widgets, Some(&ns), &Default::default()).await?;
-        check!(list.items.is_empty(), "instances survived their CRD: {:?}", list.items.iter().map(|o| &o.metadata.name).collect::<Vec<_>>());
+        check!(
+            list.items.is_empty(),
+            "instances survived their CRD: {:?}",
+            list.items.iter().map(|o| &o.metadata.name).collect::<Vec<_>>()
+        );
         Ok(())
     }
     .await;

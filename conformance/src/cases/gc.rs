@@ -27,7 +27,10 @@ fn dependent(name: &str, owner: &DynamicObject, hold: bool) -> CaseResult<Dynami
 
 async fn owner_and_dependent(s: &Scope<'_>, ns: &str, hold: bool) -> CaseResult<DynamicObject> {
     let pp = PostParams::default();
-    let owner = s.admin.create(&res::config_maps(), Some(ns), &config_map("owner", json!({}))?, &pp).await?;
+    let owner = s
+        .admin
+        .create(&res::config_maps(), Some(ns), &config_map("owner", json!({}))?, &pp)
+        .await?;
     s.admin
         .create(&res::config_maps(), Some(ns), &dependent("dep", &owner, hold)?, &pp)
         .await?;
@@ -49,7 +52,10 @@ pub async fn gc_background_deletes_dependents(t: &dyn Target) -> CaseResult {
     let result = async {
         let ns = s.namespace("a").await?;
         owner_and_dependent(&s, &ns, false).await?;
-        let out = s.admin.delete(&res::config_maps(), Some(&ns), "owner", &DeleteParams::background()).await?;
+        let out = s
+            .admin
+            .delete(&res::config_maps(), Some(&ns), "owner", &DeleteParams::background())
+            .await?;
         check!(out.is_none(), "background delete kept the owner: {out:?}");
         wait_gone(&s, &ns, "dep").await
     }
@@ -69,7 +75,10 @@ pub async fn gc_foreground_waits_for_dependents(t: &dyn Target) -> CaseResult {
             .await?
             .ctx("foreground delete returns the owner")?;
         let fins = owner.metadata.finalizers.clone().unwrap_or_default();
-        check!(fins.iter().any(|f| f == "foregroundDeletion"), "owner finalizers: {fins:?}");
+        check!(
+            fins.iter().any(|f| f == "foregroundDeletion"),
+            "owner finalizers: {fins:?}"
+        );
         eventually(s.patience(), "dependent deleted", async || {
             let dep = c.get(&res::config_maps(), Some(&ns), "dep").await?;
             check!(dep.metadata.deletion_timestamp.is_some(), "dependent not deleted yet");
@@ -93,9 +102,13 @@ pub async fn gc_orphan_keeps_dependents(t: &dyn Target) -> CaseResult {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         let owner = owner_and_dependent(&s, &ns, false).await?;
-        c.delete(&res::config_maps(), Some(&ns), "owner", &DeleteParams::orphan()).await?;
+        c.delete(&res::config_maps(), Some(&ns), "owner", &DeleteParams::orphan())
+            .await?;
         wait_gone(&s, &ns, "owner").await?;
-        let dep = c.get(&res::config_maps(), Some(&ns), "dep").await.ctx("orphaned dependent")?;
+        let dep = c
+            .get(&res::config_maps(), Some(&ns), "dep")
+            .await
+            .ctx("orphaned dependent")?;
         let refs = dep.metadata.owner_references.clone().unwrap_or_default();
         check!(
             refs.iter().all(|r| Some(&r.uid) != owner.metadata.uid.as_ref()),
@@ -117,7 +130,8 @@ pub async fn gc_switched_off_keeps_dependents(t: &dyn Target) -> CaseResult {
         let c = &s.admin;
         owner_and_dependent(&s, &ns, false).await?;
         faults.set_garbage_collector(false);
-        c.delete(&res::config_maps(), Some(&ns), "owner", &DeleteParams::background()).await?;
+        c.delete(&res::config_maps(), Some(&ns), "owner", &DeleteParams::background())
+            .await?;
         consistently(Duration::from_millis(300), "dependent kept without GC", async || {
             let dep = c.get_opt(&res::config_maps(), Some(&ns), "dep").await?;
             check!(dep.is_some(), "dependent collected while GC was off");

@@ -39,7 +39,8 @@ pub async fn selectors_filter_list_and_watch(t: &dyn Target) -> CaseResult {
         let c = &s.admin;
         let pp = PostParams::default();
         for (name, app) in [("a", "x"), ("b", "y"), ("c", "x")] {
-            c.create(&res::config_maps(), Some(&ns), &labelled(name, app)?, &pp).await?;
+            c.create(&res::config_maps(), Some(&ns), &labelled(name, app)?, &pp)
+                .await?;
         }
         let list_with = async |params: ListParams| c.list(&res::config_maps(), Some(&ns), &params).await;
         let by_label = list_with(ListParams::default().labels("app=x")).await?;
@@ -47,28 +48,57 @@ pub async fn selectors_filter_list_and_watch(t: &dyn Target) -> CaseResult {
         let by_set = list_with(ListParams::default().labels("app in (y),app notin (x)")).await?;
         check!(names(&by_set) == ["b"], "app in (y) listed {:?}", names(&by_set));
         let by_field = list_with(ListParams::default().fields("metadata.name=b")).await?;
-        check!(names(&by_field) == ["b"], "metadata.name=b listed {:?}", names(&by_field));
+        check!(
+            names(&by_field) == ["b"],
+            "metadata.name=b listed {:?}",
+            names(&by_field)
+        );
         let both = list_with(ListParams::default().labels("app=x").fields("metadata.name!=a")).await?;
-        check!(names(&both) == ["c"], "app=x,metadata.name!=a listed {:?}", names(&both));
+        check!(
+            names(&both) == ["c"],
+            "app=x,metadata.name!=a listed {:?}",
+            names(&both)
+        );
 
         let rv = by_label.metadata.resource_version.clone().ctx("list resourceVersion")?;
-        let mut by_label_watch = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default().labels("app=x"), &rv).await?;
-        let mut by_field_watch =
-            open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default().fields("metadata.name=b"), &rv)
-                .await?;
+        let mut by_label_watch = open_watch(
+            c.as_ref(),
+            &res::config_maps(),
+            Some(&ns),
+            &WatchParams::default().labels("app=x"),
+            &rv,
+        )
+        .await?;
+        let mut by_field_watch = open_watch(
+            c.as_ref(),
+            &res::config_maps(),
+            Some(&ns),
+            &WatchParams::default().fields("metadata.name=b"),
+            &rv,
+        )
+        .await?;
         relabel(c.as_ref(), &ns, "a", "y").await?;
         relabel(c.as_ref(), &ns, "b", "x").await?;
         let patch = kbind_cluster::Patch::Merge(json!({"data": {"v": "1"}}));
-        c.patch(&res::config_maps(), Some(&ns), "c", &patch, &Default::default()).await?;
-        c.create(&res::config_maps(), Some(&ns), &labelled("d", "y")?, &pp).await?;
-        c.delete(&res::config_maps(), Some(&ns), "c", &Default::default()).await?;
+        c.patch(&res::config_maps(), Some(&ns), "c", &patch, &Default::default())
+            .await?;
+        c.create(&res::config_maps(), Some(&ns), &labelled("d", "y")?, &pp)
+            .await?;
+        c.delete(&res::config_maps(), Some(&ns), "c", &Default::default())
+            .await?;
         let expected = [("DELETED", "a"), ("ADDED", "b"), ("MODIFIED", "c"), ("DELETED", "c")];
         for (kind, name) in expected {
             let (k, n, _) = describe(&next_change(&mut by_label_watch, s.patience()).await?);
-            check!((k.as_str(), n.as_str()) == (kind, name), "app=x watch: expected {kind} {name}, got {k} {n}");
+            check!(
+                (k.as_str(), n.as_str()) == (kind, name),
+                "app=x watch: expected {kind} {name}, got {k} {n}"
+            );
         }
         let (k, n, _) = describe(&next_change(&mut by_field_watch, s.patience()).await?);
-        check!((k.as_str(), n.as_str()) == ("MODIFIED", "b"), "metadata.name=b watch: got {k} {n}");
+        check!(
+            (k.as_str(), n.as_str()) == ("MODIFIED", "b"),
+            "metadata.name=b watch: got {k} {n}"
+        );
         Ok(())
     }
     .await;
@@ -83,16 +113,34 @@ pub async fn list_pagination_is_a_consistent_snapshot(t: &dyn Target) -> CaseRes
         let c = &s.admin;
         let pp = PostParams::default();
         for i in 1..=5 {
-            c.create(&res::config_maps(), Some(&ns), &config_map(&format!("cm-{i}"), json!({}))?, &pp).await?;
+            c.create(
+                &res::config_maps(),
+                Some(&ns),
+                &config_map(&format!("cm-{i}"), json!({}))?,
+                &pp,
+            )
+            .await?;
         }
-        let first = c.list(&res::config_maps(), Some(&ns), &ListParams::default().limit(2)).await?;
+        let first = c
+            .list(&res::config_maps(), Some(&ns), &ListParams::default().limit(2))
+            .await?;
         check!(names(&first) == ["cm-1", "cm-2"], "page 1: {:?}", names(&first));
-        let token = first.metadata.continue_.clone().filter(|t| !t.is_empty()).ctx("continue token of page 1")?;
+        let token = first
+            .metadata
+            .continue_
+            .clone()
+            .filter(|t| !t.is_empty())
+            .ctx("continue token of page 1")?;
         for late in ["cm-3a", "cm-9"] {
-            c.create(&res::config_maps(), Some(&ns), &config_map(late, json!({}))?, &pp).await?;
+            c.create(&res::config_maps(), Some(&ns), &config_map(late, json!({}))?, &pp)
+                .await?;
         }
         let second = c
-            .list(&res::config_maps(), Some(&ns), &ListParams::default().limit(2).continue_token(&token))
+            .list(
+                &res::config_maps(),
+                Some(&ns),
+                &ListParams::default().limit(2).continue_token(&token),
+            )
             .await?;
         check!(names(&second) == ["cm-3", "cm-4"], "page 2: {:?}", names(&second));
         check!(
@@ -101,12 +149,24 @@ pub async fn list_pagination_is_a_consistent_snapshot(t: &dyn Target) -> CaseRes
             second.metadata.resource_version,
             first.metadata.resource_version
         );
-        let token = second.metadata.continue_.clone().filter(|t| !t.is_empty()).ctx("continue token of page 2")?;
+        let token = second
+            .metadata
+            .continue_
+            .clone()
+            .filter(|t| !t.is_empty())
+            .ctx("continue token of page 2")?;
         let third = c
-            .list(&res::config_maps(), Some(&ns), &ListParams::default().limit(2).continue_token(&token))
+            .list(
+                &res::config_maps(),
+                Some(&ns),
+                &ListParams::default().limit(2).continue_token(&token),
+            )
             .await?;
         check!(names(&third) == ["cm-5"], "page 3: {:?}", names(&third));
-        check!(third.metadata.continue_.as_deref().is_none_or(str::is_empty), "page 3 has a continue token");
+        check!(
+            third.metadata.continue_.as_deref().is_none_or(str::is_empty),
+            "page 3 has a continue token"
+        );
         let fresh = c.list(&res::config_maps(), Some(&ns), &ListParams::default()).await?;
         check!(names(&fresh).len() == 7, "a fresh list: {:?}", names(&fresh));
         Ok(())
@@ -123,8 +183,12 @@ pub async fn list_resource_version_semantics(t: &dyn Target) -> CaseResult {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         let pp = PostParams::default();
-        let a = c.create(&res::config_maps(), Some(&ns), &config_map("a", json!({}))?, &pp).await?;
-        let b = c.create(&res::config_maps(), Some(&ns), &config_map("b", json!({}))?, &pp).await?;
+        let a = c
+            .create(&res::config_maps(), Some(&ns), &config_map("a", json!({}))?, &pp)
+            .await?;
+        let b = c
+            .create(&res::config_maps(), Some(&ns), &config_map("b", json!({}))?, &pp)
+            .await?;
         let (rv_a, rv_b) = (rv_of(&a)?, rv_of(&b)?);
 
         let any = c
@@ -138,7 +202,10 @@ pub async fn list_resource_version_semantics(t: &dyn Target) -> CaseResult {
             version_match: Some(VersionMatch::NotOlderThan),
             ..ListParams::default()
         };
-        let fresh = c.list(&res::config_maps(), Some(&ns), &not_older).await.ctx("NotOlderThan list")?;
+        let fresh = c
+            .list(&res::config_maps(), Some(&ns), &not_older)
+            .await
+            .ctx("NotOlderThan list")?;
         let fresh_rv = rv_number(fresh.metadata.resource_version.as_deref())?;
         check!(fresh_rv >= rv_b, "NotOlderThan {rv_b} answered at {fresh_rv}");
         check!(names(&fresh) == ["a", "b"], "NotOlderThan {rv_b}: {:?}", names(&fresh));

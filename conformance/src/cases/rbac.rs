@@ -10,19 +10,39 @@ use crate::check;
 use crate::support::{CaseError, CaseResult, Context, Scope, config_map, eventually, object, res};
 use crate::target::Target;
 
-fn forbidden_for(result: kbind_cluster::Result<impl std::fmt::Debug>, verb: &str, resource: &str, user: &str) -> CaseResult {
+fn forbidden_for(
+    result: kbind_cluster::Result<impl std::fmt::Debug>,
+    verb: &str,
+    resource: &str,
+    user: &str,
+) -> CaseResult {
     match result {
-        Err(Error::Forbidden { verb: v, resource: r, message }) => {
-            check!(v == verb && r == resource, "forbidden names {v} {r}, expected {verb} {resource}");
-            check!(message.contains(&format!("\"{user}\"")), "forbidden message does not name {user}: {message}");
+        Err(Error::Forbidden {
+            verb: v,
+            resource: r,
+            message,
+        }) => {
+            check!(
+                v == verb && r == resource,
+                "forbidden names {v} {r}, expected {verb} {resource}"
+            );
+            check!(
+                message.contains(&format!("\"{user}\"")),
+                "forbidden message does not name {user}: {message}"
+            );
             Ok(())
         }
-        other => Err(CaseError::failed(format!("{user} {verb} {resource}: expected 403, got {other:?}"))),
+        other => Err(CaseError::failed(format!(
+            "{user} {verb} {resource}: expected 403, got {other:?}"
+        ))),
     }
 }
 
 async fn allowed(c: &dyn ClusterClient, res: &ApiResource, ns: Option<&str>) -> CaseResult {
-    c.list(res, ns, &ListParams::default()).await.map(|_| ()).ctx(format!("list {} in {ns:?}", res.plural))
+    c.list(res, ns, &ListParams::default())
+        .await
+        .map(|_| ())
+        .ctx(format!("list {} in {ns:?}", res.plural))
 }
 
 /// A plain authenticated user is refused, and the 403 names the verb and resource.
@@ -31,10 +51,27 @@ pub async fn rbac_denies_plain_user(t: &dyn Target) -> CaseResult {
     let result = async {
         let ns = s.namespace("a").await?;
         let alice = t.user("alice");
-        forbidden_for(alice.list(&res::config_maps(), Some(&ns), &ListParams::default()).await, "list", "configmaps", "alice")?;
+        forbidden_for(
+            alice.list(&res::config_maps(), Some(&ns), &ListParams::default()).await,
+            "list",
+            "configmaps",
+            "alice",
+        )?;
         let cm = config_map("cm", json!({}))?;
-        forbidden_for(alice.create(&res::config_maps(), Some(&ns), &cm, &PostParams::default()).await, "create", "configmaps", "alice")?;
-        forbidden_for(alice.get(&res::namespaces(), None, &ns).await, "get", "namespaces", "alice")?;
+        forbidden_for(
+            alice
+                .create(&res::config_maps(), Some(&ns), &cm, &PostParams::default())
+                .await,
+            "create",
+            "configmaps",
+            "alice",
+        )?;
+        forbidden_for(
+            alice.get(&res::namespaces(), None, &ns).await,
+            "get",
+            "namespaces",
+            "alice",
+        )?;
         forbidden_for(
             alice.list(&res::crds(), None, &ListParams::default()).await,
             "list",
@@ -66,7 +103,10 @@ pub async fn rbac_role_binding_grants_only_its_namespace(t: &dyn Target) -> Case
             "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}],
         }))?;
         c.create(&res::roles(), Some(&granted), &role, &pp).await?;
-        for (name, kind, role_name) in [("read", "ClusterRole", reader.as_str()), ("write", "Role", "secret-writer")] {
+        for (name, kind, role_name) in [
+            ("read", "ClusterRole", reader.as_str()),
+            ("write", "Role", "secret-writer"),
+        ] {
             let binding = object(json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role_name},
@@ -80,11 +120,34 @@ pub async fn rbac_role_binding_grants_only_its_namespace(t: &dyn Target) -> Case
         })
         .await?;
         let secret = object(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}))?;
-        bob.create(&res::secrets(), Some(&granted), &secret, &pp).await.ctx("bob creates a secret where bound")?;
-        forbidden_for(bob.list(&res::config_maps(), Some(&other), &ListParams::default()).await, "list", "configmaps", "bob")?;
-        forbidden_for(bob.create(&res::secrets(), Some(&other), &secret, &pp).await, "create", "secrets", "bob")?;
-        forbidden_for(bob.list(&res::secrets(), Some(&granted), &ListParams::default()).await, "list", "secrets", "bob")?;
-        forbidden_for(bob.list(&res::config_maps(), None, &ListParams::default()).await, "list", "configmaps", "bob")?;
+        bob.create(&res::secrets(), Some(&granted), &secret, &pp)
+            .await
+            .ctx("bob creates a secret where bound")?;
+        forbidden_for(
+            bob.list(&res::config_maps(), Some(&other), &ListParams::default())
+                .await,
+            "list",
+            "configmaps",
+            "bob",
+        )?;
+        forbidden_for(
+            bob.create(&res::secrets(), Some(&other), &secret, &pp).await,
+            "create",
+            "secrets",
+            "bob",
+        )?;
+        forbidden_for(
+            bob.list(&res::secrets(), Some(&granted), &ListParams::default()).await,
+            "list",
+            "secrets",
+            "bob",
+        )?;
+        forbidden_for(
+            bob.list(&res::config_maps(), None, &ListParams::default()).await,
+            "list",
+            "configmaps",
+            "bob",
+        )?;
         Ok(())
     }
     .await;
@@ -119,11 +182,27 @@ pub async fn rbac_cluster_role_binding_grants_cluster_scope(t: &dyn Target) -> C
         .await?;
         allowed(carol.as_ref(), &res::config_maps(), None).await?;
         allowed(carol.as_ref(), &res::config_maps(), Some(&ns)).await?;
-        carol.get(&res::namespaces(), None, &ns).await.ctx("carol gets a namespace")?;
-        forbidden_for(carol.delete(&res::namespaces(), None, &ns, &DeleteParams::default()).await, "delete", "namespaces", "carol")?;
-        c.delete(&res::cluster_role_bindings(), None, &name, &DeleteParams::default()).await?;
+        carol
+            .get(&res::namespaces(), None, &ns)
+            .await
+            .ctx("carol gets a namespace")?;
+        forbidden_for(
+            carol
+                .delete(&res::namespaces(), None, &ns, &DeleteParams::default())
+                .await,
+            "delete",
+            "namespaces",
+            "carol",
+        )?;
+        c.delete(&res::cluster_role_bindings(), None, &name, &DeleteParams::default())
+            .await?;
         eventually(s.patience(), "grant revoked with its binding", async || {
-            forbidden_for(carol.list(&res::namespaces(), None, &ListParams::default()).await, "list", "namespaces", "carol")
+            forbidden_for(
+                carol.list(&res::namespaces(), None, &ListParams::default()).await,
+                "list",
+                "namespaces",
+                "carol",
+            )
         })
         .await
     }

@@ -21,7 +21,11 @@ pub async fn status_subresource_is_separate(t: &dyn Target) -> CaseResult {
             "spec": {"size": 1}, "status": {"phase": "Created"},
         }))?;
         let w = c.create(&widgets, Some(&ns), &body, &pp).await?;
-        check!(w.data.get("status").is_none_or(Value::is_null), "create kept status: {:?}", w.data.get("status"));
+        check!(
+            w.data.get("status").is_none_or(Value::is_null),
+            "create kept status: {:?}",
+            w.data.get("status")
+        );
 
         let mut st = w.clone();
         st.data["status"] = json!({"phase": "A"});
@@ -33,20 +37,42 @@ pub async fn status_subresource_is_separate(t: &dyn Target) -> CaseResult {
         main.data["status"] = json!({"phase": "B"});
         let w = c.replace(&widgets, Some(&ns), "w", &main, &pp).await?;
         check!(w.data["spec"]["size"] == 2, "main update lost spec: {:?}", w.data);
-        check!(w.data["status"]["phase"] == "A", "main update changed status: {:?}", w.data["status"]);
+        check!(
+            w.data["status"]["phase"] == "A",
+            "main update changed status: {:?}",
+            w.data["status"]
+        );
 
         let mut st = w.clone();
         st.data["spec"]["size"] = json!(3);
         st.data["status"] = json!({"phase": "C"});
         let w = c.replace_status(&widgets, Some(&ns), "w", &st, &pp).await?;
-        check!(w.data["spec"]["size"] == 2, "status update changed spec: {:?}", w.data["spec"]);
-        check!(w.data["status"]["phase"] == "C", "status update lost status: {:?}", w.data["status"]);
+        check!(
+            w.data["spec"]["size"] == 2,
+            "status update changed spec: {:?}",
+            w.data["spec"]
+        );
+        check!(
+            w.data["status"]["phase"] == "C",
+            "status update lost status: {:?}",
+            w.data["status"]
+        );
 
         let patch = Patch::Merge(json!({"spec": {"size": 4}, "status": {"phase": "D"}}));
-        let w = c.patch_status(&widgets, Some(&ns), "w", &patch, &Default::default()).await?;
-        check!(w.data["spec"]["size"] == 2 && w.data["status"]["phase"] == "D", "status patch: {:?}", w.data);
+        let w = c
+            .patch_status(&widgets, Some(&ns), "w", &patch, &Default::default())
+            .await?;
+        check!(
+            w.data["spec"]["size"] == 2 && w.data["status"]["phase"] == "D",
+            "status patch: {:?}",
+            w.data
+        );
         let w = c.patch(&widgets, Some(&ns), "w", &patch, &Default::default()).await?;
-        check!(w.data["spec"]["size"] == 4 && w.data["status"]["phase"] == "D", "main patch: {:?}", w.data);
+        check!(
+            w.data["spec"]["size"] == 4 && w.data["status"]["phase"] == "D",
+            "main patch: {:?}",
+            w.data
+        );
         Ok(())
     }
     .await;

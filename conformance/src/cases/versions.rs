@@ -4,7 +4,8 @@ use kbind_cluster::{ClusterClient, Error, PostParams};
 use serde_json::json;
 
 use crate::check;
-use crate::support::{CaseResult, Context, Scope, WidgetCrd, config_map, expect_err, object, res, rv_of, to_json, widget,
+use crate::support::{
+    CaseResult, Context, Scope, WidgetCrd, config_map, expect_err, object, res, rv_of, to_json, widget,
 };
 use crate::target::Target;
 
@@ -16,9 +17,17 @@ pub async fn resource_version_strictly_increases(t: &dyn Target) -> CaseResult {
         let c = &s.admin;
         let pp = PostParams::default();
         let mut seen = Vec::new();
-        let cm = c.create(&res::config_maps(), Some(&ns), &config_map("one", json!({"a": "1"}))?, &pp).await?;
+        let cm = c
+            .create(
+                &res::config_maps(),
+                Some(&ns),
+                &config_map("one", json!({"a": "1"}))?,
+                &pp,
+            )
+            .await?;
         seen.push(("create configmap", rv_of(&cm)?));
-        let secret = object(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "two"}, "data": {"k": "dg=="}}))?;
+        let secret =
+            object(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "two"}, "data": {"k": "dg=="}}))?;
         let secret = c.create(&res::secrets(), Some(&ns), &secret, &pp).await?;
         seen.push(("create secret", rv_of(&secret)?));
         let mut cm2 = cm.clone();
@@ -50,16 +59,30 @@ pub async fn stale_replace_is_conflict(t: &dyn Target) -> CaseResult {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         let pp = PostParams::default();
-        let v1 = c.create(&res::config_maps(), Some(&ns), &config_map("cm", json!({"a": "1"}))?, &pp).await?;
+        let v1 = c
+            .create(
+                &res::config_maps(),
+                Some(&ns),
+                &config_map("cm", json!({"a": "1"}))?,
+                &pp,
+            )
+            .await?;
         let mut v2 = v1.clone();
         v2.data["data"]["a"] = json!("2");
         c.replace(&res::config_maps(), Some(&ns), "cm", &v2, &pp).await?;
         let mut stale = v1.clone();
         stale.data["data"]["a"] = json!("3");
-        let err = expect_err(c.replace(&res::config_maps(), Some(&ns), "cm", &stale, &pp).await, "stale replace")?;
+        let err = expect_err(
+            c.replace(&res::config_maps(), Some(&ns), "cm", &stale, &pp).await,
+            "stale replace",
+        )?;
         check!(err.is_conflict(), "stale replace: expected 409 Conflict, got {err:?}");
         let now = c.get(&res::config_maps(), Some(&ns), "cm").await?;
-        check!(now.data["data"]["a"] == "2", "the stale replace changed the object: {:?}", now.data);
+        check!(
+            now.data["data"]["a"] == "2",
+            "the stale replace changed the object: {:?}",
+            now.data
+        );
         Ok(())
     }
     .await;
@@ -104,7 +127,11 @@ pub async fn uid_and_creation_timestamp_are_immutable(t: &dyn Target) -> CaseRes
         let body = config_map("cm", json!({"a": "1"}))?;
         let created = c.create(&res::config_maps(), Some(&ns), &body, &pp).await?;
         let uid = created.metadata.uid.clone().ctx("uid on create")?;
-        let created_at = created.metadata.creation_timestamp.clone().ctx("creationTimestamp on create")?;
+        let created_at = created
+            .metadata
+            .creation_timestamp
+            .clone()
+            .ctx("creationTimestamp on create")?;
         check!(!uid.is_empty(), "empty uid");
 
         let mut moved = to_json(&created);
@@ -118,14 +145,27 @@ pub async fn uid_and_creation_timestamp_are_immutable(t: &dyn Target) -> CaseRes
             created_at,
             updated.metadata.creation_timestamp
         );
-        check!(updated.metadata.uid.as_deref() == Some(uid.as_str()), "uid changed on update");
+        check!(
+            updated.metadata.uid.as_deref() == Some(uid.as_str()),
+            "uid changed on update"
+        );
 
         let mut other_uid = updated.clone();
         other_uid.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
-        let err = expect_err(c.replace(&res::config_maps(), Some(&ns), "cm", &other_uid, &pp).await, "replace with another uid")?;
-        check!(err.is_conflict(), "replace with another uid: expected 409 (UID precondition), got {err:?}");
+        let err = expect_err(
+            c.replace(&res::config_maps(), Some(&ns), "cm", &other_uid, &pp).await,
+            "replace with another uid",
+        )?;
+        check!(
+            err.is_conflict(),
+            "replace with another uid: expected 409 (UID precondition), got {err:?}"
+        );
         let now = c.get(&res::config_maps(), Some(&ns), "cm").await?;
-        check!(now.metadata.uid.as_deref() == Some(uid.as_str()), "uid changed: {:?}", now.metadata.uid);
+        check!(
+            now.metadata.uid.as_deref() == Some(uid.as_str()),
+            "uid changed: {:?}",
+            now.metadata.uid
+        );
         Ok(())
     }
     .await;
@@ -142,30 +182,59 @@ pub async fn generation_tracks_spec_changes(t: &dyn Target) -> CaseResult {
         let pp = PostParams::default();
         let group = s.group();
         let widgets = s.widget_crd(&WidgetCrd::open(true)).await?;
-        let w = c.create(&widgets, Some(&ns), &widget(&group, "w", json!({"size": 1}))?, &pp).await?;
-        check!(w.metadata.generation == Some(1), "generation on create: {:?}", w.metadata.generation);
+        let w = c
+            .create(&widgets, Some(&ns), &widget(&group, "w", json!({"size": 1}))?, &pp)
+            .await?;
+        check!(
+            w.metadata.generation == Some(1),
+            "generation on create: {:?}",
+            w.metadata.generation
+        );
 
         let mut spec = w.clone();
         spec.data["spec"]["size"] = json!(2);
         let w = c.replace(&widgets, Some(&ns), "w", &spec, &pp).await?;
-        check!(w.metadata.generation == Some(2), "generation after a spec change: {:?}", w.metadata.generation);
+        check!(
+            w.metadata.generation == Some(2),
+            "generation after a spec change: {:?}",
+            w.metadata.generation
+        );
 
         let mut labelled = w.clone();
         labelled.metadata.labels = Some([("tier".to_string(), "gold".to_string())].into());
         let w = c.replace(&widgets, Some(&ns), "w", &labelled, &pp).await?;
-        check!(w.metadata.generation == Some(2), "a label change bumped generation: {:?}", w.metadata.generation);
+        check!(
+            w.metadata.generation == Some(2),
+            "a label change bumped generation: {:?}",
+            w.metadata.generation
+        );
 
         let mut status = w.clone();
         status.data["status"] = json!({"ready": true});
         let w = c.replace_status(&widgets, Some(&ns), "w", &status, &pp).await?;
-        check!(w.metadata.generation == Some(2), "a status change bumped generation: {:?}", w.metadata.generation);
+        check!(
+            w.metadata.generation == Some(2),
+            "a status change bumped generation: {:?}",
+            w.metadata.generation
+        );
 
         let mut held = w.clone();
         held.metadata.finalizers = Some(vec!["conformance.kbind.io/hold".into()]);
         let w = c.replace(&widgets, Some(&ns), "w", &held, &pp).await?;
-        check!(w.metadata.generation == Some(2), "a finalizer change bumped generation: {:?}", w.metadata.generation);
-        let deleting = c.delete(&widgets, Some(&ns), "w", &Default::default()).await?.ctx("delete held widget")?;
-        check!(deleting.metadata.deletion_timestamp.is_some(), "no deletionTimestamp: {:?}", deleting.metadata);
+        check!(
+            w.metadata.generation == Some(2),
+            "a finalizer change bumped generation: {:?}",
+            w.metadata.generation
+        );
+        let deleting = c
+            .delete(&widgets, Some(&ns), "w", &Default::default())
+            .await?
+            .ctx("delete held widget")?;
+        check!(
+            deleting.metadata.deletion_timestamp.is_some(),
+            "no deletionTimestamp: {:?}",
+            deleting.metadata
+        );
         check!(
             deleting.metadata.generation == Some(3),
             "setting deletionTimestamp did not bump generation: {:?}",

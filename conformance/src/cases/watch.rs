@@ -28,13 +28,35 @@ pub async fn watch_delivers_events_in_order(t: &dyn Target) -> CaseResult {
         let c = &s.admin;
         let pp = PostParams::default();
         let start = list_rv(c.as_ref(), &ns).await?;
-        let mut w = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), &start).await?;
-        let a = c.create(&res::config_maps(), Some(&ns), &config_map("a", json!({"v": "1"}))?, &pp).await?;
-        let b = c.create(&res::config_maps(), Some(&ns), &config_map("b", json!({"v": "1"}))?, &pp).await?;
+        let mut w = open_watch(
+            c.as_ref(),
+            &res::config_maps(),
+            Some(&ns),
+            &WatchParams::default(),
+            &start,
+        )
+        .await?;
+        let a = c
+            .create(
+                &res::config_maps(),
+                Some(&ns),
+                &config_map("a", json!({"v": "1"}))?,
+                &pp,
+            )
+            .await?;
+        let b = c
+            .create(
+                &res::config_maps(),
+                Some(&ns),
+                &config_map("b", json!({"v": "1"}))?,
+                &pp,
+            )
+            .await?;
         let mut a2 = a.clone();
         a2.data["data"]["v"] = json!("2");
         let a2 = c.replace(&res::config_maps(), Some(&ns), "a", &a2, &pp).await?;
-        c.delete(&res::config_maps(), Some(&ns), "b", &Default::default()).await?;
+        c.delete(&res::config_maps(), Some(&ns), "b", &Default::default())
+            .await?;
         let expected = [
             ("ADDED", "a", Some(rv_of(&a)?)),
             ("ADDED", "b", Some(rv_of(&b)?)),
@@ -47,7 +69,10 @@ pub async fn watch_delivers_events_in_order(t: &dyn Target) -> CaseResult {
             let (k, n, r) = describe(&ev);
             let r = rv_number(Some(&r))?;
             check!(k == kind && n == name, "expected {kind} {name}, got {k} {n}");
-            check!(rv.is_none_or(|rv| rv == r), "{kind} {name}: event resourceVersion {r}, write returned {rv:?}");
+            check!(
+                rv.is_none_or(|rv| rv == r),
+                "{kind} {name}: event resourceVersion {r}, write returned {rv:?}"
+            );
             check!(r > last, "{kind} {name}: resourceVersion {r} not after {last}");
             last = r;
         }
@@ -65,15 +90,28 @@ pub async fn watch_resumes_from_any_resource_version(t: &dyn Target) -> CaseResu
         let c = &s.admin;
         let pp = PostParams::default();
         let start = list_rv(c.as_ref(), &ns).await?;
-        let mut w = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), &start).await?;
+        let mut w = open_watch(
+            c.as_ref(),
+            &res::config_maps(),
+            Some(&ns),
+            &WatchParams::default(),
+            &start,
+        )
+        .await?;
         for i in 0..4 {
-            c.create(&res::config_maps(), Some(&ns), &config_map(&format!("cm-{i}"), json!({"v": "0"}))?, &pp)
-                .await?;
+            c.create(
+                &res::config_maps(),
+                Some(&ns),
+                &config_map(&format!("cm-{i}"), json!({"v": "0"}))?,
+                &pp,
+            )
+            .await?;
         }
         let mut first = c.get(&res::config_maps(), Some(&ns), "cm-0").await?;
         first.data["data"]["v"] = json!("1");
         c.replace(&res::config_maps(), Some(&ns), "cm-0", &first, &pp).await?;
-        c.delete(&res::config_maps(), Some(&ns), "cm-1", &Default::default()).await?;
+        c.delete(&res::config_maps(), Some(&ns), "cm-1", &Default::default())
+            .await?;
         let mut truth = Vec::new();
         for _ in 0..6 {
             truth.push(describe(&next_change(&mut w, s.patience()).await?));
@@ -81,7 +119,8 @@ pub async fn watch_resumes_from_any_resource_version(t: &dyn Target) -> CaseResu
         let mut from = vec![start.clone()];
         from.extend(truth.iter().map(|(_, _, rv)| rv.clone()));
         for (k, rv) in from.iter().enumerate() {
-            let mut resumed = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), rv).await?;
+            let mut resumed =
+                open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), rv).await?;
             for want in &truth[k..] {
                 let got = describe(&next_change(&mut resumed, s.patience()).await?);
                 check!(&got == want, "resumed from {rv}: expected {want:?}, got {got:?}");
@@ -110,25 +149,41 @@ pub async fn watch_from_compacted_version_is_gone_and_relist_recovers(t: &dyn Ta
         let ns = s.namespace("a").await?;
         let c = &s.admin;
         let pp = PostParams::default();
-        let a = c.create(&res::config_maps(), Some(&ns), &config_map("a", json!({}))?, &pp).await?;
-        c.create(&res::config_maps(), Some(&ns), &config_map("b", json!({}))?, &pp).await?;
+        let a = c
+            .create(&res::config_maps(), Some(&ns), &config_map("a", json!({}))?, &pp)
+            .await?;
+        c.create(&res::config_maps(), Some(&ns), &config_map("b", json!({}))?, &pp)
+            .await?;
         faults.compact();
         let old = a.metadata.resource_version.clone().ctx("rv of a")?;
-        match c.watch(&res::config_maps(), Some(&ns), &WatchParams::default(), &old).await {
+        match c
+            .watch(&res::config_maps(), Some(&ns), &WatchParams::default(), &old)
+            .await
+        {
             Err(e) => check!(e.is_gone(), "watch from a compacted version: expected 410, got {e:?}"),
             Ok(mut w) => {
                 let first = next_event(&mut w, s.patience()).await?;
-                check!(is_gone(&first), "watch from a compacted version: expected 410 first, got {first:?}");
+                check!(
+                    is_gone(&first),
+                    "watch from a compacted version: expected 410 first, got {first:?}"
+                );
             }
         }
         let list = c.list(&res::config_maps(), Some(&ns), &ListParams::default()).await?;
         let names: BTreeSet<_> = list.items.iter().filter_map(|o| o.metadata.name.clone()).collect();
-        check!(names == BTreeSet::from(["a".to_string(), "b".to_string()]), "relist: {names:?}");
+        check!(
+            names == BTreeSet::from(["a".to_string(), "b".to_string()]),
+            "relist: {names:?}"
+        );
         let rv = list.metadata.resource_version.ctx("relist resourceVersion")?;
         let mut w = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), &rv).await?;
-        c.create(&res::config_maps(), Some(&ns), &config_map("c", json!({}))?, &pp).await?;
+        c.create(&res::config_maps(), Some(&ns), &config_map("c", json!({}))?, &pp)
+            .await?;
         let (kind, name, _) = describe(&next_change(&mut w, s.patience()).await?);
-        check!((kind.as_str(), name.as_str()) == ("ADDED", "c"), "after relist: {kind} {name}");
+        check!(
+            (kind.as_str(), name.as_str()) == ("ADDED", "c"),
+            "after relist: {kind} {name}"
+        );
         Ok(())
     }
     .await;
@@ -160,13 +215,19 @@ pub async fn watch_sends_bookmarks_when_requested(t: &dyn Target) -> CaseResult 
                     None => break,
                     Some(Ok(WatchEvent::Bookmark(b))) => {
                         let rv = rv_number(Some(&b.metadata.resource_version))?;
-                        check!(rv >= rv_number(Some(&start))?, "bookmark at {rv}, older than the watch start {start}");
+                        check!(
+                            rv >= rv_number(Some(&start))?,
+                            "bookmark at {rv}, older than the watch start {start}"
+                        );
                         seen.push(rv);
                     }
                     Some(other) => return Err(CaseError::failed(format!("unexpected watch item {other:?}"))),
                 }
             }
-            check!(bookmarks == !seen.is_empty(), "bookmarks requested: {bookmarks}; bookmarks seen: {seen:?}");
+            check!(
+                bookmarks != seen.is_empty(),
+                "bookmarks requested: {bookmarks}; bookmarks seen: {seen:?}"
+            );
         }
         Ok(())
     }
@@ -189,7 +250,8 @@ pub async fn list_then_watch_loses_nothing_under_writes(t: &dyn Target) -> CaseR
                 let mut started = Some(started_tx);
                 for i in 0..TOTAL {
                     let cm = config_map(&format!("cm-{i:02}"), json!({}))?;
-                    c.create(&res::config_maps(), Some(&ns), &cm, &PostParams::default()).await?;
+                    c.create(&res::config_maps(), Some(&ns), &cm, &PostParams::default())
+                        .await?;
                     if i == TOTAL / 3 {
                         // The list below starts while two thirds of the writes are still to come.
                         started.take().map(|tx| tx.send(()));
@@ -198,7 +260,9 @@ pub async fn list_then_watch_loses_nothing_under_writes(t: &dyn Target) -> CaseR
                 Ok::<(), CaseError>(())
             })
         };
-        started_rx.await.map_err(|_| CaseError::failed("writer failed before a third of its writes"))?;
+        started_rx
+            .await
+            .map_err(|_| CaseError::failed("writer failed before a third of its writes"))?;
         let list = c.list(&res::config_maps(), Some(&ns), &ListParams::default()).await?;
         let mut names: BTreeSet<String> = list.items.iter().filter_map(|o| o.metadata.name.clone()).collect();
         let rv = list.metadata.resource_version.ctx("list resourceVersion")?;
@@ -206,7 +270,10 @@ pub async fn list_then_watch_loses_nothing_under_writes(t: &dyn Target) -> CaseR
         while names.len() < TOTAL {
             let (kind, name, _) = describe(&next_change(&mut w, s.patience()).await?);
             check!(kind == "ADDED", "unexpected {kind} {name}");
-            check!(names.insert(name.clone()), "{name} delivered twice (listed and watched, or watched twice)");
+            check!(
+                names.insert(name.clone()),
+                "{name} delivered twice (listed and watched, or watched twice)"
+            );
         }
         writer
             .await
