@@ -459,3 +459,59 @@ pub async fn open_watch(
         .await
         .ctx(format!("watch {} from {rv:?}", res.plural))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn eventually_returns_once_the_probe_succeeds() {
+        let mut calls = 0;
+        let got = eventually(Duration::from_secs(1), "third time", async || {
+            calls += 1;
+            check!(calls >= 3, "only {calls} calls");
+            Ok(calls)
+        })
+        .await;
+        assert_eq!(got, Ok(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn eventually_fails_with_the_last_reason_after_its_deadline() {
+        let start = Instant::now();
+        let got: CaseResult<()> = eventually(Duration::from_secs(2), "never", async || {
+            Err(CaseError::failed("still red"))
+        })
+        .await;
+        let Err(CaseError::Failed(message)) = got else {
+            panic!("expected a failure, got {got:?}");
+        };
+        assert!(message.contains("never") && message.contains("still red"), "{message}");
+        assert!(start.elapsed() >= Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn eventually_passes_a_skip_through_at_once() {
+        let got: CaseResult<()> = eventually(Duration::from_secs(60), "skip", async || {
+            Err(CaseError::Skipped("no faults".into()))
+        })
+        .await;
+        assert_eq!(got, Err(CaseError::Skipped("no faults".into())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn consistently_fails_when_the_condition_stops_holding() {
+        let start = Instant::now();
+        let got = consistently(Duration::from_secs(1), "stays green", async || {
+            check!(start.elapsed() < Duration::from_millis(500), "turned red");
+            Ok(())
+        })
+        .await;
+        assert!(
+            matches!(&got, Err(CaseError::Failed(m)) if m.contains("turned red")),
+            "{got:?}"
+        );
+        let held = consistently(Duration::from_secs(1), "always green", async || Ok(())).await;
+        assert_eq!(held, Ok(()));
+    }
+}

@@ -125,6 +125,11 @@ pub async fn list_pagination_is_a_consistent_snapshot(t: &dyn Target) -> CaseRes
             .list(&res::config_maps(), Some(&ns), &ListParams::default().limit(2))
             .await?;
         check!(names(&first) == ["cm-1", "cm-2"], "page 1: {:?}", names(&first));
+        check!(
+            first.metadata.remaining_item_count == Some(3),
+            "page 1 remainingItemCount: {:?}",
+            first.metadata.remaining_item_count
+        );
         let token = first
             .metadata
             .continue_

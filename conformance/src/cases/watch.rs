@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use crate::check;
 use crate::support::{
-    CaseError, CaseResult, Context, Scope, config_map, describe, next_change, next_event, open_watch, require_faults,
-    res, rv_number, rv_of,
+    CaseError, CaseResult, Context, Scope, config_map, describe, expect_err, next_change, next_event, open_watch,
+    require_faults, res, rv_number, rv_of,
 };
 use crate::target::{Target, TargetKind};
 
@@ -169,6 +169,19 @@ pub async fn watch_from_compacted_version_is_gone_and_relist_recovers(t: &dyn Ta
                 );
             }
         }
+        let exact = ListParams {
+            resource_version: Some(old.clone()),
+            version_match: Some(kube::api::VersionMatch::Exact),
+            ..ListParams::default()
+        };
+        let err = expect_err(
+            c.list(&res::config_maps(), Some(&ns), &exact).await,
+            "Exact list at a compacted version",
+        )?;
+        check!(
+            err.is_gone(),
+            "Exact list at a compacted version: expected 410, got {err:?}"
+        );
         let list = c.list(&res::config_maps(), Some(&ns), &ListParams::default()).await?;
         let names: BTreeSet<_> = list.items.iter().filter_map(|o| o.metadata.name.clone()).collect();
         check!(
