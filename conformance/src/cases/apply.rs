@@ -1,0 +1,243 @@
+//! Server-side apply: managedFields ownership, list-map merge, removal of dropped fields,
+//! conflicts and force.
+
+use kbind_cluster::{ClusterClient, ClusterClientExt, DynamicObject, Error, PostParams};
+use serde_json::{Value, json};
+
+use crate::check;
+use crate::support::{CaseResult, Context, Scope, WidgetCrd, expect_err, res};
+use crate::target::Target;
+
+fn applied_config_map(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
+}
+
+/// Whether `manager` owns the field at `path` (e.g. `["f:data", "f:x"]`) with `operation`.
+fn owns(obj: &DynamicObject, manager: &str, operation: &str, path: &[&str]) -> bool {
+    obj.metadata.managed_fields.iter().flatten().any(|entry| {
+        entry.manager.as_deref() == Some(manager)
+            && entry.operation.as_deref() == Some(operation)
+            && entry.fields_v1.as_ref().is_some_and(|f| {
+                let pointer: String = path.iter().map(|p| format!("/{p}")).collect();
+                f.0.pointer(&pointer).is_some()
+            })
+    })
+}
+
+fn managers(obj: &DynamicObject) -> Vec<(Option<String>, Option<String>)> {
+    obj.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|e| (e.manager.clone(), e.operation.clone()))
+        .collect()
+}
+
+async fn apply_cm(
+    c: &dyn ClusterClient,
+    ns: &str,
+    data: Value,
+    manager: &str,
+    force: bool,
+) -> kbind_cluster::Result<DynamicObject> {
+    c.apply(
+        &res::config_maps(),
+        Some(ns),
+        "cm",
+        applied_config_map("cm", data),
+        manager,
+        force,
+    )
+    .await
+}
+
+/// Apply creates a missing object and records its manager (Apply); a plain update records Update.
+pub async fn apply_creates_and_records_manager(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssanew");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        let created = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false)
+            .await
+            .ctx("apply creates")?;
+        check!(created.data["data"]["x"] == "1", "applied data: {:?}", created.data);
+        check!(created.metadata.uid.is_some(), "applied object has no uid");
+        check!(
+            owns(&created, "conformance-a", "Apply", &["f:data", "f:x"]),
+            "managedFields do not give data.x to conformance-a: {:?}",
+            created.metadata.managed_fields
+        );
+        let mut updated = created.clone();
+        updated.data["data"]["y"] = json!("2");
+        let params = PostParams {
+            field_manager: Some("conformance-u".into()),
+            ..PostParams::default()
+        };
+        let updated = c
+            .replace(&res::config_maps(), Some(&ns), "cm", &updated, &params)
+            .await?;
+        check!(
+            owns(&updated, "conformance-u", "Update", &["f:data", "f:y"]),
+            "managedFields do not give data.y to conformance-u: {:?}",
+            updated.metadata.managed_fields
+        );
+        check!(
+            owns(&updated, "conformance-a", "Apply", &["f:data", "f:x"]),
+            "an update took data.x from its applier: {:?}",
+            managers(&updated)
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
+
+/// Two appliers of one list-map (keyed by name) each keep their own entries.
+pub async fn apply_merges_list_maps_by_key(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssamap");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        let spec_schema = json!({
+            "type": "object",
+            "properties": {"ports": {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string"}, "port": {"type": "integer"},
+                }},
+            }},
+        });
+        let group = s.group();
+        let widgets = s.widget_crd(&WidgetCrd::with_spec(spec_schema, false)).await?;
+        let body = |ports: Value| json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"ports": ports}});
+        c.apply(&widgets, Some(&ns), "w", body(json!([{"name": "http", "port": 80}])), "conformance-a", false).await?;
+        c.apply(&widgets, Some(&ns), "w", body(json!([{"name": "https", "port": 443}])), "conformance-b", false).await?;
+        let w = c
+            .apply(&widgets, Some(&ns), "w", body(json!([{"name": "http", "port": 8080}])), "conformance-a", false)
+            .await?;
+        let mut ports: Vec<(String, i64)> = w.data["spec"]["ports"]
+            .as_array()
+            .ctx("spec.ports")?
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap_or("").to_string(), p["port"].as_i64().unwrap_or(0)))
+            .collect();
+        ports.sort();
+        check!(
+            ports == [("http".to_string(), 8080), ("https".to_string(), 443)],
+            "merged ports: {ports:?}"
+        );
+        let key = r#"k:{"name":"https"}"#;
+        check!(owns(&w, "conformance-b", "Apply", &["f:spec", "f:ports", key]), "https entry not owned by b: {:?}", w.metadata.managed_fields);
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
+
+/// A field the applier drops from its next apply is removed, unless another manager owns it.
+pub async fn apply_removes_fields_dropped_from_reapply(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssadrop");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        apply_cm(c.as_ref(), &ns, json!({"x": "1", "y": "1"}), "conformance-a", false).await?;
+        c.apply(
+            &res::config_maps(),
+            Some(&ns),
+            "cm",
+            applied_config_map("cm", json!({"z": "1"})),
+            "conformance-b",
+            false,
+        )
+        .await?;
+        let cm = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false).await?;
+        let data = cm.data["data"].as_object().ctx("data")?;
+        let mut keys: Vec<&str> = data.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        check!(keys == ["x", "z"], "after re-apply without y: {keys:?}");
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
+
+/// Applying a value another manager owns is a 409 naming the field and the owner.
+pub async fn apply_conflict_is_409_with_causes(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssaconf");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false).await?;
+        let err = expect_err(
+            apply_cm(c.as_ref(), &ns, json!({"x": "2"}), "conformance-b", false).await,
+            "conflicting apply",
+        )?;
+        let Error::Conflict { causes, message } = &err else {
+            return Err(crate::CaseError::failed(format!(
+                "conflicting apply: expected 409, got {err:?}"
+            )));
+        };
+        check!(
+            causes
+                .iter()
+                .any(|c| c.reason == "FieldManagerConflict" && c.field == ".data.x"),
+            "causes do not name .data.x: {causes:?}"
+        );
+        check!(
+            message.contains("conformance-a"),
+            "conflict message does not name the owner: {message}"
+        );
+        let cm = c.get(&res::config_maps(), Some(&ns), "cm").await?;
+        check!(
+            cm.data["data"]["x"] == "1",
+            "a refused apply changed the object: {:?}",
+            cm.data
+        );
+        let same = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-b", false).await;
+        check!(
+            same.is_ok(),
+            "applying the same value as the owner is shared ownership, not a conflict: {same:?}"
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
+
+/// A forced apply takes the value and the field's ownership.
+pub async fn apply_force_transfers_ownership(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssaforce");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        apply_cm(c.as_ref(), &ns, json!({"x": "1", "keep": "a"}), "conformance-a", false).await?;
+        let cm = apply_cm(c.as_ref(), &ns, json!({"x": "2"}), "conformance-b", true)
+            .await
+            .ctx("forced apply")?;
+        check!(
+            cm.data["data"]["x"] == "2",
+            "forced apply lost its value: {:?}",
+            cm.data
+        );
+        check!(
+            owns(&cm, "conformance-b", "Apply", &["f:data", "f:x"]),
+            "b does not own data.x: {:?}",
+            cm.metadata.managed_fields
+        );
+        check!(
+            !owns(&cm, "conformance-a", "Apply", &["f:data", "f:x"]),
+            "a still owns data.x: {:?}",
+            cm.metadata.managed_fields
+        );
+        check!(
+            owns(&cm, "conformance-a", "Apply", &["f:data", "f:keep"]),
+            "a lost data.keep: {:?}",
+            cm.metadata.managed_fields
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}

@@ -1,0 +1,88 @@
+//! The machine-readable list of deliberate differences: a case that is known to behave
+//! differently on some target, with one line of why. The test macro skips listed pairs.
+
+use serde::Serialize;
+
+use crate::target::TargetKind;
+
+/// Which targets a difference applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum On {
+    /// Every target.
+    All,
+    /// Only this kind of target.
+    Kind(TargetKind),
+}
+
+impl On {
+    /// Whether the difference applies to `kind`.
+    pub fn covers(self, kind: TargetKind) -> bool {
+        match self {
+            On::All => true,
+            On::Kind(k) => k == kind,
+        }
+    }
+}
+
+/// One deliberate difference: `case` is skipped on `target` because of `why`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Difference {
+    /// The case's function name.
+    pub case: &'static str,
+    /// The targets it applies to.
+    pub target: On,
+    /// One line of why.
+    pub why: &'static str,
+}
+
+/// Every deliberate difference. A fakeapi bug awaiting a fix is listed as
+/// `fakeapi bug: ... (to fix)` so the suite stays green while it is tracked.
+pub const DIFFERENCES: &[Difference] = &[
+    Difference {
+        case: "deployment_is_stored_not_run",
+        target: On::Kind(TargetKind::RealApiserver),
+        why: "a real cluster runs kube-controller-manager, which rolls Deployments out; fakeapi only stores them",
+    },
+    Difference {
+        case: "finalizer_cannot_be_added_to_terminating_object",
+        target: On::Kind(TargetKind::InProcess),
+        why: "fakeapi bug: adding a finalizer to a terminating object answers 403 Forbidden; kube-apiserver answers 422 Invalid (metadata.finalizers: Forbidden) (to fix)",
+    },
+    Difference {
+        case: "events_share_storage_across_groups",
+        target: On::Kind(TargetKind::InProcess),
+        why: "fakeapi bug: core/v1 and events.k8s.io/v1 Events are stored apart; kube-apiserver serves one resource through both groups (to fix)",
+    },
+    Difference {
+        case: "secret_round_trips",
+        target: On::Kind(TargetKind::InProcess),
+        why: "fakeapi bug: Secret stringData is stored as given instead of folded into base64 data, and type is not defaulted to Opaque (to fix)",
+    },
+    Difference {
+        case: "deployment_gets_defaults",
+        target: On::Kind(TargetKind::InProcess),
+        why: "fakeapi bug: built-in defaulting (Deployment strategy, revisionHistoryLimit, container defaults) is not applied (to fix)",
+    },
+];
+
+/// The difference that makes `case` skip on `kind`, if any.
+pub fn difference_for(case: &str, kind: TargetKind) -> Option<&'static Difference> {
+    DIFFERENCES.iter().find(|d| d.case == case && d.target.covers(kind))
+}
+
+/// The differences as JSON: `[{"case", "target", "why"}]`, target `all` or a kind name.
+pub fn differences_json() -> serde_json::Value {
+    serde_json::Value::Array(
+        DIFFERENCES
+            .iter()
+            .map(|d| {
+                let target = match d.target {
+                    On::All => "all",
+                    On::Kind(k) => k.as_str(),
+                };
+                serde_json::json!({"case": d.case, "target": target, "why": d.why})
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,212 @@
+//! What a conformance case runs against: a [`Target`] cluster, its optional fake-only
+//! [`FaultControl`], and the in-process implementation over fakeapi.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use fakeapi::{ErrorRule, FakeCluster, HistoryEvent, UserInfo, WriteRecord};
+use kbind_cluster::ClusterClient;
+use serde::Serialize;
+
+/// The plain authenticated users every target knows (members of no special group); real
+/// apiserver targets pre-register them by token.
+pub const USERS: &[&str] = &["alice", "bob", "carol"];
+
+/// How a target reaches its cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    /// fakeapi in the test's own process, through its in-process client.
+    InProcess,
+    /// fakeapi behind its HTTP surface, through the kube client.
+    Http,
+    /// A real kube-apiserver (with kube-controller-manager), through the kube client.
+    RealApiserver,
+}
+
+impl TargetKind {
+    /// The kebab-case name used in messages and the differences JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::InProcess => "in-process",
+            TargetKind::Http => "http",
+            TargetKind::RealApiserver => "real-apiserver",
+        }
+    }
+}
+
+/// A cluster the conformance cases run against.
+pub trait Target: Send + Sync {
+    /// A short name for messages (e.g. `fakeapi-in-process`).
+    fn name(&self) -> &str;
+
+    /// A client acting as the cluster administrator.
+    fn admin(&self) -> Arc<dyn ClusterClient>;
+
+    /// A client acting as plain authenticated user `name`, one of [`USERS`].
+    fn user(&self, name: &str) -> Arc<dyn ClusterClient>;
+
+    /// Fake-only fault switches; `None` on targets that cannot be steered (cases needing them skip).
+    fn faults(&self) -> Option<Arc<dyn FaultControl>>;
+
+    /// How the target reaches its cluster.
+    fn kind(&self) -> TargetKind;
+
+    /// An administrator client on a kcp-like sibling cluster (one serving LogicalCluster
+    /// `cluster`), where the target can make one.
+    fn kcp_like(&self) -> Option<Arc<dyn ClusterClient>> {
+        None
+    }
+
+    /// How long asynchronous effects (controllers, caches) may take on this target.
+    fn patience(&self) -> Duration {
+        match self.kind() {
+            TargetKind::InProcess | TargetKind::Http => Duration::from_secs(5),
+            TargetKind::RealApiserver => Duration::from_secs(60),
+        }
+    }
+}
+
+/// Fault switches of a fake cluster (see `fakeapi::FakeCluster`).
+pub trait FaultControl: Send + Sync {
+    /// Cuts the cluster off: requests fail with transport errors and open watches end.
+    fn partition(&self);
+    /// Ends a partition.
+    fn heal(&self);
+    /// Adds latency (on the tokio clock) before every answer; `None` removes it.
+    fn set_latency(&self, latency: Option<Duration>);
+    /// Injects an error into matching requests.
+    fn inject_error(&self, rule: ErrorRule);
+    /// Removes every injected error.
+    fn clear_errors(&self);
+    /// Ends every open watch.
+    fn drop_watches(&self);
+    /// Forgets the event history so older resourceVersions are 410 Gone.
+    fn compact(&self);
+    /// Swaps in a fresh, empty cluster with a new identity behind the same clients.
+    fn replace_with_fresh(&self);
+    /// Turns the garbage collector on or off.
+    fn set_garbage_collector(&self, on: bool);
+    /// The UID identifying the cluster.
+    fn identity_uid(&self) -> String;
+    /// The current resourceVersion.
+    fn resource_version(&self) -> u64;
+    /// The retained event history.
+    fn event_log(&self) -> Vec<HistoryEvent>;
+    /// Every successful write so far.
+    fn write_log(&self) -> Vec<WriteRecord>;
+}
+
+/// The in-process target: a fresh fakeapi cluster reached through its in-process client.
+pub struct InProcessTarget {
+    cluster: FakeCluster,
+    kcp: OnceLock<FakeCluster>,
+    seed: u64,
+}
+
+impl InProcessTarget {
+    /// A target over a new fake cluster seeded with `seed` (needs a tokio runtime).
+    pub fn new(seed: u64) -> Self {
+        // Short bookmark interval: real time runs the suite, and bookmark cases must not wait a minute.
+        let cluster = FakeCluster::builder("conformance")
+            .seed(seed)
+            .bookmark_interval(Duration::from_millis(500))
+            .build();
+        Self {
+            cluster,
+            kcp: OnceLock::new(),
+            seed,
+        }
+    }
+
+    /// The fake cluster behind the target.
+    pub fn cluster(&self) -> &FakeCluster {
+        &self.cluster
+    }
+}
+
+impl Target for InProcessTarget {
+    fn name(&self) -> &str {
+        "fakeapi-in-process"
+    }
+
+    fn admin(&self) -> Arc<dyn ClusterClient> {
+        Arc::new(self.cluster.admin_client())
+    }
+
+    fn user(&self, name: &str) -> Arc<dyn ClusterClient> {
+        Arc::new(self.cluster.client(UserInfo::user(name)))
+    }
+
+    fn faults(&self) -> Option<Arc<dyn FaultControl>> {
+        Some(Arc::new(self.cluster.clone()))
+    }
+
+    fn kind(&self) -> TargetKind {
+        TargetKind::InProcess
+    }
+
+    fn kcp_like(&self) -> Option<Arc<dyn ClusterClient>> {
+        let kcp = self.kcp.get_or_init(|| {
+            FakeCluster::builder("conformance-kcp")
+                .seed(self.seed.wrapping_add(1))
+                .kcp_like(true)
+                .build()
+        });
+        Some(Arc::new(kcp.admin_client()))
+    }
+}
+
+impl FaultControl for FakeCluster {
+    fn partition(&self) {
+        FakeCluster::partition(self);
+    }
+
+    fn heal(&self) {
+        FakeCluster::heal(self);
+    }
+
+    fn set_latency(&self, latency: Option<Duration>) {
+        FakeCluster::set_latency(self, latency);
+    }
+
+    fn inject_error(&self, rule: ErrorRule) {
+        FakeCluster::inject_error(self, rule);
+    }
+
+    fn clear_errors(&self) {
+        FakeCluster::clear_errors(self);
+    }
+
+    fn drop_watches(&self) {
+        FakeCluster::drop_watches(self);
+    }
+
+    fn compact(&self) {
+        FakeCluster::compact(self);
+    }
+
+    fn replace_with_fresh(&self) {
+        FakeCluster::replace_with_fresh(self);
+    }
+
+    fn set_garbage_collector(&self, on: bool) {
+        FakeCluster::set_garbage_collector(self, on);
+    }
+
+    fn identity_uid(&self) -> String {
+        FakeCluster::identity_uid(self)
+    }
+
+    fn resource_version(&self) -> u64 {
+        FakeCluster::resource_version(self)
+    }
+
+    fn event_log(&self) -> Vec<HistoryEvent> {
+        FakeCluster::event_log(self)
+    }
+
+    fn write_log(&self) -> Vec<WriteRecord> {
+        FakeCluster::write_log(self)
+    }
+}
