@@ -32,6 +32,7 @@ macro_rules! __with_cases {
             watch_delivers_events_in_order,
             watch_resumes_from_any_resource_version,
             watch_from_compacted_version_is_gone_and_relist_recovers,
+            seam_watcher_relists_after_compaction,
             watch_sends_bookmarks_when_requested,
             list_then_watch_loses_nothing_under_writes,
             selectors_filter_list_and_watch,

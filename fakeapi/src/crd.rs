@@ -321,7 +321,22 @@ fn structural_children(node: &Map<String, Value>, path: &str, level: Level, caus
         }
         None => {}
     }
+    let int_or_string = node.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
     for junctor in ["allOf", "anyOf", "oneOf"] {
+        // kube-apiserver's one exception: int-or-string may spell its two types out.
+        if int_or_string && junctor == "anyOf" && is_int_or_string_any_of(node.get("anyOf")) {
+            continue;
+        }
+        if int_or_string
+            && junctor == "allOf"
+            && node
+                .get("allOf")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .is_some_and(|first| is_int_or_string_any_of(first.get("anyOf")))
+        {
+            continue;
+        }
         for (i, branch) in node
             .get(junctor)
             .and_then(Value::as_array)
@@ -334,6 +349,18 @@ fn structural_children(node: &Map<String, Value>, path: &str, level: Level, caus
     }
     if let Some(not) = node.get("not") {
         value_validation_only(not, &at("not"), causes);
+    }
+}
+
+/// `anyOf: [{type: integer}, {type: string}]` and nothing else, as int-or-string allows.
+fn is_int_or_string_any_of(any_of: Option<&Value>) -> bool {
+    let only_type = |b: &Value, t: &str| {
+        b.as_object()
+            .is_some_and(|m| m.len() == 1 && m.get("type") == Some(&json!(t)))
+    };
+    match any_of.and_then(Value::as_array).map(Vec::as_slice) {
+        Some([a, b]) => only_type(a, "integer") && only_type(b, "string"),
+        _ => false,
     }
 }
 

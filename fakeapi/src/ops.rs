@@ -236,6 +236,7 @@ impl FakeCluster {
     }
 
     /// Replaces an object or its status.
+    #[allow(clippy::too_many_arguments)] // a request's coordinates, body, options and subresource
     pub async fn update(
         &self,
         caller: &Caller,
@@ -295,6 +296,7 @@ impl FakeCluster {
     }
 
     /// Patches an object or its status (merge, JSON, strategic or apply).
+    #[allow(clippy::too_many_arguments)] // a request's coordinates, body, options and subresource
     pub async fn patch(
         &self,
         caller: &Caller,
@@ -320,10 +322,11 @@ impl FakeCluster {
                     .clone()
                     .ok_or_else(|| Error::BadRequest { message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into() })?;
                 let mut body = body.clone();
-                if sub == Subresource::Main && info.has_status() {
-                    if let Some(map) = body.as_object_mut() {
-                        map.remove("status");
-                    }
+                if sub == Subresource::Main
+                    && info.has_status()
+                    && let Some(map) = body.as_object_mut()
+                {
+                    map.remove("status");
                 }
                 if let Some(live) = old.as_deref() {
                     ssa::precondition(live, &body, &gr.qualified())?;
@@ -731,14 +734,17 @@ impl Inner {
         if meta::is_terminating(old) {
             let before = meta::finalizers(old);
             if let Some(added) = meta::finalizers(&new).iter().find(|f| !before.contains(f)) {
-                return Err(Error::Forbidden {
-                    verb: "update".into(),
-                    resource: gr.qualified(),
-                    message: format!(
-                        "{} \"{name}\" is forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [\"{added}\"]",
-                        gr.qualified()
-                    ),
-                });
+                return Err(Error::invalid(
+                    &info.resource.kind,
+                    &name,
+                    vec![Cause {
+                        reason: "FieldValueForbidden".into(),
+                        message: format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{\"{added}\"}}"
+                        ),
+                        field: "metadata.finalizers".into(),
+                    }],
+                ));
             }
         }
         admit_schema(info, &mut new, Some(old))?;
@@ -887,6 +893,9 @@ fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
 /// Defaulting, pruning and validation against the resource's schema.
 fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
     let name = meta::name(obj).unwrap_or("").to_string();
+    if (info.resource.group.as_str(), info.resource.plural.as_str()) == ("", "secrets") {
+        fold_string_data(obj);
+    }
     if info.is_custom() {
         schema::apply_defaults(obj, &info.schema);
         schema::prune(obj, &info.schema);
@@ -1033,7 +1042,7 @@ fn decode_continue(token: &str) -> Result<(u64, ObjectKey)> {
     let bad = || Error::BadRequest {
         message: "continue key is not valid".into(),
     };
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return Err(bad());
     }
     let bytes: Option<Vec<u8>> = (0..token.len())
@@ -1082,4 +1091,24 @@ fn check_rbac_escalation(
             message: err.to_string(),
         },
     })
+}
+
+/// Secrets store `stringData` as base64 `data` and default `type` to `Opaque`, as the
+/// apiserver's conversion does; `stringData` is never stored or returned.
+fn fold_string_data(secret: &mut Value) {
+    use base64::Engine as _;
+    let Some(map) = secret.as_object_mut() else { return };
+    if let Some(Value::Object(strings)) = map.remove("stringData") {
+        let data = map.entry("data").or_insert_with(|| json!({}));
+        if !data.is_object() {
+            *data = json!({});
+        }
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            data[key.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+        }
+    }
+    if map.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+        map.insert("type".into(), json!("Opaque"));
+    }
 }

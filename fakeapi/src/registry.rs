@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn versions_sort_as_kubernetes_prefers_them() {
         let mut v = vec!["v1alpha1", "v2", "v1beta2", "v1", "v1beta1", "foo"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|a| std::cmp::Reverse(version_priority(a)));
         assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
     }
 }

@@ -296,3 +296,74 @@ pub async fn list_then_watch_loses_nothing_under_writes(t: &dyn Target) -> CaseR
     .await;
     s.finish(result).await
 }
+
+/// The seam's watcher (`kbind_cluster::watcher`) meets a 410 when it resumes after compaction,
+/// relists (Init … InitDone with every object) and keeps watching (fake-only).
+pub async fn seam_watcher_relists_after_compaction(t: &dyn Target) -> CaseResult {
+    use futures::StreamExt;
+    use kbind_cluster::watcher::{BackoffPolicy, Event, WatcherConfig, watcher};
+
+    let faults = require_faults(t)?;
+    let s = Scope::new(t, "relist");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        let pp = PostParams::default();
+        c.create(&res::config_maps(), Some(&ns), &config_map("a", json!({}))?, &pp)
+            .await?;
+        let config = WatcherConfig::default().backoff(BackoffPolicy::Immediate);
+        let mut events = Box::pin(watcher(c.clone(), res::config_maps(), Some(ns.clone()), config));
+        let mut next = async || -> CaseResult<Event<kbind_cluster::DynamicObject>> {
+            loop {
+                match tokio::time::timeout(s.patience(), events.next()).await {
+                    Ok(Some(Ok(ev))) => return Ok(ev),
+                    Ok(Some(Err(_))) => continue,
+                    Ok(None) => return Err(CaseError::Failed("watcher stream ended".into())),
+                    Err(_) => return Err(CaseError::Failed("no watcher event in time".into())),
+                }
+            }
+        };
+        let name = |o: &kbind_cluster::DynamicObject| o.metadata.name.clone().unwrap_or_default();
+        check!(matches!(next().await?, Event::Init), "first event is Init");
+        let first = next().await?;
+        check!(
+            matches!(&first, Event::InitApply(o) if name(o) == "a"),
+            "InitApply a, got {first:?}"
+        );
+        check!(matches!(next().await?, Event::InitDone), "then InitDone");
+        // Hold the watcher off while history moves on and is compacted away.
+        faults.inject_error(
+            fakeapi::ErrorRule::new(Some("watch"), Some("configmaps"), fakeapi::InjectedError::Internal).times(2),
+        );
+        faults.drop_watches();
+        c.create(&res::config_maps(), Some(&ns), &config_map("b", json!({}))?, &pp)
+            .await?;
+        faults.compact();
+        let mut seen = BTreeSet::new();
+        let mut relisted = false;
+        while !relisted {
+            match next().await? {
+                Event::Init => seen.clear(),
+                Event::InitApply(o) => {
+                    seen.insert(name(&o));
+                }
+                Event::InitDone => relisted = true,
+                other => return Err(CaseError::Failed(format!("expected a relist, got {other:?}"))),
+            }
+        }
+        check!(
+            seen == BTreeSet::from(["a".to_string(), "b".to_string()]),
+            "relist saw {seen:?}"
+        );
+        c.create(&res::config_maps(), Some(&ns), &config_map("c", json!({}))?, &pp)
+            .await?;
+        let after = next().await?;
+        check!(
+            matches!(&after, Event::Apply(o) if name(o) == "c"),
+            "then Apply c, got {after:?}"
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
