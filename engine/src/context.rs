@@ -1,0 +1,49 @@
+//! What every reconciler of the engine shares: the consumer cluster, how to reach providers,
+//! the clock, and the konnector's settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kbind_cluster::{ClusterClient, SharedClock};
+
+use crate::remote::Connector;
+
+/// The konnector's settings that the engine needs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The konnector's own namespace on the consumer (Connection Secrets must live here).
+    pub namespace: String,
+    /// The provider namespace of the heartbeat Lease.
+    pub lease_namespace: String,
+    /// How often the heartbeat Lease is renewed while connected.
+    pub heartbeat_interval: Duration,
+    /// How often a Ready Connection re-runs discovery (a backstop to watches).
+    pub rediscovery_interval: Duration,
+    /// Development only: accept plain `http://` and `insecure-skip-tls-verify` providers.
+    pub allow_insecure_providers: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            namespace: kbind_api::consts::DEFAULT_NAMESPACE.to_string(),
+            lease_namespace: kbind_api::consts::lease::NAMESPACE.to_string(),
+            heartbeat_interval: Duration::from_secs(kbind_api::consts::lease::RENEW_INTERVAL_SECONDS as u64),
+            rediscovery_interval: Duration::from_secs(60),
+            allow_insecure_providers: false,
+        }
+    }
+}
+
+/// The shared context of the engine's reconcilers.
+#[derive(Clone)]
+pub struct Context {
+    /// The consumer cluster (the konnector's own credentials).
+    pub consumer: Arc<dyn ClusterClient>,
+    /// Builds provider clients from validated kubeconfigs.
+    pub connector: Arc<dyn Connector>,
+    /// Every timestamp and timer.
+    pub clock: SharedClock,
+    /// Settings.
+    pub config: EngineConfig,
+}

@@ -1,0 +1,6 @@
+//! kbind's engine: Connections become engaged provider clusters (`remote`, `connection`,
+//! `provider`, `leader`); bindings and sync build on them.
+
+pub mod connection;
+pub mod context;
+pub mod remote;
