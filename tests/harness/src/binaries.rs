@@ -34,9 +34,21 @@ struct Wanted {
 }
 
 const WANTED: [Wanted; 3] = [
-    Wanted { name: "kube-apiserver", env_var: "KBIND_KUBE_APISERVER", version: KUBE_VERSION },
-    Wanted { name: "kube-controller-manager", env_var: "KBIND_KUBE_CONTROLLER_MANAGER", version: KUBE_VERSION },
-    Wanted { name: "etcd", env_var: "KBIND_ETCD", version: ETCD_VERSION },
+    Wanted {
+        name: "kube-apiserver",
+        env_var: "KBIND_KUBE_APISERVER",
+        version: KUBE_VERSION,
+    },
+    Wanted {
+        name: "kube-controller-manager",
+        env_var: "KBIND_KUBE_CONTROLLER_MANAGER",
+        version: KUBE_VERSION,
+    },
+    Wanted {
+        name: "etcd",
+        env_var: "KBIND_ETCD",
+        version: ETCD_VERSION,
+    },
 ];
 
 /// The tools cache folder: `$KBIND_TOOLS_CACHE`, else `$HOME/.cache/kbind-tools`.
@@ -52,10 +64,14 @@ pub fn find() -> Result<Binaries, Missing> {
     let cache = tools_cache();
     let [kube_apiserver, kube_controller_manager, etcd] = WANTED.map(|wanted| locate(&wanted, cache.as_deref()));
     match (kube_apiserver, kube_controller_manager, etcd) {
-        (Ok(kube_apiserver), Ok(kube_controller_manager), Ok(etcd)) => {
-            Ok(Binaries { kube_apiserver, kube_controller_manager, etcd })
-        }
-        (a, b, c) => Err(Missing { missing: [a, b, c].into_iter().filter_map(Result::err).collect() }),
+        (Ok(kube_apiserver), Ok(kube_controller_manager), Ok(etcd)) => Ok(Binaries {
+            kube_apiserver,
+            kube_controller_manager,
+            etcd,
+        }),
+        (a, b, c) => Err(Missing {
+            missing: [a, b, c].into_iter().filter_map(Result::err).collect(),
+        }),
     }
 }
 
@@ -64,14 +80,21 @@ fn locate(wanted: &Wanted, cache: Option<&Path>) -> Result<PathBuf, String> {
     let path = match std::env::var_os(wanted.env_var).filter(|p| !p.is_empty()) {
         Some(path) => PathBuf::from(path),
         None => match cache {
-            Some(cache) => cache.join(format!("{}-{}", wanted.name, wanted.version)).join(wanted.name),
+            Some(cache) => cache
+                .join(format!("{}-{}", wanted.name, wanted.version))
+                .join(wanted.name),
             None => return Err(format!("{} (no HOME, set {})", wanted.name, wanted.env_var)),
         },
     };
     if is_executable(&path) {
         Ok(path)
     } else {
-        Err(format!("{} not at {} ({})", wanted.name, path.display(), wanted.env_var))
+        Err(format!(
+            "{} not at {} ({})",
+            wanted.name,
+            path.display(),
+            wanted.env_var
+        ))
     }
 }
 
@@ -92,10 +115,16 @@ mod tests {
     #[test]
     fn missing_lists_every_binary_with_its_env_var() {
         let missing = Missing {
-            missing: vec!["etcd not at /x/etcd (KBIND_ETCD)".into(), "kube-apiserver not at /y (KBIND_KUBE_APISERVER)".into()],
+            missing: vec![
+                "etcd not at /x/etcd (KBIND_ETCD)".into(),
+                "kube-apiserver not at /y (KBIND_KUBE_APISERVER)".into(),
+            ],
         };
         let line = missing.to_string();
-        assert!(line.contains("KBIND_ETCD") && line.contains("KBIND_KUBE_APISERVER"), "{line}");
+        assert!(
+            line.contains("KBIND_ETCD") && line.contains("KBIND_KUBE_APISERVER"),
+            "{line}"
+        );
         assert!(!line.contains('\n'), "one line: {line}");
     }
 

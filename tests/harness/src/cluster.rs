@@ -75,7 +75,15 @@ impl Cluster {
         let kubeconfigs = User::ALL.map(|user| kubeconfig(shared, index, port, user));
         write_kubeconfigs(&dir, &kubeconfigs)?;
         let controller_manager = start_controller_manager(shared, index, port, generation, &dir)?;
-        let mut cluster = Cluster { index, generation, port, kubeconfigs, dir, controller_manager, apiserver };
+        let mut cluster = Cluster {
+            index,
+            generation,
+            port,
+            kubeconfigs,
+            dir,
+            controller_manager,
+            apiserver,
+        };
         cluster.wait_controllers(deadline).await?;
         Ok(cluster)
     }
@@ -141,12 +149,19 @@ impl Cluster {
         let admin = self.client(User::Admin).await?;
         let accounts: Api<ServiceAccount> = Api::namespaced(admin, "default");
         let log = self.controller_manager.log_path().to_path_buf();
-        let what = format!("kube-controller-manager of cluster {} (default service account)", self.index);
+        let what = format!(
+            "kube-controller-manager of cluster {} (default service account)",
+            self.index
+        );
         let (controller_manager, apiserver) = (&mut self.controller_manager, &mut self.apiserver);
         poll_until(
             &what,
             deadline,
-            || controller_manager.check_running().and_then(|()| apiserver.check_running()),
+            || {
+                controller_manager
+                    .check_running()
+                    .and_then(|()| apiserver.check_running())
+            },
             || log_tail(&log, 30),
             || {
                 let accounts = accounts.clone();
@@ -181,7 +196,10 @@ fn apiserver_args(shared: &Shared, index: usize, port: u16, etcd_prefix: &str) -
         format!("--token-auth-file={}", token_file.display()),
         "--authorization-mode=RBAC".into(),
         format!("--service-account-key-file={}", pki.service_account_pub.display()),
-        format!("--service-account-signing-key-file={}", pki.service_account_key.display()),
+        format!(
+            "--service-account-signing-key-file={}",
+            pki.service_account_key.display()
+        ),
         format!("--service-account-issuer=https://kbind-cluster-{index}.test"),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         "--profiling=false".into(),
@@ -196,7 +214,13 @@ fn start_controller_manager(
     dir: &Path,
 ) -> Result<Process, Error> {
     let kubeconfig_file = dir.join("kube-controller-manager.kubeconfig");
-    let config = named_kubeconfig(shared, index, port, CONTROLLER_MANAGER, shared.tokens.controller_manager());
+    let config = named_kubeconfig(
+        shared,
+        index,
+        port,
+        CONTROLLER_MANAGER,
+        shared.tokens.controller_manager(),
+    );
     write_json(&kubeconfig_file, &config)?;
     let args = vec![
         format!("--kubeconfig={}", kubeconfig_file.display()),
@@ -204,30 +228,50 @@ fn start_controller_manager(
         "--leader-elect=false".into(),
         // Why: N controller-managers on one host would fight over the default 10257; nothing scrapes it.
         "--secure-port=0".into(),
-        format!("--service-account-private-key-file={}", shared.pki.service_account_key.display()),
+        format!(
+            "--service-account-private-key-file={}",
+            shared.pki.service_account_key.display()
+        ),
         format!("--root-ca-file={}", shared.pki.ca_cert.display()),
         format!("--cluster-name=kbind-cluster-{index}"),
         "--profiling=false".into(),
     ];
     let log = dir.join(format!("kube-controller-manager-{generation}.log"));
-    Process::spawn("kube-controller-manager", &shared.binaries.kube_controller_manager, &args, log)
+    Process::spawn(
+        "kube-controller-manager",
+        &shared.binaries.kube_controller_manager,
+        &args,
+        log,
+    )
 }
 
 /// Waits for `/readyz` and for the `kube-system` namespace (made by a post-start hook that `/readyz` does not cover).
 async fn wait_ready(apiserver: &mut Process, admin: &Client, deadline: Instant) -> Result<(), Error> {
     let log = apiserver.log_path().to_path_buf();
     let what = format!("kube-apiserver (pid {}) /readyz", apiserver.id());
-    poll_until(&what, deadline, || apiserver.check_running(), || log_tail(&log, 30), || async {
-        let request = http::Request::get("/readyz").body(Vec::new()).ok()?;
-        let body = admin.request_text(request).await.ok()?;
-        (body.trim() == "ok").then_some(())
-    })
+    poll_until(
+        &what,
+        deadline,
+        || apiserver.check_running(),
+        || log_tail(&log, 30),
+        || async {
+            let request = http::Request::get("/readyz").body(Vec::new()).ok()?;
+            let body = admin.request_text(request).await.ok()?;
+            (body.trim() == "ok").then_some(())
+        },
+    )
     .await?;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
-    poll_until("kube-system namespace", deadline, || apiserver.check_running(), || log_tail(&log, 30), || {
-        let namespaces = namespaces.clone();
-        async move { namespaces.get_opt("kube-system").await.ok().flatten().map(|_| ()) }
-    })
+    poll_until(
+        "kube-system namespace",
+        deadline,
+        || apiserver.check_running(),
+        || log_tail(&log, 30),
+        || {
+            let namespaces = namespaces.clone();
+            async move { namespaces.get_opt("kube-system").await.ok().flatten().map(|_| ()) }
+        },
+    )
     .await
 }
 
@@ -250,12 +294,19 @@ fn named_kubeconfig(shared: &Shared, index: usize, port: u16, user: &str, token:
         }],
         auth_infos: vec![NamedAuthInfo {
             name: user.to_string(),
-            auth_info: Some(AuthInfo { token: Some(token.to_string().into()), ..Default::default() }),
+            auth_info: Some(AuthInfo {
+                token: Some(token.to_string().into()),
+                ..Default::default()
+            }),
             ..Default::default()
         }],
         contexts: vec![NamedContext {
             name: context.clone(),
-            context: Some(Context { cluster, user: Some(user.to_string()), ..Default::default() }),
+            context: Some(Context {
+                cluster,
+                user: Some(user.to_string()),
+                ..Default::default()
+            }),
             ..Default::default()
         }],
         current_context: Some(context),
@@ -275,7 +326,10 @@ fn kubeconfig_path(dir: &Path, user: User) -> PathBuf {
 }
 
 fn write_kubeconfigs(dir: &Path, kubeconfigs: &[Kubeconfig; 4]) -> Result<(), Error> {
-    User::ALL.iter().zip(kubeconfigs).try_for_each(|(user, config)| write_json(&kubeconfig_path(dir, *user), config))
+    User::ALL
+        .iter()
+        .zip(kubeconfigs)
+        .try_for_each(|(user, config)| write_json(&kubeconfig_path(dir, *user), config))
 }
 
 /// Kubeconfig files are YAML, and JSON is YAML.

@@ -159,10 +159,23 @@ impl TestEnv {
         std::fs::write(&token_file, tokens.auth_file())
             .map_err(|e| Error::io(format!("failed to write {}", token_file.display()), e))?;
         let etcd = Etcd::start(&binaries.etcd, &root, deadline).await?;
-        let shared = Shared { binaries, pki, tokens, etcd_url: etcd.url(), root };
+        let shared = Shared {
+            binaries,
+            pki,
+            tokens,
+            etcd_url: etcd.url(),
+            root,
+        };
         let starts = (0..n).map(|index| Cluster::start(&shared, index, 0, None, deadline));
         let clusters = futures::future::try_join_all(starts).await?;
-        Ok(TestEnv { clusters, etcd, shared, timeout, started_in: began.elapsed(), dir })
+        Ok(TestEnv {
+            clusters,
+            etcd,
+            shared,
+            timeout,
+            started_in: began.elapsed(),
+            dir,
+        })
     }
 
     /// Cluster `index`.
@@ -183,7 +196,10 @@ impl TestEnv {
     /// (new kube-system UID, no objects) while kubeconfigs stay valid.
     pub async fn replace_cluster(&mut self, index: usize) -> Result<(), Error> {
         let len = self.clusters.len();
-        let old = self.clusters.get_mut(index).ok_or(Error::NoSuchCluster { index, len })?;
+        let old = self
+            .clusters
+            .get_mut(index)
+            .ok_or(Error::NoSuchCluster { index, len })?;
         old.stop();
         let (port, generation) = (old.port(), old.generation() + 1);
         let deadline = Instant::now() + self.timeout;
@@ -204,7 +220,9 @@ impl TestEnv {
 
     /// Every process id the environment runs (etcd, then apiserver and controller-manager per cluster).
     pub fn pids(&self) -> Vec<u32> {
-        std::iter::once(self.etcd.pid()).chain(self.clusters.iter().flat_map(Cluster::pids)).collect()
+        std::iter::once(self.etcd.pid())
+            .chain(self.clusters.iter().flat_map(Cluster::pids))
+            .collect()
     }
 }
 

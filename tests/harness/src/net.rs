@@ -15,7 +15,10 @@ pub(crate) const POLL: Duration = Duration::from_millis(200);
 pub(crate) fn free_port() -> Result<u16, Error> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(|e| Error::io("failed to bind a loopback port".to_string(), e))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| Error::io("failed to read a bound port".to_string(), e))
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::io("failed to read a bound port".to_string(), e))
 }
 
 /// Whether a server log says its port was taken between our probe and its bind.
@@ -43,7 +46,11 @@ where
         }
         alive()?;
         if Instant::now() >= deadline {
-            return Err(Error::NotReady { what: what.to_string(), after: started.elapsed(), log: log() });
+            return Err(Error::NotReady {
+                what: what.to_string(),
+                after: started.elapsed(),
+                log: log(),
+            });
         }
         tokio::time::sleep(POLL).await;
     }
@@ -64,13 +71,22 @@ mod tests {
     async fn polling_gives_up_at_the_deadline_with_the_log() {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut probes = 0;
-        let err = poll_until("thing", deadline, || Ok(()), || "last words".to_string(), || {
-            probes += 1;
-            async { None::<()> }
-        })
+        let err = poll_until(
+            "thing",
+            deadline,
+            || Ok(()),
+            || "last words".to_string(),
+            || {
+                probes += 1;
+                async { None::<()> }
+            },
+        )
         .await
         .unwrap_err();
-        assert!(matches!(&err, Error::NotReady { what, log, .. } if what == "thing" && log == "last words"), "{err}");
+        assert!(
+            matches!(&err, Error::NotReady { what, log, .. } if what == "thing" && log == "last words"),
+            "{err}"
+        );
         assert_eq!(probes, 26, "one probe at start and one per 200 ms over 5 s");
     }
 
@@ -83,7 +99,11 @@ mod tests {
             deadline,
             || {
                 checks += 1;
-                if checks == 3 { Err(Error::io("gone".into(), std::io::Error::other("x"))) } else { Ok(()) }
+                if checks == 3 {
+                    Err(Error::io("gone".into(), std::io::Error::other("x")))
+                } else {
+                    Ok(())
+                }
             },
             String::new,
             || async { None::<()> },
@@ -97,11 +117,17 @@ mod tests {
     async fn polling_returns_the_first_value() {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut n = 0;
-        let got = poll_until("thing", deadline, || Ok(()), String::new, || {
-            n += 1;
-            let v = (n == 4).then_some(n);
-            async move { v }
-        })
+        let got = poll_until(
+            "thing",
+            deadline,
+            || Ok(()),
+            String::new,
+            || {
+                n += 1;
+                let v = (n == 4).then_some(n);
+                async move { v }
+            },
+        )
         .await
         .unwrap();
         assert_eq!(got, 4);

@@ -55,7 +55,11 @@ fn certificate_authority() -> Result<CertifiedIssuer<'static, KeyPair>, Error> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.distinguished_name.push(DnType::CommonName, "kbind-testenv-ca");
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     Ok(CertifiedIssuer::self_signed(params, KeyPair::generate()?)?)
 }
 
@@ -87,7 +91,11 @@ mod tests {
             (&pki.service_account_pub, "PUBLIC KEY"),
         ] {
             let text = std::fs::read_to_string(path).unwrap();
-            assert!(text.starts_with(&format!("-----BEGIN {label}-----")), "{}: {text}", path.display());
+            assert!(
+                text.starts_with(&format!("-----BEGIN {label}-----")),
+                "{}: {text}",
+                path.display()
+            );
         }
         assert_ne!(
             std::fs::read_to_string(&pki.ca_cert).unwrap(),

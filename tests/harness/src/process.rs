@@ -22,13 +22,27 @@ impl Process {
     /// Starts `program args…` in a new process group, logging to `log`.
     pub fn spawn(name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<Self, Error> {
         let out = File::create(&log).map_err(|e| Error::io(format!("failed to create {}", log.display()), e))?;
-        let err = out.try_clone().map_err(|e| Error::io(format!("failed to reopen {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| Error::io(format!("failed to reopen {}", log.display()), e))?;
         let mut command = Command::new(program);
-        command.args(args).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
         die_with_parent(&mut command);
-        let child = spawn_from_long_lived_thread(command)
-            .map_err(|source| Error::Spawn { name: name.to_string(), program: program.to_path_buf(), source })?;
-        Ok(Process { name: name.to_string(), child, log })
+        let child = spawn_from_long_lived_thread(command).map_err(|source| Error::Spawn {
+            name: name.to_string(),
+            program: program.to_path_buf(),
+            source,
+        })?;
+        Ok(Process {
+            name: name.to_string(),
+            child,
+            log,
+        })
     }
 
     /// The process id (also its process group id).
@@ -54,7 +68,11 @@ impl Process {
     /// Fails with the exit status and log tail when the process has ended.
     pub fn check_running(&mut self) -> Result<(), Error> {
         match self.exited() {
-            Some(status) => Err(Error::Exited { name: self.name.clone(), status, log: self.log_tail(30) }),
+            Some(status) => Err(Error::Exited {
+                name: self.name.clone(),
+                status,
+                log: self.log_tail(30),
+            }),
             None => Ok(()),
         }
     }
@@ -62,7 +80,9 @@ impl Process {
     /// Kills the whole process group and reaps the process.
     pub fn kill(&mut self) {
         if self.exited().is_none() {
-            let Ok(pgid) = libc::pid_t::try_from(self.child.id()) else { return };
+            let Ok(pgid) = libc::pid_t::try_from(self.child.id()) else {
+                return;
+            };
             // SAFETY: kill(2) with a negative pid signals the process group we created; no memory is shared.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
             let _ = self.child.wait();
@@ -122,7 +142,10 @@ fn spawn_from_long_lived_thread(command: Command) -> io::Result<Child> {
         Mutex::new(tx)
     });
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-    let sent = spawner.lock().map_err(|_| io::Error::other("spawner lock poisoned"))?.send((command, reply_tx));
+    let sent = spawner
+        .lock()
+        .map_err(|_| io::Error::other("spawner lock poisoned"))?
+        .send((command, reply_tx));
     match sent {
         Ok(()) => reply_rx.recv().map_err(|_| io::Error::other("spawner thread gone"))?,
         Err(mpsc::SendError((mut command, _))) => command.spawn(),
@@ -135,8 +158,10 @@ mod tests {
 
     /// Running or sleeping; a zombie waiting for a reaper counts as gone.
     fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
     }
 
     /// Polls `done` until it holds, failing with `what` after ten seconds.
@@ -153,24 +178,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("grandchild.pid");
         let script = format!("sleep 300 & echo $! > {}; wait", pidfile.display());
-        let process =
-            Process::spawn("sh", Path::new("/bin/sh"), &["-c".into(), script], dir.path().join("sh.log")).unwrap();
+        let process = Process::spawn(
+            "sh",
+            Path::new("/bin/sh"),
+            &["-c".into(), script],
+            dir.path().join("sh.log"),
+        )
+        .unwrap();
         let pid = process.id();
-        let read_pid = || std::fs::read_to_string(&pidfile).ok().and_then(|t| t.trim().parse::<u32>().ok());
+        let read_pid = || {
+            std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+        };
         wait_until("the shell never wrote its child's pid", || read_pid().is_some());
         let grandchild = read_pid().unwrap();
         assert!(alive(pid) && alive(grandchild));
         drop(process);
         assert!(!alive(pid), "the shell was reaped");
-        wait_until(&format!("grandchild {grandchild} survived the group kill"), || !alive(grandchild));
+        wait_until(&format!("grandchild {grandchild} survived the group kill"), || {
+            !alive(grandchild)
+        });
     }
 
     #[test]
     fn an_ended_process_reports_its_status_and_log() {
         let dir = tempfile::tempdir().unwrap();
-        let mut process =
-            Process::spawn("sh", Path::new("/bin/sh"), &["-c".into(), "echo boom; exit 3".into()], dir.path().join("l"))
-                .unwrap();
+        let mut process = Process::spawn(
+            "sh",
+            Path::new("/bin/sh"),
+            &["-c".into(), "echo boom; exit 3".into()],
+            dir.path().join("l"),
+        )
+        .unwrap();
         wait_until("sh -c 'exit 3' never ended", || process.exited().is_some());
         let text = process.check_running().unwrap_err().to_string();
         assert!(text.contains("boom") && text.contains('3'), "{text}");

@@ -58,7 +58,10 @@ impl Tokens {
     /// Fresh random tokens.
     pub(crate) fn generate() -> Self {
         let token = || uuid::Uuid::new_v4().simple().to_string();
-        Tokens { users: User::ALL.map(|_| token()), controller_manager: token() }
+        Tokens {
+            users: User::ALL.map(|_| token()),
+            controller_manager: token(),
+        }
     }
 
     /// The bearer token of `user`.
@@ -98,8 +101,11 @@ mod tests {
     fn the_token_file_puts_only_admin_and_the_controller_manager_in_system_masters() {
         let tokens = Tokens::generate();
         let csv = tokens.auth_file();
-        let masters: Vec<&str> =
-            csv.lines().filter(|l| l.ends_with("\"system:masters\"")).map(|l| l.split(',').nth(1).unwrap()).collect();
+        let masters: Vec<&str> = csv
+            .lines()
+            .filter(|l| l.ends_with("\"system:masters\""))
+            .map(|l| l.split(',').nth(1).unwrap())
+            .collect();
         assert_eq!(masters, vec!["admin", CONTROLLER_MANAGER]);
         assert!(csv.contains(&format!("{},alice,alice\n", tokens.of(User::Alice))));
         assert_eq!(csv.lines().count(), 5);

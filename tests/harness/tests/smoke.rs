@@ -14,18 +14,29 @@ async fn kube_system_uid(env: &TestEnv, index: usize) -> String {
 }
 
 fn namespace(name: &str) -> Namespace {
-    Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() }
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
 }
 
 /// Processes whose command line names the environment's folder (every server gets paths under it).
 fn processes_under(dir: &str) -> String {
-    let out = Command::new("pgrep").args(["-a", "-f", dir]).output().expect("pgrep runs");
+    let out = Command::new("pgrep")
+        .args(["-a", "-f", dir])
+        .output()
+        .expect("pgrep runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_have_their_own_identity_rbac_and_replacement_and_leave_no_process() {
-    let Some(mut env) = TestEnv::start_or_skip(2).await.unwrap() else { return };
+    let Some(mut env) = TestEnv::start_or_skip(2).await.unwrap() else {
+        return;
+    };
     println!("kbind-testenv: 2 clusters ready in {:.1?}", env.startup_time());
 
     let (uid0, uid1) = (kube_system_uid(&env, 0).await, kube_system_uid(&env, 1).await);
@@ -35,7 +46,10 @@ async fn two_clusters_have_their_own_identity_rbac_and_replacement_and_leave_no_
     let created = admin.create(&PostParams::default(), &namespace("smoke")).await.unwrap();
     assert!(created.metadata.uid.is_some());
     let other = Api::<Namespace>::all(env.cluster(1).client(User::Admin).await.unwrap());
-    assert!(other.get_opt("smoke").await.unwrap().is_none(), "clusters do not share objects");
+    assert!(
+        other.get_opt("smoke").await.unwrap().is_none(),
+        "clusters do not share objects"
+    );
 
     let alice = Api::<Namespace>::all(env.cluster(0).client(User::Alice).await.unwrap());
     match alice.create(&PostParams::default(), &namespace("alice-was-here")).await {
@@ -63,7 +77,10 @@ async fn two_clusters_have_their_own_identity_rbac_and_replacement_and_leave_no_
     drop(env);
     assert_eq!(processes_under(&dir), "", "teardown left processes behind");
     for pid in pids {
-        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} still exists");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} still exists"
+        );
     }
     assert!(!std::path::Path::new(&dir).exists(), "the work folder is deleted");
 }
