@@ -148,10 +148,16 @@ impl TestEnv {
         let began = Instant::now();
         let timeout = timeout_from_env();
         let deadline = began + timeout;
-        let dir = tempfile::Builder::new()
+        let mut dir = tempfile::Builder::new()
             .prefix("kbind-testenv-")
             .tempdir()
             .map_err(|e| Error::io("failed to create the environment folder".into(), e))?;
+        let keep = std::env::var_os("KBIND_TESTENV_KEEP").is_some_and(|v| v == "1");
+        if keep {
+            // Why: server logs are what explains a failing real-cluster test.
+            dir.disable_cleanup(true);
+            eprintln!("kbind-testenv: keeping {} (KBIND_TESTENV_KEEP=1)", dir.path().display());
+        }
         let root = dir.path().to_path_buf();
         let pki = Pki::generate(&root)?;
         let tokens = users::Tokens::generate();
@@ -213,7 +219,8 @@ impl TestEnv {
         self.started_in
     }
 
-    /// The folder holding certificates, tokens, etcd data, kubeconfigs and server logs; deleted on drop.
+    /// The folder holding certificates, tokens, etcd data, kubeconfigs and server logs; deleted on drop
+    /// unless `KBIND_TESTENV_KEEP=1`.
     pub fn work_dir(&self) -> &Path {
         self.dir.path()
     }
