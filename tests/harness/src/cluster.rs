@@ -14,7 +14,9 @@ use crate::users::{CONTROLLER_MANAGER, User};
 use crate::{Binaries, Pki, users::Tokens};
 
 /// The controllers each kube-controller-manager runs: what kbind's behaviour depends on, nothing that needs nodes.
-pub const CONTROLLERS: &str = "namespace,garbagecollector,serviceaccount-token,serviceaccount";
+/// `clusterrole-aggregation` fills the bootstrap `admin`/`edit`/`view` roles, which are empty without it.
+pub const CONTROLLERS: &str =
+    "namespace,garbagecollector,serviceaccount-token,serviceaccount,clusterrole-aggregation,root-ca-cert-publisher";
 
 /// Everything an environment's clusters share: binaries, PKI, tokens and the etcd they store in.
 #[derive(Debug)]
@@ -187,6 +189,8 @@ fn apiserver_args(shared: &Shared, index: usize, port: u16, etcd_prefix: &str) -
         "--bind-address=127.0.0.1".into(),
         // Why: with no default route the apiserver cannot pick an address for the `kubernetes` Service itself.
         "--advertise-address=127.0.0.1".into(),
+        // Why: Endpoints may not hold a loopback address, so the default reconciler would log an error every 10 s.
+        "--endpoint-reconciler-type=none".into(),
         format!("--secure-port={port}"),
         format!("--etcd-servers={}", shared.etcd_url),
         format!("--etcd-prefix={etcd_prefix}"),

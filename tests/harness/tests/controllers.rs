@@ -4,18 +4,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kbind_testenv::{TestEnv, User};
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-/// Polls until `gone` reports the object absent, failing after a minute.
-async fn wait_gone<K>(api: &Api<K>, name: &str, what: &str)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
+/// Polls `holds` every 200 ms until it is true, failing with `what` after a minute.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut holds: impl FnMut() -> F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while api.get_opt(name).await.unwrap().is_some() {
+    while !holds().await {
         assert!(tokio::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -95,16 +93,23 @@ async fn namespace_and_garbage_collector_controllers_run_and_users_have_their_gr
 
     namespaces.delete("doomed", &DeleteParams::default()).await.unwrap();
     configmaps.delete("owner", &DeleteParams::default()).await.unwrap();
-    wait_gone(
-        &namespaces,
-        "doomed",
-        "the namespace controller never finalized the namespace",
-    )
+    eventually("the namespace controller never finalized the namespace", || async {
+        namespaces.get_opt("doomed").await.unwrap().is_none()
+    })
     .await;
-    wait_gone(
-        &configmaps,
-        "dependent",
-        "the garbage collector never deleted the dependent",
-    )
+    eventually("the garbage collector never deleted the dependent", || async {
+        configmaps.get_opt("dependent").await.unwrap().is_none()
+    })
+    .await;
+
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    eventually("the aggregation controller never filled the edit role", || async {
+        !roles.get("edit").await.unwrap().rules.unwrap_or_default().is_empty()
+    })
+    .await;
+    let kube_system: Api<ConfigMap> = Api::namespaced(admin, "kube-system");
+    eventually("the root CA publisher never published kube-root-ca.crt", || async {
+        kube_system.get_opt("kube-root-ca.crt").await.unwrap().is_some()
+    })
     .await;
 }
