@@ -137,7 +137,7 @@ impl TestEnv {
             Ok(binaries) => Self::start_with(binaries, n).await.map(Some),
             Err(missing) if required() => Err(missing.into()),
             Err(missing) => {
-                eprintln!("skipped (set KBIND_REQUIRE_REAL_K8S=1 to fail instead): {missing}");
+                eprintln!("kbind-testenv: skipped (KBIND_REQUIRE_REAL_K8S=1 fails instead): {missing}");
                 Ok(None)
             }
         }
