@@ -27,11 +27,11 @@ use tokio::time::Instant;
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBE_VERSION, Missing, required, tools_cache};
 pub use cluster::{CONTROLLERS, Cluster};
-pub use pki::Pki;
 pub use users::User;
 
 use cluster::Shared;
 use etcd::Etcd;
+use pki::Pki;
 
 /// Start-up deadline when `KBIND_TESTENV_TIMEOUT_SECS` is unset: generous, since the cores are shared.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);

@@ -1,7 +1,9 @@
 //! Loopback ports and polling helpers shared by the etcd and apiserver start-up.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::{Ipv4Addr, TcpListener};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,8 +13,27 @@ use crate::Error;
 /// How often start-up conditions are re-checked.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
 
-/// A port on 127.0.0.1 that was free a moment ago (the OS may hand it out again: callers retry on a clash).
+/// A port on 127.0.0.1 that was free a moment ago and that this process has not handed out before.
+///
+/// Why the registry: two apiservers of one environment given the same port would both look ready through the
+/// one that won the bind (they share tokens); across environments the random tokens make a clash fail loudly,
+/// and callers retry when a server reports the port taken.
 pub(crate) fn free_port() -> Result<u16, Error> {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+    for _ in 0..64 {
+        let port = probe_port()?;
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(Error::io(
+        "no fresh loopback port after 64 tries".to_string(),
+        std::io::Error::other("ports exhausted"),
+    ))
+}
+
+fn probe_port() -> Result<u16, Error> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(|e| Error::io("failed to bind a loopback port".to_string(), e))?;
     listener
@@ -59,6 +80,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ports_are_never_handed_out_twice() {
+        let ports: BTreeSet<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        assert_eq!(ports.len(), 200);
+    }
 
     #[test]
     fn a_probed_port_can_be_bound_again() {

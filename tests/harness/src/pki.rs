@@ -11,7 +11,7 @@ use crate::Error;
 
 /// PEM files on disk that every apiserver and controller-manager of an environment shares.
 #[derive(Clone, Debug)]
-pub struct Pki {
+pub(crate) struct Pki {
     /// The CA certificate clients trust (also `--client-ca-file` and `--root-ca-file`).
     pub ca_cert: PathBuf,
     /// The CA certificate as PEM text, for kubeconfigs.
@@ -28,7 +28,7 @@ pub struct Pki {
 
 impl Pki {
     /// Generates a fresh CA, serving certificate and service-account key and writes them under `dir`.
-    pub fn generate(dir: &Path) -> Result<Self, Error> {
+    pub(crate) fn generate(dir: &Path) -> Result<Self, Error> {
         let ca = certificate_authority()?;
         let serving_key = KeyPair::generate()?;
         let serving = serving_params()?.signed_by(&serving_key, &ca)?;
