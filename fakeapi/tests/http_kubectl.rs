@@ -162,6 +162,19 @@ fn kubectl_works_against_the_router() {
 
     let a = s.file("a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: \"1\"\n  w: \"2\"\n");
     s.ok(&["create", "-f", &a]);
+    // Typed clients send protobuf bodies.
+    s.ok(&["create", "configmap", "literal", "--from-literal=k=v"]);
+    assert_eq!(s.ok(&["get", "cm", "literal", "-o", "jsonpath={.data.k}"]), "v");
+    s.ok(&["create", "secret", "generic", "s", "--from-literal=password=hunter2"]);
+    assert_eq!(s.ok(&["get", "secret", "s", "-o", "jsonpath={.data.password}"]), "aHVudGVyMg==");
+    s.ok(&["create", "namespace", "team-a"]);
+    s.ok(&["create", "serviceaccount", "robot", "-n", "team-a"]);
+    s.ok(&["create", "role", "reader", "--verb=get,list", "--resource=configmaps", "-n", "team-a"]);
+    s.ok(&["create", "rolebinding", "robot-reads", "--role=reader", "--serviceaccount=team-a:robot", "-n", "team-a"]);
+    let token = s.ok(&["create", "token", "robot", "-n", "team-a"]);
+    assert!(token.starts_with("fake-sa."), "{token}");
+    let bindings = s.ok(&["get", "rolebindings", "-n", "team-a", "-o", "wide"]);
+    assert_eq!(row(&bindings, "robot-reads")[1], "Role/reader", "{bindings}");
     let cms = s.ok(&["get", "configmaps"]);
     assert_eq!(row(&cms, "a")[1], "2", "{cms}");
     assert!(s.ok(&["get", "cm", "a", "-o", "jsonpath={.data.x}"]) == "1");

@@ -415,11 +415,12 @@ fn unsupported_media_type(accepted: &str) -> Error {
     }
 }
 
-/// An object body in JSON or YAML.
+/// An object body in JSON, YAML or (for a few kinds) protobuf.
 fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value> {
     match content_type(headers).as_str() {
         "" | "application/json" => json(body),
         "application/yaml" => yaml(body),
+        "application/vnd.kubernetes.protobuf" => super::protobuf::decode(body),
         _ => Err(unsupported_media_type(
             "application/json, application/yaml, application/vnd.kubernetes.protobuf",
         )),
