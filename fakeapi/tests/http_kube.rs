@@ -87,13 +87,23 @@ async fn crud_round_trips_through_the_seam() {
     let cluster = cluster();
     let seam = KubeClusterClient::new(admin(&cluster));
     let res = cm_resource();
-    let obj: kube::api::DynamicObject =
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1"}}))
-            .unwrap();
-    let created = seam.create(&res, Some("default"), &obj, &PostParams::default()).await.unwrap();
+    let obj: kube::api::DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1"}}),
+    )
+    .unwrap();
+    let created = seam
+        .create(&res, Some("default"), &obj, &PostParams::default())
+        .await
+        .unwrap();
     assert_eq!(created.data["data"]["x"], "1");
-    assert_eq!(created.metadata.managed_fields.as_ref().unwrap()[0].manager.as_deref(), Some("kube-test"));
-    let again = seam.create(&res, Some("default"), &obj, &PostParams::default()).await.unwrap_err();
+    assert_eq!(
+        created.metadata.managed_fields.as_ref().unwrap()[0].manager.as_deref(),
+        Some("kube-test")
+    );
+    let again = seam
+        .create(&res, Some("default"), &obj, &PostParams::default())
+        .await
+        .unwrap_err();
     assert!(matches!(again, Error::AlreadyExists { .. }), "{again:?}");
 
     let got = seam.get(&res, Some("default"), "a").await.unwrap();
@@ -103,12 +113,23 @@ async fn crud_round_trips_through_the_seam() {
 
     let mut changed = got.clone();
     changed.data["data"]["x"] = json!("2");
-    let replaced = seam.replace(&res, Some("default"), "a", &changed, &PostParams::default()).await.unwrap();
+    let replaced = seam
+        .replace(&res, Some("default"), "a", &changed, &PostParams::default())
+        .await
+        .unwrap();
     assert_eq!(replaced.data["data"]["x"], "2");
-    let stale = seam.replace(&res, Some("default"), "a", &changed, &PostParams::default()).await.unwrap_err();
+    let stale = seam
+        .replace(&res, Some("default"), "a", &changed, &PostParams::default())
+        .await
+        .unwrap_err();
     assert!(stale.is_conflict(), "{stale:?}");
 
-    assert!(seam.delete(&res, Some("default"), "a", &DeleteParams::default()).await.unwrap().is_none());
+    assert!(
+        seam.delete(&res, Some("default"), "a", &DeleteParams::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
     let gone = seam.get(&res, Some("default"), "a").await.unwrap_err();
     assert!(gone.is_not_found(), "{gone:?}");
 }
@@ -125,8 +146,15 @@ async fn delete_answers_the_object_while_finalizers_hold_it_and_a_status_once_go
     let still = answer.left().expect("the object, held by its finalizer");
     assert!(still.metadata.deletion_timestamp.is_some());
 
-    api.create(&PostParams::default(), &configmap("free", json!({}))).await.unwrap();
-    let status = api.delete("free", &DeleteParams::background()).await.unwrap().right().unwrap();
+    api.create(&PostParams::default(), &configmap("free", json!({})))
+        .await
+        .unwrap();
+    let status = api
+        .delete("free", &DeleteParams::background())
+        .await
+        .unwrap()
+        .right()
+        .unwrap();
     assert_eq!(status.details.unwrap().name, "free");
 
     // ServiceAccounts' store returns the deleted object, as kube-apiserver's does.
@@ -141,7 +169,9 @@ async fn delete_answers_the_object_while_finalizers_hold_it_and_a_status_once_go
 async fn delete_preconditions_and_dry_run_are_honoured() {
     let cluster = cluster();
     let api: Api<ConfigMap> = Api::namespaced(admin(&cluster), "default");
-    api.create(&PostParams::default(), &configmap("a", json!({}))).await.unwrap();
+    api.create(&PostParams::default(), &configmap("a", json!({})))
+        .await
+        .unwrap();
     let dry = DeleteParams {
         dry_run: true,
         ..DeleteParams::default()
@@ -189,10 +219,15 @@ async fn delete_collection_removes_what_the_selector_matches() {
 async fn the_four_patch_types_apply() {
     let cluster = cluster();
     let api: Api<ConfigMap> = Api::namespaced(admin(&cluster), "default");
-    api.create(&PostParams::default(), &configmap("a", json!({"x": "1"}))).await.unwrap();
+    api.create(&PostParams::default(), &configmap("a", json!({"x": "1"})))
+        .await
+        .unwrap();
     let pp = PatchParams::default();
 
-    let merged = api.patch("a", &pp, &Patch::Merge(json!({"data": {"y": "2"}}))).await.unwrap();
+    let merged = api
+        .patch("a", &pp, &Patch::Merge(json!({"data": {"y": "2"}})))
+        .await
+        .unwrap();
     assert_eq!(merged.data.as_ref().unwrap()["y"], "2");
 
     let ops: json_patch::Patch =
@@ -211,7 +246,9 @@ async fn the_four_patch_types_apply() {
         .patch(
             "b",
             &apply,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "v"}})),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "v"}}),
+            ),
         )
         .await
         .unwrap();
@@ -230,9 +267,14 @@ async fn the_four_patch_types_apply() {
 async fn server_side_apply_conflicts_are_409_with_causes_until_forced() {
     let cluster = cluster();
     let api: Api<ConfigMap> = Api::namespaced(admin(&cluster), "default");
-    let body = |v: &str| Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": v}}));
+    let body = |v: &str| {
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": v}}))
+    };
     api.patch("a", &PatchParams::apply("one"), &body("1")).await.unwrap();
-    let err = api.patch("a", &PatchParams::apply("two"), &body("2")).await.unwrap_err();
+    let err = api
+        .patch("a", &PatchParams::apply("two"), &body("2"))
+        .await
+        .unwrap_err();
     let kube::Error::Api(status) = err else {
         panic!("not an API error")
     };
@@ -276,18 +318,30 @@ async fn status_subresource_reads_and_writes_only_status() {
 
 #[tokio::test(start_paused = true)]
 async fn watch_streams_events_then_bookmarks() {
-    let cluster = FakeCluster::builder("http").bookmark_interval(Duration::from_secs(30)).build();
+    let cluster = FakeCluster::builder("http")
+        .bookmark_interval(Duration::from_secs(30))
+        .build();
     cluster.add_token(ADMIN_TOKEN, UserInfo::admin());
     let api: Api<ConfigMap> = Api::namespaced(admin(&cluster), "default");
-    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     let mut events = api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
-    api.create(&PostParams::default(), &configmap("a", json!({}))).await.unwrap();
+    api.create(&PostParams::default(), &configmap("a", json!({})))
+        .await
+        .unwrap();
     match events.try_next().await.unwrap() {
         Some(WatchEvent::Added(cm)) => assert_eq!(cm.metadata.name.as_deref(), Some("a")),
         other => panic!("expected ADDED, got {other:?}"),
     }
     match events.try_next().await.unwrap() {
-        Some(WatchEvent::Bookmark(b)) => assert_eq!(b.metadata.resource_version, cluster.resource_version().to_string()),
+        Some(WatchEvent::Bookmark(b)) => {
+            assert_eq!(b.metadata.resource_version, cluster.resource_version().to_string())
+        }
         other => panic!("expected BOOKMARK, got {other:?}"),
     }
 }
@@ -296,7 +350,11 @@ async fn watch_streams_events_then_bookmarks() {
 async fn watches_end_when_their_timeout_passes() {
     let cluster = cluster();
     let api: Api<ConfigMap> = Api::namespaced(admin(&cluster), "default");
-    let mut events = api.watch(&WatchParams::default().timeout(5), "0").await.unwrap().boxed();
+    let mut events = api
+        .watch(&WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
     let end = tokio::time::timeout(Duration::from_secs(60), events.try_next())
         .await
         .expect("the watch must end at its timeout");
@@ -314,7 +372,9 @@ async fn a_compacted_resource_version_is_an_error_event_with_410() {
         .metadata
         .resource_version
         .unwrap();
-    api.create(&PostParams::default(), &configmap("b", json!({}))).await.unwrap();
+    api.create(&PostParams::default(), &configmap("b", json!({})))
+        .await
+        .unwrap();
     cluster.compact();
     let mut events = api.watch(&WatchParams::default(), &old).await.unwrap().boxed();
     match events.try_next().await.unwrap() {
@@ -324,7 +384,10 @@ async fn a_compacted_resource_version_is_an_error_event_with_410() {
         }
         other => panic!("expected ERROR 410, got {other:?}"),
     }
-    assert!(events.try_next().await.unwrap().is_none(), "the stream ends after the error");
+    assert!(
+        events.try_next().await.unwrap().is_none(),
+        "the stream ends after the error"
+    );
 }
 
 type WatcherStream = futures::stream::BoxStream<'static, watcher::Result<watcher::Event<ConfigMap>>>;
@@ -341,12 +404,23 @@ async fn kube_runtime_watcher_relists_after_410() {
     let client = admin(&cluster);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "w");
     let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(json!({"metadata": {"name": "w"}})).unwrap();
-    Api::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
     let mut events: WatcherStream = watcher(api.clone(), watcher::Config::default()).boxed();
     assert!(matches!(next(&mut events).await.unwrap(), Some(watcher::Event::Init)));
-    assert!(matches!(next(&mut events).await.unwrap(), Some(watcher::Event::InitDone)));
-    api.create(&PostParams::default(), &configmap("a", json!({}))).await.unwrap();
-    assert!(matches!(next(&mut events).await.unwrap(), Some(watcher::Event::Apply(_))));
+    assert!(matches!(
+        next(&mut events).await.unwrap(),
+        Some(watcher::Event::InitDone)
+    ));
+    api.create(&PostParams::default(), &configmap("a", json!({})))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut events).await.unwrap(),
+        Some(watcher::Event::Apply(_))
+    ));
     // A write elsewhere moves the history past what the watcher has seen; compacting and
     // dropping watches makes its resume point too old.
     Api::<ConfigMap>::namespaced(client, "default")
@@ -363,7 +437,10 @@ async fn kube_runtime_watcher_relists_after_410() {
             Ok(Some(watcher::Event::InitDone)) => break,
             Ok(other) => panic!("unexpected {other:?}"),
             // The 410 surfaces once as an error before the watcher relists.
-            Err(e) => assert!(e.to_string().contains("410") || e.to_string().contains("too old"), "{e}"),
+            Err(e) => assert!(
+                e.to_string().contains("410") || e.to_string().contains("too old"),
+                "{e}"
+            ),
         }
     }
     assert_eq!(relisted, ["a"]);
@@ -390,7 +467,8 @@ async fn discovery_runs_legacy_and_aggregated_and_matches_the_core() {
     let mut over_http = KubeClusterClient::new(client).discovery().await.unwrap();
     let mut direct = cluster.admin_client().discovery().await.unwrap();
     for d in [&mut over_http, &mut direct] {
-        d.resources.sort_by(|a, b| (&a.group, &a.version, &a.plural).cmp(&(&b.group, &b.version, &b.plural)));
+        d.resources
+            .sort_by(|a, b| (&a.group, &a.version, &a.plural).cmp(&(&b.group, &b.version, &b.plural)));
     }
     assert_eq!(over_http, direct);
 }
@@ -470,7 +548,13 @@ async fn tables_print_builtin_columns_with_ages_from_the_cluster_clock() {
         .unwrap();
     tokio::time::advance(Duration::from_secs(185)).await;
     let table_accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-    let response = raw(&client, "GET", "/api/v1/namespaces/default/configmaps", Some(table_accept)).await;
+    let response = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        Some(table_accept),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     let table = json_of(&response);
     assert_eq!(table["kind"], "Table");
@@ -568,16 +652,28 @@ async fn unknown_or_missing_tokens_are_401_and_rbac_refusals_403() {
         panic!("not an API error")
     };
     assert_eq!(status.code, 403);
-    assert!(status.message.contains("User \"bob\" cannot list resource \"secrets\""), "{}", status.message);
+    assert!(
+        status.message.contains("User \"bob\" cannot list resource \"secrets\""),
+        "{}",
+        status.message
+    );
     // Discovery is open to every authenticated user (system:discovery).
-    Discovery::new(client_with(&cluster, Some(BOB_TOKEN))).run_aggregated().await.unwrap();
+    Discovery::new(client_with(&cluster, Some(BOB_TOKEN)))
+        .run_aggregated()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn injected_429s_carry_retry_after() {
     let cluster = cluster();
     cluster.inject_error(
-        ErrorRule::new(Some("list"), Some("configmaps"), InjectedError::TooManyRequests { retry_after_seconds: 3 }).times(2),
+        ErrorRule::new(
+            Some("list"),
+            Some("configmaps"),
+            InjectedError::TooManyRequests { retry_after_seconds: 3 },
+        )
+        .times(2),
     );
     let client = admin(&cluster);
     let response = raw(&client, "GET", "/api/v1/namespaces/default/configmaps", None).await;
@@ -588,7 +684,13 @@ async fn injected_429s_carry_retry_after() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::TooManyRequests { retry_after_seconds: Some(3), .. }),
+        matches!(
+            err,
+            Error::TooManyRequests {
+                retry_after_seconds: Some(3),
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -598,9 +700,12 @@ async fn service_account_tokens_from_the_token_subresource_authenticate() {
     let cluster = cluster();
     let client = admin(&cluster);
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    sas.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap())
-        .await
-        .unwrap();
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap(),
+    )
+    .await
+    .unwrap();
     let seam = KubeClusterClient::new(client);
     let answer = seam
         .create_subresource(
@@ -644,7 +749,10 @@ async fn openapi_documents_are_served() {
     let cluster = cluster();
     let client = admin(&cluster);
     let index = json_of(&raw(&client, "GET", "/openapi/v3", None).await);
-    let apps = index["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
+    let apps = index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(apps.starts_with("/openapi/v3/apis/apps/v1?hash="));
     let doc = json_of(&raw(&client, "GET", &apps, None).await);
     assert!(doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"].is_object());

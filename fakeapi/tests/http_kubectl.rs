@@ -160,17 +160,39 @@ fn kubectl_works_against_the_router() {
     assert!(namespaces.starts_with("NAME"), "{namespaces}");
     assert_eq!(row(&namespaces, "kube-system")[1], "Active", "{namespaces}");
 
-    let a = s.file("a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: \"1\"\n  w: \"2\"\n");
+    let a = s.file(
+        "a.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  x: \"1\"\n  w: \"2\"\n",
+    );
     s.ok(&["create", "-f", &a]);
     // Typed clients send protobuf bodies.
     s.ok(&["create", "configmap", "literal", "--from-literal=k=v"]);
     assert_eq!(s.ok(&["get", "cm", "literal", "-o", "jsonpath={.data.k}"]), "v");
     s.ok(&["create", "secret", "generic", "s", "--from-literal=password=hunter2"]);
-    assert_eq!(s.ok(&["get", "secret", "s", "-o", "jsonpath={.data.password}"]), "aHVudGVyMg==");
+    assert_eq!(
+        s.ok(&["get", "secret", "s", "-o", "jsonpath={.data.password}"]),
+        "aHVudGVyMg=="
+    );
     s.ok(&["create", "namespace", "team-a"]);
     s.ok(&["create", "serviceaccount", "robot", "-n", "team-a"]);
-    s.ok(&["create", "role", "reader", "--verb=get,list", "--resource=configmaps", "-n", "team-a"]);
-    s.ok(&["create", "rolebinding", "robot-reads", "--role=reader", "--serviceaccount=team-a:robot", "-n", "team-a"]);
+    s.ok(&[
+        "create",
+        "role",
+        "reader",
+        "--verb=get,list",
+        "--resource=configmaps",
+        "-n",
+        "team-a",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "robot-reads",
+        "--role=reader",
+        "--serviceaccount=team-a:robot",
+        "-n",
+        "team-a",
+    ]);
     let token = s.ok(&["create", "token", "robot", "-n", "team-a"]);
     assert!(token.starts_with("fake-sa."), "{token}");
     let bindings = s.ok(&["get", "rolebindings", "-n", "team-a", "-o", "wide"]);
@@ -180,36 +202,77 @@ fn kubectl_works_against_the_router() {
     assert!(s.ok(&["get", "cm", "a", "-o", "jsonpath={.data.x}"]) == "1");
 
     s.ok(&["patch", "cm", "a", "--type", "merge", "-p", r#"{"data":{"z":"3"}}"#]);
-    s.ok(&["patch", "cm", "a", "--type", "json", "-p", r#"[{"op":"remove","path":"/data/w"}]"#]);
+    s.ok(&[
+        "patch",
+        "cm",
+        "a",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"remove","path":"/data/w"}]"#,
+    ]);
     s.ok(&["patch", "cm", "a", "-p", r#"{"data":{"v":"4"}}"#]);
-    assert_eq!(s.ok(&["get", "cm", "a", "-o", "jsonpath={.data}"]), r#"{"v":"4","x":"1","z":"3"}"#);
+    assert_eq!(
+        s.ok(&["get", "cm", "a", "-o", "jsonpath={.data}"]),
+        r#"{"v":"4","x":"1","z":"3"}"#
+    );
 
     // Client-side apply: create, then a strategic-merge three-way patch keyed by container name.
     let deploy = s.file("deploy.yaml", DEPLOYMENT);
     s.ok(&["apply", "-f", &deploy]);
     let edited = s.file("deploy2.yaml", &DEPLOYMENT.replace("nginx:1.27", "nginx:1.28"));
     s.ok(&["apply", "-f", &edited]);
-    let images = s.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[*].image}"]);
+    let images = s.ok(&[
+        "get",
+        "deploy",
+        "web",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[*].image}",
+    ]);
     assert_eq!(images, "nginx:1.28 busybox");
     let deploys = s.ok(&["get", "deployments", "-o", "wide"]);
-    assert!(deploys.contains("READY") && deploys.contains("nginx,sidecar"), "{deploys}");
+    assert!(
+        deploys.contains("READY") && deploys.contains("nginx,sidecar"),
+        "{deploys}"
+    );
 
     // Server-side apply from YAML, then a conflict with another manager.
-    let cm = s.file("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  k: v\n");
+    let cm = s.file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  k: v\n",
+    );
     s.ok(&["apply", "--server-side", "-f", &cm]);
-    let other = s.file("cm2.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  k: other\n");
+    let other = s.file(
+        "cm2.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  k: other\n",
+    );
     let conflict = s
         .kubectl(&["apply", "--server-side", "--field-manager=other", "-f", &other])
         .unwrap_err();
     assert!(conflict.contains("conflict"), "{conflict}");
-    s.ok(&["apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", &other]);
+    s.ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=other",
+        "--force-conflicts",
+        "-f",
+        &other,
+    ]);
     assert_eq!(s.ok(&["get", "cm", "ssa", "-o", "jsonpath={.data.k}"]), "other");
 
     // CRDs: printer columns, short names, explain from OpenAPI v3.
     let crd = s.file("crd.yaml", WIDGET_CRD);
     s.ok(&["apply", "-f", &crd]);
-    s.ok(&["wait", "--for=condition=Established", "crd/widgets.example.org", "--timeout=30s"]);
-    let widget = s.file("w.yaml", "apiVersion: example.org/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n");
+    s.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.org",
+        "--timeout=30s",
+    ]);
+    let widget = s.file(
+        "w.yaml",
+        "apiVersion: example.org/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n",
+    );
     s.ok(&["apply", "-f", &widget]);
     let widgets = s.ok(&["get", "wd"]);
     assert_eq!(row(&widgets, "NAME"), ["NAME", "SIZE", "AGE"], "{widgets}");

@@ -135,7 +135,10 @@ mod tests {
     #[test]
     fn preference_for_a_media_type_follows_the_order() {
         let pb = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-        assert!(prefers(&headers("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"), pb));
+        assert!(prefers(
+            &headers("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+            pb
+        ));
         assert!(!prefers(&headers("application/json"), pb));
     }
 }

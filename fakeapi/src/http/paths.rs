@@ -151,13 +151,19 @@ mod tests {
             parse("/apis/apps/v1/namespaces/ns1/deployments/d/status"),
             res("apps", Some("ns1"), "deployments", Some("d"), Some("status"))
         );
-        assert_eq!(parse("/apis/apps/v1/deployments"), res("apps", None, "deployments", None, None));
+        assert_eq!(
+            parse("/apis/apps/v1/deployments"),
+            res("apps", None, "deployments", None, None)
+        );
     }
 
     #[test]
     fn namespace_objects_are_not_namespace_scopes() {
         assert_eq!(parse("/api/v1/namespaces"), res("", None, "namespaces", None, None));
-        assert_eq!(parse("/api/v1/namespaces/ns1"), res("", None, "namespaces", Some("ns1"), None));
+        assert_eq!(
+            parse("/api/v1/namespaces/ns1"),
+            res("", None, "namespaces", Some("ns1"), None)
+        );
         assert_eq!(
             parse("/api/v1/namespaces/ns1/finalize"),
             res("", None, "namespaces", Some("ns1"), Some("finalize"))

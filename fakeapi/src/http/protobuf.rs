@@ -158,7 +158,9 @@ fn message_of(api_version: &str, kind: &str) -> Option<&'static [Field]> {
 
 /// Decodes a protobuf request body (envelope and object) into the object's JSON form.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, Error> {
-    let envelope = body.strip_prefix(MAGIC).ok_or_else(|| malformed("missing the k8s protobuf prefix"))?;
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| malformed("missing the k8s protobuf prefix"))?;
     let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
     let mut reader = Reader::new(envelope);
     while let Some((num, wire)) = reader.field()? {
@@ -415,7 +417,12 @@ mod tests {
         let mut spec = Vec::new();
         varint(4 << 3, &mut spec);
         varint(600, &mut spec);
-        let token = decode(&envelope("authentication.k8s.io/v1", "TokenRequest", &len_field(2, &spec))).unwrap();
+        let token = decode(&envelope(
+            "authentication.k8s.io/v1",
+            "TokenRequest",
+            &len_field(2, &spec),
+        ))
+        .unwrap();
         assert_eq!(token["spec"]["expirationSeconds"], 600);
     }
 

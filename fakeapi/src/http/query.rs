@@ -220,12 +220,18 @@ mod tests {
 
     #[test]
     fn write_options_decode() {
-        let q = Query::parse(Some("dryRun=All&fieldManager=kubectl&force=true&fieldValidation=Strict")).unwrap();
+        let q = Query::parse(Some(
+            "dryRun=All&fieldManager=kubectl&force=true&fieldValidation=Strict",
+        ))
+        .unwrap();
         let p = q.patch_params();
         assert!(p.dry_run && p.force);
         assert_eq!(p.field_manager.as_deref(), Some("kubectl"));
         assert!(matches!(p.field_validation, Some(ValidationDirective::Strict)));
-        let d = Query::parse(Some("propagationPolicy=Foreground")).unwrap().delete_params().unwrap();
+        let d = Query::parse(Some("propagationPolicy=Foreground"))
+            .unwrap()
+            .delete_params()
+            .unwrap();
         assert_eq!(d.propagation_policy, Some(kbind_cluster::PropagationPolicy::Foreground));
     }
 

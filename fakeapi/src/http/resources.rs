@@ -15,8 +15,8 @@ use super::paths::{self, ResourcePath, Target};
 use super::query::{self, Query};
 use super::table::{self, TableOptions};
 use super::{auth, discovery, json_body, json_with_type, watch};
-use crate::registry::ResourceInfo;
 use crate::rbac::UserInfo;
+use crate::registry::ResourceInfo;
 use crate::{Caller, FakeCluster, Subresource};
 
 /// The largest request body kube-apiserver accepts (3 MiB).
@@ -294,7 +294,15 @@ impl ResourceRequest<'_> {
         self.check_kind(&obj)?;
         let updated = self
             .cluster
-            .update(self.caller, &self.res, self.namespace(), name, obj, &self.query.post_params(), sub)
+            .update(
+                self.caller,
+                &self.res,
+                self.namespace(),
+                name,
+                obj,
+                &self.query.post_params(),
+                sub,
+            )
             .await?;
         Ok(json_body(&updated))
     }
@@ -544,7 +552,10 @@ mod tests {
         assert!(params.dry_run);
         assert_eq!(params.preconditions.unwrap().uid.as_deref(), Some("u1"));
         let params = delete_params(&query, b"").unwrap();
-        assert_eq!(params.propagation_policy, Some(kbind_cluster::PropagationPolicy::Orphan));
+        assert_eq!(
+            params.propagation_policy,
+            Some(kbind_cluster::PropagationPolicy::Orphan)
+        );
     }
 
     #[test]

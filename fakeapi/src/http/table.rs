@@ -135,28 +135,54 @@ fn columns(info: &ResourceInfo) -> Vec<Column> {
             |o| json!(count(o, "/secrets")),
         )),
         ("apps", "deployments") => {
-            cols.push(Column::builtin("Ready", "string", "Number of the pod with ready state", |o| {
-                let desired = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
-                json!(format!("{}/{desired}", int_at(o, "/status/readyReplicas")))
-            }));
-            cols.push(Column::builtin("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", |o| {
-                json!(int_at(o, "/status/updatedReplicas"))
-            }));
-            cols.push(Column::builtin("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", |o| {
-                json!(int_at(o, "/status/availableReplicas"))
-            }));
+            cols.push(Column::builtin(
+                "Ready",
+                "string",
+                "Number of the pod with ready state",
+                |o| {
+                    let desired = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+                    json!(format!("{}/{desired}", int_at(o, "/status/readyReplicas")))
+                },
+            ));
+            cols.push(Column::builtin(
+                "Up-to-date",
+                "string",
+                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+                |o| json!(int_at(o, "/status/updatedReplicas")),
+            ));
+            cols.push(Column::builtin(
+                "Available",
+                "string",
+                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+                |o| json!(int_at(o, "/status/availableReplicas")),
+            ));
             cols.push(age_column());
-            cols.push(Column::builtin("Containers", "string", "Names of each container in the template.", |o| containers(o, "name")).wide());
-            cols.push(Column::builtin("Images", "string", "Images referenced by each container in the template.", |o| containers(o, "image")).wide());
+            cols.push(
+                Column::builtin(
+                    "Containers",
+                    "string",
+                    "Names of each container in the template.",
+                    |o| containers(o, "name"),
+                )
+                .wide(),
+            );
+            cols.push(
+                Column::builtin(
+                    "Images",
+                    "string",
+                    "Images referenced by each container in the template.",
+                    |o| containers(o, "image"),
+                )
+                .wide(),
+            );
             cols.push(Column::builtin("Selector", "string", "Label selector for pods.", selector).wide());
             return cols;
         }
-        ("coordination.k8s.io", "leases") => cols.push(Column::builtin(
-            "Holder",
-            "string",
-            "The holder of the lease",
-            |o| text_at(o, "/spec/holderIdentity"),
-        )),
+        ("coordination.k8s.io", "leases") => {
+            cols.push(Column::builtin("Holder", "string", "The holder of the lease", |o| {
+                text_at(o, "/spec/holderIdentity")
+            }))
+        }
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
             cols.push(Column::builtin("Role", "string", "Role", |o| {
                 json!(format!(
@@ -166,7 +192,11 @@ fn columns(info: &ResourceInfo) -> Vec<Column> {
                 ))
             }));
             cols.push(age_column());
-            for (name, kind) in [("Users", "User"), ("Groups", "Group"), ("ServiceAccounts", "ServiceAccount")] {
+            for (name, kind) in [
+                ("Users", "User"),
+                ("Groups", "Group"),
+                ("ServiceAccounts", "ServiceAccount"),
+            ] {
                 let cell: fn(&Value) -> Value = match kind {
                     "User" => |o| subjects(o, "User"),
                     "Group" => |o| subjects(o, "Group"),
@@ -373,7 +403,11 @@ fn selector(obj: &Value) -> Value {
         })
         .unwrap_or_default();
     parts.sort();
-    json!(if parts.is_empty() { "<none>".to_string() } else { parts.join(",") })
+    json!(if parts.is_empty() {
+        "<none>".to_string()
+    } else {
+        parts.join(",")
+    })
 }
 
 fn subjects(obj: &Value, kind: &str) -> Value {
@@ -424,7 +458,11 @@ impl Step {
             Step::Index(i) => {
                 let Some(items) = v.as_array() else { return vec![] };
                 let idx = if *i < 0 { items.len() as i64 + i } else { *i };
-                usize::try_from(idx).ok().and_then(|i| items.get(i)).into_iter().collect()
+                usize::try_from(idx)
+                    .ok()
+                    .and_then(|i| items.get(i))
+                    .into_iter()
+                    .collect()
             }
             Step::Wildcard => match v {
                 Value::Array(items) => items.iter().collect(),
@@ -452,10 +490,7 @@ impl Step {
 
 fn parse_path(path: &str) -> Option<Vec<Step>> {
     let path = path.trim();
-    let path = path
-        .strip_prefix('{')
-        .and_then(|p| p.strip_suffix('}'))
-        .unwrap_or(path);
+    let path = path.strip_prefix('{').and_then(|p| p.strip_suffix('}')).unwrap_or(path);
     let chars: Vec<char> = path.chars().collect();
     let mut steps = Vec::new();
     let mut i = 0;
@@ -573,8 +608,14 @@ mod tests {
             jsonpath(&o, r#".status.conditions[?(@.type!="Ready")].type"#),
             vec![&json!("Synced")]
         );
-        assert_eq!(jsonpath(&o, r".metadata.labels.example\.com/tier"), vec![&json!("gold")]);
-        assert_eq!(jsonpath(&o, ".metadata.labels['example.com/tier']"), vec![&json!("gold")]);
+        assert_eq!(
+            jsonpath(&o, r".metadata.labels.example\.com/tier"),
+            vec![&json!("gold")]
+        );
+        assert_eq!(
+            jsonpath(&o, ".metadata.labels['example.com/tier']"),
+            vec![&json!("gold")]
+        );
     }
 
     #[test]

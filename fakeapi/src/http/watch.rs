@@ -33,11 +33,7 @@ pub(crate) fn response(events: ValueWatchStream, transform: Transform) -> Respon
             // A partitioned cluster breaks the connection rather than answering.
             Line::Broken(reason) => Err(io::Error::new(io::ErrorKind::ConnectionAborted, reason)),
         });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from_stream(lines),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(lines)).into_response()
 }
 
 /// One line of a watch body.
