@@ -69,6 +69,9 @@ impl Served {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if out.status.success() {
+            if !stderr.is_empty() {
+                eprintln!("kubectl {args:?} warned:\n{stderr}");
+            }
             Ok(stdout)
         } else {
             Err(format!("{stderr}{stdout}"))
