@@ -13,6 +13,8 @@ pub enum On {
     All,
     /// Only this kind of target.
     Kind(TargetKind),
+    /// Every fakeapi target (in process and over HTTP).
+    Fakeapi,
 }
 
 impl On {
@@ -21,6 +23,7 @@ impl On {
         match self {
             On::All => true,
             On::Kind(k) => k == kind,
+            On::Fakeapi => kind != TargetKind::RealApiserver,
         }
     }
 }
@@ -46,12 +49,12 @@ pub const DIFFERENCES: &[Difference] = &[
     },
     Difference {
         case: "events_share_storage_across_groups",
-        target: On::Kind(TargetKind::InProcess),
+        target: On::Fakeapi,
         why: "fakeapi stores core/v1 and events.k8s.io/v1 Events apart (kube-apiserver converts between them); kbind reads and writes only core/v1 Events, so the two never meet",
     },
     Difference {
         case: "deployment_gets_defaults",
-        target: On::Kind(TargetKind::InProcess),
+        target: On::Fakeapi,
         why: "fakeapi stores Deployments without the built-in Go defaulting; kbind never writes Deployments, which are in the fake for RBAC, GC and strategic-merge stories only",
     },
 ];
@@ -70,6 +73,7 @@ pub fn differences_json() -> serde_json::Value {
                 let target = match d.target {
                     On::All => "all",
                     On::Kind(k) => k.as_str(),
+                    On::Fakeapi => "fakeapi",
                 };
                 serde_json::json!({"case": d.case, "target": target, "why": d.why})
             })

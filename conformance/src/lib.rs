@@ -15,7 +15,7 @@ use std::time::Duration;
 
 pub use differences::{DIFFERENCES, Difference, On, difference_for, differences_json};
 pub use support::{CaseError, CaseResult};
-pub use target::{FaultControl, InProcessTarget, Target, TargetKind, USERS};
+pub use target::{FaultControl, HttpTarget, InProcessTarget, Target, TargetKind, USERS};
 
 /// Calls `$crate::$callback! { ($($args)*) case, case, ... }` with every case name: the one
 /// list both [`CASES`] and [`conformance_tests!`] are built from.
@@ -137,6 +137,10 @@ pub fn case_timeout(case: &str, kind: TargetKind) -> Duration {
 /// Runs one case on `target`: skips a listed deliberate difference, enforces the case's
 /// timeout, prints skips, and panics with the case and target named on failure.
 pub async fn run_case(case: &str, target: &dyn Target, body: impl Future<Output = CaseResult<()>>) {
+    if let Some(why) = target.unavailable() {
+        println!("{case} on {}: skipped: {why}", target.name());
+        return;
+    }
     if let Some(diff) = difference_for(case, target.kind()) {
         println!("{case} on {}: deliberate difference: {}", target.name(), diff.why);
         return;

@@ -58,6 +58,11 @@ pub trait Target: Send + Sync {
         None
     }
 
+    /// Why this target cannot run (e.g. real binaries missing); every case then skips.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
     /// How long asynchronous effects (controllers, caches) may take on this target.
     fn patience(&self) -> Duration {
         match self.kind() {
@@ -208,5 +213,72 @@ impl FaultControl for FakeCluster {
 
     fn write_log(&self) -> Vec<WriteRecord> {
         FakeCluster::write_log(self)
+    }
+}
+
+/// Run (2): fakeapi behind its HTTP surface, reached through `kube::Client` and the seam's
+/// kube implementation (no sockets: the router is the client's service).
+pub struct HttpTarget {
+    inner: InProcessTarget,
+}
+
+impl HttpTarget {
+    /// A target over a new fake cluster served by `fakeapi::http::router` (needs a tokio runtime).
+    pub fn new(seed: u64) -> Self {
+        let inner = InProcessTarget::new(seed);
+        inner.cluster.add_token("admin-token", UserInfo::admin());
+        for user in USERS {
+            inner.cluster.add_token(&format!("{user}-token"), UserInfo::user(user));
+        }
+        Self { inner }
+    }
+
+    fn client_for(cluster: &FakeCluster, token: &str) -> Arc<dyn ClusterClient> {
+        let header = http::HeaderValue::from_str(&format!("Bearer {token}")).ok();
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut req: http::Request<kube::client::Body>| {
+                if let Some(h) = header.clone() {
+                    req.headers_mut().insert(http::header::AUTHORIZATION, h);
+                }
+                req
+            })
+            .service(fakeapi::http::router(cluster.clone()));
+        Arc::new(kbind_cluster::KubeClusterClient::new(kube::Client::new(
+            service, "default",
+        )))
+    }
+}
+
+impl Target for HttpTarget {
+    fn name(&self) -> &str {
+        "fakeapi-http"
+    }
+
+    fn admin(&self) -> Arc<dyn ClusterClient> {
+        Self::client_for(&self.inner.cluster, "admin-token")
+    }
+
+    fn user(&self, name: &str) -> Arc<dyn ClusterClient> {
+        Self::client_for(&self.inner.cluster, &format!("{name}-token"))
+    }
+
+    fn faults(&self) -> Option<Arc<dyn FaultControl>> {
+        Some(Arc::new(self.inner.cluster.clone()))
+    }
+
+    fn kind(&self) -> TargetKind {
+        TargetKind::Http
+    }
+
+    fn kcp_like(&self) -> Option<Arc<dyn ClusterClient>> {
+        let kcp = self.inner.kcp.get_or_init(|| {
+            let kcp = FakeCluster::builder("conformance-kcp")
+                .seed(self.inner.seed.wrapping_add(1))
+                .kcp_like(true)
+                .build();
+            kcp.add_token("admin-token", UserInfo::admin());
+            kcp
+        });
+        Some(Self::client_for(kcp, "admin-token"))
     }
 }
