@@ -16,6 +16,9 @@ use tokio::time::Instant;
 
 use crate::target::Target;
 
+/// The ConfigMap kube-controller-manager's root-ca-cert-publisher puts in every namespace.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+
 /// Why a case did not pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CaseError {
@@ -393,6 +396,14 @@ impl<'t> Scope<'t> {
             .await
             .ctx(format!("create namespace {name}"))?;
         self.track(res::namespaces(), None, &name);
+        // kube-controller-manager publishes this ConfigMap into every new namespace; waiting
+        // for it keeps it from showing up in the middle of a case's watch.
+        let admin = &self.admin;
+        eventually(self.patience(), "kube-root-ca.crt published", async || {
+            admin.get(&res::config_maps(), Some(&name), ROOT_CA_CONFIGMAP).await?;
+            Ok(())
+        })
+        .await?;
         Ok(name)
     }
 

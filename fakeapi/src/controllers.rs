@@ -18,6 +18,12 @@ const CRD_CONTROLLER: &str = "system:apiextensions-apiserver";
 const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
 const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
 
+const ROOT_CA_PUBLISHER: &str = "system:serviceaccount:kube-system:root-ca-cert-publisher";
+const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// In process there is no TLS; the published bundle only has to look like one.
+const FAKE_ROOT_CA: &str =
+    "-----BEGIN CERTIFICATE-----\nZmFrZWFwaSBpbi1wcm9jZXNzIHJvb3QgQ0E=\n-----END CERTIFICATE-----\n";
+
 /// A controller's identity: privileged, as the controller-manager's credentials are.
 fn system(name: &str) -> UserInfo {
     UserInfo {
@@ -58,6 +64,7 @@ pub(crate) fn reconcile_once(inner: &Arc<Inner>) -> bool {
     establish_crds(inner, &mut state);
     clean_up_crds(inner, &mut state);
     finalize_namespaces(inner, &mut state);
+    publish_root_ca(inner, &mut state);
     if inner.garbage_collector.load(std::sync::atomic::Ordering::SeqCst) {
         collect_garbage(inner, &mut state);
     }
@@ -159,6 +166,33 @@ fn finalize_namespaces(inner: &Inner, state: &mut State) {
         let gone = meta::finalizers(&finalized).is_empty();
         let kind = if gone { EventType::Deleted } else { EventType::Modified };
         inner.system_write(state, &ns_gr, finalized, kind, NAMESPACE_CONTROLLER, "update");
+    }
+}
+
+/// The root-ca-cert-publisher: every active namespace gets ConfigMap `kube-root-ca.crt`
+/// (kube-controller-manager runs it by default, so clients listing ConfigMaps see it).
+fn publish_root_ca(inner: &Inner, state: &mut State) {
+    let ns_gr = GroupResource::new("", "namespaces");
+    let cm_gr = GroupResource::new("", "configmaps");
+    for ns in state.list(&ns_gr, None) {
+        let Some(name) = meta::name(&ns).map(str::to_string) else {
+            continue;
+        };
+        if meta::is_terminating(&ns)
+            || state
+                .get(&cm_gr, &(name.clone(), ROOT_CA_CONFIGMAP.to_string()))
+                .is_some()
+        {
+            continue;
+        }
+        let uid = state.new_uid();
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": name, "uid": uid, "creationTimestamp": inner.now(),
+                         "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+            "data": {"ca.crt": FAKE_ROOT_CA},
+        });
+        inner.system_write(state, &cm_gr, cm, EventType::Added, ROOT_CA_PUBLISHER, "create");
     }
 }
 

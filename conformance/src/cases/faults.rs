@@ -23,7 +23,8 @@ pub async fn fault_partition_and_heal(t: &dyn Target) -> CaseResult {
     let result = async {
         let ns = s.namespace("a").await?;
         let c = &s.admin;
-        let mut w = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), "0").await?;
+        let rv = faults.resource_version().to_string();
+        let mut w = open_watch(c.as_ref(), &res::config_maps(), Some(&ns), &WatchParams::default(), &rv).await?;
         faults.partition();
         let err = expect_err(c.get(&res::namespaces(), None, &ns).await, "get while partitioned")?;
         // In process the partition is a transport error; behind the in-process router (no
