@@ -32,7 +32,13 @@ fn setup() -> (FakeCluster, Router) {
     (cluster, router)
 }
 
-async fn call(router: &Router, method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+async fn call(
+    router: &Router,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut request = Request::builder().method(method).uri(path);
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
@@ -41,7 +47,11 @@ async fn call(router: &Router, method: Method, path: &str, token: Option<&str>, 
     let response = router.clone().oneshot(request.body(body).unwrap()).await.unwrap();
     let status = response.status();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-    let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
     (status, value)
 }
 
@@ -62,17 +72,33 @@ async fn create_configmap(cluster: &FakeCluster, name: &str) {
 #[tokio::test(start_paused = true)]
 async fn admin_api_refuses_missing_unknown_and_non_admin_tokens() {
     let (cluster, router) = setup();
-    cluster.add_token("alice-token", UserInfo { name: "alice".into(), groups: vec!["system:masters".into()] });
+    cluster.add_token(
+        "alice-token",
+        UserInfo {
+            name: "alice".into(),
+            groups: vec!["system:masters".into()],
+        },
+    );
 
     let (status, body) = call(&router, Method::POST, "/fakeapi/v1/partition", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["reason"], "Unauthorized");
     let (status, _) = call(&router, Method::POST, "/fakeapi/v1/partition", Some("guess"), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let (status, body) = call(&router, Method::POST, "/fakeapi/v1/partition", Some("alice-token"), None).await;
+    let (status, body) = call(
+        &router,
+        Method::POST,
+        "/fakeapi/v1/partition",
+        Some("alice-token"),
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(body["kind"], "Status");
-    assert_eq!(body["message"], "forbidden: User \"alice\" cannot post path \"/fakeapi/v1/partition\"");
+    assert_eq!(
+        body["message"],
+        "forbidden: User \"alice\" cannot post path \"/fakeapi/v1/partition\""
+    );
     assert!(!cluster.is_partitioned(), "a refused request must not act");
 }
 
@@ -81,12 +107,24 @@ async fn partition_fails_cluster_requests_and_heal_restores_them() {
     let (cluster, router) = setup();
     let client = cluster.admin_client();
 
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/partition", None).await.0, StatusCode::NO_CONTENT);
-    let err = client.list(&configmaps(), Some("default"), &ListParams::default()).await.unwrap_err();
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/partition", None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let err = client
+        .list(&configmaps(), Some("default"), &ListParams::default())
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Transport(_)), "{err:?}");
 
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/heal", None).await.0, StatusCode::NO_CONTENT);
-    client.list(&configmaps(), Some("default"), &ListParams::default()).await.unwrap();
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/heal", None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    client
+        .list(&configmaps(), Some("default"), &ListParams::default())
+        .await
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -95,13 +133,28 @@ async fn injected_errors_hit_only_as_many_requests_as_asked() {
     create_configmap(&cluster, "a").await;
     let client = cluster.admin_client();
     let rule = json!({"verb": "get", "resource": "configmaps", "code": 429, "retryAfterSeconds": 7, "times": 2});
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/errors", Some(rule)).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/errors", Some(rule)).await.0,
+        StatusCode::NO_CONTENT
+    );
 
     // Other verbs are untouched.
-    client.list(&configmaps(), Some("default"), &ListParams::default()).await.unwrap();
+    client
+        .list(&configmaps(), Some("default"), &ListParams::default())
+        .await
+        .unwrap();
     for _ in 0..2 {
         let err = client.get(&configmaps(), Some("default"), "a").await.unwrap_err();
-        assert!(matches!(err, Error::TooManyRequests { retry_after_seconds: Some(7), .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                Error::TooManyRequests {
+                    retry_after_seconds: Some(7),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
     client.get(&configmaps(), Some("default"), "a").await.unwrap();
 }
@@ -112,14 +165,23 @@ async fn deleting_errors_clears_rules_without_a_limit() {
     let client = cluster.admin_client();
     for code in [500, 403] {
         let rule = json!({"verb": "list", "code": code});
-        assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/errors", Some(rule)).await.0, StatusCode::NO_CONTENT);
+        assert_eq!(
+            admin(&router, Method::POST, "/fakeapi/v1/errors", Some(rule)).await.0,
+            StatusCode::NO_CONTENT
+        );
     }
     // First match wins; the rule stays until cleared.
     for _ in 0..3 {
-        let err = client.list(&configmaps(), None, &ListParams::default()).await.unwrap_err();
+        let err = client
+            .list(&configmaps(), None, &ListParams::default())
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Server { code: 500, .. }), "{err:?}");
     }
-    assert_eq!(admin(&router, Method::DELETE, "/fakeapi/v1/errors", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        admin(&router, Method::DELETE, "/fakeapi/v1/errors", None).await.0,
+        StatusCode::NO_CONTENT
+    );
     client.list(&configmaps(), None, &ListParams::default()).await.unwrap();
 }
 
@@ -152,7 +214,10 @@ async fn users_added_at_run_time_authenticate_but_cannot_administer() {
     assert_eq!(body, json!({"name": "bob", "groups": ["dev", "system:authenticated"]}));
     assert_eq!(
         cluster.authenticate("bob-token"),
-        Some(UserInfo { name: "bob".into(), groups: vec!["dev".into(), "system:authenticated".into()] })
+        Some(UserInfo {
+            name: "bob".into(),
+            groups: vec!["dev".into(), "system:authenticated".into()]
+        })
     );
 
     let (status, _) = call(&router, Method::GET, "/fakeapi/v1/identity", Some("bob-token"), None).await;
@@ -163,15 +228,28 @@ async fn users_added_at_run_time_authenticate_but_cannot_administer() {
 async fn a_token_already_in_use_cannot_be_given_to_another_user() {
     let (cluster, router) = setup();
     let first = json!({"name": "bob", "token": "shared"});
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/users", Some(first)).await.0, StatusCode::CREATED);
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/users", Some(first)).await.0,
+        StatusCode::CREATED
+    );
     let again = json!({"name": "mallory", "token": "shared"});
     let (status, body) = admin(&router, Method::POST, "/fakeapi/v1/users", Some(again)).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(body["reason"], "AlreadyExists");
     let takeover = json!({"name": "mallory", "token": ADMIN});
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/users", Some(takeover)).await.0, StatusCode::CONFLICT);
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/users", Some(takeover))
+            .await
+            .0,
+        StatusCode::CONFLICT
+    );
     let bad_name = json!({"name": "../x", "token": "t2"});
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/users", Some(bad_name)).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/users", Some(bad_name))
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
     assert_eq!(cluster.authenticate("shared").map(|u| u.name), Some("bob".into()));
 }
 
@@ -209,10 +287,17 @@ async fn latency_is_set_and_removed() {
     let (cluster, router) = setup();
     let (status, _) = admin(&router, Method::PUT, "/fakeapi/v1/latency", Some(json!({"ms": 250}))).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    assert_eq!(fakeapi::cluster::faults_of(&cluster).latency, Some(Duration::from_millis(250)));
+    assert_eq!(
+        fakeapi::cluster::faults_of(&cluster).latency,
+        Some(Duration::from_millis(250))
+    );
 
     let started = tokio::time::Instant::now();
-    cluster.admin_client().list(&configmaps(), None, &ListParams::default()).await.unwrap();
+    cluster
+        .admin_client()
+        .list(&configmaps(), None, &ListParams::default())
+        .await
+        .unwrap();
     assert!(started.elapsed() >= Duration::from_millis(250));
 
     admin(&router, Method::PUT, "/fakeapi/v1/latency", Some(json!({"ms": null}))).await;
@@ -226,9 +311,15 @@ async fn drop_watches_ends_open_watches() {
     let (cluster, router) = setup();
     let client = cluster.admin_client();
     let rv = cluster.resource_version().to_string();
-    let mut watch = client.watch(&configmaps(), None, &WatchParams::default(), &rv).await.unwrap();
+    let mut watch = client
+        .watch(&configmaps(), None, &WatchParams::default(), &rv)
+        .await
+        .unwrap();
 
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/drop-watches", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/drop-watches", None).await.0,
+        StatusCode::NO_CONTENT
+    );
     let next = tokio::time::timeout(Duration::from_secs(30), watch.next()).await;
     assert!(matches!(next, Ok(None)), "the watch should have ended: {next:?}");
 }
@@ -238,7 +329,10 @@ async fn compact_makes_old_resource_versions_gone() {
     let (cluster, router) = setup();
     let old = cluster.resource_version().to_string();
     create_configmap(&cluster, "after").await;
-    assert_eq!(admin(&router, Method::POST, "/fakeapi/v1/compact", None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        admin(&router, Method::POST, "/fakeapi/v1/compact", None).await.0,
+        StatusCode::NO_CONTENT
+    );
 
     let client = cluster.admin_client();
     let gone = match client.watch(&configmaps(), None, &WatchParams::default(), &old).await {
@@ -256,7 +350,13 @@ async fn compact_makes_old_resource_versions_gone() {
 async fn garbage_collector_can_be_switched_off_and_on() {
     let (cluster, router) = setup();
     let client = cluster.admin_client();
-    let (status, _) = admin(&router, Method::PUT, "/fakeapi/v1/garbage-collector", Some(json!({"enabled": false}))).await;
+    let (status, _) = admin(
+        &router,
+        Method::PUT,
+        "/fakeapi/v1/garbage-collector",
+        Some(json!({"enabled": false})),
+    )
+    .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
 
     create_configmap(&cluster, "owner").await;
@@ -268,17 +368,32 @@ async fn garbage_collector_can_be_switched_off_and_on() {
         }]},
     }))
     .unwrap();
-    client.create(&configmaps(), Some("default"), &dependent, &PostParams::default()).await.unwrap();
-    client.delete(&configmaps(), Some("default"), "owner", &DeleteParams::default()).await.unwrap();
+    client
+        .create(&configmaps(), Some("default"), &dependent, &PostParams::default())
+        .await
+        .unwrap();
+    client
+        .delete(&configmaps(), Some("default"), "owner", &DeleteParams::default())
+        .await
+        .unwrap();
 
     // With the collector off, the orphan survives however long we wait.
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(client.get(&configmaps(), Some("default"), "dependent").await.is_ok());
 
-    admin(&router, Method::PUT, "/fakeapi/v1/garbage-collector", Some(json!({"enabled": true}))).await;
+    admin(
+        &router,
+        Method::PUT,
+        "/fakeapi/v1/garbage-collector",
+        Some(json!({"enabled": true})),
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while client.get(&configmaps(), Some("default"), "dependent").await.is_ok() {
-        assert!(tokio::time::Instant::now() < deadline, "the collector never removed the dependent");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the collector never removed the dependent"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

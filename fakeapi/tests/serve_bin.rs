@@ -59,7 +59,17 @@ async fn serve_writes_kubeconfigs_once_listening_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("admin.kubeconfig");
     let child = Command::new(env!("CARGO_BIN_EXE_fakeapi"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--name", "bin-test", "--seed", "5", "--kcp-like", "--no-gc"])
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--name",
+            "bin-test",
+            "--seed",
+            "5",
+            "--kcp-like",
+            "--no-gc",
+        ])
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--user", "alice:alice-secret-token:dev,ops"])

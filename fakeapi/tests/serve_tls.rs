@@ -59,24 +59,34 @@ async fn kube_client_from_the_admin_kubeconfig_reaches_the_admin_api_over_verifi
     let options = ClusterServeOptions::default().user(alice);
     let server = serve_cluster(cluster.clone(), options).await.unwrap();
     assert!(server.url().starts_with("https://127.0.0.1:"), "{}", server.url());
-    assert_eq!(server.addr().port(), server.url().rsplit(':').next().unwrap().parse::<u16>().unwrap());
+    assert_eq!(
+        server.addr().port(),
+        server.url().rsplit(':').next().unwrap().parse::<u16>().unwrap()
+    );
 
     let admin = client_from(&server.admin_kubeconfig().unwrap()).await;
-    let identity: Value = within("GET identity", admin.request(get_request("/fakeapi/v1/identity"))).await.unwrap();
+    let identity: Value = within("GET identity", admin.request(get_request("/fakeapi/v1/identity")))
+        .await
+        .unwrap();
     assert_eq!(identity, json!({"name": "tls-test", "uid": cluster.identity_uid()}));
 
     // The same server, another user: authenticated, but not an admin.
     let alice = client_from(&server.user_kubeconfig("alice").unwrap()).await;
-    let err = within("alice GET identity", alice.request::<Value>(get_request("/fakeapi/v1/identity")))
-        .await
-        .unwrap_err();
+    let err = within(
+        "alice GET identity",
+        alice.request::<Value>(get_request("/fakeapi/v1/identity")),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err:?}");
     server.shutdown().await;
 }
 
 #[tokio::test]
 async fn version_is_served_to_a_client_trusting_the_ca_and_refused_with_another_ca() {
-    let server = serve(ServeConfig::new(version_router()).name("versioned")).await.unwrap();
+    let server = serve(ServeConfig::new(version_router()).name("versioned"))
+        .await
+        .unwrap();
     let trusted = client_from(&server.kubeconfig("any-token", "tester")).await;
     let info = within("GET /version", trusted.apiserver_version()).await.unwrap();
     assert_eq!(info.git_version, "v1.35.0-fakeapi");
@@ -88,7 +98,10 @@ async fn version_is_served_to_a_client_trusting_the_ca_and_refused_with_another_
     let err = within("GET /version with a wrong CA", untrusting.apiserver_version())
         .await
         .unwrap_err();
-    assert!(!matches!(err, kube::Error::Api(_)), "no HTTP answer may pass an unverified server: {err:?}");
+    assert!(
+        !matches!(err, kube::Error::Api(_)),
+        "no HTTP answer may pass an unverified server: {err:?}"
+    );
 }
 
 #[tokio::test]
@@ -100,7 +113,9 @@ async fn plain_http_on_the_tls_port_gets_the_kube_apiserver_answer() {
         .await
         .unwrap();
     let mut answer = String::new();
-    within("the plain HTTP answer", stream.read_to_string(&mut answer)).await.unwrap();
+    within("the plain HTTP answer", stream.read_to_string(&mut answer))
+        .await
+        .unwrap();
     assert_eq!(
         answer,
         "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
@@ -118,7 +133,9 @@ async fn insecure_http_serves_plain_http_only_when_asked() {
     assert!(!kubeconfig.contains("certificate-authority-data"));
 
     let client = client_from(&kubeconfig).await;
-    let identity: Value = within("GET identity", client.request(get_request("/fakeapi/v1/identity"))).await.unwrap();
+    let identity: Value = within("GET identity", client.request(get_request("/fakeapi/v1/identity")))
+        .await
+        .unwrap();
     assert_eq!(identity["uid"], cluster.identity_uid());
 }
 
@@ -152,8 +169,14 @@ fn pem_certificates(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static
 #[tokio::test]
 async fn tls_offers_http2_and_http1_through_alpn() {
     let server = serve(ServeConfig::new(version_router())).await.unwrap();
-    assert_eq!(negotiated_protocol(&server, &[b"h2", b"http/1.1"]).await, Some(b"h2".to_vec()));
-    assert_eq!(negotiated_protocol(&server, &[b"http/1.1"]).await, Some(b"http/1.1".to_vec()));
+    assert_eq!(
+        negotiated_protocol(&server, &[b"h2", b"http/1.1"]).await,
+        Some(b"h2".to_vec())
+    );
+    assert_eq!(
+        negotiated_protocol(&server, &[b"http/1.1"]).await,
+        Some(b"http/1.1".to_vec())
+    );
 }
 
 /// A response that never ends, like a watch.
@@ -183,7 +206,9 @@ async fn shutdown_closes_endless_responses_after_the_grace_period_and_stops_acce
         .await
         .unwrap();
     let mut buf = [0u8; 256];
-    let n = within("the first bytes of the stream", stream.read(&mut buf)).await.unwrap();
+    let n = within("the first bytes of the stream", stream.read(&mut buf))
+        .await
+        .unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 
     within("shutdown", server.shutdown()).await;

@@ -81,7 +81,9 @@ async fn run_serve(args: ServeArgs) -> Result<()> {
         users: args.users,
         ..ClusterServeOptions::default()
     };
-    let server = serve_cluster(cluster, options).await.context("failed to start serving")?;
+    let server = serve_cluster(cluster, options)
+        .await
+        .context("failed to start serving")?;
     write_kubeconfigs(&server, &args.kubeconfig)?;
     println!("listening on {} kubeconfig {}", server.url(), args.kubeconfig.display());
     wait_for_signal().await?;

@@ -172,10 +172,14 @@ impl ErrorRequest {
             )));
         }
         if self.resource.as_deref() == Some("") {
-            return Err(AdminError::BadRequest("resource must not be empty (omit it for all)".into()));
+            return Err(AdminError::BadRequest(
+                "resource must not be empty (omit it for all)".into(),
+            ));
         }
         if self.retry_after_seconds.is_some() && self.code != 429 {
-            return Err(AdminError::BadRequest("retryAfterSeconds only applies to code 429".into()));
+            return Err(AdminError::BadRequest(
+                "retryAfterSeconds only applies to code 429".into(),
+            ));
         }
         let error = match self.code {
             500 => InjectedError::Internal,
@@ -183,12 +187,18 @@ impl ErrorRequest {
                 retry_after_seconds: self.retry_after_seconds.unwrap_or(1),
             },
             403 => InjectedError::Forbidden,
-            other => return Err(AdminError::BadRequest(format!("code {other} is not one of 500, 429, 403"))),
+            other => {
+                return Err(AdminError::BadRequest(format!(
+                    "code {other} is not one of 500, 429, 403"
+                )));
+            }
         };
         let rule = ErrorRule::new(self.verb.as_deref(), self.resource.as_deref(), error);
         match self.times {
             None => Ok(rule),
-            Some(0) => Err(AdminError::BadRequest("times must be at least 1 (omit it for always)".into())),
+            Some(0) => Err(AdminError::BadRequest(
+                "times must be at least 1 (omit it for always)".into(),
+            )),
             Some(n) => Ok(rule.times(n)),
         }
     }
@@ -234,7 +244,11 @@ struct GarbageCollectorRequest {
 
 async fn set_garbage_collector(State(state): State<AdminState>, body: Bytes) -> AdminResult {
     let request: GarbageCollectorRequest = parse(&body)?;
-    tracing::info!(cluster = state.cluster.name(), enabled = request.enabled, "admin: garbage collector");
+    tracing::info!(
+        cluster = state.cluster.name(),
+        enabled = request.enabled,
+        "admin: garbage collector"
+    );
     state.cluster.set_garbage_collector(request.enabled);
     Ok(StatusCode::NO_CONTENT)
 }

@@ -52,7 +52,10 @@ mod tests {
         let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
         let cluster = config.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
-        assert_eq!(cluster.certificate_authority_data.as_deref(), Some(STANDARD.encode("PEM").as_str()));
+        assert_eq!(
+            cluster.certificate_authority_data.as_deref(),
+            Some(STANDARD.encode("PEM").as_str())
+        );
         assert_eq!(config.clusters[0].name, "kind: x");
         assert_eq!(config.auth_infos[0].name, "alice");
         assert_eq!(config.current_context.as_deref(), Some("alice@kind: x"));

@@ -139,7 +139,13 @@ pub async fn serve(config: ServeConfig) -> Result<RunningServer> {
         .map(|c| TlsAcceptor::from(c.server_config.clone()));
     let url = base_url(config.transport, addr);
     let (stop, stopped) = oneshot::channel();
-    let task = tokio::spawn(listener::run(listener, tls, config.router, stopped, config.grace_period));
+    let task = tokio::spawn(listener::run(
+        listener,
+        tls,
+        config.router,
+        stopped,
+        config.grace_period,
+    ));
     tracing::info!(name = %config.name, %url, "serving");
     Ok(RunningServer {
         addr,

@@ -175,7 +175,10 @@ mod tests {
         assert_eq!("alice:".parse::<UserSpec>(), Err(UserSpecError::EmptyToken));
         assert_eq!("alice:a b".parse::<UserSpec>(), Err(UserSpecError::InvalidToken));
         assert_eq!("alice:tok:dev,".parse::<UserSpec>(), Err(UserSpecError::EmptyGroup));
-        assert!(matches!("../x:tok".parse::<UserSpec>(), Err(UserSpecError::InvalidName(_))));
+        assert!(matches!(
+            "../x:tok".parse::<UserSpec>(),
+            Err(UserSpecError::InvalidName(_))
+        ));
     }
 
     #[test]
