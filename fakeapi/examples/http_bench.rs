@@ -70,7 +70,7 @@ fn config_map(name: String) -> ConfigMap {
 
 /// Creates `n` objects; answers the resourceVersion before the first one.
 async fn create_all(api: &Api<ConfigMap>, n: usize, prefix: &str) -> Result<String> {
-    let before = api.list_metadata(&ListParams::default().limit(1)).await?;
+    let before = api.list(&ListParams::default().limit(1)).await?;
     for i in 0..n {
         api.create(&PostParams::default(), &config_map(format!("{prefix}-{i}")))
             .await?;
@@ -113,7 +113,7 @@ async fn count_added(api: &Api<ConfigMap>, n: usize, rv: &str) -> Result<()> {
 /// Creates `n` more objects while a watch from just before them counts their ADDED events.
 async fn live_deliveries(api: &Api<ConfigMap>, n: usize) -> Result<()> {
     let rv = api
-        .list_metadata(&ListParams::default().limit(1))
+        .list(&ListParams::default().limit(1))
         .await?
         .metadata
         .resource_version
