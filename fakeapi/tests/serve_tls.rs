@@ -239,3 +239,31 @@ async fn dropping_the_server_stops_it() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn users_with_a_repeated_name_or_token_are_refused_before_serving() {
+    let cluster = FakeCluster::builder("dupes").build();
+    let same_name = ClusterServeOptions::default()
+        .user("alice:one".parse().unwrap())
+        .user("alice:two".parse().unwrap());
+    let err = serve_cluster(cluster.clone(), same_name).await.unwrap_err();
+    assert!(
+        matches!(err, fakeapi::serve::Error::DuplicateUser { ref user } if user == "alice"),
+        "{err:?}"
+    );
+
+    let same_token = ClusterServeOptions::default()
+        .user("alice:shared".parse().unwrap())
+        .user("bob:shared".parse().unwrap());
+    let err = serve_cluster(cluster.clone(), same_token).await.unwrap_err();
+    assert!(
+        matches!(err, fakeapi::serve::Error::DuplicateToken { ref user } if user == "bob"),
+        "{err:?}"
+    );
+    assert_eq!(
+        cluster.authenticate("shared"),
+        None,
+        "nothing is registered when serving is refused"
+    );
+    assert!(!format!("{err}").contains("shared"), "errors never show tokens");
+}

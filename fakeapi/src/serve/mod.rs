@@ -50,6 +50,12 @@ pub enum Error {
     /// The operating system's random source failed while generating the admin token.
     #[error("failed to generate the admin token: no OS randomness")]
     Random,
+    /// Two users were given the same name (their kubeconfigs would collide).
+    #[error("user {user:?} is given more than once")]
+    DuplicateUser {
+        /// The repeated name.
+        user: String,
+    },
     /// Two users were given the same token.
     #[error("user {user:?} has a token that is already registered")]
     DuplicateToken {
@@ -226,7 +232,7 @@ pub async fn serve_cluster(cluster: FakeCluster, options: ClusterServeOptions) -
         Some(token) => token,
         None => Token::random().map_err(|_| Error::Random)?,
     };
-    register_users(&cluster, &admin_token, &options.users)?;
+    check_users(&cluster, &admin_token, &options.users)?;
     let router = crate::http::router(cluster.clone()).merge(admin_router(cluster.clone(), admin_token.clone()));
     let config = ServeConfig {
         addr: options.addr,
@@ -236,23 +242,37 @@ pub async fn serve_cluster(cluster: FakeCluster, options: ClusterServeOptions) -
         router,
     };
     let mut server = serve(config).await?;
+    // Registered only once serving: a refused start leaves the cluster's tokens as they were.
+    cluster.add_token(admin_token.expose(), UserInfo::admin());
+    for user in &options.users {
+        cluster.add_token(user.token.expose(), user.user_info());
+    }
     server.admin_token = Some(admin_token);
     server.users = options.users;
     Ok(server)
 }
 
-fn register_users(cluster: &FakeCluster, admin_token: &Token, users: &[UserSpec]) -> Result<()> {
+/// Refuses repeated names and tokens already in use (re-pointing a token would be a takeover).
+fn check_users(cluster: &FakeCluster, admin_token: &Token, users: &[UserSpec]) -> Result<()> {
+    let admin = UserInfo::admin();
+    if cluster
+        .authenticate(admin_token.expose())
+        .is_some_and(|user| user != admin)
+    {
+        return Err(Error::DuplicateToken { user: admin.name });
+    }
     for (i, user) in users.iter().enumerate() {
+        if users[..i].iter().any(|u| u.name == user.name) {
+            return Err(Error::DuplicateUser {
+                user: user.name.clone(),
+            });
+        }
         let taken_by_earlier = users[..i].iter().any(|u| u.token == user.token);
         if admin_token == &user.token || taken_by_earlier || cluster.authenticate(user.token.expose()).is_some() {
             return Err(Error::DuplicateToken {
                 user: user.name.clone(),
             });
         }
-    }
-    cluster.add_token(admin_token.expose(), UserInfo::admin());
-    for user in users {
-        cluster.add_token(user.token.expose(), user.user_info());
     }
     Ok(())
 }
