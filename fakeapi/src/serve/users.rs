@@ -12,7 +12,7 @@ use crate::rbac::{SYSTEM_AUTHENTICATED, UserInfo};
 pub struct Token(String);
 
 impl Token {
-    /// A token taken as given (validated by [`Token::parse`] rules).
+    /// A token taken as given, if it is non-empty printable ASCII without spaces.
     pub fn new(token: &str) -> Result<Self, UserSpecError> {
         if token.is_empty() {
             return Err(UserSpecError::EmptyToken);
