@@ -18,6 +18,7 @@ pub mod rbac;
 pub mod registry;
 pub mod schema;
 pub mod selector;
+pub mod serve;
 pub mod ssa;
 pub mod store;
 pub mod watch;
