@@ -46,6 +46,16 @@ impl KubeClusterClient {
         Self { client }
     }
 
+    /// Builds a client from a `kube::Config` with kube's silent retries of 429/503/504 switched
+    /// off: kube 5 retries up to 15 times with delays up to 1000 s, which would hide an
+    /// unreachable provider from the engine, whose reconcilers own every backoff.
+    pub fn from_config(mut config: kube::Config) -> Result<Self, Error> {
+        config.default_retry = false;
+        Client::try_from(config)
+            .map(Self::new)
+            .map_err(|e| Error::Transport(e.to_string()))
+    }
+
     /// The underlying `kube::Client`.
     pub fn client(&self) -> &Client {
         &self.client

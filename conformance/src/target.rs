@@ -216,50 +216,85 @@ impl FaultControl for FakeCluster {
     }
 }
 
-/// Run (2): fakeapi behind its HTTP surface, reached through `kube::Client` and the seam's
-/// kube implementation (no sockets: the router is the client's service).
+/// Run (2): fakeapi served over HTTPS on loopback (its generated CA verified), reached
+/// through `kube::Client` and the seam's kube implementation.
 pub struct HttpTarget {
     inner: InProcessTarget,
+    configs: std::collections::BTreeMap<String, kube::Config>,
+    kcp_config: Option<kube::Config>,
+    _servers: Vec<fakeapi::serve::RunningServer>,
 }
 
 impl HttpTarget {
-    /// A target over a new fake cluster served by `fakeapi::http::router` (needs a tokio runtime).
-    pub fn new(seed: u64) -> Self {
+    /// Serves a new fake cluster (and its kcp-like sibling) over HTTPS with the admin and
+    /// [`USERS`] as token users.
+    pub async fn start(seed: u64) -> Result<Self, String> {
         let inner = InProcessTarget::new(seed);
-        inner.cluster.add_token("admin-token", UserInfo::admin());
+        let mut options = fakeapi::serve::ClusterServeOptions::default();
         for user in USERS {
-            inner.cluster.add_token(&format!("{user}-token"), UserInfo::user(user));
+            let spec = fakeapi::serve::UserSpec::new(user, &format!("{user}-{seed}-token"), vec![])
+                .map_err(|e| e.to_string())?;
+            options.users.push(spec);
         }
-        Self { inner }
+        let server = fakeapi::serve::serve_cluster(inner.cluster.clone(), options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut configs = std::collections::BTreeMap::new();
+        let admin = server.admin_kubeconfig().ok_or("no admin kubeconfig")?;
+        configs.insert("admin".to_string(), kube_config(&admin).await?);
+        for user in USERS {
+            let kc = server
+                .user_kubeconfig(user)
+                .ok_or_else(|| format!("no kubeconfig for {user}"))?;
+            configs.insert(user.to_string(), kube_config(&kc).await?);
+        }
+        let kcp = FakeCluster::builder("conformance-kcp")
+            .seed(seed.wrapping_add(1))
+            .kcp_like(true)
+            .build();
+        let kcp_server = fakeapi::serve::serve_cluster(kcp.clone(), fakeapi::serve::ClusterServeOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let kcp_config = kube_config(&kcp_server.admin_kubeconfig().ok_or("no kcp kubeconfig")?).await?;
+        let _ = inner.kcp.set(kcp);
+        Ok(Self {
+            inner,
+            configs,
+            kcp_config: Some(kcp_config),
+            _servers: vec![server, kcp_server],
+        })
     }
 
-    fn client_for(cluster: &FakeCluster, token: &str) -> Arc<dyn ClusterClient> {
-        let header = http::HeaderValue::from_str(&format!("Bearer {token}")).ok();
-        let service = tower::ServiceBuilder::new()
-            .map_request(move |mut req: http::Request<kube::client::Body>| {
-                if let Some(h) = header.clone() {
-                    req.headers_mut().insert(http::header::AUTHORIZATION, h);
-                }
-                req
-            })
-            .service(fakeapi::http::router(cluster.clone()));
-        Arc::new(kbind_cluster::KubeClusterClient::new(kube::Client::new(
-            service, "default",
-        )))
+    fn client_for(config: &kube::Config) -> Arc<dyn ClusterClient> {
+        Arc::new(
+            kbind_cluster::KubeClusterClient::from_config(config.clone())
+                .unwrap_or_else(|e| panic!("kube client: {e}")),
+        )
     }
+}
+
+async fn kube_config(yaml: &str) -> Result<kube::Config, String> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).map_err(|e| e.to_string())?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 impl Target for HttpTarget {
     fn name(&self) -> &str {
-        "fakeapi-http"
+        "fakeapi-https"
     }
 
     fn admin(&self) -> Arc<dyn ClusterClient> {
-        Self::client_for(&self.inner.cluster, "admin-token")
+        Self::client_for(&self.configs["admin"])
     }
 
     fn user(&self, name: &str) -> Arc<dyn ClusterClient> {
-        Self::client_for(&self.inner.cluster, &format!("{name}-token"))
+        let config = self
+            .configs
+            .get(name)
+            .unwrap_or_else(|| panic!("no kubeconfig for {name}"));
+        Self::client_for(config)
     }
 
     fn faults(&self) -> Option<Arc<dyn FaultControl>> {
@@ -271,14 +306,6 @@ impl Target for HttpTarget {
     }
 
     fn kcp_like(&self) -> Option<Arc<dyn ClusterClient>> {
-        let kcp = self.inner.kcp.get_or_init(|| {
-            let kcp = FakeCluster::builder("conformance-kcp")
-                .seed(self.inner.seed.wrapping_add(1))
-                .kcp_like(true)
-                .build();
-            kcp.add_token("admin-token", UserInfo::admin());
-            kcp
-        });
-        Some(Self::client_for(kcp, "admin-token"))
+        self.kcp_config.as_ref().map(Self::client_for)
     }
 }

@@ -26,8 +26,7 @@ impl RealTarget {
             .get(user)
             .cloned()
             .unwrap_or_else(|| panic!("no kubeconfig for user {user}"));
-        let client = kube::Client::try_from(config).unwrap_or_else(|e| panic!("kube client for {user}: {e}"));
-        Arc::new(KubeClusterClient::new(client))
+        Arc::new(KubeClusterClient::from_config(config).unwrap_or_else(|e| panic!("kube client for {user}: {e}")))
     }
 }
 
