@@ -77,7 +77,8 @@ impl FakeCluster {
             name: name.map(str::to_string),
             path: None,
         };
-        if !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
+        // Privileged callers skip building the RBAC snapshot: it clones every role.
+        if !caller.user.is_privileged() && !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
             return Err(forbidden(&caller.user, &attrs));
         }
         let info = state
