@@ -26,6 +26,7 @@ pub struct FakeClusterBuilder {
     seed: u64,
     clock: Option<SharedClock>,
     garbage_collector: bool,
+    root_ca_publisher: bool,
     kcp_like: bool,
     history_limit: usize,
     bookmark_interval: Duration,
@@ -47,6 +48,13 @@ impl FakeClusterBuilder {
     /// Whether ownerReference garbage collection runs (default on; off mimics a bare apiserver).
     pub fn garbage_collector(mut self, on: bool) -> Self {
         self.garbage_collector = on;
+        self
+    }
+
+    /// Whether every namespace gets ConfigMap `kube-root-ca.crt` (default on, as
+    /// kube-controller-manager does; off mimics a controller-manager without that controller).
+    pub fn root_ca_publisher(mut self, on: bool) -> Self {
+        self.root_ca_publisher = on;
         self
     }
 
@@ -81,6 +89,7 @@ impl FakeClusterBuilder {
             changed,
             clock,
             garbage_collector: std::sync::atomic::AtomicBool::new(self.garbage_collector),
+            root_ca_publisher: self.root_ca_publisher,
             kcp_like: self.kcp_like,
             bookmark_interval: self.bookmark_interval,
             tokens: Mutex::new(BTreeMap::new()),
@@ -100,6 +109,7 @@ pub(crate) struct Inner {
     pub(crate) changed: watch::Sender<u64>,
     pub(crate) clock: SharedClock,
     pub(crate) garbage_collector: std::sync::atomic::AtomicBool,
+    pub(crate) root_ca_publisher: bool,
     pub(crate) kcp_like: bool,
     pub(crate) bookmark_interval: Duration,
     /// Bearer tokens: the user they authenticate and, for ServiceAccount tokens, the SA uid.
@@ -171,6 +181,7 @@ impl FakeCluster {
             seed: 0,
             clock: None,
             garbage_collector: true,
+            root_ca_publisher: true,
             kcp_like: false,
             history_limit: DEFAULT_HISTORY,
             bookmark_interval: Duration::from_secs(60),

@@ -64,7 +64,9 @@ pub(crate) fn reconcile_once(inner: &Arc<Inner>) -> bool {
     establish_crds(inner, &mut state);
     clean_up_crds(inner, &mut state);
     finalize_namespaces(inner, &mut state);
-    publish_root_ca(inner, &mut state);
+    if inner.root_ca_publisher {
+        publish_root_ca(inner, &mut state);
+    }
     if inner.garbage_collector.load(std::sync::atomic::Ordering::SeqCst) {
         collect_garbage(inner, &mut state);
     }
@@ -104,6 +106,10 @@ fn establish_crds(inner: &Inner, state: &mut State) {
                 }
             }
             status["storedVersions"] = json!(stored);
+        }
+        // Write only a real change, so a CRD whose names never match cannot spin this loop.
+        if crd.get("status") == Some(&status) {
+            continue;
         }
         updated["status"] = status;
         inner.system_write(state, &crds(), updated, EventType::Modified, CRD_CONTROLLER, "update");

@@ -894,6 +894,11 @@ fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
 /// Defaulting, pruning and validation against the resource's schema.
 fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
     let name = meta::name(obj).unwrap_or("").to_string();
+    if (info.resource.group.as_str(), info.resource.plural.as_str())
+        == ("apiextensions.k8s.io", "customresourcedefinitions")
+    {
+        default_crd_names(obj);
+    }
     if (info.resource.group.as_str(), info.resource.plural.as_str()) == ("", "secrets") {
         fold_string_data(obj);
     }
@@ -1111,5 +1116,26 @@ fn fold_string_data(secret: &mut Value) {
     }
     if map.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
         map.insert("type".into(), json!("Opaque"));
+    }
+}
+
+/// apiextensions' defaulting: `singular` is the lower-cased kind, `listKind` is `<Kind>List`.
+fn default_crd_names(crd: &mut Value) {
+    let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if kind.is_empty() {
+        return;
+    }
+    if names.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
+        names.insert("singular".into(), json!(kind.to_lowercase()));
+    }
+    if names.get("listKind").and_then(Value::as_str).is_none_or(str::is_empty) {
+        names.insert("listKind".into(), json!(format!("{kind}List")));
     }
 }

@@ -19,9 +19,11 @@ const ADMIN_TOKEN: &str = "admin-token";
 const BOB_TOKEN: &str = "bob-token";
 
 fn cluster() -> FakeCluster {
+    // Without kube-root-ca.crt in every namespace, so these tests can count ConfigMaps.
     let cluster = FakeCluster::builder("http")
         .seed(3)
         .bookmark_interval(Duration::from_secs(3600))
+        .root_ca_publisher(false)
         .build();
     cluster.add_token(ADMIN_TOKEN, UserInfo::admin());
     cluster.add_token(BOB_TOKEN, UserInfo::user("bob"));
