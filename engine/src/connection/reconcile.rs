@@ -155,7 +155,7 @@ pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Act
     let requeue = observe(&conn, &shared, &mut report).await?;
     let now = Time(shared.ctx.clock.now());
     write_status(consumer, &conn, desired_status(&conn, &report, &now)).await?;
-    tracing::debug!(connection = %name, ready = ?report.connected.status, "reconciled");
+    tracing::debug!(connection = %name, connected = ?report.connected, secret = ?report.secret_valid, "reconciled");
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
