@@ -28,7 +28,7 @@ impl Default for EngineConfig {
         Self {
             namespace: kbind_api::consts::DEFAULT_NAMESPACE.to_string(),
             lease_namespace: kbind_api::consts::lease::NAMESPACE.to_string(),
-            heartbeat_interval: Duration::from_secs(kbind_api::consts::lease::RENEW_INTERVAL_SECONDS as u64),
+            heartbeat_interval: Duration::from_secs(kbind_api::consts::lease::RENEW_INTERVAL_SECONDS),
             rediscovery_interval: Duration::from_secs(60),
             allow_insecure_providers: false,
         }

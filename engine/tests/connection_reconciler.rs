@@ -66,11 +66,13 @@ mod support {
                 return Err(Error::Transport("invalid peer certificate: UnknownIssuer".into()));
             }
             let Credentials::Token(token) = &kc.credentials else {
-                return Err(Error::Unauthorized { message: "Unauthorized".into() });
+                return Err(Error::Unauthorized {
+                    message: "Unauthorized".into(),
+                });
             };
-            let user = cluster
-                .authenticate(token)
-                .ok_or_else(|| Error::Unauthorized { message: "Unauthorized".into() })?;
+            let user = cluster.authenticate(token).ok_or_else(|| Error::Unauthorized {
+                message: "Unauthorized".into(),
+            })?;
             Ok(Arc::new(cluster.client(user)))
         }
     }
@@ -149,7 +151,10 @@ mod support {
             if check().await {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {limit:?} waiting for {what}"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -185,7 +190,17 @@ mod support {
                 names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
                 names.singular.get_or_insert_with(|| names.kind.to_lowercase());
                 admin
-                    .create(&res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"), None, &to_dynamic(&crd).unwrap(), &PostParams::default())
+                    .create(
+                        &res(
+                            "apiextensions.k8s.io",
+                            "v1",
+                            "CustomResourceDefinition",
+                            "customresourcedefinitions",
+                        ),
+                        None,
+                        &to_dynamic(&crd).unwrap(),
+                        &PostParams::default(),
+                    )
                     .await
                     .unwrap();
             }
@@ -236,13 +251,28 @@ mod support {
 
         pub async fn export_widgets(&self) {
             let provider = self.provider_admin();
-            let crds = res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions");
+            let crds = res(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+            );
             provider
-                .create(&crds, None, &crd("example.org", "widgets", "Widget", true), &PostParams::default())
+                .create(
+                    &crds,
+                    None,
+                    &crd("example.org", "widgets", "Widget", true),
+                    &PostParams::default(),
+                )
                 .await
                 .unwrap();
             provider
-                .create(&crds, None, &crd("example.org", "gadgets", "Gadget", false), &PostParams::default())
+                .create(
+                    &crds,
+                    None,
+                    &crd("example.org", "gadgets", "Gadget", false),
+                    &PostParams::default(),
+                )
                 .await
                 .unwrap();
         }
@@ -299,7 +329,10 @@ mod support {
                     }
                     last = Some(conn.status.clone());
                 }
-                assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}; last status {last:#?}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "timed out waiting for {what}; last status {last:#?}"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -345,7 +378,9 @@ use support::*;
 async fn connection_becomes_ready_and_exports_only_labelled_crds() {
     let world = World::new().await;
     world.export_widgets().await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
     let conn = world.wait_ready("acme").await;
     let status = conn.status.clone().unwrap();
@@ -356,14 +391,30 @@ async fn connection_becomes_ready_and_exports_only_labelled_crds() {
     assert_eq!(status.exported_apis[0].versions, ["v1"]);
     assert_eq!(status.active_schema_source, Some(SchemaSource::Crd));
     for type_ in ["SecretValid", "Connected", "SchemaInSync"] {
-        assert!(conditions::is_true(conn.conditions(), type_), "{type_}: {:#?}", conn.conditions());
+        assert!(
+            conditions::is_true(conn.conditions(), type_),
+            "{type_}: {:#?}",
+            conn.conditions()
+        );
     }
     assert!(!conditions::is_true(conn.conditions(), "PermissionDenied"));
-    assert!(conn.metadata.finalizers.clone().unwrap().contains(&"core.kbind.io/cleanup".to_string()));
+    assert!(
+        conn.metadata
+            .finalizers
+            .clone()
+            .unwrap()
+            .contains(&"core.kbind.io/cleanup".to_string())
+    );
     assert_eq!(world.secret_finalizers("acme").await, ["core.kbind.io/cleanup"]);
 
-    let lease = world.lease(&world.consumer.identity_uid()).await.expect("heartbeat lease");
-    assert_eq!(lease.data["spec"]["holderIdentity"], json!(world.consumer.identity_uid()));
+    let lease = world
+        .lease(&world.consumer.identity_uid())
+        .await
+        .expect("heartbeat lease");
+    assert_eq!(
+        lease.data["spec"]["holderIdentity"],
+        json!(world.consumer.identity_uid())
+    );
     assert_eq!(lease.data["spec"]["leaseDurationSeconds"], json!(60));
     assert_eq!(lease.metadata.labels.unwrap()["core.kbind.io/managed"], "true");
     let text = serde_json::to_string(&conn).unwrap();
@@ -377,13 +428,51 @@ async fn refused_kubeconfigs_never_reach_the_provider() {
     let token = format!("    token: {ADMIN_TOKEN}\n");
     let http = SERVER.replace("https://", "http://");
     let cases: Vec<(&str, String, &str)> = vec![
-        ("exec", kubeconfig(SERVER, CA, "", "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n"), "UnsupportedCredentials"),
-        ("token-file", kubeconfig(SERVER, CA, "", "    tokenFile: /var/run/secrets/token\n"), "UnsupportedCredentials"),
-        ("skip-verify", kubeconfig(SERVER, CA, "    insecure-skip-tls-verify: true\n", &token), "UnsupportedCredentials"),
-        ("plain-http", kubeconfig(&http, CA, "", &token), "UnsupportedCredentials"),
-        ("ca-file", kubeconfig(SERVER, CA, "    certificate-authority: /etc/ca.pem\n", &token), "UnsupportedCredentials"),
-        ("cert-file", kubeconfig(SERVER, CA, "", "    client-certificate: /etc/c.pem\n    client-key: /etc/k.pem\n"), "UnsupportedCredentials"),
-        ("proxy", kubeconfig(SERVER, CA, "    proxy-url: http://proxy:3128\n", &token), "UnsupportedCredentials"),
+        (
+            "exec",
+            kubeconfig(
+                SERVER,
+                CA,
+                "",
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n",
+            ),
+            "UnsupportedCredentials",
+        ),
+        (
+            "token-file",
+            kubeconfig(SERVER, CA, "", "    tokenFile: /var/run/secrets/token\n"),
+            "UnsupportedCredentials",
+        ),
+        (
+            "skip-verify",
+            kubeconfig(SERVER, CA, "    insecure-skip-tls-verify: true\n", &token),
+            "UnsupportedCredentials",
+        ),
+        (
+            "plain-http",
+            kubeconfig(&http, CA, "", &token),
+            "UnsupportedCredentials",
+        ),
+        (
+            "ca-file",
+            kubeconfig(SERVER, CA, "    certificate-authority: /etc/ca.pem\n", &token),
+            "UnsupportedCredentials",
+        ),
+        (
+            "cert-file",
+            kubeconfig(
+                SERVER,
+                CA,
+                "",
+                "    client-certificate: /etc/c.pem\n    client-key: /etc/k.pem\n",
+            ),
+            "UnsupportedCredentials",
+        ),
+        (
+            "proxy",
+            kubeconfig(SERVER, CA, "    proxy-url: http://proxy:3128\n", &token),
+            "UnsupportedCredentials",
+        ),
         ("garbage", "::: not yaml [".to_string(), "InvalidKubeconfig"),
     ];
     for (name, kc, _) in &cases {
@@ -393,14 +482,22 @@ async fn refused_kubeconfigs_never_reach_the_provider() {
     for (name, _, reason) in &cases {
         let conn = world.wait_condition(name, "SecretValid", "False", reason).await;
         let ready = conditions::find(conn.conditions(), "Ready").unwrap();
-        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", *reason), "{name}");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", *reason),
+            "{name}"
+        );
         let text = serde_json::to_string(&conn).unwrap();
         for secret in [ADMIN_TOKEN, "/var/run", "/etc/", "proxy:3128"] {
             assert!(!text.contains(secret), "{name} leaks {secret}");
         }
     }
     tokio::time::sleep(Duration::from_secs(120)).await;
-    assert_eq!(world.connector.calls(), 0, "the connector was asked for a refused kubeconfig");
+    assert_eq!(
+        world.connector.calls(),
+        0,
+        "the connector was asked for a refused kubeconfig"
+    );
     assert_eq!(world.provider_writes(), before);
 }
 
@@ -411,7 +508,9 @@ async fn wrong_ca_fails_verification_before_any_request() {
     let kc = kubeconfig(SERVER, OTHER_CA, "", &format!("    token: {ADMIN_TOKEN}\n"));
     world.create_secret("kbind", "acme", &kc).await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
-    let conn = world.wait_condition("acme", "Connected", "False", "ProviderUnreachable").await;
+    let conn = world
+        .wait_condition("acme", "Connected", "False", "ProviderUnreachable")
+        .await;
     assert!(conditions::is_true(conn.conditions(), "SecretValid"));
     assert!(conn.status.unwrap().remote_cluster_uid.is_none());
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -423,8 +522,12 @@ async fn secret_created_after_the_connection_makes_it_ready() {
     let world = World::new().await;
     world.export_widgets().await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
-    world.wait_condition("acme", "SecretValid", "False", "SecretNotFound").await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .wait_condition("acme", "SecretValid", "False", "SecretNotFound")
+        .await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     let conn = world.wait_ready("acme").await;
     assert!(conn.exports("widgets.example.org"));
 }
@@ -433,22 +536,39 @@ async fn secret_created_after_the_connection_makes_it_ready() {
 async fn secret_outside_the_konnector_namespace_is_not_allowed() {
     let world = World::new().await;
     world.create_connection("acme", "default", "acme", json!({})).await;
-    world.wait_condition("acme", "SecretValid", "False", "SecretNamespaceNotAllowed").await;
+    world
+        .wait_condition("acme", "SecretValid", "False", "SecretNamespaceNotAllowed")
+        .await;
     assert_eq!(world.connector.calls(), 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn rebuilt_provider_is_detected_and_never_written() {
     let world = World::new().await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
-    let pinned = world.wait_ready("acme").await.status.unwrap().remote_cluster_uid.unwrap();
+    let pinned = world
+        .wait_ready("acme")
+        .await
+        .status
+        .unwrap()
+        .remote_cluster_uid
+        .unwrap();
     world.provider.replace_with_fresh();
     assert_ne!(world.provider.identity_uid(), pinned);
     let writes_after_swap = world.provider_writes().len();
-    let conn = world.wait_condition("acme", "Connected", "False", "ClusterIdentityChanged").await;
-    assert_eq!(conn.status.unwrap().remote_cluster_uid.as_deref(), Some(pinned.as_str()));
-    world.wait_condition("acme", "Ready", "False", "ClusterIdentityChanged").await;
+    let conn = world
+        .wait_condition("acme", "Connected", "False", "ClusterIdentityChanged")
+        .await;
+    assert_eq!(
+        conn.status.unwrap().remote_cluster_uid.as_deref(),
+        Some(pinned.as_str())
+    );
+    world
+        .wait_condition("acme", "Ready", "False", "ClusterIdentityChanged")
+        .await;
     tokio::time::sleep(Duration::from_secs(300)).await;
     let late: Vec<_> = world.provider_writes().into_iter().skip(writes_after_swap).collect();
     assert!(late.is_empty(), "writes reached the rebuilt provider: {late:?}");
@@ -459,11 +579,15 @@ async fn rebuilt_provider_is_detected_and_never_written() {
 async fn partition_reports_unreachable_and_heal_recovers() {
     let world = World::new().await;
     world.export_widgets().await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
     world.wait_ready("acme").await;
     world.provider.partition();
-    let conn = world.wait_condition("acme", "Connected", "False", "ProviderUnreachable").await;
+    let conn = world
+        .wait_condition("acme", "Connected", "False", "ProviderUnreachable")
+        .await;
     // Nothing is forgotten while the provider is away.
     assert!(conn.exports("widgets.example.org"));
     assert!(world.connection("acme").await.is_some());
@@ -475,21 +599,34 @@ async fn partition_reports_unreachable_and_heal_recovers() {
 #[tokio::test(start_paused = true)]
 async fn heartbeat_is_renewed_every_interval_only_while_connected() {
     let world = World::new().await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
     world.wait_ready("acme").await;
     let uid = world.consumer.identity_uid();
-    let lease_writes = |w: &World| w.provider_writes().into_iter().filter(|r| r.resource == "leases.coordination.k8s.io").count();
+    let lease_writes = |w: &World| {
+        w.provider_writes()
+            .into_iter()
+            .filter(|r| r.resource == "leases.coordination.k8s.io")
+            .count()
+    };
     let first = renew_time(&world.lease(&uid).await.unwrap());
     let writes = lease_writes(&world);
     tokio::time::sleep(Duration::from_secs(95)).await;
-    assert_eq!(lease_writes(&world) - writes, 3, "three renewals in 95 s at a 30 s interval");
+    assert_eq!(
+        lease_writes(&world) - writes,
+        3,
+        "three renewals in 95 s at a 30 s interval"
+    );
     let t0: jiff::Timestamp = first.parse().unwrap();
     let t1: jiff::Timestamp = renew_time(&world.lease(&uid).await.unwrap()).parse().unwrap();
     assert_eq!((t1 - t0).get_seconds(), 90);
 
     world.provider.partition();
-    world.wait_condition("acme", "Connected", "False", "ProviderUnreachable").await;
+    world
+        .wait_condition("acme", "Connected", "False", "ProviderUnreachable")
+        .await;
     world.provider.heal();
     world.wait_ready("acme").await;
     let t2: jiff::Timestamp = renew_time(&world.lease(&uid).await.unwrap()).parse().unwrap();
@@ -503,20 +640,31 @@ async fn kcp_like_provider_pins_its_logical_cluster_and_exports_non_builtin_apis
     world
         .provider_admin()
         .create(
-            &res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"),
+            &res(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+            ),
             None,
             &crd("example.org", "widgets", "Widget", false),
             &PostParams::default(),
         )
         .await
         .unwrap();
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
     let conn = world.wait_ready("acme").await;
     let status = conn.status.unwrap();
     let lc = world
         .provider_admin()
-        .get(&res("core.kcp.io", "v1alpha1", "LogicalCluster", "logicalclusters"), None, "cluster")
+        .get(
+            &res("core.kcp.io", "v1alpha1", "LogicalCluster", "logicalclusters"),
+            None,
+            "cluster",
+        )
         .await
         .unwrap();
     assert_eq!(status.remote_cluster_uid, lc.metadata.uid);
@@ -528,11 +676,19 @@ async fn kcp_like_provider_pins_its_logical_cluster_and_exports_non_builtin_apis
 #[tokio::test(start_paused = true)]
 async fn forbidden_credentials_report_permission_denied() {
     let world = World::new().await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(NOBODY_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(NOBODY_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
-    let conn = world.wait_condition("acme", "PermissionDenied", "True", "Forbidden").await;
+    let conn = world
+        .wait_condition("acme", "PermissionDenied", "True", "Forbidden")
+        .await;
     let denied = conditions::find(conn.conditions(), "PermissionDenied").unwrap();
-    assert!(denied.message.contains("get") && denied.message.contains("namespaces"), "{}", denied.message);
+    assert!(
+        denied.message.contains("get") && denied.message.contains("namespaces"),
+        "{}",
+        denied.message
+    );
     let ready = conditions::find(conn.conditions(), "Ready").unwrap();
     assert_eq!(ready.status, "False");
     assert!(!serde_json::to_string(&conn).unwrap().contains(NOBODY_TOKEN));
@@ -541,7 +697,9 @@ async fn forbidden_credentials_report_permission_denied() {
 #[tokio::test(start_paused = true)]
 async fn shared_secret_is_released_by_the_last_connection() {
     let world = World::new().await;
-    world.create_secret("kbind", "shared", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "shared", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("one", "kbind", "shared", json!({})).await;
     world.create_connection("two", "kbind", "shared", json!({})).await;
     world.wait_ready("one").await;
@@ -565,7 +723,9 @@ async fn shared_secret_is_released_by_the_last_connection() {
 #[tokio::test(start_paused = true)]
 async fn deletion_waits_for_bindings_unless_orphan() {
     let world = World::new().await;
-    world.create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN)).await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(ADMIN_TOKEN))
+        .await;
     world.create_connection("acme", "kbind", "acme", json!({})).await;
     world.wait_ready("acme").await;
     let binding = object(json!({
@@ -574,11 +734,18 @@ async fn deletion_waits_for_bindings_unless_orphan() {
         "spec": {"connectionRef": {"name": "acme"}, "apis": [{"name": "widgets.example.org"}]},
     }));
     let bindings = res("core.kbind.io", "v1alpha1", "ClusterBinding", "clusterbindings");
-    world.admin.create(&bindings, None, &binding, &PostParams::default()).await.unwrap();
+    world
+        .admin
+        .create(&bindings, None, &binding, &PostParams::default())
+        .await
+        .unwrap();
     world.delete_connection("acme").await;
     world.wait_condition("acme", "Ready", "False", "DrainingBindings").await;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert!(world.connection("acme").await.is_some(), "released while a binding still uses it");
+    assert!(
+        world.connection("acme").await.is_some(),
+        "released while a binding still uses it"
+    );
 
     // The escape hatch: Orphan releases at once, without a request to the provider.
     let writes = world.provider_writes();
@@ -588,20 +755,29 @@ async fn deletion_waits_for_bindings_unless_orphan() {
             &connections(),
             None,
             "acme",
-            &kbind_cluster::Patch::Merge(json!({"metadata": {"annotations": {"core.kbind.io/deletion-policy": "Orphan"}}})),
+            &kbind_cluster::Patch::Merge(
+                json!({"metadata": {"annotations": {"core.kbind.io/deletion-policy": "Orphan"}}}),
+            ),
             &Default::default(),
         )
         .await
         .unwrap();
     let admin = world.admin.clone();
-    eventually("the orphaned Connection to be released", Duration::from_secs(60), move || {
-        let admin = admin.clone();
-        async move { admin.get_opt(&connections(), None, "acme").await.unwrap().is_none() }
-    })
+    eventually(
+        "the orphaned Connection to be released",
+        Duration::from_secs(60),
+        move || {
+            let admin = admin.clone();
+            async move { admin.get_opt(&connections(), None, "acme").await.unwrap().is_none() }
+        },
+    )
     .await;
     assert!(world.secret_finalizers("acme").await.is_empty());
     assert_eq!(world.provider_writes(), writes);
-    assert!(world.lease(&world.consumer.identity_uid()).await.is_some(), "the Lease is left to expire");
+    assert!(
+        world.lease(&world.consumer.identity_uid()).await.is_some(),
+        "the Lease is left to expire"
+    );
 }
 
 use fakeapi::FakeCluster;

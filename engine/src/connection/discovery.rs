@@ -29,7 +29,11 @@ pub(crate) fn crd_resource() -> ApiResource {
 }
 
 /// Discovers what `provider` exports; `kcp_like` when its identity is a LogicalCluster.
-pub(crate) async fn discover(provider: &dyn ClusterClient, kcp_like: bool, requested: SchemaSource) -> Result<Discovered> {
+pub(crate) async fn discover(
+    provider: &dyn ClusterClient,
+    kcp_like: bool,
+    requested: SchemaSource,
+) -> Result<Discovered> {
     let apis = if kcp_like {
         kcp_exports(provider).await?
     } else {
@@ -78,7 +82,11 @@ async fn labelled_crd_exports(provider: &dyn ClusterClient) -> Result<Vec<Export
         Err(forbidden @ Error::Forbidden { .. }) => crds_by_name(provider, forbidden).await?,
         Err(e) => return Err(e),
     };
-    let mut apis: Vec<ExportedApi> = crds.iter().filter(|c| is_exported(c)).filter_map(exported_api).collect();
+    let mut apis: Vec<ExportedApi> = crds
+        .iter()
+        .filter(|c| is_exported(c))
+        .filter_map(exported_api)
+        .collect();
     apis.sort_by(|a, b| a.name.cmp(&b.name));
     apis.dedup_by(|a, b| a.name == b.name);
     Ok(apis)

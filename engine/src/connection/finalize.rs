@@ -4,7 +4,9 @@
 
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, finalizer};
 use kbind_api::{Binding, ClusterBinding, Connection};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, ListParams, Patch, PatchParams, Result};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, ListParams, Patch, PatchParams, Result,
+};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -12,7 +14,9 @@ use super::{connection_resource, secret_resource};
 
 /// Whether `obj` carries the cleanup finalizer.
 pub(crate) fn has_cleanup(meta: &kube::api::ObjectMeta) -> bool {
-    meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == finalizer::CLEANUP))
+    meta.finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizer::CLEANUP))
 }
 
 /// Whether the Connection asks to be released without touching the provider.
@@ -115,14 +119,24 @@ pub(crate) async fn release_secret_if_last(consumer: &dyn ClusterClient, conn: &
         .into_iter()
         .filter(|c| c.name_any() != conn.name_any())
         .filter(|c| {
-            c.data.pointer("/spec/kubeconfigSecretRef/namespace").and_then(|v| v.as_str())
+            c.data
+                .pointer("/spec/kubeconfigSecretRef/namespace")
+                .and_then(|v| v.as_str())
                 == Some(secret_ref.namespace.as_str())
-                && c.data.pointer("/spec/kubeconfigSecretRef/name").and_then(|v| v.as_str())
+                && c.data
+                    .pointer("/spec/kubeconfigSecretRef/name")
+                    .and_then(|v| v.as_str())
                     == Some(secret_ref.name.as_str())
         })
         .count();
     if others > 0 {
         return Ok(());
     }
-    remove_cleanup(consumer, &secret_resource(), Some(&secret_ref.namespace), &secret_ref.name).await
+    remove_cleanup(
+        consumer,
+        &secret_resource(),
+        Some(&secret_ref.namespace),
+        &secret_ref.name,
+    )
+    .await
 }

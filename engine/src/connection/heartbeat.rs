@@ -28,14 +28,22 @@ fn object(value: Value) -> Result<DynamicObject> {
 
 /// Renews (or creates) the heartbeat Lease of consumer `local_uid` at `now`. An existing Lease
 /// is updated with get+update only, so credentials limited to those verbs suffice.
-pub(crate) async fn renew(provider: &dyn ClusterClient, namespace: &str, local_uid: &str, now: Timestamp) -> Result<()> {
+pub(crate) async fn renew(
+    provider: &dyn ClusterClient,
+    namespace: &str,
+    local_uid: &str,
+    now: Timestamp,
+) -> Result<()> {
     let res = lease_resource();
     let name = lease_name(local_uid);
     match provider.get_opt(&res, Some(namespace), &name).await? {
         Some(mut existing) => {
             let labels = existing.metadata.labels.get_or_insert_with(Default::default);
             labels.insert(label::MANAGED.to_string(), TRUE.to_string());
-            let spec = existing.data.as_object_mut().map(|d| d.entry("spec").or_insert_with(|| json!({})));
+            let spec = existing
+                .data
+                .as_object_mut()
+                .map(|d| d.entry("spec").or_insert_with(|| json!({})));
             if let Some(Value::Object(spec)) = spec {
                 spec.insert("holderIdentity".into(), json!(local_uid));
                 spec.insert("leaseDurationSeconds".into(), json!(lease::DURATION_SECONDS));
@@ -50,7 +58,13 @@ pub(crate) async fn renew(provider: &dyn ClusterClient, namespace: &str, local_u
     }
 }
 
-async fn create(provider: &dyn ClusterClient, namespace: &str, name: &str, local_uid: &str, now: Timestamp) -> Result<()> {
+async fn create(
+    provider: &dyn ClusterClient,
+    namespace: &str,
+    name: &str,
+    local_uid: &str,
+    now: Timestamp,
+) -> Result<()> {
     let lease = object(json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -63,7 +77,10 @@ async fn create(provider: &dyn ClusterClient, namespace: &str, name: &str, local
         },
     }))?;
     let res = lease_resource();
-    match provider.create(&res, Some(namespace), &lease, &PostParams::default()).await {
+    match provider
+        .create(&res, Some(namespace), &lease, &PostParams::default())
+        .await
+    {
         Ok(_) => Ok(()),
         // The lease namespace is missing: create it (managed, like every namespace we create).
         Err(Error::NotFound { .. }) => {
@@ -88,7 +105,12 @@ async fn create_namespace(provider: &dyn ClusterClient, namespace: &str, local_u
         },
     }))?;
     match provider
-        .create(&kbind_cluster::identity::namespace_resource(), None, &ns, &PostParams::default())
+        .create(
+            &kbind_cluster::identity::namespace_resource(),
+            None,
+            &ns,
+            &PostParams::default(),
+        )
         .await
     {
         Ok(_) | Err(Error::AlreadyExists { .. }) => Ok(()),

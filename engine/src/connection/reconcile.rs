@@ -18,7 +18,9 @@ use kube::runtime::reflector::Store;
 use tokio::time::Instant;
 
 use super::discovery::{Discovered, discover};
-use super::finalize::{bindings_referencing, ensure_cleanup, has_cleanup, is_orphan, release_secret_if_last, remove_cleanup};
+use super::finalize::{
+    bindings_referencing, ensure_cleanup, has_cleanup, is_orphan, release_secret_if_last, remove_cleanup,
+};
 use super::status::{Observed, Report, desired_status, draining_status, write_status};
 use super::{RETRY_INTERVAL, connection_resource, heartbeat, secret_resource};
 use crate::context::Context;
@@ -85,7 +87,10 @@ impl Shared {
     }
 
     fn put_link(&self, name: &str, link: Link) {
-        self.links.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), link);
+        self.links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), link);
     }
 
     fn pinned(&self, name: &str) -> Option<(String, String)> {
@@ -134,7 +139,9 @@ fn classify(e: &Error) -> Failure {
         Error::Unauthorized { .. } => {
             Failure::Denied("the provider did not accept the credentials (401 Unauthorized)".into())
         }
-        Error::Transport(_) => Failure::Unreachable("the provider cannot be reached (transport error); retrying".into()),
+        Error::Transport(_) => {
+            Failure::Unreachable("the provider cannot be reached (transport error); retrying".into())
+        }
         Error::Timeout(_) => Failure::Unreachable("a request to the provider timed out; retrying".into()),
         other => Failure::Unreachable(format!(
             "the provider answered with an error (HTTP {}); retrying",
@@ -209,7 +216,13 @@ async fn observe(conn: &Connection, shared: &Shared, report: &mut Report) -> Res
 
 /// Verifies identity, then runs discovery and the heartbeat when due. Returns when to look
 /// again and whether the link is still good (a failed link is dropped: recovery starts fresh).
-async fn drive(conn: &Connection, shared: &Shared, link: &mut Link, local_uid: &str, report: &mut Report) -> (Duration, bool) {
+async fn drive(
+    conn: &Connection,
+    shared: &Shared,
+    link: &mut Link,
+    local_uid: &str,
+    report: &mut Report,
+) -> (Duration, bool) {
     let name = conn.name_any();
     let config = &shared.ctx.config;
     let identity = match provider_identity(link.client.as_ref()).await {
@@ -235,7 +248,13 @@ async fn drive(conn: &Connection, shared: &Shared, link: &mut Link, local_uid: &
             ),
         );
         #[cfg(feature = "planted-renew-lease-while-disconnected")]
-        let _ = heartbeat::renew(link.client.as_ref(), &config.lease_namespace, local_uid, shared.ctx.clock.now()).await;
+        let _ = heartbeat::renew(
+            link.client.as_ref(),
+            &config.lease_namespace,
+            local_uid,
+            shared.ctx.clock.now(),
+        )
+        .await;
         return (config.rediscovery_interval.min(RETRY_INTERVAL), false);
     }
     shared.pin(&name, &identity.uid, local_uid);
@@ -261,7 +280,14 @@ async fn drive(conn: &Connection, shared: &Shared, link: &mut Link, local_uid: &
         link.last_discovery = Some(now);
     }
     if is_due(link.last_renew, config.heartbeat_interval, now) {
-        match heartbeat::renew(link.client.as_ref(), &config.lease_namespace, &lease_uid, shared.ctx.clock.now()).await {
+        match heartbeat::renew(
+            link.client.as_ref(),
+            &config.lease_namespace,
+            &lease_uid,
+            shared.ctx.clock.now(),
+        )
+        .await
+        {
             Ok(()) => link.lease_denied = None,
             Err(e) => match classify(&e) {
                 Failure::Denied(message) => link.lease_denied = Some(message),
@@ -334,13 +360,19 @@ async fn load_kubeconfig(
     else {
         return Ok(Err(Observed::not(
             reason::SECRET_NOT_FOUND,
-            format!("Secret {}/{} not found; waiting for it", secret_ref.namespace, secret_ref.name),
+            format!(
+                "Secret {}/{} not found; waiting for it",
+                secret_ref.namespace, secret_ref.name
+            ),
         )));
     };
     ensure_cleanup(consumer, &secret_resource(), &secret).await?;
     let encoded = secret
         .data
-        .pointer(&format!("/data/{}", secret_ref.key.replace('~', "~0").replace('/', "~1")))
+        .pointer(&format!(
+            "/data/{}",
+            secret_ref.key.replace('~', "~0").replace('/', "~1")
+        ))
         .and_then(|v| v.as_str());
     let Some(encoded) = encoded else {
         return Ok(Err(Observed::not(

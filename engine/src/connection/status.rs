@@ -61,7 +61,11 @@ impl Report {
     /// A report whose every condition waits for the Secret.
     pub(crate) fn pending() -> Self {
         Self {
-            secret_valid: Observed::new(ConditionStatus::Unknown, reason::PENDING, "checking the kubeconfig Secret"),
+            secret_valid: Observed::new(
+                ConditionStatus::Unknown,
+                reason::PENDING,
+                "checking the kubeconfig Secret",
+            ),
             connected: Observed::not(reason::PENDING, "waiting for a valid kubeconfig Secret"),
             permission_denied: None,
             schema_in_sync: Observed::not(reason::PENDING, "waiting for the provider"),
@@ -206,7 +210,9 @@ mod tests {
         let status = desired_status(&connection(), &report, &at(1));
         assert!(conditions::is_true(&status.conditions, condition::READY));
         assert_eq!(
-            conditions::find(&status.conditions, condition::READY).unwrap().observed_generation,
+            conditions::find(&status.conditions, condition::READY)
+                .unwrap()
+                .observed_generation,
             Some(3)
         );
 

@@ -31,10 +31,9 @@ impl Connector for KubeConnector {
 impl KubeConnector {
     /// The `kube::Config` for `kubeconfig`; never reads files or environment variables.
     pub fn config(&self, kubeconfig: &ProviderKubeconfig) -> Result<kube::Config, Error> {
-        let uri: http::Uri = kubeconfig
-            .server
-            .parse()
-            .map_err(|_| Error::BadRequest { message: "the provider server is not a valid URL".into() })?;
+        let uri: http::Uri = kubeconfig.server.parse().map_err(|_| Error::BadRequest {
+            message: "the provider server is not a valid URL".into(),
+        })?;
         let insecure = uri.scheme_str() != Some("https") || kubeconfig.insecure_skip_tls_verify;
         if insecure && !self.allow_insecure {
             return Err(Error::BadRequest {
@@ -114,7 +113,11 @@ mod tests {
         assert!(secure.config(&kubeconfig("http://provider.example", false)).is_err());
         assert!(secure.config(&kubeconfig("https://provider.example", true)).is_err());
         let dev = KubeConnector { allow_insecure: true };
-        assert!(dev.config(&kubeconfig("https://provider.example", true)).unwrap().accept_invalid_certs);
+        assert!(
+            dev.config(&kubeconfig("https://provider.example", true))
+                .unwrap()
+                .accept_invalid_certs
+        );
     }
 
     #[test]

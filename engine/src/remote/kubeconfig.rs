@@ -115,7 +115,10 @@ fn selected_context(config: &Kubeconfig) -> Result<&kube::config::Context, Refus
 fn check_user(user: &AuthInfo) -> Result<(), Refusal> {
     #[cfg(not(feature = "planted-follow-exec-kubeconfig"))]
     if user.exec.is_some() {
-        return Err(unsupported("exec", &format!("the konnector never runs commands; {INLINE_HINT}")));
+        return Err(unsupported(
+            "exec",
+            &format!("the konnector never runs commands; {INLINE_HINT}"),
+        ));
     }
     if user.auth_provider.is_some() {
         return Err(unsupported("auth-provider", INLINE_HINT));
@@ -307,13 +310,33 @@ mod tests {
     fn files_auth_providers_and_proxies_are_refused_by_field_name() {
         let cases = [
             ("", "    tokenFile: /var/run/token\n", "tokenFile"),
-            ("", "    client-certificate: /c.pem\n    client-key-data: eA==\n", "client-certificate"),
-            ("", "    client-key: /k.pem\n    client-certificate-data: eA==\n", "client-key"),
+            (
+                "",
+                "    client-certificate: /c.pem\n    client-key-data: eA==\n",
+                "client-certificate",
+            ),
+            (
+                "",
+                "    client-key: /k.pem\n    client-certificate-data: eA==\n",
+                "client-key",
+            ),
             ("", "    auth-provider: {name: gcp}\n", "auth-provider"),
             ("", "    username: admin\n    password: hunter2\n", "username/password"),
-            ("    certificate-authority: /ca.pem\n", "    token: t\n", "certificate-authority"),
-            ("    proxy-url: http://proxy.internal:3128\n", "    token: t\n", "proxy-url"),
-            ("    insecure-skip-tls-verify: true\n", "    token: t\n", "insecure-skip-tls-verify"),
+            (
+                "    certificate-authority: /ca.pem\n",
+                "    token: t\n",
+                "certificate-authority",
+            ),
+            (
+                "    proxy-url: http://proxy.internal:3128\n",
+                "    token: t\n",
+                "proxy-url",
+            ),
+            (
+                "    insecure-skip-tls-verify: true\n",
+                "    token: t\n",
+                "insecure-skip-tls-verify",
+            ),
         ];
         for (cluster, user, field) in cases {
             let message = refused_field(cluster, user);
@@ -331,7 +354,11 @@ mod tests {
         let kc = parse_kubeconfig(text.as_bytes(), true).unwrap();
         assert_eq!(kc.server, "http://provider.example");
         let skip = kubeconfig("    insecure-skip-tls-verify: true\n", "    token: t\n");
-        assert!(parse_kubeconfig(skip.as_bytes(), true).unwrap().insecure_skip_tls_verify);
+        assert!(
+            parse_kubeconfig(skip.as_bytes(), true)
+                .unwrap()
+                .insecure_skip_tls_verify
+        );
     }
 
     #[test]
