@@ -1,9 +1,154 @@
-//! The Connection reconciler (to be written): SecretValid, Connected, PermissionDenied,
-//! discovery into exportedAPIs, the heartbeat Lease, Ready, and the cleanup finalizers.
+//! The Connection reconciler: SecretValid, Connected, PermissionDenied, discovery into
+//! `exportedAPIs`, the heartbeat Lease, Ready, and the cleanup finalizers (DESIGN.md §2, §4, §5).
+//!
+//! Machinery: the seam's watcher streams feed a kube-runtime reflector `Store` of Connections
+//! and `Controller::for_stream` (kube's `unstable-runtime` feature, enabled in the engine's
+//! Cargo.toml); Secrets in the konnector namespace are only a trigger (`watches_stream`) mapped
+//! to the Connections that reference them, and are stripped of their data before the mapping,
+//! so no credentials are cached. Each reconcile reads the Secret fresh.
+//!
+//! Choices recorded here (see also docs/decisions.md):
+//! - `SchemaInSync` is True once `exportedAPIs` were discovered from the connected provider
+//!   with the pinned identity; it does not gate `Ready` (= SecretValid ∧ Connected ∧
+//!   ¬PermissionDenied).
+//! - While the provider is unreachable or its identity changed, `exportedAPIs` keep their last
+//!   discovered value: `Connected=False` is what stops syncers; nothing is deleted anywhere.
+//! - Deleting a Connection never deletes anything on the provider, not even the heartbeat
+//!   Lease: the issuer may have pre-created it with get/update-only RBAC, and a Lease that stops
+//!   being renewed is exactly the signal the reaper watches for.
+//! - Identity is read before every provider write of a reconcile, so a rebuilt provider is
+//!   caught before the next Lease renewal.
+
+mod discovery;
+mod finalize;
+mod heartbeat;
+mod reconcile;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kbind_api::Connection;
+use kbind_cluster::watcher::{BackoffPolicy, Event, WatchStreamExt, WatcherConfig, watcher};
+use kbind_cluster::{ApiResource, DynamicObject, from_dynamic};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
 
 use crate::context::Context;
 
+pub use reconcile::{ReconcileError, reconcile};
+
+/// How long to wait before retrying after a failed reconcile or an unreachable provider.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Runs the Connection reconciler until the future is dropped.
-pub async fn run(_ctx: Context) {
-    std::future::pending::<()>().await
+pub async fn run(ctx: Context) {
+    let (store, writer) = reflector::store::<Connection>();
+    let connections = watcher(
+        ctx.consumer.clone(),
+        ApiResource::erase::<Connection>(&()),
+        None,
+        watcher_config(),
+    )
+    .map(|item| item.map(typed_event))
+    .filter_map(|item| async move {
+        match item {
+            Ok(Some(event)) => Some(Ok(event)),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        }
+    });
+    let connections = reflector::reflector(writer, connections).applied_objects();
+
+    let secret_res = secret_resource();
+    let secrets = watcher(
+        ctx.consumer.clone(),
+        secret_res.clone(),
+        Some(ctx.config.namespace.clone()),
+        watcher_config(),
+    )
+    .touched_objects::<DynamicObject>()
+    .map(|item| item.map(strip_secret_data));
+
+    let mapper_store = store.clone();
+    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone()));
+    Controller::for_stream(connections, store)
+        .watches_stream_with(
+            secrets,
+            move |secret: DynamicObject| connections_referencing(&mapper_store, &secret),
+            secret_res,
+        )
+        .run(reconcile, error_policy, shared)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection controller event");
+            }
+        })
+        .await;
+}
+
+/// A deterministic backoff for the consumer watches (no jitter, so paused-clock runs repeat).
+fn watcher_config() -> WatcherConfig {
+    WatcherConfig::default().backoff(BackoffPolicy::Exponential {
+        initial: Duration::from_millis(500),
+        max: Duration::from_secs(30),
+        factor: 2.0,
+    })
+}
+
+fn error_policy(conn: Arc<Connection>, error: &ReconcileError, _shared: Arc<reconcile::Shared>) -> Action {
+    tracing::warn!(connection = %kube::ResourceExt::name_any(conn.as_ref()), error = %error, "reconcile failed");
+    Action::requeue(RETRY_INTERVAL)
+}
+
+/// Decodes a watcher event of dynamic objects into Connections; undecodable objects are
+/// dropped (the CRD's schema makes them impossible on a real server).
+fn typed_event(event: Event<DynamicObject>) -> Option<Event<Connection>> {
+    let decode = |obj: DynamicObject| from_dynamic::<Connection>(obj).ok();
+    Some(match event {
+        Event::Apply(o) => Event::Apply(decode(o)?),
+        Event::Delete(o) => Event::Delete(decode(o)?),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(decode(o)?),
+        Event::InitDone => Event::InitDone,
+    })
+}
+
+/// Drops `data` and `stringData`, so the controller's trigger queue never holds credentials.
+fn strip_secret_data(mut secret: DynamicObject) -> DynamicObject {
+    if let Some(map) = secret.data.as_object_mut() {
+        map.remove("data");
+        map.remove("stringData");
+    }
+    secret
+}
+
+/// The Connections whose `kubeconfigSecretRef` names this Secret.
+fn connections_referencing(store: &reflector::Store<Connection>, secret: &DynamicObject) -> Vec<ObjectRef<Connection>> {
+    let (Some(ns), Some(name)) = (secret.metadata.namespace.as_deref(), secret.metadata.name.as_deref()) else {
+        return Vec::new();
+    };
+    store
+        .state()
+        .iter()
+        .filter(|c| c.spec.kubeconfig_secret_ref.namespace == ns && c.spec.kubeconfig_secret_ref.name == name)
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+/// The core Secret resource.
+pub(crate) fn secret_resource() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        plural: "secrets".into(),
+    }
+}
+
+/// The Connection resource.
+pub(crate) fn connection_resource() -> ApiResource {
+    ApiResource::erase::<Connection>(&())
 }

@@ -1,10 +1,16 @@
 //! Provider kubeconfigs as untrusted input (DESIGN.md §5), and the `Connector` that turns an
 //! accepted one into a `ClusterClient`.
 
+mod connector;
+mod kubeconfig;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kbind_cluster::ClusterClient;
+use kbind_cluster::{ClusterClient, ClusterIdentity};
+
+pub use connector::KubeConnector;
+pub use kubeconfig::{Refusal, parse_kubeconfig};
 
 /// Provider credentials, accepted under DESIGN.md §5. `Debug` never shows secrets.
 #[derive(Clone, PartialEq, Eq)]
@@ -47,9 +53,28 @@ impl std::fmt::Debug for ProviderKubeconfig {
     }
 }
 
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Token(_) => f.write_str("Token(<redacted>)"),
+            Credentials::ClientCertificate { .. } => f.write_str("ClientCertificate(<redacted>)"),
+        }
+    }
+}
+
 /// Builds a client for a provider from accepted credentials.
 #[async_trait]
 pub trait Connector: Send + Sync {
     /// A fresh client (never a reused one: recovery must not inherit a dead cluster's state).
     async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error>;
+}
+
+/// The provider's identity (LogicalCluster `cluster`, else Namespace `kube-system`).
+pub async fn provider_identity(provider: &dyn ClusterClient) -> kbind_cluster::Result<ClusterIdentity> {
+    kbind_cluster::identity::read_identity(provider).await
+}
+
+/// The consumer's own identity, read the same way as a provider's.
+pub async fn local_identity(consumer: &dyn ClusterClient) -> kbind_cluster::Result<ClusterIdentity> {
+    kbind_cluster::identity::read_identity(consumer).await
 }

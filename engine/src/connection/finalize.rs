@@ -1,0 +1,142 @@
+//! The `core.kbind.io/cleanup` finalizer on Connections and their Secrets, and what a deleted
+//! Connection does before letting go: wait for its bindings, or release at once when marked
+//! `deletion-policy: Orphan`. The provider is never touched here.
+
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, finalizer};
+use kbind_api::{Binding, ClusterBinding, Connection};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, ListParams, Patch, PatchParams, Result,
+};
+use kube::ResourceExt;
+use serde_json::json;
+
+use super::{connection_resource, secret_resource};
+
+/// Whether `obj` carries the cleanup finalizer.
+pub(crate) fn has_cleanup(meta: &kube::api::ObjectMeta) -> bool {
+    meta.finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizer::CLEANUP))
+}
+
+/// Whether the Connection asks to be released without touching the provider.
+pub(crate) fn is_orphan(conn: &Connection) -> bool {
+    conn.annotations().get(annotation::DELETION_POLICY).map(String::as_str) == Some(DELETION_POLICY_ORPHAN)
+}
+
+/// Writes `finalizers` with a resourceVersion precondition (a JSON patch `test`), so a
+/// concurrent change to the list is a 409 and a retry, never a lost finalizer.
+async fn set_finalizers(
+    client: &dyn ClusterClient,
+    res: &ApiResource,
+    obj: &DynamicObject,
+    finalizers: Vec<String>,
+) -> Result<()> {
+    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]))
+    .map_err(|e| Error::Decode(e.to_string()))?;
+    client
+        .patch(
+            res,
+            obj.metadata.namespace.as_deref(),
+            &obj.name_any(),
+            &Patch::Json(patch),
+            &PatchParams::default(),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Adds the cleanup finalizer to `obj` unless it has it or is terminating.
+pub(crate) async fn ensure_cleanup(client: &dyn ClusterClient, res: &ApiResource, obj: &DynamicObject) -> Result<()> {
+    if has_cleanup(&obj.metadata) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
+    finalizers.push(finalizer::CLEANUP.to_string());
+    set_finalizers(client, res, obj, finalizers).await
+}
+
+/// Removes the cleanup finalizer from the object, read fresh; a missing object is fine.
+pub(crate) async fn remove_cleanup(
+    client: &dyn ClusterClient,
+    res: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<()> {
+    let Some(obj) = client.get_opt(res, namespace, name).await? else {
+        return Ok(());
+    };
+    if !has_cleanup(&obj.metadata) {
+        return Ok(());
+    }
+    let finalizers = obj
+        .metadata
+        .finalizers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f != finalizer::CLEANUP)
+        .collect();
+    set_finalizers(client, res, &obj, finalizers).await
+}
+
+/// How many ClusterBindings and Bindings name this Connection (none when their CRDs are not
+/// served on the consumer).
+pub(crate) async fn bindings_referencing(consumer: &dyn ClusterClient, connection: &str) -> Result<usize> {
+    let mut count = 0;
+    for res in [
+        ApiResource::erase::<ClusterBinding>(&()),
+        ApiResource::erase::<Binding>(&()),
+    ] {
+        match consumer.list(&res, None, &ListParams::default()).await {
+            Ok(list) => {
+                count += list
+                    .items
+                    .iter()
+                    .filter(|b| b.data.pointer("/spec/connectionRef/name").and_then(|v| v.as_str()) == Some(connection))
+                    .count();
+            }
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(count)
+}
+
+/// Releases the Secret's finalizer unless another Connection still references it. The caller
+/// serialises this across Connections, so two Connections deleted together cannot each leave
+/// it to the other.
+pub(crate) async fn release_secret_if_last(consumer: &dyn ClusterClient, conn: &Connection) -> Result<()> {
+    let secret_ref = &conn.spec.kubeconfig_secret_ref;
+    let others = consumer
+        .list(&connection_resource(), None, &ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| c.name_any() != conn.name_any())
+        .filter(|c| {
+            c.data
+                .pointer("/spec/kubeconfigSecretRef/namespace")
+                .and_then(|v| v.as_str())
+                == Some(secret_ref.namespace.as_str())
+                && c.data
+                    .pointer("/spec/kubeconfigSecretRef/name")
+                    .and_then(|v| v.as_str())
+                    == Some(secret_ref.name.as_str())
+        })
+        .count();
+    if others > 0 {
+        return Ok(());
+    }
+    remove_cleanup(
+        consumer,
+        &secret_resource(),
+        Some(&secret_ref.namespace),
+        &secret_ref.name,
+    )
+    .await
+}

@@ -1,0 +1,119 @@
+//! The heartbeat Lease on the provider (DESIGN.md §2): `consumer-<localClusterUID>` in the
+//! lease namespace, holder = localClusterUID, 60 s duration, labelled managed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kbind_api::consts::{TRUE, annotation, label, lease, lease_name};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, PostParams, Result};
+use serde_json::{Value, json};
+
+/// The `coordination.k8s.io/v1` Lease resource.
+pub(crate) fn lease_resource() -> ApiResource {
+    ApiResource {
+        group: "coordination.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "coordination.k8s.io/v1".into(),
+        kind: "Lease".into(),
+        plural: "leases".into(),
+    }
+}
+
+fn micro_time(now: Timestamp) -> Value {
+    serde_json::to_value(MicroTime(now)).unwrap_or(Value::Null)
+}
+
+fn object(value: Value) -> Result<DynamicObject> {
+    serde_json::from_value(value).map_err(|e| Error::Decode(e.to_string()))
+}
+
+/// Renews (or creates) the heartbeat Lease of consumer `local_uid` at `now`. An existing Lease
+/// is updated with get+update only, so credentials limited to those verbs suffice.
+pub(crate) async fn renew(
+    provider: &dyn ClusterClient,
+    namespace: &str,
+    local_uid: &str,
+    now: Timestamp,
+) -> Result<()> {
+    let res = lease_resource();
+    let name = lease_name(local_uid);
+    match provider.get_opt(&res, Some(namespace), &name).await? {
+        Some(mut existing) => {
+            let labels = existing.metadata.labels.get_or_insert_with(Default::default);
+            labels.insert(label::MANAGED.to_string(), TRUE.to_string());
+            let spec = existing
+                .data
+                .as_object_mut()
+                .map(|d| d.entry("spec").or_insert_with(|| json!({})));
+            if let Some(Value::Object(spec)) = spec {
+                spec.insert("holderIdentity".into(), json!(local_uid));
+                spec.insert("leaseDurationSeconds".into(), json!(lease::DURATION_SECONDS));
+                spec.insert("renewTime".into(), micro_time(now));
+            }
+            provider
+                .replace(&res, Some(namespace), &name, &existing, &PostParams::default())
+                .await
+                .map(|_| ())
+        }
+        None => create(provider, namespace, &name, local_uid, now).await,
+    }
+}
+
+async fn create(
+    provider: &dyn ClusterClient,
+    namespace: &str,
+    name: &str,
+    local_uid: &str,
+    now: Timestamp,
+) -> Result<()> {
+    let lease = object(json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace, "labels": {label::MANAGED: TRUE}},
+        "spec": {
+            "holderIdentity": local_uid,
+            "leaseDurationSeconds": lease::DURATION_SECONDS,
+            "acquireTime": micro_time(now),
+            "renewTime": micro_time(now),
+        },
+    }))?;
+    let res = lease_resource();
+    match provider
+        .create(&res, Some(namespace), &lease, &PostParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        // The lease namespace is missing: create it (managed, like every namespace we create).
+        Err(Error::NotFound { .. }) => {
+            create_namespace(provider, namespace, local_uid).await?;
+            provider
+                .create(&res, Some(namespace), &lease, &PostParams::default())
+                .await
+                .map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn create_namespace(provider: &dyn ClusterClient, namespace: &str, local_uid: &str) -> Result<()> {
+    let ns = object(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {label::MANAGED: TRUE},
+            "annotations": {annotation::CONSUMER_CLUSTER_UID: local_uid},
+        },
+    }))?;
+    match provider
+        .create(
+            &kbind_cluster::identity::namespace_resource(),
+            None,
+            &ns,
+            &PostParams::default(),
+        )
+        .await
+    {
+        Ok(_) | Err(Error::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

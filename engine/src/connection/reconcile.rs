@@ -1,0 +1,419 @@
+//! One reconcile of one Connection: Secret → kubeconfig → provider client → identity check →
+//! discovery and heartbeat when due → status. Per-Connection provider state lives in
+//! [`Shared`] between reconciles (kube-runtime runs at most one reconcile per object at once).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::Connection;
+use kbind_api::conditions::ConditionStatus;
+use kbind_api::consts::reason;
+use kbind_cluster::{ClusterClient, ClusterClientExt, Error, IdentitySource, to_dynamic};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use tokio::time::Instant;
+
+use super::discovery::{Discovered, discover};
+use super::finalize::{
+    bindings_referencing, ensure_cleanup, has_cleanup, is_orphan, release_secret_if_last, remove_cleanup,
+};
+use super::status::{Observed, Report, desired_status, draining_status, write_status};
+use super::{RETRY_INTERVAL, connection_resource, heartbeat, secret_resource};
+use crate::context::Context;
+use crate::remote::{ProviderKubeconfig, parse_kubeconfig, provider_identity};
+
+/// Why a reconcile failed (consumer-side writes; provider trouble is reported in conditions).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A read or write on the consumer cluster failed.
+    #[error("failed to update the Connection or its Secret on the consumer: {0}")]
+    Consumer(#[source] Error),
+}
+
+impl From<Error> for ReconcileError {
+    fn from(e: Error) -> Self {
+        ReconcileError::Consumer(e)
+    }
+}
+
+/// The live link to one provider: a client built from one accepted kubeconfig.
+struct Link {
+    kubeconfig: ProviderKubeconfig,
+    client: Arc<dyn ClusterClient>,
+    last_renew: Option<Instant>,
+    last_discovery: Option<Instant>,
+    discovered: Option<Discovered>,
+    discovery_denied: Option<String>,
+    lease_denied: Option<String>,
+}
+
+/// What the reconciles of all Connections share.
+pub struct Shared {
+    ctx: Context,
+    store: Store<Connection>,
+    links: Mutex<BTreeMap<String, Link>>,
+    /// UIDs pinned by this process, so a reconcile running on a stale cached Connection
+    /// (pin written, watch event not yet seen) still compares against the pin.
+    pinned: Mutex<BTreeMap<String, (String, String)>>,
+    local_uid: tokio::sync::OnceCell<String>,
+    /// Serialises Secret release across Connections being deleted at the same time.
+    finalize_lock: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    /// Shared state over `ctx`, with the reflector's Connection cache.
+    pub fn new(ctx: Context, store: Store<Connection>) -> Self {
+        Self {
+            ctx,
+            store,
+            links: Mutex::new(BTreeMap::new()),
+            pinned: Mutex::new(BTreeMap::new()),
+            local_uid: tokio::sync::OnceCell::new(),
+            finalize_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The cached Connections (for triggers and diagnostics).
+    pub fn store(&self) -> &Store<Connection> {
+        &self.store
+    }
+
+    fn take_link(&self, name: &str) -> Option<Link> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner()).remove(name)
+    }
+
+    fn put_link(&self, name: &str, link: Link) {
+        self.links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), link);
+    }
+
+    fn pinned(&self, name: &str) -> Option<(String, String)> {
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    fn pin(&self, name: &str, remote: &str, local: &str) {
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(name.to_string())
+            .or_insert_with(|| (remote.to_string(), local.to_string()));
+    }
+
+    fn forget(&self, name: &str) {
+        self.take_link(name);
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+    }
+
+    async fn local_uid(&self) -> kbind_cluster::Result<String> {
+        self.local_uid
+            .get_or_try_init(|| async {
+                crate::remote::local_identity(self.ctx.consumer.as_ref())
+                    .await
+                    .map(|id| id.uid)
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// How a provider failure is reported.
+enum Failure {
+    /// A verb was refused: `PermissionDenied=True`, reason `Forbidden`.
+    Denied(String),
+    /// Transport, timeout or server trouble: `Connected=False`, reason `ProviderUnreachable`.
+    Unreachable(String),
+}
+
+/// Classifies a provider error; messages name verb and resource, never credentials.
+fn classify(e: &Error) -> Failure {
+    match e {
+        Error::Forbidden { verb, resource, .. } => {
+            Failure::Denied(format!("the provider credentials may not {verb} {resource}"))
+        }
+        Error::Unauthorized { .. } => {
+            Failure::Denied("the provider did not accept the credentials (401 Unauthorized)".into())
+        }
+        Error::Transport(_) => {
+            Failure::Unreachable("the provider cannot be reached (transport error); retrying".into())
+        }
+        Error::Timeout(_) => Failure::Unreachable("a request to the provider timed out; retrying".into()),
+        other => Failure::Unreachable(format!(
+            "the provider answered with an error (HTTP {}); retrying",
+            other.code()
+        )),
+    }
+}
+
+/// Reconciles one Connection.
+pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Action, ReconcileError> {
+    let name = conn.name_any();
+    let consumer = shared.ctx.consumer.as_ref();
+    if conn.metadata.deletion_timestamp.is_some() {
+        return finalize(&conn, &shared).await;
+    }
+    ensure_cleanup(consumer, &connection_resource(), &to_dynamic(conn.as_ref())?).await?;
+    let mut report = Report::pending();
+    let requeue = observe(&conn, &shared, &mut report).await?;
+    let now = Time(shared.ctx.clock.now());
+    write_status(consumer, &conn, desired_status(&conn, &report, &now)).await?;
+    tracing::debug!(connection = %name, connected = ?report.connected, secret = ?report.secret_valid, "reconciled");
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Fills `report`; returns when to look again (`None`: only on a change).
+async fn observe(conn: &Connection, shared: &Shared, report: &mut Report) -> Result<Option<Duration>, ReconcileError> {
+    let name = conn.name_any();
+    let kubeconfig = match load_kubeconfig(conn, shared).await? {
+        Ok(kubeconfig) => kubeconfig,
+        Err(observed) => {
+            report.secret_valid = observed;
+            // Nothing is run or sent to the provider for a refused or missing kubeconfig.
+            shared.take_link(&name);
+            return Ok(None);
+        }
+    };
+    report.secret_valid = Observed::ok("the Secret holds an accepted kubeconfig with inline credentials");
+
+    let local_uid = match shared.local_uid().await {
+        Ok(uid) => uid,
+        Err(_) => {
+            report.connected = Observed::not(reason::PENDING, "cannot read this cluster's own identity yet");
+            return Ok(Some(RETRY_INTERVAL));
+        }
+    };
+    report.local_uid = Some(local_uid.clone());
+
+    let mut link = match shared.take_link(&name) {
+        Some(link) if link.kubeconfig == kubeconfig => link,
+        _ => match shared.ctx.connector.connect(&kubeconfig).await {
+            Ok(client) => Link {
+                kubeconfig,
+                client,
+                last_renew: None,
+                last_discovery: None,
+                discovered: None,
+                discovery_denied: None,
+                lease_denied: None,
+            },
+            Err(e) => {
+                report_failure(report, &e);
+                return Ok(Some(RETRY_INTERVAL));
+            }
+        },
+    };
+    let requeue = drive(conn, shared, &mut link, &local_uid, report).await;
+    if requeue.1 {
+        shared.put_link(&name, link);
+    }
+    Ok(Some(requeue.0))
+}
+
+/// Verifies identity, then runs discovery and the heartbeat when due. Returns when to look
+/// again and whether the link is still good (a failed link is dropped: recovery starts fresh).
+async fn drive(
+    conn: &Connection,
+    shared: &Shared,
+    link: &mut Link,
+    local_uid: &str,
+    report: &mut Report,
+) -> (Duration, bool) {
+    let name = conn.name_any();
+    let config = &shared.ctx.config;
+    let identity = match provider_identity(link.client.as_ref()).await {
+        Ok(identity) => identity,
+        Err(e) => {
+            report_failure(report, &e);
+            return (RETRY_INTERVAL, false);
+        }
+    };
+    let status = conn.status.clone().unwrap_or_default();
+    let pinned = shared.pinned(&name);
+    let pinned_remote = status.remote_cluster_uid.or_else(|| pinned.clone().map(|p| p.0));
+    let pinned_local = status.local_cluster_uid.or_else(|| pinned.map(|p| p.1));
+    let remote_changed = pinned_remote.as_deref().is_some_and(|uid| uid != identity.uid);
+    let local_changed = pinned_local.as_deref().is_some_and(|uid| uid != local_uid);
+    if remote_changed || local_changed {
+        let which = if remote_changed { "provider" } else { "consumer" };
+        report.connected = Observed::not(
+            reason::CLUSTER_IDENTITY_CHANGED,
+            format!(
+                "the {which} cluster's identity differs from the pinned one; nothing is written to the provider. \
+                 To accept a rebuilt provider, delete the Connection with annotation core.kbind.io/deletion-policy=Orphan and apply it again"
+            ),
+        );
+        #[cfg(feature = "planted-renew-lease-while-disconnected")]
+        let _ = heartbeat::renew(
+            link.client.as_ref(),
+            &config.lease_namespace,
+            local_uid,
+            shared.ctx.clock.now(),
+        )
+        .await;
+        return (config.rediscovery_interval.min(RETRY_INTERVAL), false);
+    }
+    shared.pin(&name, &identity.uid, local_uid);
+    report.remote_uid = Some(identity.uid.clone());
+    let lease_uid = pinned_local.unwrap_or_else(|| local_uid.to_string());
+
+    let now = Instant::now();
+    if is_due(link.last_discovery, config.rediscovery_interval, now) {
+        let kcp_like = identity.source == IdentitySource::LogicalCluster;
+        match discover(link.client.as_ref(), kcp_like, conn.spec.schema.source).await {
+            Ok(discovered) => {
+                link.discovered = Some(discovered);
+                link.discovery_denied = None;
+            }
+            Err(e) => match classify(&e) {
+                Failure::Denied(message) => link.discovery_denied = Some(message),
+                Failure::Unreachable(_) => {
+                    report_failure(report, &e);
+                    return (RETRY_INTERVAL, false);
+                }
+            },
+        }
+        link.last_discovery = Some(now);
+    }
+    if is_due(link.last_renew, config.heartbeat_interval, now) {
+        match heartbeat::renew(
+            link.client.as_ref(),
+            &config.lease_namespace,
+            &lease_uid,
+            shared.ctx.clock.now(),
+        )
+        .await
+        {
+            Ok(()) => link.lease_denied = None,
+            Err(e) => match classify(&e) {
+                Failure::Denied(message) => link.lease_denied = Some(message),
+                Failure::Unreachable(_) => {
+                    report_failure(report, &e);
+                    return (RETRY_INTERVAL, false);
+                }
+            },
+        }
+        link.last_renew = Some(now);
+    }
+
+    report.connected = Observed::ok("connected to the provider with the pinned identity");
+    report.permission_denied = link.discovery_denied.clone().or_else(|| link.lease_denied.clone());
+    if let Some(discovered) = &link.discovered {
+        report.exported = Some((discovered.apis.clone(), discovered.source));
+        report.schema_in_sync = Observed::ok(format!("{} exported APIs discovered", discovered.apis.len()));
+    }
+    let next = [
+        due_in(link.last_renew, config.heartbeat_interval, now),
+        due_in(link.last_discovery, config.rediscovery_interval, now),
+    ]
+    .into_iter()
+    .min()
+    .unwrap_or(RETRY_INTERVAL);
+    (next.max(Duration::from_millis(100)), true)
+}
+
+fn is_due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
+    last.is_none_or(|at| now.saturating_duration_since(at) >= every)
+}
+
+fn due_in(last: Option<Instant>, every: Duration, now: Instant) -> Duration {
+    last.map_or(Duration::ZERO, |at| (at + every).saturating_duration_since(now))
+}
+
+/// Records a provider failure in `report`.
+fn report_failure(report: &mut Report, e: &Error) {
+    match classify(e) {
+        Failure::Denied(message) => {
+            report.connected = Observed::not(reason::FORBIDDEN, "cannot verify the provider's identity");
+            report.permission_denied = Some(message);
+        }
+        Failure::Unreachable(message) => {
+            report.connected = Observed::not(reason::PROVIDER_UNREACHABLE, message);
+        }
+    }
+}
+
+/// The accepted kubeconfig of the Connection's Secret, or the SecretValid=False observation.
+async fn load_kubeconfig(
+    conn: &Connection,
+    shared: &Shared,
+) -> Result<Result<ProviderKubeconfig, Observed>, ReconcileError> {
+    let secret_ref = &conn.spec.kubeconfig_secret_ref;
+    let allowed = &shared.ctx.config.namespace;
+    if &secret_ref.namespace != allowed {
+        return Ok(Err(Observed::not(
+            reason::SECRET_NAMESPACE_NOT_ALLOWED,
+            format!(
+                "the kubeconfig Secret must be in the konnector's namespace {allowed:?}, not {:?}",
+                secret_ref.namespace
+            ),
+        )));
+    }
+    let consumer = shared.ctx.consumer.as_ref();
+    let Some(secret) = consumer
+        .get_opt(&secret_resource(), Some(&secret_ref.namespace), &secret_ref.name)
+        .await?
+    else {
+        return Ok(Err(Observed::not(
+            reason::SECRET_NOT_FOUND,
+            format!(
+                "Secret {}/{} not found; waiting for it",
+                secret_ref.namespace, secret_ref.name
+            ),
+        )));
+    };
+    ensure_cleanup(consumer, &secret_resource(), &secret).await?;
+    let encoded = secret
+        .data
+        .pointer(&format!(
+            "/data/{}",
+            secret_ref.key.replace('~', "~0").replace('/', "~1")
+        ))
+        .and_then(|v| v.as_str());
+    let Some(encoded) = encoded else {
+        return Ok(Err(Observed::not(
+            reason::SECRET_NOT_FOUND,
+            format!(
+                "Secret {}/{} has no key {:?}; waiting for it",
+                secret_ref.namespace, secret_ref.name, secret_ref.key
+            ),
+        )));
+    };
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(encoded) else {
+        return Ok(Err(Observed::not(
+            reason::INVALID_KUBECONFIG,
+            "the Secret's kubeconfig value is not valid base64",
+        )));
+    };
+    Ok(parse_kubeconfig(&bytes, shared.ctx.config.allow_insecure_providers)
+        .map_err(|refusal| Observed::new(ConditionStatus::False, refusal.reason(), refusal.message().to_string())))
+}
+
+/// A deleted Connection: wait for its bindings unless Orphan, release the Secret when it is
+/// the last user, then drop the finalizer. Nothing on the provider is touched.
+async fn finalize(conn: &Connection, shared: &Shared) -> Result<Action, ReconcileError> {
+    let name = conn.name_any();
+    let consumer = shared.ctx.consumer.as_ref();
+    if !has_cleanup(&conn.metadata) {
+        shared.forget(&name);
+        return Ok(Action::await_change());
+    }
+    if !is_orphan(conn) {
+        let bindings = bindings_referencing(consumer, &name).await?;
+        if bindings > 0 {
+            let now = Time(shared.ctx.clock.now());
+            let message = format!("waiting for {bindings} binding(s) of this Connection to drain");
+            write_status(consumer, conn, draining_status(conn, message, &now)).await?;
+            return Ok(Action::requeue(RETRY_INTERVAL));
+        }
+    }
+    shared.forget(&name);
+    let _serialised = shared.finalize_lock.lock().await;
+    release_secret_if_last(consumer, conn).await?;
+    remove_cleanup(consumer, &connection_resource(), None, &name).await?;
+    Ok(Action::await_change())
+}

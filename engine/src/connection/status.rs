@@ -1,0 +1,231 @@
+//! What one reconcile observed, turned into the Connection's status and written with a merge
+//! patch on the status subresource (only when something changed).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::conditions::{self, ConditionStatus};
+use kbind_api::consts::{condition, field_manager, reason};
+use kbind_api::{Connection, ConnectionStatus, ExportedApi, SchemaSource};
+use kbind_cluster::{ClusterClient, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+/// One condition's observed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Observed {
+    /// True, False or Unknown.
+    pub status: ConditionStatus,
+    /// Machine-readable reason.
+    pub reason: &'static str,
+    /// Human-readable message; never carries credentials.
+    pub message: String,
+}
+
+impl Observed {
+    pub(crate) fn ok(message: impl Into<String>) -> Self {
+        Self::new(ConditionStatus::True, reason::AS_EXPECTED, message)
+    }
+
+    pub(crate) fn not(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ConditionStatus::False, reason, message)
+    }
+
+    pub(crate) fn new(status: ConditionStatus, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.status == ConditionStatus::True
+    }
+}
+
+/// Everything a reconcile learnt about one Connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Report {
+    pub secret_valid: Observed,
+    pub connected: Observed,
+    /// `Some(message)` when a verb was refused on the provider.
+    pub permission_denied: Option<String>,
+    pub schema_in_sync: Observed,
+    /// UIDs to pin (only written when the status has none yet).
+    pub remote_uid: Option<String>,
+    pub local_uid: Option<String>,
+    /// Fresh discovery results; `None` keeps what the status has.
+    pub exported: Option<(Vec<ExportedApi>, SchemaSource)>,
+}
+
+impl Report {
+    /// A report whose every condition waits for the Secret.
+    pub(crate) fn pending() -> Self {
+        Self {
+            secret_valid: Observed::new(
+                ConditionStatus::Unknown,
+                reason::PENDING,
+                "checking the kubeconfig Secret",
+            ),
+            connected: Observed::not(reason::PENDING, "waiting for a valid kubeconfig Secret"),
+            permission_denied: None,
+            schema_in_sync: Observed::not(reason::PENDING, "waiting for the provider"),
+            remote_uid: None,
+            local_uid: None,
+            exported: None,
+        }
+    }
+
+    /// The Ready condition: SecretValid ∧ Connected ∧ ¬PermissionDenied.
+    fn ready(&self) -> Observed {
+        if !self.secret_valid.holds() {
+            return Observed::not(self.secret_valid.reason, self.secret_valid.message.clone());
+        }
+        if !self.connected.holds() {
+            return Observed::not(self.connected.reason, self.connected.message.clone());
+        }
+        if let Some(message) = &self.permission_denied {
+            return Observed::not(reason::FORBIDDEN, message.clone());
+        }
+        Observed::ok("the provider is connected with the pinned identity")
+    }
+}
+
+/// The status `report` gives `conn` at `now`.
+pub(crate) fn desired_status(conn: &Connection, report: &Report, now: &Time) -> ConnectionStatus {
+    let mut status = conn.status.clone().unwrap_or_default();
+    if status.remote_cluster_uid.is_none() {
+        status.remote_cluster_uid = report.remote_uid.clone();
+    }
+    if status.local_cluster_uid.is_none() {
+        status.local_cluster_uid = report.local_uid.clone();
+    }
+    if let Some((apis, source)) = &report.exported {
+        status.exported_apis = apis.clone();
+        status.active_schema_source = Some(*source);
+    }
+    let generation = conn.metadata.generation;
+    let denied = match &report.permission_denied {
+        Some(message) => Observed::new(ConditionStatus::True, reason::FORBIDDEN, message.clone()),
+        None => Observed::not(reason::AS_EXPECTED, "no provider request was refused"),
+    };
+    for (type_, observed) in [
+        (condition::SECRET_VALID, &report.secret_valid),
+        (condition::CONNECTED, &report.connected),
+        (condition::SCHEMA_IN_SYNC, &report.schema_in_sync),
+        (condition::PERMISSION_DENIED, &denied),
+        (condition::READY, &report.ready()),
+    ] {
+        let cond = conditions::new(
+            type_,
+            observed.status,
+            observed.reason,
+            observed.message.clone(),
+            generation,
+        );
+        conditions::set(&mut status.conditions, cond, now);
+    }
+    status
+}
+
+/// The status of a deleted Connection waiting for its bindings: Ready=False, DrainingBindings.
+pub(crate) fn draining_status(conn: &Connection, message: String, now: &Time) -> ConnectionStatus {
+    let mut status = conn.status.clone().unwrap_or_default();
+    let ready = conditions::new(
+        condition::READY,
+        false,
+        reason::DRAINING_BINDINGS,
+        message,
+        conn.metadata.generation,
+    );
+    conditions::set(&mut status.conditions, ready, now);
+    status
+}
+
+/// Writes `status` when it differs from the Connection's current one.
+pub(crate) async fn write_status(
+    consumer: &dyn ClusterClient,
+    conn: &Connection,
+    status: ConnectionStatus,
+) -> kbind_cluster::Result<()> {
+    if conn.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let mut body = serde_json::to_value(&status).map_err(|e| kbind_cluster::Error::Decode(e.to_string()))?;
+    // A merge patch leaves absent keys alone: emptied fields must be sent as null to clear.
+    if let Some(map) = body.as_object_mut() {
+        for key in ["exportedAPIs", "activeSchemaSource"] {
+            map.entry(key).or_insert(Value::Null);
+        }
+    }
+    let params = PatchParams {
+        field_manager: Some(field_manager::KONNECTOR.to_string()),
+        ..PatchParams::default()
+    };
+    consumer
+        .patch_status(
+            &super::connection_resource(),
+            None,
+            &conn.name_any(),
+            &Patch::Merge(json!({ "status": body })),
+            &params,
+        )
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn connection() -> Connection {
+        serde_json::from_value(json!({
+            "apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
+            "metadata": {"name": "acme", "generation": 3},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "acme"}},
+            "status": {"remoteClusterUID": "pinned-remote", "localClusterUID": "pinned-local"},
+        }))
+        .unwrap()
+    }
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    #[test]
+    fn pinned_uids_are_never_replaced() {
+        let mut report = Report::pending();
+        report.remote_uid = Some("other-remote".into());
+        report.local_uid = Some("other-local".into());
+        let status = desired_status(&connection(), &report, &at(1));
+        assert_eq!(status.remote_cluster_uid.as_deref(), Some("pinned-remote"));
+        assert_eq!(status.local_cluster_uid.as_deref(), Some("pinned-local"));
+    }
+
+    #[test]
+    fn ready_follows_secret_connected_and_permission() {
+        let mut report = Report::pending();
+        report.secret_valid = Observed::ok("valid");
+        report.connected = Observed::ok("connected");
+        let status = desired_status(&connection(), &report, &at(1));
+        assert!(conditions::is_true(&status.conditions, condition::READY));
+        assert_eq!(
+            conditions::find(&status.conditions, condition::READY)
+                .unwrap()
+                .observed_generation,
+            Some(3)
+        );
+
+        report.permission_denied = Some("the provider credentials may not get leases".into());
+        let status = desired_status(&connection(), &report, &at(2));
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Forbidden"));
+        assert!(conditions::is_true(&status.conditions, condition::PERMISSION_DENIED));
+
+        report.permission_denied = None;
+        report.connected = Observed::not(reason::PROVIDER_UNREACHABLE, "down");
+        let status = desired_status(&connection(), &report, &at(3));
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!(ready.reason, "ProviderUnreachable");
+    }
+}

@@ -1,0 +1,129 @@
+//! The production `Connector`: an accepted kubeconfig becomes a `kube::Client` (rustls) built
+//! field by field, so nothing is read from files or the environment (no `HTTPS_PROXY`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use kbind_cluster::{ClusterClient, Error, KubeClusterClient};
+use secrecy::SecretString;
+
+use super::{Connector, Credentials, ProviderKubeconfig};
+
+/// Connects to real providers through the `kube` crate.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KubeConnector {
+    /// Development only: accept `http://` and `insecure-skip-tls-verify` (re-checked here, so a
+    /// kubeconfig parsed elsewhere cannot smuggle them in).
+    pub allow_insecure: bool,
+}
+
+#[async_trait]
+impl Connector for KubeConnector {
+    async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
+        let config = self.config(kubeconfig)?;
+        let client = kube::Client::try_from(config)
+            .map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
+        Ok(Arc::new(KubeClusterClient::new(client)))
+    }
+}
+
+impl KubeConnector {
+    /// The `kube::Config` for `kubeconfig`; never reads files or environment variables.
+    pub fn config(&self, kubeconfig: &ProviderKubeconfig) -> Result<kube::Config, Error> {
+        let uri: http::Uri = kubeconfig.server.parse().map_err(|_| Error::BadRequest {
+            message: "the provider server is not a valid URL".into(),
+        })?;
+        let insecure = uri.scheme_str() != Some("https") || kubeconfig.insecure_skip_tls_verify;
+        if insecure && !self.allow_insecure {
+            return Err(Error::BadRequest {
+                message: "insecure provider transport refused (development flag not set)".into(),
+            });
+        }
+        let mut config = kube::Config::new(uri);
+        config.accept_invalid_certs = kubeconfig.insecure_skip_tls_verify && self.allow_insecure;
+        if let Some(pem) = &kubeconfig.ca_pem {
+            config.root_cert = Some(pem_certificates(pem));
+        }
+        match &kubeconfig.credentials {
+            Credentials::Token(token) => {
+                config.auth_info.token = Some(SecretString::from(token.clone()));
+            }
+            Credentials::ClientCertificate { cert_pem, key_pem } => {
+                let b64 = base64::engine::general_purpose::STANDARD;
+                config.auth_info.client_certificate_data = Some(b64.encode(cert_pem));
+                config.auth_info.client_key_data = Some(SecretString::from(b64.encode(key_pem)));
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The DER certificates of a PEM bundle (blocks other than `CERTIFICATE` are skipped).
+pub(crate) fn pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
+    let text = String::from_utf8_lossy(pem);
+    let mut certs = Vec::new();
+    let mut body: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        if line == "-----BEGIN CERTIFICATE-----" {
+            body = Some(String::new());
+        } else if line == "-----END CERTIFICATE-----" {
+            if let Some(b) = body.take()
+                && let Ok(der) = base64::engine::general_purpose::STANDARD.decode(b)
+                && !der.is_empty()
+            {
+                certs.push(der);
+            }
+        } else if let Some(b) = body.as_mut() {
+            b.push_str(line);
+        }
+    }
+    certs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(server: &str, skip: bool) -> ProviderKubeconfig {
+        ProviderKubeconfig {
+            server: server.into(),
+            ca_pem: Some(b"-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n".to_vec()),
+            credentials: Credentials::Token("t0ken".into()),
+            insecure_skip_tls_verify: skip,
+        }
+    }
+
+    #[test]
+    fn config_carries_the_ca_and_token_and_nothing_from_files() {
+        let config = KubeConnector::default()
+            .config(&kubeconfig("https://provider.example:6443", false))
+            .unwrap();
+        assert_eq!(config.root_cert, Some(vec![vec![0, 1, 2]]));
+        assert!(config.root_cert_file.is_none());
+        assert!(config.proxy_url.is_none());
+        assert!(!config.accept_invalid_certs);
+        assert!(config.auth_info.token.is_some());
+        assert!(config.auth_info.exec.is_none() && config.auth_info.token_file.is_none());
+    }
+
+    #[test]
+    fn insecure_transport_needs_the_development_flag() {
+        let secure = KubeConnector { allow_insecure: false };
+        assert!(secure.config(&kubeconfig("http://provider.example", false)).is_err());
+        assert!(secure.config(&kubeconfig("https://provider.example", true)).is_err());
+        let dev = KubeConnector { allow_insecure: true };
+        assert!(
+            dev.config(&kubeconfig("https://provider.example", true))
+                .unwrap()
+                .accept_invalid_certs
+        );
+    }
+
+    #[test]
+    fn pem_bundles_yield_each_certificate() {
+        let pem = "junk\n-----BEGIN CERTIFICATE-----\nAA\nEC\n-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\nAw==\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_certificates(pem.as_bytes()), vec![vec![0, 1, 2], vec![3]]);
+        assert!(pem_certificates(b"no certs").is_empty());
+    }
+}
