@@ -365,7 +365,10 @@ impl World {
         let admin = self.consumer.admin_client();
         for obj in objects {
             let res = resource_of(&obj);
-            let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+            let ns = obj
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string);
             admin
                 .create(&res, ns.as_deref(), &object(obj), &Default::default())
                 .await
@@ -575,7 +578,10 @@ impl World {
         if let Some(r) = self.replicas.get(id) {
             r.cut.store(isolated, Ordering::SeqCst);
         }
-        self.note(format!("{} {id} from the consumer", if isolated { "isolated" } else { "reconnected" }));
+        self.note(format!(
+            "{} {id} from the consumer",
+            if isolated { "isolated" } else { "reconnected" }
+        ));
     }
 
     // ---- time ----
@@ -622,7 +628,9 @@ impl World {
 
     /// The first broken invariant, if any.
     pub async fn check_invariants(&self) -> Option<Violation> {
-        if let Some(v) = invariants::nothing_deleted_on_consumer(&self.consumer, &self.konnector_users(), &self.story_deleted) {
+        if let Some(v) =
+            invariants::nothing_deleted_on_consumer(&self.consumer, &self.konnector_users(), &self.story_deleted)
+        {
             return Some(v);
         }
         for (name, provider) in &self.providers {
@@ -660,7 +668,10 @@ impl World {
         }
         report.push_str("last consumer writes:\n");
         for w in self.consumer.write_log().iter().rev().take(15).rev() {
-            report.push_str(&format!("  rv {} {} {} {} {}/{}\n", w.rv, w.user, w.verb, w.resource, w.namespace, w.name));
+            report.push_str(&format!(
+                "  rv {} {} {} {} {}/{}\n",
+                w.rv, w.user, w.verb, w.resource, w.namespace, w.name
+            ));
         }
         report.push_str("last log lines:\n");
         for line in self.log.tail(20) {
