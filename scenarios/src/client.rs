@@ -3,7 +3,7 @@
 //! that cuts this one client off (a network split between one actor and one cluster).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use fakeapi::{FakeClient, FakeCluster};
@@ -18,7 +18,14 @@ enum Principal {
     /// A fixed user.
     User(FakeClient),
     /// Whoever the bearer token authenticates as, at the time of each request.
-    Token { cluster: FakeCluster, token: String },
+    Token {
+        cluster: FakeCluster,
+        token: String,
+        /// The server's generation (bumped when the server behind the URL is rebuilt).
+        server_generation: Arc<AtomicU64>,
+        /// The generation this client's connection was made to.
+        connected_to: Arc<AtomicU64>,
+    },
 }
 
 /// A client of one world cluster with its own network switch.
@@ -37,12 +44,15 @@ impl WorldClient {
         }
     }
 
-    /// A client authenticating with a bearer token.
-    pub fn token(cluster: FakeCluster, token: &str, cut: Arc<AtomicBool>) -> Self {
+    /// A client authenticating with a bearer token to a server of generation `server_generation`.
+    pub fn token(cluster: FakeCluster, token: &str, server_generation: Arc<AtomicU64>, cut: Arc<AtomicBool>) -> Self {
+        let connected_to = Arc::new(AtomicU64::new(server_generation.load(Ordering::SeqCst)));
         Self {
             principal: Principal::Token {
                 cluster,
                 token: token.to_string(),
+                server_generation,
+                connected_to,
             },
             cut,
         }
@@ -54,12 +64,30 @@ impl WorldClient {
         }
         match &self.principal {
             Principal::User(client) => Ok(client.clone()),
-            Principal::Token { cluster, token } => match cluster.authenticate(token) {
+            Principal::Token {
+                cluster,
+                token,
+                server_generation,
+                connected_to,
+            } => {
+                // A rebuilt server resets the connections to the old one; the client redials.
+                let now = server_generation.load(Ordering::SeqCst);
+                if connected_to.swap(now, Ordering::SeqCst) != now {
+                    return Err(Error::Transport("read tcp: connection reset by peer".into()));
+                }
+                Self::authenticated(cluster, token)
+            }
+        }
+    }
+
+    fn authenticated(cluster: &FakeCluster, token: &str) -> Result<FakeClient> {
+        {
+            match cluster.authenticate(token) {
                 Some(user) => Ok(cluster.client(user)),
                 None => Err(Error::Unauthorized {
                     message: "Unauthorized".into(),
                 }),
-            },
+            }
         }
     }
 }

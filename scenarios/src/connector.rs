@@ -2,7 +2,7 @@
 //! checking the kubeconfig's CA against the cluster's fake CA, and counting connections.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -17,6 +17,7 @@ use crate::client::WorldClient;
 struct Server {
     cluster: FakeCluster,
     ca_pem: Vec<u8>,
+    generation: Arc<AtomicU64>,
 }
 
 /// Connects the konnector to world clusters.
@@ -34,10 +35,21 @@ impl FakeConnector {
 
     /// Makes `cluster` reachable at `https://<name>.fake`, serving a certificate signed by `ca_pem`.
     pub fn register(&self, name: &str, cluster: FakeCluster, ca_pem: Vec<u8>) {
-        self.servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), Server { cluster, ca_pem });
+        self.servers.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            name.to_string(),
+            Server {
+                cluster,
+                ca_pem,
+                generation: Arc::new(AtomicU64::new(0)),
+            },
+        );
+    }
+
+    /// Marks the server behind `name` as rebuilt: open connections to it are reset.
+    pub fn server_rebuilt(&self, name: &str) {
+        if let Some(server) = self.servers.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            server.generation.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// How many clients were built for `name` so far.
@@ -85,6 +97,7 @@ impl Connector for FakeConnector {
         Ok(Arc::new(WorldClient::token(
             server.cluster,
             token,
+            server.generation,
             Arc::new(AtomicBool::new(false)),
         )))
     }

@@ -463,9 +463,11 @@ impl World {
             .unwrap_or_else(|| panic!("no konnector replica {id:?}"))
     }
 
-    /// Whether replica `id` leads.
+    /// Whether replica `id` is running and leads (a crashed replica's last word does not count).
     pub fn is_leading(&self, id: &str) -> bool {
-        self.replicas.get(id).is_some_and(|r| *r.leading.borrow())
+        self.replicas
+            .get(id)
+            .is_some_and(|r| r.task.as_ref().is_some_and(|t| !t.is_finished()) && *r.leading.borrow())
     }
 
     /// The consumer user replica `id` writes as.
@@ -493,6 +495,7 @@ impl World {
         let cluster = self.provider(name).clone();
         let rv = cluster.resource_version();
         cluster.replace_with_fresh();
+        self.connector.server_rebuilt(name);
         if let Some(p) = self.providers.get_mut(name) {
             p.replaced_at_rv = Some(rv);
         }
