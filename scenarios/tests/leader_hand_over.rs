@@ -63,3 +63,35 @@ async fn crashed_konnector_is_replaced_by_a_standby_after_the_lease_expires() {
     world.run_until("b leads", 40, |w| w.is_leading("b")).await;
     assert!(world.steps() - crashed_at >= 13, "b waited out the Lease duration");
 }
+
+#[tokio::test(start_paused = true)]
+async fn standby_replica_engages_nothing_until_it_leads() {
+    let mut world = World::builder()
+        .seed(seed_from_env(9))
+        .story("standby_replica_engages_nothing_until_it_leads")
+        .provider("acme", ProviderOpts::default())
+        .build()
+        .await;
+    let cred = world.mint_admin_token("acme");
+    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
+    world.pin_connection_ready("acme", "acme").await;
+    world.start_replica("a");
+    world
+        .run_until("a engages acme", 20, |w| w.registry_of("a").get("acme").is_some())
+        .await;
+    world.start_replica("b");
+    world.steps_for(20).await;
+    assert!(world.registry_of("b").engaged().is_empty(), "a standby engages nothing");
+    let engaged_by_a = world.registry_of("a").get("acme").unwrap();
+
+    world.crash_replica("a");
+    world.steps_for(1).await;
+    assert!(
+        engaged_by_a.is_disengaged(),
+        "a crashed replica's engagement is torn down with it"
+    );
+    world
+        .run_until("b engages acme", 40, |w| w.registry_of("b").get("acme").is_some())
+        .await;
+    assert_eq!(world.connector().connects("acme"), 2, "b built its own client");
+}
