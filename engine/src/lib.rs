@@ -3,4 +3,7 @@
 
 pub mod connection;
 pub mod context;
+pub mod engine;
+pub mod leader;
+pub mod provider;
 pub mod remote;

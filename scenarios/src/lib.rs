@@ -1,2 +1,13 @@
 //! The deterministic scenario world: named fake clusters, the engine running against them on
 //! tokio's paused clock, faults as verbs between steps, and DESIGN.md §8 checked after each.
+
+pub mod bundle;
+pub mod client;
+pub mod connector;
+pub mod invariants;
+pub mod logcap;
+pub mod world;
+
+pub use bundle::Credential;
+pub use connector::FakeConnector;
+pub use world::{ProviderOpts, World, WorldBuilder, seed_from_env};

@@ -1,0 +1,104 @@
+//! The engine: the Connection reconciler and provider engagement, gated together by leader
+//! election when it is enabled (DESIGN.md §4).
+
+use std::future::Future;
+
+use tokio::sync::watch;
+
+use crate::context::Context;
+use crate::leader::{LeaderConfig, LeaderElector};
+use crate::provider::ProviderRegistry;
+
+/// Builds an [`Engine`].
+#[derive(Clone)]
+pub struct EngineBuilder {
+    ctx: Context,
+    leader: Option<LeaderConfig>,
+}
+
+impl EngineBuilder {
+    /// Gate everything behind leader election on the consumer (`None`: always lead).
+    #[must_use]
+    pub fn leader_election(mut self, config: Option<LeaderConfig>) -> Self {
+        self.leader = config;
+        self
+    }
+
+    /// The engine.
+    pub fn build(self) -> Engine {
+        Engine {
+            ctx: self.ctx,
+            leader: self.leader,
+            registry: ProviderRegistry::new(),
+            leading: watch::channel(false).0,
+        }
+    }
+}
+
+/// The konnector's engine.
+pub struct Engine {
+    ctx: Context,
+    leader: Option<LeaderConfig>,
+    registry: ProviderRegistry,
+    leading: watch::Sender<bool>,
+}
+
+impl Engine {
+    /// A builder over the shared context.
+    pub fn builder(ctx: Context) -> EngineBuilder {
+        EngineBuilder { ctx, leader: None }
+    }
+
+    /// The engaged providers (for the syncers built on top).
+    pub fn providers(&self) -> ProviderRegistry {
+        self.registry.clone()
+    }
+
+    /// `true` while this replica runs the gated controllers.
+    pub fn leading(&self) -> watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
+    /// Runs until the future is dropped.
+    pub async fn run(&self) {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Runs until `shutdown` resolves; a held leader Lease is then released.
+    pub async fn run_until(&self, shutdown: impl Future<Output = ()>) {
+        match &self.leader {
+            None => {
+                self.leading.send_replace(true);
+                tokio::select! {
+                    _ = self.controllers() => {}
+                    _ = shutdown => {}
+                }
+                self.leading.send_replace(false);
+            }
+            Some(config) => {
+                let elector = LeaderElector::new(self.ctx.clone(), config.clone());
+                let mut leading = elector.leading();
+                let mirror = async {
+                    while leading.changed().await.is_ok() {
+                        self.leading.send_replace(*leading.borrow());
+                    }
+                    std::future::pending::<()>().await
+                };
+                tokio::select! {
+                    _ = elector.run(shutdown, |_| self.controllers()) => {}
+                    _ = mirror => {}
+                }
+                self.leading.send_replace(false);
+            }
+        }
+    }
+
+    /// Everything leader election gates, as one future: dropping it stops all of it.
+    fn controllers(&self) -> impl Future<Output = ()> + use<'_> {
+        let ctx = self.ctx.clone();
+        let registry = self.registry.clone();
+        async move {
+            tokio::join!(crate::connection::run(ctx.clone()), crate::provider::run(ctx, registry));
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Leader election on a fakeapi consumer, on tokio's paused clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fakeapi::{ErrorRule, FakeCluster, InjectedError, UserInfo};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kbind_cluster::{ClusterClient, ClusterClientExt, SharedClock, TokioClock};
+use serde_json::json;
+
+use super::*;
+use crate::context::EngineConfig;
+use crate::remote::{Connector, ProviderKubeconfig};
+
+struct NoProviders;
+
+#[async_trait]
+impl Connector for NoProviders {
+    async fn connect(&self, _: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error> {
+        Err(kbind_cluster::Error::Transport("no providers in this test".into()))
+    }
+}
+
+async fn consumer() -> (FakeCluster, SharedClock) {
+    let clock: SharedClock = Arc::new(TokioClock::fixed());
+    let consumer = FakeCluster::builder("consumer").seed(7).clock(clock.clone()).build();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "kbind"}})).unwrap();
+    consumer.admin_client().create_typed(&ns).await.unwrap();
+    (consumer, clock)
+}
+
+fn replica(consumer: &FakeCluster, clock: &SharedClock, name: &str) -> LeaderElector {
+    let ctx = Context {
+        consumer: Arc::new(consumer.client(UserInfo {
+            name: name.into(),
+            groups: vec!["system:masters".into()],
+        })),
+        connector: Arc::new(NoProviders),
+        clock: clock.clone(),
+        config: EngineConfig::default(),
+    };
+    LeaderElector::new(ctx, LeaderConfig::new("kbind", "kbind-konnector", name))
+}
+
+/// Gated work that writes a ConfigMap every second and counts its writes.
+fn writer(consumer: &FakeCluster, name: &str, count: Arc<AtomicU64>) -> impl Future<Output = ()> + use<> {
+    let client = consumer.client(UserInfo {
+        name: name.into(),
+        groups: vec!["system:masters".into()],
+    });
+    async move {
+        loop {
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let cm: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": format!("{}-{n}", client_name(&client)), "namespace": "kbind"},
+            }))
+            .unwrap();
+            let _ = client.create_typed(&cm).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+fn client_name(client: &fakeapi::FakeClient) -> String {
+    format!("{:p}", client.cluster())
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect()
+}
+
+async fn lease(consumer: &FakeCluster) -> Option<LeaseSpec> {
+    let res = lease_resource();
+    let obj = consumer
+        .admin_client()
+        .get_opt(&res, Some("kbind"), "kbind-konnector")
+        .await
+        .unwrap()?;
+    kbind_cluster::from_dynamic::<Lease>(obj).unwrap().spec
+}
+
+async fn wait_for(what: &str, rx: &mut watch::Receiver<bool>, value: bool, within: Duration) -> Duration {
+    let start = Instant::now();
+    tokio::time::timeout(within, rx.wait_for(|v| *v == value))
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting until {what}"))
+        .unwrap();
+    start.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn single_replica_acquires_and_renews_the_lease() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let mut leading = a.leading();
+    tokio::spawn(a.run(std::future::pending(), |_| std::future::pending()));
+    wait_for("a leads", &mut leading, true, Duration::from_secs(5)).await;
+    let first = lease(&consumer).await.unwrap();
+    assert_eq!(first.holder_identity.as_deref(), Some("a"));
+    assert_eq!(first.lease_duration_seconds, Some(15));
+    assert_eq!(first.lease_transitions, Some(0));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let later = lease(&consumer).await.unwrap();
+    assert!(later.renew_time.unwrap().0 > first.renew_time.unwrap().0);
+    assert_eq!(later.acquire_time, first.acquire_time);
+}
+
+#[tokio::test(start_paused = true)]
+async fn second_replica_waits_while_the_lease_is_renewed() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let b = replica(&consumer, &clock, "b");
+    let mut a_leads = a.leading();
+    let b_leads = b.leading();
+    tokio::spawn(a.run(std::future::pending(), |_| std::future::pending()));
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
+    tokio::spawn(b.run(std::future::pending(), |_| std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(!*b_leads.borrow());
+    assert!(*a_leads.borrow());
+}
+
+#[tokio::test(start_paused = true)]
+async fn crashed_leader_is_replaced_after_the_lease_duration() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let b = replica(&consumer, &clock, "b");
+    let mut a_leads = a.leading();
+    let mut b_leads = b.leading();
+    let a_task = tokio::spawn(a.run(std::future::pending(), |_| std::future::pending()));
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
+    tokio::spawn(b.run(std::future::pending(), |_| std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a_task.abort();
+    let took = wait_for("b takes over", &mut b_leads, true, Duration::from_secs(30)).await;
+    assert!(
+        took >= Duration::from_secs(13),
+        "b must wait out the lease, took {took:?}"
+    );
+    let spec = lease(&consumer).await.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("b"));
+    assert_eq!(spec.lease_transitions, Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_the_lease_for_a_prompt_takeover() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let b = replica(&consumer, &clock, "b");
+    let mut a_leads = a.leading();
+    let mut b_leads = b.leading();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let a_task = tokio::spawn(a.run(
+        async {
+            let _ = stopped.await;
+        },
+        |_| std::future::pending(),
+    ));
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
+    tokio::spawn(b.run(std::future::pending(), |_| std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.send(()).unwrap();
+    a_task.await.unwrap();
+    assert_eq!(lease(&consumer).await.unwrap().holder_identity, None);
+    let took = wait_for("b takes over", &mut b_leads, true, Duration::from_secs(30)).await;
+    assert!(
+        took <= Duration::from_secs(3),
+        "a released lease is taken at once, took {took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_that_cannot_renew_stops_its_work_within_the_renew_deadline() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let mut a_leads = a.leading();
+    let writes = Arc::new(AtomicU64::new(0));
+    let gated = {
+        let consumer = consumer.clone();
+        let writes = writes.clone();
+        move |_| writer(&consumer, "a-work", writes.clone())
+    };
+    tokio::spawn(a.run(std::future::pending(), gated));
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(writes.load(Ordering::SeqCst) >= 4, "the gated work runs while leading");
+    let renewed = lease(&consumer).await.unwrap().renew_time.unwrap().0;
+    consumer.inject_error(ErrorRule::new(Some("update"), Some("leases"), InjectedError::Internal));
+    let stepped_down_after = wait_for("a steps down", &mut a_leads, false, Duration::from_secs(30)).await;
+    assert!(stepped_down_after <= Duration::from_secs(10));
+    let at_step_down = writes.load(Ordering::SeqCst);
+    let step_down_time = clock.now();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        at_step_down,
+        "no gated write after stepping down"
+    );
+    let lease_expiry = renewed + jiff::SignedDuration::from_secs(15);
+    assert!(
+        step_down_time < lease_expiry,
+        "work must stop before the Lease can change hands"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_write_race_is_not_leadership() {
+    let (consumer, clock) = consumer().await;
+    let mut a = replica(&consumer, &clock, "a");
+    assert_eq!(a.try_acquire_or_renew().await, Attempt::Held);
+    let mut stale = kbind_cluster::from_dynamic::<Lease>(
+        consumer
+            .admin_client()
+            .get(&lease_resource(), Some("kbind"), "kbind-konnector")
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    // A renewal at the same instant would be a no-op update that keeps the resourceVersion.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(a.try_acquire_or_renew().await, Attempt::Held);
+    stale.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let mut b = replica(&consumer, &clock, "b");
+    assert_eq!(
+        b.replace(&stale).await,
+        Attempt::HeldByAnother,
+        "a stale resourceVersion is a 409"
+    );
+}

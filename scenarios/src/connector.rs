@@ -1,0 +1,104 @@
+//! `FakeConnector`: the world's `Connector`, mapping `https://<name>.fake` to world clusters,
+//! checking the kubeconfig's CA against the cluster's fake CA, and counting connections.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fakeapi::FakeCluster;
+use kbind_cluster::{ClusterClient, Error};
+use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
+
+use crate::client::WorldClient;
+
+/// One reachable server.
+#[derive(Debug, Clone)]
+struct Server {
+    cluster: FakeCluster,
+    ca_pem: Vec<u8>,
+    generation: Arc<AtomicU64>,
+}
+
+/// Connects the konnector to world clusters.
+#[derive(Debug, Default)]
+pub struct FakeConnector {
+    servers: Mutex<BTreeMap<String, Server>>,
+    connects: Mutex<BTreeMap<String, usize>>,
+}
+
+impl FakeConnector {
+    /// The server URL of cluster `name`.
+    pub fn server_url(name: &str) -> String {
+        format!("https://{name}.fake")
+    }
+
+    /// Makes `cluster` reachable at `https://<name>.fake`, serving a certificate signed by `ca_pem`.
+    pub fn register(&self, name: &str, cluster: FakeCluster, ca_pem: Vec<u8>) {
+        self.servers.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            name.to_string(),
+            Server {
+                cluster,
+                ca_pem,
+                generation: Arc::new(AtomicU64::new(0)),
+            },
+        );
+    }
+
+    /// Marks the server behind `name` as rebuilt: open connections to it are reset.
+    pub fn server_rebuilt(&self, name: &str) {
+        if let Some(server) = self.servers.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            server.generation.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// How many clients were built for `name` so far.
+    pub fn connects(&self, name: &str) -> usize {
+        self.connects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+#[async_trait]
+impl Connector for FakeConnector {
+    async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
+        let host = kubeconfig
+            .server
+            .strip_prefix("https://")
+            .and_then(|h| h.strip_suffix(".fake"))
+            .ok_or_else(|| Error::Transport(format!("dial {}: no such host", kubeconfig.server)))?;
+        let server = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(host)
+            .cloned()
+            .ok_or_else(|| Error::Transport(format!("dial {}: no such host", kubeconfig.server)))?;
+        if !kubeconfig.insecure_skip_tls_verify && kubeconfig.ca_pem.as_deref() != Some(server.ca_pem.as_slice()) {
+            return Err(Error::Transport(
+                "tls: failed to verify certificate: x509: certificate verify failed: unknown authority".into(),
+            ));
+        }
+        let Credentials::Token(token) = &kubeconfig.credentials else {
+            return Err(Error::Unauthorized {
+                message: "Unauthorized".into(),
+            });
+        };
+        *self
+            .connects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(host.to_string())
+            .or_default() += 1;
+        Ok(Arc::new(WorldClient::token(
+            server.cluster,
+            token,
+            server.generation,
+            Arc::new(AtomicBool::new(false)),
+        )))
+    }
+}

@@ -1,0 +1,707 @@
+//! The world: a seeded set of named fake clusters on tokio's paused clock, konnector replicas
+//! running the engine against the consumer, fault verbs, and the invariants after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use fakeapi::{FakeCluster, UserInfo};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, SharedClock, TokioClock};
+use kbind_engine::context::{Context, EngineConfig};
+use kbind_engine::engine::Engine;
+use kbind_engine::leader::LeaderConfig;
+use kbind_engine::provider::ProviderRegistry;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::bundle::{self, Credential};
+use crate::client::WorldClient;
+use crate::connector::FakeConnector;
+use crate::invariants::{self, Violation};
+use crate::logcap::LogCapture;
+
+/// One world tick.
+pub const TICK: Duration = Duration::from_secs(1);
+/// The konnector's namespace on the consumer.
+pub const NAMESPACE: &str = "kbind";
+
+/// The seed from `KBIND_SEED`, else `default`.
+pub fn seed_from_env(default: u64) -> u64 {
+    std::env::var("KBIND_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// How a provider cluster is built.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOpts {
+    /// A CRD-less, kcp-like provider (LogicalCluster `cluster` is its identity).
+    pub kcp_like: bool,
+}
+
+/// Builds a [`World`].
+#[derive(Debug, Clone)]
+pub struct WorldBuilder {
+    seed: u64,
+    story: String,
+    consumer: String,
+    providers: Vec<(String, ProviderOpts)>,
+    leader_election: bool,
+}
+
+impl WorldBuilder {
+    /// The seed of every random choice in the world.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The story's name, printed on failure.
+    pub fn story(mut self, name: &str) -> Self {
+        self.story = name.to_string();
+        self
+    }
+
+    /// The consumer cluster's name.
+    pub fn consumer(mut self, name: &str) -> Self {
+        self.consumer = name.to_string();
+        self
+    }
+
+    /// Adds a plain provider cluster.
+    pub fn provider(mut self, name: &str, opts: ProviderOpts) -> Self {
+        self.providers.push((name.to_string(), opts));
+        self
+    }
+
+    /// Adds a kcp-like provider cluster.
+    pub fn kcp_provider(self, name: &str) -> Self {
+        self.provider(name, ProviderOpts { kcp_like: true })
+    }
+
+    /// Gates konnector replicas behind leader election (on by default).
+    pub fn leader_election(mut self, on: bool) -> Self {
+        self.leader_election = on;
+        self
+    }
+
+    /// Creates the clusters (on the current, paused runtime) and installs kbind's CRDs.
+    pub async fn build(self) -> World {
+        let log = LogCapture::default();
+        let log_guard = log.install();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let clock: SharedClock = Arc::new(TokioClock::fixed());
+        let consumer = FakeCluster::builder(&self.consumer)
+            .seed(rng.next_u64())
+            .clock(clock.clone())
+            .build();
+        let connector = Arc::new(FakeConnector::default());
+        let mut providers = BTreeMap::new();
+        for (name, opts) in &self.providers {
+            let cluster = FakeCluster::builder(name)
+                .seed(rng.next_u64())
+                .clock(clock.clone())
+                .kcp_like(opts.kcp_like)
+                .build();
+            let ca_pem = fake_ca_pem(name, rng.next_u64());
+            connector.register(name, cluster.clone(), ca_pem.clone());
+            providers.insert(
+                name.clone(),
+                Provider {
+                    cluster,
+                    ca_pem,
+                    replaced_at_rv: None,
+                },
+            );
+        }
+        let mut world = World {
+            seed: self.seed,
+            story: self.story,
+            step: 0,
+            rng,
+            clock,
+            consumer,
+            providers,
+            connector,
+            replicas: BTreeMap::new(),
+            credentials: Vec::new(),
+            story_deleted: BTreeSet::new(),
+            notes: Vec::new(),
+            leader_election: self.leader_election,
+            log,
+            _log_guard: log_guard,
+        };
+        world.install_kbind().await;
+        world
+    }
+}
+
+/// A fake self-signed CA certificate, unique per cluster (PEM armour around seeded bytes).
+fn fake_ca_pem(name: &str, salt: u64) -> Vec<u8> {
+    let body = base64::engine::general_purpose::STANDARD.encode(format!("fake-ca:{name}:{salt:016x}"));
+    format!("-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n").into_bytes()
+}
+
+/// A provider cluster of the world.
+#[derive(Debug, Clone)]
+struct Provider {
+    cluster: FakeCluster,
+    ca_pem: Vec<u8>,
+    /// The consumer-visible resourceVersion of the provider when its identity was swapped.
+    replaced_at_rv: Option<u64>,
+}
+
+/// One konnector replica.
+struct Replica {
+    task: Option<JoinHandle<()>>,
+    registry: ProviderRegistry,
+    leading: watch::Receiver<bool>,
+    cut: Arc<AtomicBool>,
+}
+
+/// The world a story runs in.
+pub struct World {
+    seed: u64,
+    story: String,
+    step: u64,
+    rng: ChaCha8Rng,
+    clock: SharedClock,
+    consumer: FakeCluster,
+    providers: BTreeMap<String, Provider>,
+    connector: Arc<FakeConnector>,
+    replicas: BTreeMap<String, Replica>,
+    credentials: Vec<Credential>,
+    story_deleted: BTreeSet<(String, String, String)>,
+    notes: Vec<String>,
+    leader_election: bool,
+    log: LogCapture,
+    _log_guard: tracing::subscriber::DefaultGuard,
+}
+
+impl World {
+    /// A builder with seed 0, a consumer called `consumer` and leader election on.
+    pub fn builder() -> WorldBuilder {
+        WorldBuilder {
+            seed: 0,
+            story: "unnamed story".into(),
+            consumer: "consumer".into(),
+            providers: Vec::new(),
+            leader_election: true,
+        }
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// The consumer cluster.
+    pub fn consumer(&self) -> &FakeCluster {
+        &self.consumer
+    }
+
+    /// Provider cluster `name`.
+    pub fn provider(&self, name: &str) -> &FakeCluster {
+        &self.provider_entry(name).cluster
+    }
+
+    /// The world's connector (connection counts per provider).
+    pub fn connector(&self) -> &FakeConnector {
+        &self.connector
+    }
+
+    /// The world clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// The captured engine log.
+    pub fn log(&self) -> &LogCapture {
+        &self.log
+    }
+
+    fn provider_entry(&self, name: &str) -> &Provider {
+        self.providers
+            .get(name)
+            .unwrap_or_else(|| panic!("the world has no provider {name:?}"))
+    }
+
+    fn note(&mut self, what: String) {
+        self.notes.push(format!("step {}: {what}", self.step));
+    }
+
+    async fn install_kbind(&mut self) {
+        let admin = self.consumer.admin_client();
+        for mut crd in kbind_api::crds() {
+            // kube-apiserver defaults listKind; fakeapi does not yet, and re-establishes for ever.
+            crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));
+            admin.create_typed(&crd).await.expect("installing kbind's CRDs");
+        }
+        admin
+            .create(
+                &ns_resource(),
+                None,
+                &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})),
+                &Default::default(),
+            )
+            .await
+            .expect("creating the konnector namespace");
+        let connections = ApiResource::erase::<kbind_api::Connection>(&());
+        for _ in 0..100 {
+            if admin.list(&connections, None, &Default::default()).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.fail(&Violation {
+            invariant: "setup",
+            detail: "the Connection CRD is never served".into(),
+        });
+    }
+
+    // ---- credentials and the bundle ----
+
+    /// A static admin token on `provider` (survives a provider replacement, like a break-glass
+    /// token; not revocable).
+    pub fn mint_admin_token(&mut self, provider: &str) -> Credential {
+        let token = format!("kbind-admin.{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
+        let user = format!("kbind-konnector@{provider}");
+        self.provider(provider).add_token(
+            &token,
+            UserInfo {
+                name: user.clone(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            },
+        );
+        let cred = Credential {
+            provider: provider.to_string(),
+            token,
+            user,
+            service_account: None,
+        };
+        self.credentials.push(cred.clone());
+        cred
+    }
+
+    /// A revocable ServiceAccount token on `provider`, bound to ClusterRole `cluster_role`.
+    pub async fn mint_service_account(&mut self, provider: &str, name: &str, cluster_role: &str) -> Credential {
+        let admin = self.provider(provider).admin_client();
+        let _ = admin
+            .create(
+                &ns_resource(),
+                None,
+                &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})),
+                &Default::default(),
+            )
+            .await;
+        let sa_res = ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&());
+        admin
+            .create(
+                &sa_res,
+                Some(NAMESPACE),
+                &object(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}})),
+                &Default::default(),
+            )
+            .await
+            .expect("creating the konnector's ServiceAccount");
+        let crb = ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&());
+        admin
+            .create(
+                &crb,
+                None,
+                &object(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": format!("{name}-{cluster_role}")},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+                })),
+                &Default::default(),
+            )
+            .await
+            .expect("binding the konnector's ClusterRole");
+        let answer = admin
+            .create_subresource(&sa_res, Some(NAMESPACE), name, "token", &json!({"spec": {}}))
+            .await
+            .expect("minting a ServiceAccount token");
+        let token = answer
+            .pointer("/status/token")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let cred = Credential {
+            provider: provider.to_string(),
+            token,
+            user: format!("system:serviceaccount:{NAMESPACE}:{name}"),
+            service_account: Some((NAMESPACE.to_string(), name.to_string())),
+        };
+        self.credentials.push(cred.clone());
+        cred
+    }
+
+    /// The kubeconfig for `cred`, with the provider's real CA.
+    pub fn kubeconfig_for(&self, cred: &Credential) -> String {
+        let provider = self.provider_entry(&cred.provider);
+        bundle::kubeconfig(
+            &FakeConnector::server_url(&cred.provider),
+            &provider.ca_pem,
+            &cred.token,
+        )
+    }
+
+    /// Applies the one-apply bundle for Connection `name` to the consumer (as its admin).
+    pub async fn apply_bundle(&mut self, name: &str, cred: &Credential, apis: &[&str]) {
+        let objects = bundle::bundle(name, NAMESPACE, &self.kubeconfig_for(cred), apis);
+        let admin = self.consumer.admin_client();
+        for obj in objects {
+            let res = resource_of(&obj);
+            let ns = obj
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            admin
+                .create(&res, ns.as_deref(), &object(obj), &Default::default())
+                .await
+                .expect("applying the bundle");
+        }
+        self.note(format!("applied the bundle for {name}"));
+    }
+
+    /// Writes what the Connection reconciler writes on first contact (Ready, the pinned
+    /// identities): a stand-in for stories of the provider layer alone.
+    pub async fn pin_connection_ready(&mut self, name: &str, provider: &str) {
+        let uid = self.provider(provider).identity_uid();
+        let local = self.consumer.identity_uid();
+        let condition = |t: &str| {
+            json!({"type": t, "status": "True", "reason": "AsExpected", "message": "",
+                   "lastTransitionTime": kbind_cluster::clock::format_time(self.clock.now())})
+        };
+        let patch = json!({"status": {
+            "remoteClusterUID": uid, "localClusterUID": local,
+            "conditions": [condition("SecretValid"), condition("Connected"), condition("Ready")],
+        }});
+        self.consumer
+            .admin_client()
+            .patch_status(
+                &ApiResource::erase::<kbind_api::Connection>(&()),
+                None,
+                name,
+                &kbind_cluster::Patch::Merge(patch),
+                &Default::default(),
+            )
+            .await
+            .expect("pinning the Connection Ready");
+        self.note(format!("pinned Connection {name} Ready on {provider}"));
+    }
+
+    // ---- konnector replicas ----
+
+    /// Starts konnector replica `konnector-0`.
+    pub fn start_konnector(&mut self) {
+        self.start_replica("konnector-0");
+    }
+
+    /// Starts (or restarts) konnector replica `id`.
+    pub fn start_replica(&mut self, id: &str) {
+        let cut = self
+            .replicas
+            .get(id)
+            .map(|r| r.cut.clone())
+            .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
+        let consumer = WorldClient::user(
+            self.consumer.client(UserInfo {
+                name: replica_user(id),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            }),
+            cut.clone(),
+        );
+        let ctx = Context {
+            consumer: Arc::new(consumer),
+            connector: self.connector.clone(),
+            clock: self.clock.clone(),
+            config: EngineConfig::default(),
+        };
+        let leader = self
+            .leader_election
+            .then(|| LeaderConfig::new(NAMESPACE, "kbind-konnector", id));
+        let engine = Engine::builder(ctx).leader_election(leader).build();
+        let registry = engine.providers();
+        let leading = engine.leading();
+        let task = tokio::spawn(async move { engine.run().await });
+        self.replicas.insert(
+            id.to_string(),
+            Replica {
+                task: Some(task),
+                registry,
+                leading,
+                cut,
+            },
+        );
+        self.note(format!("started {id}"));
+    }
+
+    /// The provider registry of replica `konnector-0`.
+    pub fn providers(&self) -> ProviderRegistry {
+        self.registry_of("konnector-0")
+    }
+
+    /// The provider registry of replica `id`.
+    pub fn registry_of(&self, id: &str) -> ProviderRegistry {
+        self.replicas
+            .get(id)
+            .map(|r| r.registry.clone())
+            .unwrap_or_else(|| panic!("no konnector replica {id:?}"))
+    }
+
+    /// Whether replica `id` is running and leads (a crashed replica's last word does not count).
+    pub fn is_leading(&self, id: &str) -> bool {
+        self.replicas
+            .get(id)
+            .is_some_and(|r| r.task.as_ref().is_some_and(|t| !t.is_finished()) && *r.leading.borrow())
+    }
+
+    /// The consumer user replica `id` writes as.
+    pub fn replica_user(&self, id: &str) -> String {
+        replica_user(id)
+    }
+
+    // ---- faults ----
+
+    /// Cuts provider `name` off from everyone.
+    pub fn partition(&mut self, name: &str) {
+        self.provider(name).partition();
+        self.note(format!("partitioned {name}"));
+    }
+
+    /// Ends the partition of provider `name`.
+    pub fn heal(&mut self, name: &str) {
+        self.provider(name).heal();
+        self.note(format!("healed {name}"));
+    }
+
+    /// Replaces provider `name` with a fresh, empty cluster with a new identity (same URL, CA
+    /// and static tokens).
+    pub fn replace_provider(&mut self, name: &str) {
+        let cluster = self.provider(name).clone();
+        let rv = cluster.resource_version();
+        cluster.replace_with_fresh();
+        self.connector.server_rebuilt(name);
+        if let Some(p) = self.providers.get_mut(name) {
+            p.replaced_at_rv = Some(rv);
+        }
+        self.note(format!("replaced {name} with a fresh cluster"));
+    }
+
+    /// Revokes a ServiceAccount credential (deletes the ServiceAccount: its tokens die).
+    pub async fn revoke(&mut self, cred: &Credential) {
+        let (ns, name) = cred
+            .service_account
+            .clone()
+            .expect("only ServiceAccount credentials can be revoked");
+        let sa_res = ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&());
+        self.provider(&cred.provider)
+            .admin_client()
+            .delete(&sa_res, Some(&ns), &name, &Default::default())
+            .await
+            .expect("revoking the ServiceAccount");
+        self.note(format!("revoked {} on {}", cred.user, cred.provider));
+    }
+
+    /// Points Connection `name`'s Secret at `cred` (possibly another provider), with `ca_pem`
+    /// (`None`: the right CA of `cred`'s provider).
+    pub async fn swap_secret(&mut self, name: &str, cred: &Credential, ca_pem: Option<&[u8]>) {
+        let provider = self.provider_entry(&cred.provider);
+        let kubeconfig = bundle::kubeconfig(
+            &FakeConnector::server_url(&cred.provider),
+            ca_pem.unwrap_or(&provider.ca_pem),
+            &cred.token,
+        );
+        self.consumer
+            .admin_client()
+            .patch(
+                &ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+                Some(NAMESPACE),
+                name,
+                &kbind_cluster::Patch::Merge(json!({"stringData": {"kubeconfig": kubeconfig}})),
+                &Default::default(),
+            )
+            .await
+            .expect("swapping the Secret");
+        self.note(format!("swapped the Secret of {name} to {}", cred.provider));
+    }
+
+    /// Deletes a consumer object as the story (allowed by invariant 1).
+    pub async fn delete_on_consumer(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
+        let resource = if res.group.is_empty() {
+            format!("{}.", res.plural)
+        } else {
+            format!("{}.{}", res.plural, res.group)
+        };
+        self.story_deleted
+            .insert((resource, namespace.unwrap_or("").to_string(), name.to_string()));
+        let _ = self
+            .consumer
+            .admin_client()
+            .delete(res, namespace, name, &Default::default())
+            .await;
+        self.note(format!("deleted {} {name} on the consumer", res.plural));
+    }
+
+    /// Kills replica `konnector-0` without any cleanup.
+    pub fn crash_konnector(&mut self) {
+        self.crash_replica("konnector-0");
+    }
+
+    /// Kills replica `id` without any cleanup (no Lease release).
+    pub fn crash_replica(&mut self, id: &str) {
+        if let Some(task) = self.replicas.get_mut(id).and_then(|r| r.task.take()) {
+            task.abort();
+        }
+        self.note(format!("crashed {id}"));
+    }
+
+    /// Restarts replica `konnector-0` from scratch.
+    pub fn restart_konnector(&mut self) {
+        self.crash_replica("konnector-0");
+        self.start_replica("konnector-0");
+    }
+
+    /// Cuts replica `id` off from the consumer (`false` restores it).
+    pub fn isolate_replica(&mut self, id: &str, isolated: bool) {
+        if let Some(r) = self.replicas.get(id) {
+            r.cut.store(isolated, Ordering::SeqCst);
+        }
+        self.note(format!(
+            "{} {id} from the consumer",
+            if isolated { "isolated" } else { "reconnected" }
+        ));
+    }
+
+    // ---- time ----
+
+    /// Advances the paused clock one tick, lets every task settle, then checks the invariants.
+    pub async fn step(&mut self) {
+        tokio::time::sleep(TICK).await;
+        for _ in 0..32 {
+            tokio::task::yield_now().await;
+        }
+        self.step += 1;
+        if let Some(violation) = self.check_invariants().await {
+            self.fail(&violation);
+        }
+    }
+
+    /// Steps `n` times.
+    pub async fn steps_for(&mut self, n: u64) {
+        for _ in 0..n {
+            self.step().await;
+        }
+    }
+
+    /// Steps until `done` holds, failing the story after `max_steps`.
+    pub async fn run_until(&mut self, what: &str, max_steps: u64, done: impl Fn(&World) -> bool) {
+        for _ in 0..max_steps {
+            if done(self) {
+                return;
+            }
+            self.step().await;
+        }
+        if !done(self) {
+            self.fail(&Violation {
+                invariant: "progress",
+                detail: format!("not true after {max_steps} steps: {what}"),
+            });
+        }
+    }
+
+    /// The consumer users of every konnector replica.
+    fn konnector_users(&self) -> BTreeSet<String> {
+        self.replicas.keys().map(|id| replica_user(id)).collect()
+    }
+
+    /// The first broken invariant, if any.
+    pub async fn check_invariants(&self) -> Option<Violation> {
+        if let Some(v) =
+            invariants::nothing_deleted_on_consumer(&self.consumer, &self.konnector_users(), &self.story_deleted)
+        {
+            return Some(v);
+        }
+        for (name, provider) in &self.providers {
+            let Some(rv) = provider.replaced_at_rv else { continue };
+            let users: BTreeSet<String> = self
+                .credentials
+                .iter()
+                .filter(|c| &c.provider == name)
+                .map(|c| c.user.clone())
+                .collect();
+            if let Some(v) = invariants::no_write_after_identity_change(name, &provider.cluster, rv, &users) {
+                return Some(v);
+            }
+        }
+        let secrets: Vec<String> = self.credentials.iter().map(|c| c.token.clone()).collect();
+        let surfaces = invariants::consumer_surfaces(&self.consumer).await;
+        invariants::no_credentials_in("consumer events or Connection status", &surfaces, &secrets)
+            .or_else(|| invariants::no_credentials_in("the konnector log", &self.log.text(), &secrets))
+    }
+
+    /// Fails the story with everything needed to reproduce it.
+    pub fn fail(&self, violation: &Violation) -> ! {
+        let mut report = format!(
+            "\nstory {:?} failed at step {} (seed {}): {} {}\nreproduce: KBIND_SEED={} cargo test -p kbind-scenarios {}\n\nlast story steps:\n",
+            self.story,
+            self.step,
+            self.seed,
+            violation.invariant,
+            violation.detail,
+            self.seed,
+            self.story.replace(' ', "_"),
+        );
+        for note in self.notes.iter().rev().take(15).rev() {
+            report.push_str(&format!("  {note}\n"));
+        }
+        report.push_str("last consumer writes:\n");
+        for w in self.consumer.write_log().iter().rev().take(15).rev() {
+            report.push_str(&format!(
+                "  rv {} {} {} {} {}/{}\n",
+                w.rv, w.user, w.verb, w.resource, w.namespace, w.name
+            ));
+        }
+        report.push_str("last log lines:\n");
+        for line in self.log.tail(20) {
+            report.push_str(&format!("  {line}\n"));
+        }
+        panic!("{report}");
+    }
+}
+
+fn replica_user(id: &str) -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{id}")
+}
+
+fn ns_resource() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&())
+}
+
+fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a world object is a valid object")
+}
+
+/// The resource of one of the bundle's objects.
+fn resource_of(obj: &Value) -> ApiResource {
+    match obj.get("kind").and_then(Value::as_str) {
+        Some("Secret") => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        Some("Connection") => ApiResource::erase::<kbind_api::Connection>(&()),
+        Some("ClusterBinding") => ApiResource::erase::<kbind_api::ClusterBinding>(&()),
+        other => panic!("the bundle has an unexpected kind {other:?}"),
+    }
+}

@@ -1,0 +1,92 @@
+//! Stories that need the Connection reconciler (status conditions, heartbeat Lease) to drive
+//! engagement; they run once the `econn` branch is merged.
+
+mod common;
+
+use kbind_cluster::ApiResource;
+
+fn heartbeat_writes(world: &kbind_scenarios::World, user: &str) -> usize {
+    world
+        .provider("acme")
+        .write_log()
+        .iter()
+        .filter(|w| w.user == user && w.resource.starts_with("leases."))
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "needs the Connection reconciler (econn branch)"]
+async fn partitioned_provider_is_disengaged_and_reengaged_with_a_fresh_client() {
+    let (mut world, _cred) =
+        common::connected_world("partitioned_provider_is_disengaged_and_reengaged_with_a_fresh_client").await;
+    world
+        .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
+        .await;
+    let first = world.providers().get("acme").unwrap();
+    let _ = first.cache.store(&common::configmaps());
+    world.partition("acme");
+    world
+        .run_until("acme is disengaged", 120, |w| w.providers().get("acme").is_none())
+        .await;
+    assert!(first.cache.watched().is_empty(), "no caches survive a disengage");
+    world.heal("acme");
+    world
+        .run_until("acme is engaged again", 120, |w| w.providers().get("acme").is_some())
+        .await;
+    let second = world.providers().get("acme").unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&first, &second));
+    assert_eq!(world.connector().connects("acme"), 2, "recovery builds a fresh client");
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "needs the Connection reconciler (econn branch)"]
+async fn heartbeat_lease_is_renewed_only_while_connected() {
+    let (mut world, cred) = common::connected_world("heartbeat_lease_is_renewed_only_while_connected").await;
+    world
+        .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
+        .await;
+    world.steps_for(70).await;
+    assert!(
+        heartbeat_writes(&world, &cred.user) >= 2,
+        "the Lease is renewed while connected"
+    );
+    world.replace_provider("acme");
+    world
+        .run_until("acme is disengaged", 120, |w| w.providers().get("acme").is_none())
+        .await;
+    let after = heartbeat_writes(&world, &cred.user);
+    world.steps_for(120).await;
+    assert_eq!(
+        heartbeat_writes(&world, &cred.user),
+        after,
+        "no heartbeat while not connected"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "needs the Connection reconciler (econn branch)"]
+async fn revoked_credentials_disengage_without_deleting_anything() {
+    let mut world = kbind_scenarios::World::builder()
+        .seed(kbind_scenarios::seed_from_env(5))
+        .story("revoked_credentials_disengage_without_deleting_anything")
+        .provider("acme", Default::default())
+        .build()
+        .await;
+    let cred = world
+        .mint_service_account("acme", "kbind-konnector", "cluster-admin")
+        .await;
+    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
+    world.start_konnector();
+    world
+        .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
+        .await;
+    world.revoke(&cred).await;
+    world
+        .run_until("acme is disengaged", 120, |w| w.providers().get("acme").is_none())
+        .await;
+    let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    let kept =
+        kbind_cluster::ClusterClientExt::get_opt(&world.consumer().admin_client(), &secrets, Some("kbind"), "acme")
+            .await;
+    assert!(matches!(kept, Ok(Some(_))), "the Secret stays");
+}
