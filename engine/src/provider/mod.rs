@@ -4,7 +4,6 @@
 
 mod cache;
 mod guard;
-pub mod kubeconfig;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -48,7 +47,7 @@ pub enum EngageError {
     SecretNotFound(String),
     /// The kubeconfig is not acceptable.
     #[error(transparent)]
-    Kubeconfig(#[from] kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] crate::remote::Refusal),
     /// The connector or the identity read failed.
     #[error("failed to reach the provider: {0}")]
     Unreachable(String),
@@ -325,7 +324,7 @@ impl Engager {
             .as_ref()
             .and_then(|d| d.get(&r.key))
             .ok_or(EngageError::SecretNotFound(secret_name))?;
-        let kubeconfig = kubeconfig::parse(&bytes.0, self.ctx.config.allow_insecure_providers)?;
+        let kubeconfig = crate::remote::parse_kubeconfig(&bytes.0, self.ctx.config.allow_insecure_providers)?;
         let name = conn.name_any();
         let raw = match self.previous.get(&name) {
             Some(old) if cfg!(feature = "planted-reuse-client-after-disengage") => old.clone(),
