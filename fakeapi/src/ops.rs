@@ -227,9 +227,9 @@ impl FakeCluster {
         if let Some(ns) = namespace {
             meta::set(&mut obj, "namespace", Some(json!(ns)));
         }
-        let created = self
-            .inner
-            .create_locked(&mut state, &caller.user, &info, obj, &manager, params.dry_run, None)?;
+        let created =
+            self.inner
+                .create_locked(&mut state, &caller.user, &info, obj, &manager, params.dry_run, false)?;
         let rv = state.rv;
         drop(state);
         self.inner.notify(rv);
@@ -355,7 +355,7 @@ impl FakeCluster {
                             merged,
                             &manager,
                             params.dry_run,
-                            Some(()),
+                            true,
                         )
                     }
                     None => Err(Error::not_found(&gr.qualified(), name)),
@@ -580,7 +580,7 @@ impl Inner {
         mut obj: Value,
         manager: &str,
         dry_run: bool,
-        applied: Option<()>,
+        applied: bool,
     ) -> Result<Arc<Value>> {
         let gr = info.group_resource();
         let name = meta::name(&obj).map(str::to_string).ok_or_else(|| {
@@ -605,7 +605,7 @@ impl Inner {
         if let Some(map) = obj.as_object_mut() {
             map.insert("apiVersion".into(), json!(info.api_version()));
             map.insert("kind".into(), json!(info.resource.kind));
-            if info.has_status() && applied.is_none() {
+            if info.has_status() && !applied {
                 map.remove("status");
             }
         }
@@ -618,7 +618,7 @@ impl Inner {
         ] {
             meta::set(&mut obj, field, None);
         }
-        if applied.is_none() {
+        if !applied {
             meta::set(&mut obj, "managedFields", None);
         }
         let now = self.now();
@@ -631,7 +631,7 @@ impl Inner {
         if tracks_generation(info) {
             meta::set(&mut obj, "generation", Some(json!(1)));
         }
-        if applied.is_none() {
+        if !applied {
             ssa::record_update(None, &mut obj, manager, &info.schema, "", &now);
         }
         if dry_run {
