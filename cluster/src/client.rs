@@ -141,6 +141,17 @@ pub trait ClusterClientExt: ClusterClient {
         from_dynamic(obj)
     }
 
+    /// Reads one object as a typed resource, `None` on 404.
+    async fn get_typed_opt<K>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned + Send,
+    {
+        match self.get_opt(&ApiResource::erase::<K>(&()), namespace, name).await? {
+            Some(obj) => from_dynamic(obj).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Creates a typed object.
     async fn create_typed<K>(&self, obj: &K) -> Result<K>
     where

@@ -5,5 +5,6 @@ pub mod connection;
 pub mod context;
 pub mod engine;
 pub mod leader;
+pub mod planted;
 pub mod provider;
 pub mod remote;

@@ -93,6 +93,7 @@ impl FakeClusterBuilder {
             kcp_like: self.kcp_like,
             bookmark_interval: self.bookmark_interval,
             tokens: Mutex::new(BTreeMap::new()),
+            incarnation: std::sync::atomic::AtomicU64::new(0),
         });
         let cluster = FakeCluster { inner };
         cluster.bootstrap();
@@ -114,6 +115,9 @@ pub(crate) struct Inner {
     pub(crate) bookmark_interval: Duration,
     /// Bearer tokens: the user they authenticate and, for ServiceAccount tokens, the SA uid.
     pub(crate) tokens: Mutex<BTreeMap<String, (UserInfo, Option<String>)>>,
+    /// Bumped by `replace_with_fresh`: a request sent to an earlier incarnation never lands
+    /// on the fresh cluster (its connection is reset, as with a rebuilt server).
+    pub(crate) incarnation: std::sync::atomic::AtomicU64,
 }
 
 impl Inner {
@@ -319,6 +323,7 @@ impl FakeCluster {
             *state = State::new(Registry::new(self.inner.kcp_like), rng, state.history_limit, rv);
             state.write_log = write_log;
             state.watch_epoch = epoch + 1;
+            self.inner.incarnation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         self.inner
             .tokens

@@ -565,7 +565,11 @@ impl Inner {
     pub(crate) async fn fault_gate(&self, verb: &str, resource: &str) -> Result<()> {
         let latency = self.faults().latency;
         if let Some(delay) = latency {
+            let sent_to = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
             tokio::time::sleep(delay).await;
+            if self.incarnation.load(std::sync::atomic::Ordering::SeqCst) != sent_to {
+                return Err(Error::Transport("read tcp: connection reset by peer".into()));
+            }
         }
         self.faults().check(&self.name, verb, resource)
     }

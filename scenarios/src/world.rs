@@ -116,7 +116,7 @@ impl WorldBuilder {
                 Provider {
                     cluster,
                     ca_pem,
-                    replaced_at_rv: None,
+                    replacements: Vec::new(),
                 },
             );
         }
@@ -153,8 +153,8 @@ fn fake_ca_pem(name: &str, salt: u64) -> Vec<u8> {
 struct Provider {
     cluster: FakeCluster,
     ca_pem: Vec<u8>,
-    /// The consumer-visible resourceVersion of the provider when its identity was swapped.
-    replaced_at_rv: Option<u64>,
+    /// Every replacement: the provider's resourceVersion then, and the identity it replaced.
+    replacements: Vec<(u64, String)>,
 }
 
 /// One konnector replica.
@@ -349,6 +349,11 @@ impl World {
         cred
     }
 
+    /// The CA (PEM) that provider `name`'s server certificate chains to.
+    pub fn ca_pem(&self, name: &str) -> &[u8] {
+        &self.provider_entry(name).ca_pem
+    }
+
     /// The kubeconfig for `cred`, with the provider's real CA.
     pub fn kubeconfig_for(&self, cred: &Credential) -> String {
         let provider = self.provider_entry(&cred.provider);
@@ -361,47 +366,64 @@ impl World {
 
     /// Applies the one-apply bundle for Connection `name` to the consumer (as its admin).
     pub async fn apply_bundle(&mut self, name: &str, cred: &Credential, apis: &[&str]) {
-        let objects = bundle::bundle(name, NAMESPACE, &self.kubeconfig_for(cred), apis);
-        let admin = self.consumer.admin_client();
-        for obj in objects {
-            let res = resource_of(&obj);
-            let ns = obj
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            admin
-                .create(&res, ns.as_deref(), &object(obj), &Default::default())
-                .await
-                .expect("applying the bundle");
+        for obj in bundle::bundle(name, NAMESPACE, &self.kubeconfig_for(cred), apis) {
+            self.apply_object(obj).await;
         }
         self.note(format!("applied the bundle for {name}"));
     }
 
-    /// Writes what the Connection reconciler writes on first contact (Ready, the pinned
-    /// identities): a stand-in for stories of the provider layer alone.
-    pub async fn pin_connection_ready(&mut self, name: &str, provider: &str) {
-        let uid = self.provider(provider).identity_uid();
-        let local = self.consumer.identity_uid();
-        let condition = |t: &str| {
-            json!({"type": t, "status": "True", "reason": "AsExpected", "message": "",
-                   "lastTransitionTime": kbind_cluster::clock::format_time(self.clock.now())})
-        };
-        let patch = json!({"status": {
-            "remoteClusterUID": uid, "localClusterUID": local,
-            "conditions": [condition("SecretValid"), condition("Connected"), condition("Ready")],
-        }});
+    /// Creates one of the bundle's objects (Secret, Connection or ClusterBinding) as the
+    /// consumer's admin.
+    pub async fn apply_object(&mut self, obj: Value) {
+        let res = resource_of(&obj);
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let what = format!(
+            "{} {}",
+            res.kind,
+            obj.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        );
         self.consumer
             .admin_client()
-            .patch_status(
-                &ApiResource::erase::<kbind_api::Connection>(&()),
-                None,
-                name,
-                &kbind_cluster::Patch::Merge(patch),
-                &Default::default(),
-            )
+            .create(&res, ns.as_deref(), &object(obj), &Default::default())
             .await
-            .expect("pinning the Connection Ready");
-        self.note(format!("pinned Connection {name} Ready on {provider}"));
+            .unwrap_or_else(|e| panic!("applying {what}: {e}"));
+        self.note(format!("applied {what}"));
+    }
+
+    /// Connection `name` as the consumer stores it now.
+    pub async fn connection(&self, name: &str) -> Option<kbind_api::Connection> {
+        self.consumer
+            .admin_client()
+            .get_typed_opt(None, name)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Steps until Connection `name` satisfies `done`, failing the story after `max_steps`.
+    pub async fn run_until_connection(
+        &mut self,
+        name: &str,
+        what: &str,
+        max_steps: u64,
+        done: impl Fn(&kbind_api::Connection) -> bool,
+    ) -> kbind_api::Connection {
+        for _ in 0..=max_steps {
+            if let Some(conn) = self.connection(name).await.filter(|c| done(c)) {
+                return conn;
+            }
+            self.step().await;
+        }
+        let status = self.connection(name).await.map(|c| c.status);
+        self.fail(&Violation {
+            invariant: "progress",
+            detail: format!("Connection {name} never reached {what} in {max_steps} steps; last status {status:?}"),
+        })
     }
 
     // ---- konnector replicas ----
@@ -494,10 +516,11 @@ impl World {
     pub fn replace_provider(&mut self, name: &str) {
         let cluster = self.provider(name).clone();
         let rv = cluster.resource_version();
+        let old_identity = cluster.identity_uid();
         cluster.replace_with_fresh();
         self.connector.server_rebuilt(name);
         if let Some(p) = self.providers.get_mut(name) {
-            p.replaced_at_rv = Some(rv);
+            p.replacements.push((rv, old_identity));
         }
         self.note(format!("replaced {name} with a fresh cluster"));
     }
@@ -636,22 +659,47 @@ impl World {
         {
             return Some(v);
         }
+        // §8.2 binds a Connection pinned to the identity that was replaced; one that first met
+        // the provider after the replacement pinned the new identity, legitimately.
+        let pinned = self.pinned_identities().await;
         for (name, provider) in &self.providers {
-            let Some(rv) = provider.replaced_at_rv else { continue };
             let users: BTreeSet<String> = self
                 .credentials
                 .iter()
                 .filter(|c| &c.provider == name)
                 .map(|c| c.user.clone())
                 .collect();
-            if let Some(v) = invariants::no_write_after_identity_change(name, &provider.cluster, rv, &users) {
-                return Some(v);
+            for (rv, old) in provider.replacements.iter().filter(|(_, old)| pinned.contains(old)) {
+                if let Some(v) = invariants::no_write_after_identity_change(name, &provider.cluster, *rv, &users) {
+                    return Some(Violation {
+                        detail: format!("{} (the Connection is pinned to {old})", v.detail),
+                        ..v
+                    });
+                }
             }
         }
         let secrets: Vec<String> = self.credentials.iter().map(|c| c.token.clone()).collect();
         let surfaces = invariants::consumer_surfaces(&self.consumer).await;
         invariants::no_credentials_in("consumer events or Connection status", &surfaces, &secrets)
             .or_else(|| invariants::no_credentials_in("the konnector log", &self.log.text(), &secrets))
+    }
+
+    /// The `remoteClusterUID`s the consumer's Connections are pinned to.
+    async fn pinned_identities(&self) -> BTreeSet<String> {
+        let connections = ApiResource::erase::<kbind_api::Connection>(&());
+        let Ok(list) = self
+            .consumer
+            .admin_client()
+            .list(&connections, None, &Default::default())
+            .await
+        else {
+            return BTreeSet::new();
+        };
+        list.items
+            .iter()
+            .filter_map(|c| c.data.pointer("/status/remoteClusterUID").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect()
     }
 
     /// Fails the story with everything needed to reproduce it.

@@ -8,7 +8,6 @@ use kbind_cluster::{ApiResource, ClusterClient};
 #[tokio::test(start_paused = true)]
 async fn credentials_never_appear_in_logs_events_or_conditions() {
     let (mut world, cred) = common::connected_world("credentials_never_appear_in_logs_events_or_conditions").await;
-    world.pin_connection_ready("acme", "acme").await;
     world.steps_for(10).await;
     world.partition("acme");
     world.steps_for(10).await;

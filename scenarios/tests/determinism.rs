@@ -23,7 +23,6 @@ fn run_story(seed: u64) -> String {
         world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
         world.start_replica("a");
         world.start_replica("b");
-        world.pin_connection_ready("acme", "acme").await;
         world.steps_for(10).await;
         world.partition("acme");
         world.steps_for(10).await;

@@ -74,7 +74,6 @@ async fn standby_replica_engages_nothing_until_it_leads() {
         .await;
     let cred = world.mint_admin_token("acme");
     world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
-    world.pin_connection_ready("acme", "acme").await;
     world.start_replica("a");
     world
         .run_until("a engages acme", 20, |w| w.registry_of("a").get("acme").is_some())

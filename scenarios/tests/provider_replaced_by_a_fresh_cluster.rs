@@ -6,9 +6,8 @@ mod common;
 #[tokio::test(start_paused = true)]
 async fn provider_replaced_by_a_fresh_cluster_gets_no_write() {
     let (mut world, _cred) = common::connected_world("provider_replaced_by_a_fresh_cluster_gets_no_write").await;
-    world.pin_connection_ready("acme", "acme").await;
     world
-        .run_until("acme is engaged", 30, |w| w.providers().get("acme").is_some())
+        .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
         .await;
     let acme = world.providers().get("acme").unwrap();
     // A syncer's cache: its watch restarting is how the guard learns something happened.

@@ -22,9 +22,8 @@ async fn secret_swapped_to_an_untrusted_ca_disengages_and_recovers_with_a_fresh_
     kbind_cluster::ClusterClientExt::create_typed(&world.consumer().admin_client(), &crd)
         .await
         .unwrap();
-    world.pin_connection_ready("acme", "acme").await;
     world
-        .run_until("acme is engaged", 30, |w| w.providers().get("acme").is_some())
+        .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
         .await;
     // The Connection reconciler builds clients too: count what is built in each window.
     let first = world.providers().get("acme").unwrap();

@@ -2,10 +2,8 @@
 //! provider replacement, Secret swaps, replica crashes, restarts and isolation) with a
 //! syncer-like writer on every engaged provider keeps the §8 invariants after every step.
 //!
-//! `KBIND_SEEDS=N` runs N seeds (default 200); `KBIND_SEED=S` runs only seed S. Until the
-//! Connection reconciler (econn branch) is merged, the Connection status is pinned Ready by the
-//! world's stand-in, so this exercises engagement, the identity guard, disengage and leader
-//! election, not the reconciler's own transitions.
+//! `KBIND_SEEDS=N` runs N seeds (default 200); `KBIND_SEED=S` runs only seed S. The real
+//! Connection reconciler drives every transition (pinning, refusals, heartbeat, Ready).
 
 mod common;
 
@@ -29,7 +27,6 @@ async fn run_schedule(seed: u64) {
     for name in PROVIDERS {
         let cred = world.mint_admin_token(name);
         world.apply_bundle(name, &cred, &["widgets.example.org"]).await;
-        world.pin_connection_ready(name, name).await;
         creds.push(cred);
     }
     for id in REPLICAS {

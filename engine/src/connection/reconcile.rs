@@ -247,14 +247,15 @@ async fn drive(
                  To accept a rebuilt provider, delete the Connection with annotation core.kbind.io/deletion-policy=Orphan and apply it again"
             ),
         );
-        #[cfg(feature = "planted-renew-lease-while-disconnected")]
-        let _ = heartbeat::renew(
-            link.client.as_ref(),
-            &config.lease_namespace,
-            local_uid,
-            shared.ctx.clock.now(),
-        )
-        .await;
+        if crate::planted::planted(crate::planted::Plant::RenewLeaseWhileDisconnected) {
+            let _ = heartbeat::renew(
+                link.client.as_ref(),
+                &config.lease_namespace,
+                local_uid,
+                shared.ctx.clock.now(),
+            )
+            .await;
+        }
         return (config.rediscovery_interval.min(RETRY_INTERVAL), false);
     }
     shared.pin(&name, &identity.uid, local_uid);

@@ -24,6 +24,7 @@ pub use cache::ProviderCache;
 pub use guard::{GuardedClient, IdentityState};
 
 use crate::context::Context;
+use crate::planted::{Plant, planted};
 
 /// How often engagements that failed (provider unreachable, Secret missing) are retried.
 const ENGAGE_RETRY: Duration = Duration::from_secs(5);
@@ -327,7 +328,7 @@ impl Engager {
         let kubeconfig = crate::remote::parse_kubeconfig(&bytes.0, self.ctx.config.allow_insecure_providers)?;
         let name = conn.name_any();
         let raw = match self.previous.get(&name) {
-            Some(old) if cfg!(feature = "planted-reuse-client-after-disengage") => old.clone(),
+            Some(old) if planted(Plant::ReuseClientAfterDisengage) => old.clone(),
             _ => self
                 .ctx
                 .connector
@@ -363,10 +364,10 @@ impl Engager {
             return;
         };
         tracing::info!(connection = %name, reason = why, "disengaged provider");
-        if cfg!(feature = "planted-reuse-client-after-disengage") {
+        if planted(Plant::ReuseClientAfterDisengage) {
             self.previous.insert(name.to_string(), provider.raw.clone());
         }
-        if cfg!(feature = "planted-delete-on-disengage") {
+        if planted(Plant::DeleteOnDisengage) {
             planted_delete_pulled_crds(&self.ctx, name).await;
         }
     }

@@ -113,8 +113,7 @@ fn selected_context(config: &Kubeconfig) -> Result<&kube::config::Context, Refus
 
 /// Refuses every way of authenticating other than inline credentials.
 fn check_user(user: &AuthInfo) -> Result<(), Refusal> {
-    #[cfg(not(feature = "planted-follow-exec-kubeconfig"))]
-    if user.exec.is_some() {
+    if user.exec.is_some() && !crate::planted::planted(crate::planted::Plant::FollowExecKubeconfig) {
         return Err(unsupported(
             "exec",
             &format!("the konnector never runs commands; {INLINE_HINT}"),
@@ -297,7 +296,6 @@ mod tests {
         }
     }
 
-    #[cfg(not(feature = "planted-follow-exec-kubeconfig"))]
     #[test]
     fn exec_is_refused_without_running_anything() {
         let user = "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/steal-secrets\n";
