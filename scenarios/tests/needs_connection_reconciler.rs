@@ -92,3 +92,54 @@ async fn revoked_credentials_disengage_without_deleting_anything() {
             .await;
     assert!(matches!(kept, Ok(Some(_))), "the Secret stays");
 }
+
+#[tokio::test(start_paused = true)]
+async fn rotated_credentials_are_used_at_once_and_the_old_client_is_never_reused() {
+    let mut world = kbind_scenarios::World::builder()
+        .seed(kbind_scenarios::seed_from_env(6))
+        .story("rotated_credentials_are_used_at_once_and_the_old_client_is_never_reused")
+        .provider("acme", Default::default())
+        .build()
+        .await;
+    let old = world
+        .mint_service_account("acme", "konnector-2025", "cluster-admin")
+        .await;
+    world.apply_bundle("acme", &old, &["widgets.example.org"]).await;
+    world.start_konnector();
+    world
+        .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
+        .await;
+    let first = world.providers().get("acme").unwrap();
+
+    // The provider's platform team rotates: a new ServiceAccount, the Secret updated, the old one revoked.
+    let new = world
+        .mint_service_account("acme", "konnector-2026", "cluster-admin")
+        .await;
+    world.swap_secret("acme", &new, None).await;
+    world.revoke(&old).await;
+    world
+        .run_until("acme is engaged with the rotated Secret", 120, |w| {
+            w.providers()
+                .get("acme")
+                .is_some_and(|p| !std::sync::Arc::ptr_eq(&p, &first))
+        })
+        .await;
+    let engaged = world.providers().get("acme").unwrap();
+    engaged
+        .client
+        .create(
+            &common::configmaps(),
+            Some("default"),
+            &common::configmap("after-rotation"),
+            &Default::default(),
+        )
+        .await
+        .expect("the engaged client writes with the rotated credentials");
+    let author = world
+        .provider("acme")
+        .write_log()
+        .into_iter()
+        .find(|w| w.name == "after-rotation")
+        .map(|w| w.user);
+    assert_eq!(author, Some(new.user.clone()), "the write used the rotated credentials");
+}
