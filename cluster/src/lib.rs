@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod error;
 pub mod identity;
 pub mod kube_impl;
+pub mod layer;
 pub mod watcher;
 
 pub use client::{ClusterClient, ClusterClientExt, WatchStream, from_dynamic, to_dynamic};
@@ -16,6 +17,7 @@ pub use discovery::{ApiGroupInfo, DiscoveredResource, Discovery};
 pub use error::{Error, Result};
 pub use identity::{ClusterIdentity, IdentitySource};
 pub use kube_impl::KubeClusterClient;
+pub use layer::{Layer, Request};
 pub use watcher::{BackoffPolicy, WatcherConfig, into_seam_error, watcher};
 
 pub use kube::api::{

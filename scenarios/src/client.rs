@@ -7,10 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use fakeapi::{FakeClient, FakeCluster};
-use kbind_cluster::{
-    ApiResource, ClusterClient, DeleteParams, Discovery, DynamicObject, Error, ListParams, ObjectList, Patch,
-    PatchParams, PostParams, Result, WatchParams, WatchStream,
-};
+use kbind_cluster::{ClusterClient, Error, Layer, Request, Result, WatchStream};
 
 /// Who the client acts as.
 #[derive(Debug, Clone)]
@@ -93,118 +90,17 @@ impl WorldClient {
 }
 
 #[async_trait]
-impl ClusterClient for WorldClient {
-    async fn get(&self, res: &ApiResource, namespace: Option<&str>, name: &str) -> Result<DynamicObject> {
-        self.resolve()?.get(res, namespace, name).await
+impl Layer for WorldClient {
+    async fn route(&self, _request: Request<'_>) -> Result<Arc<dyn ClusterClient>> {
+        Ok(Arc::new(self.resolve()?))
     }
 
-    async fn list(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        params: &ListParams,
-    ) -> Result<ObjectList<DynamicObject>> {
-        self.resolve()?.list(res, namespace, params).await
-    }
-
-    async fn watch(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        params: &WatchParams,
-        resource_version: &str,
-    ) -> Result<WatchStream> {
-        let stream = self.resolve()?.watch(res, namespace, params, resource_version).await?;
-        // A cut ends open watches too, as a broken connection would.
+    /// A cut ends open watches too, as a broken connection would.
+    fn wrap_watch(&self, stream: WatchStream) -> WatchStream {
         let cut = self.cut.clone();
-        Ok(Box::pin(futures::StreamExt::take_while(stream, move |_| {
+        Box::pin(futures::StreamExt::take_while(stream, move |_| {
             let open = !cut.load(Ordering::SeqCst);
             async move { open }
-        })))
-    }
-
-    async fn create(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> Result<DynamicObject> {
-        self.resolve()?.create(res, namespace, obj, params).await
-    }
-
-    async fn replace(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> Result<DynamicObject> {
-        self.resolve()?.replace(res, namespace, name, obj, params).await
-    }
-
-    async fn replace_status(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> Result<DynamicObject> {
-        self.resolve()?.replace_status(res, namespace, name, obj, params).await
-    }
-
-    async fn patch(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        patch: &Patch<serde_json::Value>,
-        params: &PatchParams,
-    ) -> Result<DynamicObject> {
-        self.resolve()?.patch(res, namespace, name, patch, params).await
-    }
-
-    async fn patch_status(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        patch: &Patch<serde_json::Value>,
-        params: &PatchParams,
-    ) -> Result<DynamicObject> {
-        self.resolve()?.patch_status(res, namespace, name, patch, params).await
-    }
-
-    async fn delete(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        params: &DeleteParams,
-    ) -> Result<Option<DynamicObject>> {
-        self.resolve()?.delete(res, namespace, name, params).await
-    }
-
-    async fn create_subresource(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        subresource: &str,
-        body: &serde_json::Value,
-    ) -> Result<serde_json::Value> {
-        self.resolve()?
-            .create_subresource(res, namespace, name, subresource, body)
-            .await
-    }
-
-    async fn discovery(&self) -> Result<Discovery> {
-        self.resolve()?.discovery().await
-    }
-
-    async fn openapi_v3(&self, group: &str, version: &str) -> Result<serde_json::Value> {
-        self.resolve()?.openapi_v3(group, version).await
+        }))
     }
 }

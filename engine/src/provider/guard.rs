@@ -7,11 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use kbind_cluster::{
-    ApiResource, ClusterClient, DeleteParams, Discovery, DynamicObject, Error, ListParams, ObjectList, Patch,
-    PatchParams, PostParams, Result, WatchParams, WatchStream,
-};
+use kbind_cluster::{ApiResource, ClusterClient, Error, Layer, Request, Result};
 
 /// What the guard knows about the cluster behind the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,15 +106,6 @@ impl GuardedClient {
         Ok(())
     }
 
-    /// Notes what an answer says about the connection: a transport failure means the next
-    /// write must re-verify who is on the other end.
-    fn observe<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(Error::Transport(_) | Error::Timeout(_)) = &result {
-            self.mark_unverified();
-        }
-        result
-    }
-
     /// Runs before every write: re-reads the identity if needed and refuses on a mismatch.
     async fn before_write(&self) -> Result<()> {
         self.check_open()?;
@@ -128,7 +115,9 @@ impl GuardedClient {
         if self.identity_state() == IdentityState::Verified {
             return Ok(());
         }
-        let identity = self.observe(kbind_cluster::identity::read_identity(self.inner.as_ref()).await)?;
+        let identity = kbind_cluster::identity::read_identity(self.inner.as_ref())
+            .await
+            .inspect_err(|e| self.observe(e))?;
         if identity.uid == self.guard.pinned {
             self.set_state(IdentityState::Verified);
             Ok(())
@@ -162,129 +151,23 @@ impl GuardedClient {
 }
 
 #[async_trait]
-impl ClusterClient for GuardedClient {
-    async fn get(&self, res: &ApiResource, namespace: Option<&str>, name: &str) -> Result<DynamicObject> {
-        self.check_open()?;
-        self.observe(self.inner.get(res, namespace, name).await)
+impl Layer for GuardedClient {
+    async fn route(&self, request: Request<'_>) -> Result<Arc<dyn ClusterClient>> {
+        match request {
+            Request::Read => self.check_open()?,
+            Request::Watch { res, namespace } => {
+                self.check_open()?;
+                self.note_watch_start(res, namespace);
+            }
+            Request::Write => self.before_write().await?,
+        }
+        Ok(self.inner.clone())
     }
 
-    async fn list(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        params: &ListParams,
-    ) -> Result<ObjectList<DynamicObject>> {
-        self.check_open()?;
-        self.observe(self.inner.list(res, namespace, params).await)
-    }
-
-    async fn watch(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        params: &WatchParams,
-        resource_version: &str,
-    ) -> Result<WatchStream> {
-        self.check_open()?;
-        self.note_watch_start(res, namespace);
-        let stream = self.observe(self.inner.watch(res, namespace, params, resource_version).await)?;
-        let guard = self.clone();
-        Ok(stream.map(move |item| guard.observe(item)).boxed())
-    }
-
-    async fn create(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> Result<DynamicObject> {
-        self.before_write().await?;
-        self.observe(self.inner.create(res, namespace, obj, params).await)
-    }
-
-    async fn replace(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> Result<DynamicObject> {
-        self.before_write().await?;
-        self.observe(self.inner.replace(res, namespace, name, obj, params).await)
-    }
-
-    async fn replace_status(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> Result<DynamicObject> {
-        self.before_write().await?;
-        self.observe(self.inner.replace_status(res, namespace, name, obj, params).await)
-    }
-
-    async fn patch(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        patch: &Patch<serde_json::Value>,
-        params: &PatchParams,
-    ) -> Result<DynamicObject> {
-        self.before_write().await?;
-        self.observe(self.inner.patch(res, namespace, name, patch, params).await)
-    }
-
-    async fn patch_status(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        patch: &Patch<serde_json::Value>,
-        params: &PatchParams,
-    ) -> Result<DynamicObject> {
-        self.before_write().await?;
-        self.observe(self.inner.patch_status(res, namespace, name, patch, params).await)
-    }
-
-    async fn delete(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        params: &DeleteParams,
-    ) -> Result<Option<DynamicObject>> {
-        self.before_write().await?;
-        self.observe(self.inner.delete(res, namespace, name, params).await)
-    }
-
-    async fn create_subresource(
-        &self,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-        subresource: &str,
-        body: &serde_json::Value,
-    ) -> Result<serde_json::Value> {
-        self.before_write().await?;
-        self.observe(
-            self.inner
-                .create_subresource(res, namespace, name, subresource, body)
-                .await,
-        )
-    }
-
-    async fn discovery(&self) -> Result<Discovery> {
-        self.check_open()?;
-        self.observe(self.inner.discovery().await)
-    }
-
-    async fn openapi_v3(&self, group: &str, version: &str) -> Result<serde_json::Value> {
-        self.check_open()?;
-        self.observe(self.inner.openapi_v3(group, version).await)
+    /// A transport failure means the next write must re-verify who is on the other end.
+    fn observe(&self, error: &Error) {
+        if let Error::Transport(_) | Error::Timeout(_) = error {
+            self.mark_unverified();
+        }
     }
 }
