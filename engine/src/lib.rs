@@ -3,7 +3,9 @@
 
 pub mod connection;
 pub mod context;
+pub mod crdpull;
 pub mod engine;
 pub mod leader;
+pub mod openapi;
 pub mod provider;
 pub mod remote;
