@@ -52,6 +52,8 @@ pub mod annotation {
     pub const READOPT: &str = "core.kbind.io/readopt";
     /// *(ours)* On a Connection: comma list of namespaces (or `*`) whose Bindings may use it.
     pub const BINDING_NAMESPACES: &str = "core.kbind.io/binding-namespaces";
+    /// *(ours)* On a pulled consumer CRD: the schema hash whose destructive update a user accepts.
+    pub const ACCEPT_SCHEMA_HASH: &str = "core.kbind.io/accept-schema-hash";
 }
 
 /// Value of [`annotation::DELETION_POLICY`] that releases without touching the provider.
@@ -236,6 +238,7 @@ mod tests {
             annotation::STATUS_STALE,
             annotation::READOPT,
             annotation::BINDING_NAMESPACES,
+            annotation::ACCEPT_SCHEMA_HASH,
             finalizer::SYNCER,
             finalizer::CLEANUP,
         ];

@@ -3,8 +3,10 @@
 
 pub mod connection;
 pub mod context;
+pub mod crdpull;
 pub mod engine;
 pub mod leader;
+pub mod openapi;
 pub mod planted;
 pub mod provider;
 pub mod remote;
