@@ -4,6 +4,9 @@
 pub mod connection;
 pub mod context;
 pub mod engine;
+pub mod events;
 pub mod leader;
+pub mod mapper;
 pub mod provider;
 pub mod remote;
+pub mod sync;
