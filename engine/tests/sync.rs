@@ -316,7 +316,13 @@ impl World {
 
     async fn patch_consumer(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
         self.admin
-            .patch(&widgets(), Some(ns), name, &Patch::Merge(patch), &PatchParams::default())
+            .patch(
+                &widgets(),
+                Some(ns),
+                name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
             .await
             .unwrap()
     }
@@ -387,7 +393,8 @@ async fn created_object_is_copied_up_with_markers_and_filtered_metadata() {
         )
         .await;
     let uid = created.metadata.uid.clone().unwrap();
-    w.wait_provider("the provider copy", "team-a", "w1", |c| c.is_some()).await;
+    w.wait_provider("the provider copy", "team-a", "w1", |c| c.is_some())
+        .await;
     let copy = w.provider_widget("team-a", "w1").await.unwrap();
     assert!(has_markers_of(&copy, &w.consumer.identity_uid(), &uid));
     assert_eq!(annotation(&copy, "core.kbind.io/consumer-generation"), Some("1"));
@@ -417,7 +424,12 @@ async fn created_object_is_copied_up_with_markers_and_filtered_metadata() {
         .await
         .unwrap();
     assert_eq!(
-        ns.metadata.labels.as_ref().unwrap().get("core.kbind.io/managed").map(String::as_str),
+        ns.metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .get("core.kbind.io/managed")
+            .map(String::as_str),
         Some("true")
     );
     assert_eq!(
@@ -425,8 +437,9 @@ async fn created_object_is_copied_up_with_markers_and_filtered_metadata() {
         Some(w.consumer.identity_uid().as_str())
     );
     w.wait_consumer("the syncer finalizer", "team-a", "w1", |o| {
-        o.and_then(|o| o.metadata.finalizers.clone())
-            .is_some_and(|f| f.contains(&"core.kbind.io/syncer".to_string()) && f.contains(&"example.org/keep".to_string()))
+        o.and_then(|o| o.metadata.finalizers.clone()).is_some_and(|f| {
+            f.contains(&"core.kbind.io/syncer".to_string()) && f.contains(&"example.org/keep".to_string())
+        })
     })
     .await;
     let key = w.spec(ConflictPolicy::Fail).key();
@@ -467,23 +480,42 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
     .await;
     let copy = w.provider_widget("team-a", "w1").await.unwrap();
     let provider_generation = copy.metadata.generation.unwrap();
-    assert_eq!(provider_generation, 4, "the drift and its revert moved the provider ahead");
+    assert_eq!(
+        provider_generation, 4,
+        "the drift and its revert moved the provider ahead"
+    );
 
     // A status answering an older provider generation is held back.
     let stale = json!({"status": {"phase": "Old", "observedGeneration": provider_generation - 1}});
     w.padmin
-        .patch_status(&widgets(), Some("team-a"), "w1", &Patch::Merge(stale), &PatchParams::default())
+        .patch_status(
+            &widgets(),
+            Some("team-a"),
+            "w1",
+            &Patch::Merge(stale),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let consumer = w.consumer_widget("team-a", "w1").await.unwrap();
-    assert!(consumer.data.get("status").is_none(), "{:?}", consumer.data.get("status"));
+    assert!(
+        consumer.data.get("status").is_none(),
+        "{:?}",
+        consumer.data.get("status")
+    );
 
     let current = json!({"status": {"phase": "Ready", "observedGeneration": provider_generation,
         "conditions": [{"type": "Ready", "status": "True", "reason": "Done", "message": "",
             "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": provider_generation}]}});
     w.padmin
-        .patch_status(&widgets(), Some("team-a"), "w1", &Patch::Merge(current), &PatchParams::default())
+        .patch_status(
+            &widgets(),
+            Some("team-a"),
+            "w1",
+            &Patch::Merge(current),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
     w.wait_consumer("the status to come down", "team-a", "w1", |o| {
@@ -522,19 +554,24 @@ async fn deleted_object_takes_its_copy_first_and_orphan_keeps_it() {
     w.wait_consumer("the consumer object to go", "team-a", "gone", |o| o.is_none())
         .await;
     assert!(w.provider_widget("team-a", "gone").await.is_none());
-    let log = w.provider.write_log();
-    let copy_deleted = log
-        .iter()
-        .position(|r| r.verb == "delete" && r.name == "gone")
-        .expect("the copy was deleted");
-    let consumer_log = w.consumer.write_log();
     assert!(
-        consumer_log
+        w.provider
+            .write_log()
             .iter()
-            .any(|r| r.name == "gone" && r.verb == "patch" && r.user == "konnector"),
-        "the finalizer was released by the konnector"
+            .any(|r| r.verb == "delete" && r.name == "gone" && r.user == "konnector"),
+        "the konnector deleted the copy"
     );
-    assert!(copy_deleted < log.len());
+    let consumer_log = w.consumer.write_log();
+    let deleted_at = consumer_log
+        .iter()
+        .position(|r| r.name == "gone" && r.verb == "delete")
+        .expect("the user's delete");
+    assert!(
+        consumer_log[deleted_at..]
+            .iter()
+            .any(|r| r.name == "gone" && r.verb == "update" && r.user == "konnector"),
+        "the konnector released its finalizer after the delete"
+    );
     w.wait_consumer("the orphaned object to go", "team-a", "kept", |o| o.is_none())
         .await;
     assert!(
@@ -577,7 +614,11 @@ async fn fail_policy_leaves_a_foreign_object_and_signals_the_conflict() {
 
     let events = w
         .admin
-        .list(&kbind_engine::events::event_resource(), Some("team-a"), &Default::default())
+        .list(
+            &kbind_engine::events::event_resource(),
+            Some("team-a"),
+            &Default::default(),
+        )
         .await
         .unwrap();
     let warning = events
@@ -590,7 +631,10 @@ async fn fail_policy_leaves_a_foreign_object_and_signals_the_conflict() {
     assert_eq!(warning.data["regarding"]["uid"], json!(created.metadata.uid));
     let report = syncers.report(&w.spec(ConflictPolicy::Fail).key()).unwrap();
     assert_eq!(
-        report.conflicts.get(&ObjectKey::namespaced("team-a", "w1")).map(String::as_str),
+        report
+            .conflicts
+            .get(&ObjectKey::namespaced("team-a", "w1"))
+            .map(String::as_str),
         Some("ForeignObjectExists")
     );
     assert_eq!(report.synced, 0);
@@ -713,7 +757,8 @@ async fn prefix_mapper_round_trips_and_syncs_end_to_end() {
         .delete(&widgets(), Some("team-a"), "w1", &Default::default())
         .await
         .unwrap();
-    w.wait_consumer("the object to go", "team-a", "w1", |o| o.is_none()).await;
+    w.wait_consumer("the object to go", "team-a", "w1", |o| o.is_none())
+        .await;
     assert!(w.provider_widget("c1-team-a", "w1").await.is_none());
 }
 
@@ -797,7 +842,10 @@ async fn ensure_keeps_a_running_syncer_and_drain_releases_everything() {
     let w = World::new().await;
     let spec = w.spec(ConflictPolicy::Fail);
     let syncers = w.syncers(Arc::new(Identity), spec.clone());
-    assert!(!syncers.ensure(spec.clone(), w.engaged.clone()), "same spec, same engagement");
+    assert!(
+        !syncers.ensure(spec.clone(), w.engaged.clone()),
+        "same spec, same engagement"
+    );
     w.create_widget("team-a", "gone", json!({})).await;
     w.create_widget(
         "team-a",

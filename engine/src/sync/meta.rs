@@ -204,7 +204,13 @@ mod tests {
 
     #[test]
     fn only_user_metadata_and_spec_go_up_with_our_markers() {
-        let body = apply_body(&widgets(), &consumer(), &ObjectKey::namespaced("p-a", "p-w"), "cl-1", None);
+        let body = apply_body(
+            &widgets(),
+            &consumer(),
+            &ObjectKey::namespaced("p-a", "p-w"),
+            "cl-1",
+            None,
+        );
         assert_eq!(
             body,
             json!({
@@ -267,7 +273,12 @@ mod tests {
             }
         );
         let mut no_readopt = obj.clone();
-        no_readopt.metadata.annotations.as_mut().unwrap().remove(annotation::READOPT);
+        no_readopt
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(annotation::READOPT);
         assert_eq!(
             classify(Some(&stale), &no_readopt, "cl-1", &adopt),
             Verdict::Conflict(reason::OWNED_BY_ANOTHER)

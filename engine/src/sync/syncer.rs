@@ -39,6 +39,12 @@ const ERROR_RETRY: Duration = Duration::from_secs(5);
 /// The condition kbind writes into a conflicted object's `status.conditions`.
 const SYNCED_CONDITION: &str = "Synced";
 
+/// Provider objects as last seen by the syncer, by (namespace, name): what the cache poll
+/// compares with, and where the syncer records its own writes so that a copy deleted before
+/// the next poll is still noticed.
+type Seen = BTreeMap<(Option<String>, String), (Option<String>, Arc<DynamicObject>)>;
+type SharedSeen = Arc<Mutex<Seen>>;
+
 /// What every reconcile of one syncer shares.
 pub(crate) struct Shared {
     spec: SyncerSpec,
@@ -50,6 +56,7 @@ pub(crate) struct Shared {
     clock: kbind_cluster::SharedClock,
     /// Provider namespaces known to exist.
     namespaces: Mutex<BTreeSet<String>>,
+    seen: SharedSeen,
 }
 
 impl Shared {
@@ -71,6 +78,7 @@ impl Shared {
             mapper,
             tally,
             namespaces: Mutex::new(BTreeSet::new()),
+            seen: SharedSeen::default(),
         })
     }
 
@@ -94,7 +102,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         ),
     )
     .applied_objects();
-    let provider_changes = cache_changes(shared.provider.cache.store(&res), PROVIDER_POLL);
+    let provider_changes = cache_changes(shared.provider.cache.store(&res), shared.seen.clone(), PROVIDER_POLL);
     let mapper = shared.mapper.clone();
     let scope = shared.spec.namespace.clone();
     let map_res = res.clone();
@@ -128,43 +136,51 @@ fn consumer_ref(
     })
 }
 
-/// Objects of `store` that changed (or disappeared) since the last look, every `every`.
+/// Objects of `store` that changed (or disappeared) since `seen`, looked at every `every`.
 fn cache_changes(
     store: Store<DynamicObject>,
+    seen: SharedSeen,
     every: Duration,
 ) -> impl Stream<Item = Result<DynamicObject, WatcherError>> + Send + 'static {
-    type Seen = BTreeMap<(Option<String>, String), (Option<String>, Arc<DynamicObject>)>;
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    futures::stream::unfold((store, Seen::new(), interval), |(store, mut seen, mut interval)| async move {
+    futures::stream::unfold((store, seen, interval), |(store, seen, mut interval)| async move {
         loop {
             interval.tick().await;
-            let mut now = Seen::new();
-            for obj in store.state() {
-                let Some(name) = obj.metadata.name.clone() else { continue };
-                now.insert(
-                    (obj.metadata.namespace.clone(), name),
-                    (obj.metadata.resource_version.clone(), obj),
-                );
-            }
-            let mut changed: Vec<Result<DynamicObject, WatcherError>> = Vec::new();
-            for (key, (rv, obj)) in &now {
-                if seen.get(key).map(|(old, _)| old) != Some(rv) {
-                    changed.push(Ok((**obj).clone()));
-                }
-            }
-            for (key, (_, obj)) in &seen {
-                if !now.contains_key(key) {
-                    changed.push(Ok((**obj).clone()));
-                }
-            }
-            seen = now;
+            let changed = diff(&store, &mut seen.lock().unwrap_or_else(|p| p.into_inner()));
             if !changed.is_empty() {
                 return Some((futures::stream::iter(changed), (store, seen, interval)));
             }
         }
     })
     .flatten()
+}
+
+/// The objects that differ between `store` and `seen`; `seen` becomes the store's state.
+fn diff(store: &Store<DynamicObject>, seen: &mut Seen) -> Vec<Result<DynamicObject, WatcherError>> {
+    let mut now = Seen::new();
+    for obj in store.state() {
+        let Some(name) = obj.metadata.name.clone() else {
+            continue;
+        };
+        now.insert(
+            (obj.metadata.namespace.clone(), name),
+            (obj.metadata.resource_version.clone(), obj),
+        );
+    }
+    let mut changed = Vec::new();
+    for (key, (rv, obj)) in &now {
+        if seen.get(key).map(|(old, _)| old) != Some(rv) {
+            changed.push(Ok((**obj).clone()));
+        }
+    }
+    for (key, (_, obj)) in seen.iter() {
+        if !now.contains_key(key) {
+            changed.push(Ok((**obj).clone()));
+        }
+    }
+    *seen = now;
+    changed
 }
 
 fn error_policy(obj: Arc<DynamicObject>, error: &SyncError, _shared: Arc<Shared>) -> Action {
@@ -249,6 +265,10 @@ impl Shared {
             tally.denied.remove(key);
             tally.synced.insert(key.clone());
         }
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            (target.namespace.clone(), target.name.clone()),
+            (copy.metadata.resource_version.clone(), Arc::new(copy.clone())),
+        );
         self.status_down(obj, key, &copy).await?;
         Ok(Action::requeue(RESYNC))
     }
@@ -333,12 +353,7 @@ impl Shared {
         let Some(ns) = target.namespace.as_deref() else {
             return Ok(());
         };
-        if self
-            .namespaces
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(ns)
-        {
+        if self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).contains(ns) {
             return Ok(());
         }
         let namespaces = namespace_resource();
@@ -440,9 +455,9 @@ impl Shared {
         }
         self.set_conflict_annotation(key, Some(why)).await?;
         let note = match why {
-            reason::FOREIGN_OBJECT_EXISTS => format!(
-                "provider object {target} exists without kbind markers; conflictPolicy Fail leaves it alone"
-            ),
+            reason::FOREIGN_OBJECT_EXISTS => {
+                format!("provider object {target} exists without kbind markers; conflictPolicy Fail leaves it alone")
+            }
             _ => format!("provider object {target} belongs to another consumer object or cluster; left alone"),
         };
         if let Err(e) = self
@@ -606,16 +621,24 @@ mod tests {
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitApply(widget("a", "x", "1")));
         writer.apply_watcher_event(&Event::InitDone);
-        let mut changes = Box::pin(cache_changes(store, Duration::from_secs(1)));
+        let mut changes = Box::pin(cache_changes(store, SharedSeen::default(), Duration::from_secs(1)));
         let name = |item: Option<Result<DynamicObject, WatcherError>>| {
             let obj = item.unwrap().unwrap();
-            format!("{}@{}", obj.metadata.name.unwrap(), obj.metadata.resource_version.unwrap())
+            format!(
+                "{}@{}",
+                obj.metadata.name.unwrap(),
+                obj.metadata.resource_version.unwrap()
+            )
         };
         assert_eq!(name(changes.next().await), "x@1");
         writer.apply_watcher_event(&Event::Apply(widget("a", "x", "2")));
         assert_eq!(name(changes.next().await), "x@2");
         writer.apply_watcher_event(&Event::Delete(widget("a", "x", "3")));
-        assert_eq!(name(changes.next().await), "x@2", "a vanished object is reported as last seen");
+        assert_eq!(
+            name(changes.next().await),
+            "x@2",
+            "a vanished object is reported as last seen"
+        );
         let quiet = tokio::time::timeout(Duration::from_secs(10), changes.next()).await;
         assert!(quiet.is_err(), "nothing changed, nothing reported");
     }
