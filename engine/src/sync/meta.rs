@@ -1,0 +1,297 @@
+//! What goes up and how a provider target is classified (DESIGN.md §4 "spec up", "conflicts").
+
+use std::collections::BTreeMap;
+
+use kbind_api::ConflictPolicy;
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, finalizer, label, reason};
+use kbind_cluster::{ApiResource, DynamicObject};
+use serde_json::{Map, Value, json};
+
+use crate::mapper::ObjectKey;
+
+/// Label and annotation keys (and prefixes, ending in `/`) that never go up.
+const EXCLUDED_PREFIXES: &[&str] = &[
+    "core.kbind.io/",
+    "kubectl.kubernetes.io/",
+    "meta.helm.sh/",
+    "helm.sh/",
+    "argocd.argoproj.io/",
+];
+/// Keys excluded exactly.
+const EXCLUDED_KEYS: &[&str] = &["app.kubernetes.io/managed-by"];
+/// Key prefixes excluded by their domain suffix (`*.fluxcd.io/…`).
+const EXCLUDED_DOMAIN_SUFFIXES: &[&str] = &[".fluxcd.io"];
+
+/// Whether a consumer label or annotation key goes up to the provider.
+pub(crate) fn goes_up(key: &str) -> bool {
+    if EXCLUDED_KEYS.contains(&key) || EXCLUDED_PREFIXES.iter().any(|p| key.starts_with(p)) {
+        return false;
+    }
+    match key.split_once('/') {
+        Some((domain, _)) => !EXCLUDED_DOMAIN_SUFFIXES.iter().any(|s| domain.ends_with(s)),
+        None => true,
+    }
+}
+
+fn filtered(map: Option<&BTreeMap<String, String>>) -> Map<String, Value> {
+    map.into_iter()
+        .flatten()
+        .filter(|(k, _)| goes_up(k))
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
+}
+
+/// The server-side apply body of the provider copy: only the fields kbind owns.
+pub(crate) fn apply_body(
+    res: &ApiResource,
+    obj: &DynamicObject,
+    target: &ObjectKey,
+    consumer_cluster_uid: &str,
+    precondition: Option<&str>,
+) -> Value {
+    let mut labels = filtered(obj.metadata.labels.as_ref());
+    labels.insert(label::MANAGED.into(), json!(TRUE));
+    let mut annotations = filtered(obj.metadata.annotations.as_ref());
+    annotations.insert(annotation::CONSUMER_CLUSTER_UID.into(), json!(consumer_cluster_uid));
+    annotations.insert(
+        annotation::CONSUMER_OBJECT_UID.into(),
+        json!(obj.metadata.uid.clone().unwrap_or_default()),
+    );
+    annotations.insert(
+        annotation::CONSUMER_GENERATION.into(),
+        json!(obj.metadata.generation.unwrap_or(0).to_string()),
+    );
+    let mut metadata = json!({"name": target.name, "labels": labels, "annotations": annotations});
+    if let Some(ns) = &target.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    if let Some(rv) = precondition {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    let mut body = json!({"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata});
+    if let Some(spec) = obj.data.get("spec") {
+        body["spec"] = spec.clone();
+    }
+    body
+}
+
+/// What may be done with the provider target of one consumer object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing there: create it.
+    Create,
+    /// Ours (or adoptable): write it; `precondition` is the resourceVersion that was classified
+    /// when taking over a copy that did not carry our markers for this object yet.
+    Update {
+        /// resourceVersion the takeover must still find.
+        precondition: Option<String>,
+    },
+    /// Being deleted: wait until it is gone.
+    Terminating,
+    /// Someone else's: leave it alone, with this reason.
+    Conflict(&'static str),
+}
+
+fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    obj.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Whether the provider copy carries both of our markers for this consumer object.
+pub(crate) fn is_ours(copy: &DynamicObject, consumer_cluster_uid: &str, object_uid: &str) -> bool {
+    annotation_of(copy, annotation::CONSUMER_CLUSTER_UID) == Some(consumer_cluster_uid)
+        && annotation_of(copy, annotation::CONSUMER_OBJECT_UID) == Some(object_uid)
+}
+
+/// Classifies the provider target before any write to it.
+pub(crate) fn classify(
+    live: Option<&DynamicObject>,
+    consumer: &DynamicObject,
+    consumer_cluster_uid: &str,
+    policy: &ConflictPolicy,
+) -> Verdict {
+    let Some(live) = live else {
+        return Verdict::Create;
+    };
+    let object_uid = consumer.metadata.uid.as_deref().unwrap_or_default();
+    let cluster = annotation_of(live, annotation::CONSUMER_CLUSTER_UID);
+    let object = annotation_of(live, annotation::CONSUMER_OBJECT_UID);
+    let verdict = match (cluster, object) {
+        (Some(c), Some(o)) if c == consumer_cluster_uid && o == object_uid => Verdict::Update { precondition: None },
+        (None, None) => match policy {
+            ConflictPolicy::Fail => Verdict::Conflict(reason::FOREIGN_OBJECT_EXISTS),
+            ConflictPolicy::Adopt => Verdict::Update {
+                precondition: live.metadata.resource_version.clone(),
+            },
+        },
+        (Some(c), Some(_)) if c == consumer_cluster_uid && wants_readopt(consumer) => Verdict::Update {
+            precondition: live.metadata.resource_version.clone(),
+        },
+        _ => Verdict::Conflict(reason::OWNED_BY_ANOTHER),
+    };
+    if live.metadata.deletion_timestamp.is_some() && !matches!(verdict, Verdict::Conflict(_)) {
+        return Verdict::Terminating;
+    }
+    verdict
+}
+
+/// `core.kbind.io/readopt: "true"` on the consumer object.
+pub(crate) fn wants_readopt(obj: &DynamicObject) -> bool {
+    annotation_of(obj, annotation::READOPT) == Some(TRUE)
+}
+
+/// `core.kbind.io/deletion-policy: Orphan` on the consumer object.
+pub(crate) fn is_orphan(obj: &DynamicObject) -> bool {
+    annotation_of(obj, annotation::DELETION_POLICY) == Some(DELETION_POLICY_ORPHAN)
+}
+
+/// The conflict reason recorded on the consumer object.
+pub(crate) fn conflict_of(obj: &DynamicObject) -> Option<&str> {
+    annotation_of(obj, annotation::CONFLICT)
+}
+
+/// Whether the consumer object carries the syncer finalizer.
+pub(crate) fn has_finalizer(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn widgets() -> ApiResource {
+        ApiResource {
+            group: "example.org".into(),
+            version: "v1".into(),
+            api_version: "example.org/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        }
+    }
+
+    fn consumer() -> DynamicObject {
+        object(json!({
+            "apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "a", "uid": "obj-1", "generation": 3,
+                "labels": {"app": "web", "app.kubernetes.io/managed-by": "Helm", "core.kbind.io/managed": "x"},
+                "annotations": {"note": "keep", "meta.helm.sh/release-name": "r", "helm.sh/hook": "h",
+                    "argocd.argoproj.io/sync-wave": "1", "kustomize.toolkit.fluxcd.io/name": "k",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}", "core.kbind.io/readopt": "true"},
+                "finalizers": ["core.kbind.io/syncer", "other"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u"}]},
+            "spec": {"size": 1},
+            "status": {"phase": "Ready"},
+        }))
+    }
+
+    fn copy(cluster: Option<&str>, object_uid: Option<&str>) -> DynamicObject {
+        let mut annotations = serde_json::Map::new();
+        if let Some(c) = cluster {
+            annotations.insert(annotation::CONSUMER_CLUSTER_UID.into(), json!(c));
+        }
+        if let Some(o) = object_uid {
+            annotations.insert(annotation::CONSUMER_OBJECT_UID.into(), json!(o));
+        }
+        object(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "a", "resourceVersion": "7", "annotations": annotations}}))
+    }
+
+    #[test]
+    fn only_user_metadata_and_spec_go_up_with_our_markers() {
+        let body = apply_body(
+            &widgets(),
+            &consumer(),
+            &ObjectKey::namespaced("p-a", "p-w"),
+            "cl-1",
+            None,
+        );
+        assert_eq!(
+            body,
+            json!({
+                "apiVersion": "example.org/v1", "kind": "Widget",
+                "metadata": {"name": "p-w", "namespace": "p-a",
+                    "labels": {"app": "web", "core.kbind.io/managed": "true"},
+                    "annotations": {"note": "keep", "core.kbind.io/consumer-cluster-uid": "cl-1",
+                        "core.kbind.io/consumer-object-uid": "obj-1", "core.kbind.io/consumer-generation": "3"}},
+                "spec": {"size": 1},
+            })
+        );
+    }
+
+    #[test]
+    fn filter_keeps_lookalike_keys() {
+        assert!(goes_up("fluxcd.io.example.com/x"));
+        assert!(goes_up("app.kubernetes.io/name"));
+        assert!(goes_up("plain"));
+        assert!(!goes_up("source.toolkit.fluxcd.io/name"));
+    }
+
+    #[test]
+    fn classification_follows_the_conflict_table() {
+        let obj = consumer();
+        let fail = ConflictPolicy::Fail;
+        let adopt = ConflictPolicy::Adopt;
+        assert_eq!(classify(None, &obj, "cl-1", &fail), Verdict::Create);
+        let ours = copy(Some("cl-1"), Some("obj-1"));
+        assert_eq!(
+            classify(Some(&ours), &obj, "cl-1", &fail),
+            Verdict::Update { precondition: None }
+        );
+        let bare = copy(None, None);
+        assert_eq!(
+            classify(Some(&bare), &obj, "cl-1", &fail),
+            Verdict::Conflict(reason::FOREIGN_OBJECT_EXISTS)
+        );
+        assert_eq!(
+            classify(Some(&bare), &obj, "cl-1", &adopt),
+            Verdict::Update {
+                precondition: Some("7".into())
+            }
+        );
+        let other_cluster = copy(Some("cl-2"), Some("obj-1"));
+        assert_eq!(
+            classify(Some(&other_cluster), &obj, "cl-1", &adopt),
+            Verdict::Conflict(reason::OWNED_BY_ANOTHER)
+        );
+        let half = copy(Some("cl-1"), None);
+        assert_eq!(
+            classify(Some(&half), &obj, "cl-1", &adopt),
+            Verdict::Conflict(reason::OWNED_BY_ANOTHER)
+        );
+        // `consumer()` asks for readopt: our cluster, stale object UID.
+        let stale = copy(Some("cl-1"), Some("obj-0"));
+        assert_eq!(
+            classify(Some(&stale), &obj, "cl-1", &fail),
+            Verdict::Update {
+                precondition: Some("7".into())
+            }
+        );
+        let mut no_readopt = obj.clone();
+        no_readopt
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(annotation::READOPT);
+        assert_eq!(
+            classify(Some(&stale), &no_readopt, "cl-1", &adopt),
+            Verdict::Conflict(reason::OWNED_BY_ANOTHER)
+        );
+    }
+
+    #[test]
+    fn a_terminating_copy_of_ours_is_waited_for() {
+        let mut ours = copy(Some("cl-1"), Some("obj-1"));
+        ours.metadata.deletion_timestamp = serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        assert_eq!(
+            classify(Some(&ours), &consumer(), "cl-1", &ConflictPolicy::Fail),
+            Verdict::Terminating
+        );
+    }
+}

@@ -1,0 +1,368 @@
+//! Per-(binding, GVR) syncers: consumer instances up to the provider with server-side apply,
+//! provider status down, conflicts classified before the first write, deletion through the
+//! `core.kbind.io/syncer` finalizer, and drain on unbind (DESIGN.md §4).
+//!
+//! Machinery: consumer objects come from the seam's watcher through a kube-runtime reflector
+//! into `Controller::for_stream_with`; provider changes come from the engaged provider's
+//! shared cache (one watch per GVR per Connection), mapped back through the [`Mapper`].
+//!
+//! Left out for now: `status-stale` annotations while a provider is disengaged, related
+//! resources, and per-namespace watches when a cluster-wide watch is forbidden.
+
+mod drain;
+mod meta;
+mod status;
+mod syncer;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use kbind_api::ConflictPolicy;
+use kbind_cluster::ApiResource;
+use tokio::task::JoinHandle;
+
+use crate::context::Context;
+use crate::mapper::{Mapper, ObjectKey};
+use crate::provider::EngagedProvider;
+
+pub use drain::Drained;
+
+/// Which kind of binding a syncer serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BindingKind {
+    /// A ClusterBinding: every instance.
+    Cluster,
+    /// A Binding: instances in its namespace only.
+    Namespaced,
+}
+
+/// The binding a syncer works for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BindingRef {
+    /// ClusterBinding or Binding.
+    pub kind: BindingKind,
+    /// The Binding's namespace (`None` for a ClusterBinding).
+    pub namespace: Option<String>,
+    /// The binding's name.
+    pub name: String,
+    /// The binding's UID.
+    pub uid: String,
+}
+
+/// Everything one syncer needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncerSpec {
+    /// The Connection's name.
+    pub connection: String,
+    /// The binding.
+    pub binding: BindingRef,
+    /// `<plural>.<group>`.
+    pub api: String,
+    /// The GVR, the same on both sides.
+    pub resource: ApiResource,
+    /// Whether the resource is namespaced.
+    pub namespaced: bool,
+    /// For a Binding: the only namespace synced.
+    pub namespace: Option<String>,
+    /// What to do with an unmarked provider object in the way.
+    pub conflict_policy: ConflictPolicy,
+    /// The consumer cluster's UID (`status.localClusterUID`), stamped on provider copies.
+    pub consumer_cluster_uid: String,
+    /// Whether the consumer CRD serves a status subresource (no status sync without one).
+    pub status_subresource: bool,
+}
+
+/// Identifies a syncer: one per (Connection, binding, API).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SyncerKey {
+    /// The Connection's name.
+    pub connection: String,
+    /// ClusterBinding or Binding.
+    pub binding_kind: BindingKind,
+    /// The Binding's namespace.
+    pub binding_namespace: Option<String>,
+    /// The binding's name.
+    pub binding_name: String,
+    /// `<plural>.<group>`.
+    pub api: String,
+}
+
+impl SyncerSpec {
+    /// The key of the syncer running this spec.
+    pub fn key(&self) -> SyncerKey {
+        SyncerKey {
+            connection: self.connection.clone(),
+            binding_kind: self.binding.kind,
+            binding_namespace: self.binding.namespace.clone(),
+            binding_name: self.binding.name.clone(),
+            api: self.api.clone(),
+        }
+    }
+}
+
+/// What a syncer has seen so far, for the binding's status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncerReport {
+    /// Consumer objects left alone, with the conflict reason.
+    pub conflicts: BTreeMap<ObjectKey, String>,
+    /// Forbidden provider operations, as `"<verb> <resource>"`.
+    pub denied: BTreeSet<String>,
+    /// Consumer objects whose provider copy was written successfully.
+    pub synced: usize,
+}
+
+/// Errors of the sync module.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A consumer read or list failed.
+    #[error("failed to read {what} on the consumer")]
+    ConsumerReadFailed {
+        /// What was read.
+        what: String,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+    /// A consumer write failed.
+    #[error("failed to {step} {object} on the consumer")]
+    ConsumerWriteFailed {
+        /// The step that failed.
+        step: &'static str,
+        /// The consumer object.
+        object: ObjectKey,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+    /// A provider read failed.
+    #[error("failed to read {object} on the provider")]
+    ProviderReadFailed {
+        /// The provider object.
+        object: ObjectKey,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+    /// A provider write failed.
+    #[error("failed to {step} {object} on the provider")]
+    ProviderWriteFailed {
+        /// The step that failed.
+        step: &'static str,
+        /// The provider object.
+        object: ObjectKey,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+    /// Provider copies must be deleted but no provider is engaged (`DeletionBlocked`).
+    #[error("failed to drain: the provider is not engaged and {waiting} copies must be deleted")]
+    ProviderUnavailable {
+        /// Objects still holding the finalizer.
+        waiting: usize,
+    },
+}
+
+impl SyncError {
+    fn source_error(&self) -> Option<&kbind_cluster::Error> {
+        match self {
+            SyncError::ConsumerReadFailed { source, .. }
+            | SyncError::ConsumerWriteFailed { source, .. }
+            | SyncError::ProviderReadFailed { source, .. }
+            | SyncError::ProviderWriteFailed { source, .. } => Some(source),
+            SyncError::ProviderUnavailable { .. } => None,
+        }
+    }
+
+    /// `"<verb> <resource>"` when a provider call was forbidden.
+    pub fn denied(&self) -> Option<String> {
+        if !matches!(
+            self,
+            SyncError::ProviderReadFailed { .. } | SyncError::ProviderWriteFailed { .. }
+        ) {
+            return None;
+        }
+        match self.source_error()? {
+            kbind_cluster::Error::Forbidden { verb, resource, .. } => Some(format!("{verb} {resource}")),
+            _ => None,
+        }
+    }
+}
+
+/// The mutable report of one syncer.
+#[derive(Debug, Default)]
+struct Tally {
+    conflicts: BTreeMap<ObjectKey, String>,
+    /// Per consumer object, so one object's denial does not hide another's success.
+    denied: BTreeMap<ObjectKey, String>,
+    synced: BTreeSet<ObjectKey>,
+}
+
+impl Tally {
+    fn report(&self) -> SyncerReport {
+        SyncerReport {
+            conflicts: self.conflicts.clone(),
+            denied: self.denied.values().cloned().collect(),
+            synced: self.synced.len(),
+        }
+    }
+
+    fn forget(&mut self, key: &ObjectKey) {
+        self.conflicts.remove(key);
+        self.denied.remove(key);
+        self.synced.remove(key);
+    }
+}
+
+type SharedTally = Arc<Mutex<Tally>>;
+
+fn lock(tally: &SharedTally) -> std::sync::MutexGuard<'_, Tally> {
+    tally.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One running syncer; dropping it stops the task.
+struct Running {
+    spec: SyncerSpec,
+    provider: Arc<EngagedProvider>,
+    tally: SharedTally,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The set of running syncers; clones share it.
+#[derive(Clone)]
+pub struct Syncers {
+    ctx: Context,
+    mapper: Arc<dyn Mapper>,
+    running: Arc<Mutex<BTreeMap<SyncerKey, Running>>>,
+}
+
+impl std::fmt::Debug for Syncers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Syncers").field("running", &self.keys()).finish()
+    }
+}
+
+impl Syncers {
+    /// No syncers yet; `mapper` maps every key.
+    pub fn new(ctx: Context, mapper: Arc<dyn Mapper>) -> Self {
+        Self {
+            ctx,
+            mapper,
+            running: Arc::new(Mutex::new(BTreeMap::new())),
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<SyncerKey, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the syncer of `spec`, keeps it if it already runs the same spec on the same
+    /// engagement, restarts it otherwise. Returns whether a syncer was (re)started.
+    pub fn ensure(&self, spec: SyncerSpec, provider: Arc<EngagedProvider>) -> bool {
+        let key = spec.key();
+        let mut running = self.running();
+        if let Some(current) = running.get(&key)
+            && current.spec == spec
+            && Arc::ptr_eq(&current.provider, &provider)
+            && !provider.is_disengaged()
+            && !current.task.is_finished()
+        {
+            return false;
+        }
+        let tally = SharedTally::default();
+        let task = tokio::spawn(syncer::run(syncer::Shared::new(
+            &self.ctx,
+            spec.clone(),
+            provider.clone(),
+            self.mapper.clone(),
+            tally.clone(),
+        )));
+        // Replacing drops (and so stops) the previous syncer of this key.
+        running.insert(
+            key,
+            Running {
+                spec,
+                provider,
+                tally,
+                task,
+            },
+        );
+        true
+    }
+
+    /// Stops one syncer (nothing is deleted anywhere).
+    pub fn stop(&self, key: &SyncerKey) {
+        self.running().remove(key);
+    }
+
+    /// Stops every syncer of a Connection (nothing is deleted anywhere).
+    pub fn stop_connection(&self, connection: &str) {
+        self.running().retain(|k, _| k.connection != connection);
+    }
+
+    /// Keys of the running syncers, sorted.
+    pub fn keys(&self) -> Vec<SyncerKey> {
+        self.running().keys().cloned().collect()
+    }
+
+    /// What the syncer of `key` has seen, if it runs.
+    pub fn report(&self, key: &SyncerKey) -> Option<SyncerReport> {
+        self.running().get(key).map(|r| lock(&r.tally).report())
+    }
+
+    /// Unbinds: stops the syncer, deletes the provider copies we own (unless the object or
+    /// `orphan` says Orphan) and releases our finalizers. With `orphan` the provider is never
+    /// touched. Call again until [`Drained::is_complete`].
+    pub async fn drain(
+        &self,
+        spec: &SyncerSpec,
+        provider: Option<Arc<EngagedProvider>>,
+        orphan: bool,
+    ) -> Result<Drained, SyncError> {
+        self.stop(&spec.key());
+        drain::drain(&self.ctx, self.mapper.as_ref(), spec, provider.as_deref(), orphan).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_provider_writes_name_verb_and_resource() {
+        let err = SyncError::ProviderWriteFailed {
+            step: "apply",
+            object: ObjectKey::namespaced("a", "w"),
+            source: kbind_cluster::Error::forbidden("u", "patch", "widgets", "example.org", Some("a"), Some("w")),
+        };
+        assert_eq!(err.denied().as_deref(), Some("patch widgets.example.org"));
+        let consumer = SyncError::ConsumerWriteFailed {
+            step: "patch",
+            object: ObjectKey::namespaced("a", "w"),
+            source: kbind_cluster::Error::forbidden("u", "patch", "widgets", "example.org", Some("a"), Some("w")),
+        };
+        assert_eq!(consumer.denied(), None, "only provider denials are reported");
+    }
+
+    #[test]
+    fn tally_reports_each_denial_once() {
+        let mut tally = Tally::default();
+        tally
+            .denied
+            .insert(ObjectKey::namespaced("b", "w1"), "patch widgets.example.org".into());
+        tally
+            .denied
+            .insert(ObjectKey::namespaced("b", "w2"), "patch widgets.example.org".into());
+        tally.synced.insert(ObjectKey::namespaced("a", "w"));
+        let report = tally.report();
+        assert_eq!(report.denied.len(), 1);
+        assert_eq!(report.synced, 1);
+        tally.forget(&ObjectKey::namespaced("a", "w"));
+        assert_eq!(tally.report().synced, 0);
+    }
+}

@@ -1,0 +1,105 @@
+//! Status down: the provider copy's `.status` with `observedGeneration` translated to the
+//! consumer generation it answers (DESIGN.md §4 "status down").
+//!
+//! The rule: the copy's `core.kbind.io/consumer-generation` annotation is written in the same
+//! apply as its spec, so it names the consumer generation that the copy's current
+//! `metadata.generation` (g) carries. Therefore:
+//! - the copy has no generation or no parsable annotation → hold (nothing can be translated);
+//! - top-level `status.observedGeneration` is present and differs from g → hold: the
+//!   provider has not answered the current spec yet, the consumer status stays as it is;
+//! - otherwise the status goes down; top-level `observedGeneration` and every condition's
+//!   `observedGeneration` equal to g become the consumer generation; a condition that answers
+//!   an older provider generation loses its `observedGeneration` (the consumer generation it
+//!   answered is not known, and a wrong number would claim an answer that was never given).
+
+use kbind_api::consts::annotation;
+use kbind_cluster::DynamicObject;
+use serde_json::Value;
+
+/// The consumer `.status` for this provider copy, or `None` to leave the consumer alone.
+pub(crate) fn translated_status(copy: &DynamicObject) -> Option<Value> {
+    let mut status = copy.data.get("status")?.clone();
+    let provider_generation = copy.metadata.generation?;
+    let consumer_generation: i64 = copy
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(annotation::CONSUMER_GENERATION)?
+        .parse()
+        .ok()?;
+    let map = status.as_object_mut()?;
+    if let Some(observed) = map.get("observedGeneration") {
+        if observed.as_i64() != Some(provider_generation) {
+            return None;
+        }
+        map.insert("observedGeneration".into(), consumer_generation.into());
+    }
+    if let Some(conditions) = map.get_mut("conditions").and_then(Value::as_array_mut) {
+        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            match condition.get("observedGeneration").map(Value::as_i64) {
+                Some(Some(g)) if g == provider_generation => {
+                    condition.insert("observedGeneration".into(), consumer_generation.into());
+                }
+                Some(_) => {
+                    condition.remove("observedGeneration");
+                }
+                None => {}
+            }
+        }
+    }
+    Some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn copy(generation: i64, consumer_generation: &str, status: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "w", "generation": generation,
+                "annotations": {"core.kbind.io/consumer-generation": consumer_generation}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn observed_generation_is_translated_top_level_and_in_conditions() {
+        let status = json!({"observedGeneration": 7, "phase": "Ready", "conditions": [
+            {"type": "Ready", "status": "True", "observedGeneration": 7},
+            {"type": "Old", "status": "True", "observedGeneration": 5},
+            {"type": "Plain", "status": "True"},
+        ]});
+        assert_eq!(
+            translated_status(&copy(7, "2", status)),
+            Some(json!({"observedGeneration": 2, "phase": "Ready", "conditions": [
+                {"type": "Ready", "status": "True", "observedGeneration": 2},
+                {"type": "Old", "status": "True"},
+                {"type": "Plain", "status": "True"},
+            ]}))
+        );
+    }
+
+    #[test]
+    fn a_provider_that_has_not_caught_up_leaves_the_consumer_alone() {
+        assert_eq!(translated_status(&copy(8, "3", json!({"observedGeneration": 7}))), None);
+    }
+
+    #[test]
+    fn status_without_observed_generation_goes_down_as_is() {
+        assert_eq!(
+            translated_status(&copy(8, "3", json!({"phase": "Pending"}))),
+            Some(json!({"phase": "Pending"}))
+        );
+    }
+
+    #[test]
+    fn no_status_or_no_annotation_holds() {
+        let mut c = copy(1, "1", json!({"phase": "x"}));
+        c.data.as_object_mut().unwrap().remove("status");
+        assert_eq!(translated_status(&c), None);
+        assert_eq!(translated_status(&copy(1, "not-a-number", json!({"phase": "x"}))), None);
+    }
+}

@@ -1,0 +1,645 @@
+//! One syncer: a kube-runtime controller over the consumer objects of one GVR, triggered
+//! also by changes in the provider's shared cache, reconciling each object up and its status
+//! down.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kbind_api::consts::{TRUE, annotation, finalizer, label, reason};
+use kbind_cluster::watcher::{WatchStreamExt, WatcherError, watcher};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
+};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use serde_json::{Value, json};
+
+use super::meta::{self, Verdict};
+use super::{SharedTally, SyncError, SyncerSpec, lock};
+use crate::context::Context;
+use crate::events::{EventType, Recorder};
+use crate::mapper::{Mapper, ObjectKey};
+use crate::provider::EngagedProvider;
+
+/// How often the provider cache is compared with what the syncer saw last (the cache offers
+/// no subscription; this is an in-memory diff, not a request).
+const PROVIDER_POLL: Duration = Duration::from_secs(1);
+/// Slow backstop resync of every object.
+const RESYNC: Duration = Duration::from_secs(300);
+/// Re-check of an object waiting for a terminating provider copy or a deletion.
+const WAIT: Duration = Duration::from_secs(2);
+/// Re-check of a conflicted object (provider changes re-trigger it sooner).
+const CONFLICT_RECHECK: Duration = Duration::from_secs(60);
+/// Retry after a forbidden provider call.
+const DENIED_RETRY: Duration = Duration::from_secs(30);
+/// Retry after any other failure.
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// The condition kbind writes into a conflicted object's `status.conditions`.
+const SYNCED_CONDITION: &str = "Synced";
+
+/// Provider objects as last seen by the syncer, by (namespace, name): what the cache poll
+/// compares with, and where the syncer records its own writes so that a copy deleted before
+/// the next poll is still noticed.
+type Seen = BTreeMap<(Option<String>, String), (Option<String>, Arc<DynamicObject>)>;
+type SharedSeen = Arc<Mutex<Seen>>;
+
+/// What every reconcile of one syncer shares.
+pub(crate) struct Shared {
+    spec: SyncerSpec,
+    consumer: Arc<dyn ClusterClient>,
+    provider: Arc<EngagedProvider>,
+    mapper: Arc<dyn Mapper>,
+    recorder: Recorder,
+    tally: SharedTally,
+    clock: kbind_cluster::SharedClock,
+    /// Provider namespaces known to exist.
+    namespaces: Mutex<BTreeSet<String>>,
+    seen: SharedSeen,
+}
+
+impl Shared {
+    /// The shared state of a syncer for `spec` on `provider`.
+    pub(crate) fn new(
+        ctx: &Context,
+        spec: SyncerSpec,
+        provider: Arc<EngagedProvider>,
+        mapper: Arc<dyn Mapper>,
+        tally: SharedTally,
+    ) -> Arc<Self> {
+        let instance = format!("{}-{}", kbind_api::consts::EVENT_COMPONENT, spec.connection);
+        Arc::new(Self {
+            recorder: Recorder::new(ctx.consumer.clone(), ctx.clock.clone(), &instance),
+            consumer: ctx.consumer.clone(),
+            clock: ctx.clock.clone(),
+            spec,
+            provider,
+            mapper,
+            tally,
+            namespaces: Mutex::new(BTreeSet::new()),
+            seen: SharedSeen::default(),
+        })
+    }
+
+    fn res(&self) -> &ApiResource {
+        &self.spec.resource
+    }
+}
+
+/// Runs the syncer until the future is dropped.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let res = shared.spec.resource.clone();
+    let writer: Writer<DynamicObject> = Writer::new(res.clone());
+    let store = writer.as_reader();
+    let consumer_events = reflector::reflector(
+        writer,
+        watcher(
+            shared.consumer.clone(),
+            res.clone(),
+            shared.spec.namespace.clone(),
+            crate::provider::watcher_config(),
+        ),
+    )
+    .applied_objects();
+    let provider_changes = cache_changes(shared.provider.cache.store(&res), shared.seen.clone(), PROVIDER_POLL);
+    let mapper = shared.mapper.clone();
+    let scope = shared.spec.namespace.clone();
+    let map_res = res.clone();
+    let to_consumer = move |copy: DynamicObject| consumer_ref(mapper.as_ref(), &map_res, scope.as_deref(), &copy);
+    Controller::for_stream_with(consumer_events, store, res.clone())
+        .watches_stream_with(provider_changes, to_consumer, res)
+        .run(reconcile, error_policy, shared)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "syncer controller event");
+            }
+        })
+        .await;
+}
+
+/// The consumer object a provider object is the image of, within the syncer's scope.
+fn consumer_ref(
+    mapper: &dyn Mapper,
+    res: &ApiResource,
+    scope: Option<&str>,
+    copy: &DynamicObject,
+) -> Option<ObjectRef<DynamicObject>> {
+    let key = mapper.to_consumer(res, &ObjectKey::of(copy)?)?;
+    if scope.is_some() && key.namespace.as_deref() != scope {
+        return None;
+    }
+    let r = ObjectRef::new_with(&key.name, res.clone());
+    Some(match &key.namespace {
+        Some(ns) => r.within(ns),
+        None => r,
+    })
+}
+
+/// Objects of `store` that changed (or disappeared) since `seen`, looked at every `every`.
+fn cache_changes(
+    store: Store<DynamicObject>,
+    seen: SharedSeen,
+    every: Duration,
+) -> impl Stream<Item = Result<DynamicObject, WatcherError>> + Send + 'static {
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    futures::stream::unfold((store, seen, interval), |(store, seen, mut interval)| async move {
+        loop {
+            interval.tick().await;
+            let changed = diff(&store, &mut seen.lock().unwrap_or_else(|p| p.into_inner()));
+            if !changed.is_empty() {
+                return Some((futures::stream::iter(changed), (store, seen, interval)));
+            }
+        }
+    })
+    .flatten()
+}
+
+/// The objects that differ between `store` and `seen`; `seen` becomes the store's state.
+fn diff(store: &Store<DynamicObject>, seen: &mut Seen) -> Vec<Result<DynamicObject, WatcherError>> {
+    let mut now = Seen::new();
+    for obj in store.state() {
+        let Some(name) = obj.metadata.name.clone() else {
+            continue;
+        };
+        now.insert(
+            (obj.metadata.namespace.clone(), name),
+            (obj.metadata.resource_version.clone(), obj),
+        );
+    }
+    let mut changed = Vec::new();
+    for (key, (rv, obj)) in &now {
+        if seen.get(key).map(|(old, _)| old) != Some(rv) {
+            changed.push(Ok((**obj).clone()));
+        }
+    }
+    for (key, (_, obj)) in seen.iter() {
+        if !now.contains_key(key) {
+            changed.push(Ok((**obj).clone()));
+        }
+    }
+    *seen = now;
+    changed
+}
+
+fn error_policy(obj: Arc<DynamicObject>, error: &SyncError, _shared: Arc<Shared>) -> Action {
+    tracing::info!(object = ?ObjectKey::of(&obj), error = %error, "sync failed; retrying");
+    Action::requeue(ERROR_RETRY)
+}
+
+/// Reconciles one consumer object.
+async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, SyncError> {
+    let Some(key) = ObjectKey::of(&obj) else {
+        return Ok(Action::await_change());
+    };
+    match shared.sync(&obj, &key).await {
+        Err(e) if let Some(denied) = e.denied() => {
+            tracing::info!(object = %key, denied = %denied, "provider call forbidden");
+            let mut tally = lock(&shared.tally);
+            tally.denied.insert(key.clone(), denied);
+            tally.synced.remove(&key);
+            Ok(Action::requeue(DENIED_RETRY))
+        }
+        other => other,
+    }
+}
+
+impl Shared {
+    async fn sync(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<Action, SyncError> {
+        let target = self.mapper.to_provider(self.res(), key);
+        if obj.metadata.deletion_timestamp.is_some() {
+            return self.finalize(obj, key, &target).await;
+        }
+        let owned;
+        let obj = if meta::has_finalizer(obj) {
+            obj
+        } else {
+            owned = self.add_finalizer(obj, key).await?;
+            &owned
+        };
+        let live = self.read_target(&target).await?;
+        let verdict = meta::classify(
+            live.as_ref(),
+            obj,
+            &self.spec.consumer_cluster_uid,
+            &self.spec.conflict_policy,
+        );
+        let precondition = match verdict {
+            Verdict::Terminating => return Ok(Action::requeue(WAIT)),
+            Verdict::Conflict(why) => {
+                self.signal_conflict(obj, key, &target, why).await?;
+                return Ok(Action::requeue(CONFLICT_RECHECK));
+            }
+            Verdict::Create => None,
+            Verdict::Update { precondition } => precondition,
+        };
+        self.clear_conflict(obj, key).await?;
+        self.ensure_namespace(&target).await?;
+        let body = meta::apply_body(
+            self.res(),
+            obj,
+            &target,
+            &self.spec.consumer_cluster_uid,
+            precondition.as_deref(),
+        );
+        let copy = self
+            .provider
+            .client
+            .apply(
+                self.res(),
+                target.namespace.as_deref(),
+                &target.name,
+                body,
+                kbind_api::consts::field_manager::KONNECTOR,
+                true,
+            )
+            .await
+            .map_err(|source| SyncError::ProviderWriteFailed {
+                step: "apply",
+                object: target.clone(),
+                source,
+            })?;
+        {
+            let mut tally = lock(&self.tally);
+            tally.denied.remove(key);
+            tally.synced.insert(key.clone());
+        }
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            (target.namespace.clone(), target.name.clone()),
+            (copy.metadata.resource_version.clone(), Arc::new(copy.clone())),
+        );
+        self.status_down(obj, key, &copy).await?;
+        Ok(Action::requeue(RESYNC))
+    }
+
+    async fn read_target(&self, target: &ObjectKey) -> Result<Option<DynamicObject>, SyncError> {
+        self.provider
+            .reader
+            .get_opt(self.res(), target.namespace.as_deref(), &target.name)
+            .await
+            .map_err(|source| SyncError::ProviderReadFailed {
+                object: target.clone(),
+                source,
+            })
+    }
+
+    /// Deletion: the provider copy goes first (if ours and not orphaned), then our finalizer.
+    async fn finalize(&self, obj: &DynamicObject, key: &ObjectKey, target: &ObjectKey) -> Result<Action, SyncError> {
+        if !meta::has_finalizer(obj) {
+            return Ok(Action::await_change());
+        }
+        if !meta::is_orphan(obj) {
+            let object_uid = obj.metadata.uid.as_deref().unwrap_or_default();
+            if let Some(copy) = self.read_target(target).await?
+                && meta::is_ours(&copy, &self.spec.consumer_cluster_uid, object_uid)
+            {
+                if copy.metadata.deletion_timestamp.is_some() {
+                    return Ok(Action::requeue(WAIT));
+                }
+                let remaining = self
+                    .provider
+                    .client
+                    .delete(
+                        self.res(),
+                        target.namespace.as_deref(),
+                        &target.name,
+                        &DeleteParams::background(),
+                    )
+                    .await;
+                match remaining {
+                    Ok(None) | Err(kbind_cluster::Error::NotFound { .. }) => {}
+                    Ok(Some(_)) => return Ok(Action::requeue(WAIT)),
+                    Err(source) => {
+                        return Err(SyncError::ProviderWriteFailed {
+                            step: "delete",
+                            object: target.clone(),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        release_finalizer(self.consumer.as_ref(), self.res(), obj, key).await?;
+        lock(&self.tally).forget(key);
+        Ok(Action::await_change())
+    }
+
+    async fn add_finalizer(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<DynamicObject, SyncError> {
+        let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.push(finalizer::SYNCER.to_string());
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": obj.metadata.resource_version,
+        }});
+        self.consumer
+            .patch(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .map_err(|source| SyncError::ConsumerWriteFailed {
+                step: "add the finalizer to",
+                object: key.clone(),
+                source,
+            })
+    }
+
+    /// Creates a missing provider namespace (labelled managed, with our cluster UID).
+    async fn ensure_namespace(&self, target: &ObjectKey) -> Result<(), SyncError> {
+        let Some(ns) = target.namespace.as_deref() else {
+            return Ok(());
+        };
+        if self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).contains(ns) {
+            return Ok(());
+        }
+        let namespaces = namespace_resource();
+        let ns_key = ObjectKey::cluster(ns);
+        match self.provider.reader.get_opt(&namespaces, None, ns).await {
+            Ok(Some(_)) => {}
+            // Without read access the apply itself tells whether the namespace exists.
+            Err(kbind_cluster::Error::Forbidden { .. }) => return Ok(()),
+            Err(source) => {
+                return Err(SyncError::ProviderReadFailed { object: ns_key, source });
+            }
+            Ok(None) => {
+                let body: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": ns,
+                        "labels": {label::MANAGED: TRUE},
+                        "annotations": {annotation::CONSUMER_CLUSTER_UID: self.spec.consumer_cluster_uid}},
+                }))
+                .map_err(|e| SyncError::ProviderWriteFailed {
+                    step: "create",
+                    object: ns_key.clone(),
+                    source: kbind_cluster::Error::Decode(e.to_string()),
+                })?;
+                match self
+                    .provider
+                    .client
+                    .create(&namespaces, None, &body, &PostParams::default())
+                    .await
+                {
+                    Ok(_) | Err(kbind_cluster::Error::AlreadyExists { .. }) => {}
+                    Err(source) => {
+                        return Err(SyncError::ProviderWriteFailed {
+                            step: "create",
+                            object: ns_key,
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ns.to_string());
+        Ok(())
+    }
+
+    /// Provider status down, translated; skipped without a consumer status subresource.
+    async fn status_down(&self, obj: &DynamicObject, key: &ObjectKey, copy: &DynamicObject) -> Result<(), SyncError> {
+        if !self.spec.status_subresource {
+            return Ok(());
+        }
+        let Some(status) = super::status::translated_status(copy) else {
+            return Ok(());
+        };
+        if obj.data.get("status") == Some(&status) {
+            return Ok(());
+        }
+        let mut updated = obj.clone();
+        updated.data["status"] = status;
+        match self
+            .consumer
+            .replace_status(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &updated,
+                &PostParams::default(),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // The object moved on; its own change event brings a fresh reconcile.
+            Err(kbind_cluster::Error::Conflict { .. }) => Ok(()),
+            Err(source) => Err(SyncError::ConsumerWriteFailed {
+                step: "write the status of",
+                object: key.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Conflict signals: the annotation, a Warning Event and a status condition (the last two
+    /// once per new reason), and the report.
+    async fn signal_conflict(
+        &self,
+        obj: &DynamicObject,
+        key: &ObjectKey,
+        target: &ObjectKey,
+        why: &'static str,
+    ) -> Result<(), SyncError> {
+        {
+            let mut tally = lock(&self.tally);
+            tally.conflicts.insert(key.clone(), why.to_string());
+            tally.synced.remove(key);
+        }
+        if meta::conflict_of(obj) == Some(why) {
+            return Ok(());
+        }
+        self.set_conflict_annotation(key, Some(why)).await?;
+        let note = match why {
+            reason::FOREIGN_OBJECT_EXISTS => {
+                format!("provider object {target} exists without kbind markers; conflictPolicy Fail leaves it alone")
+            }
+            _ => format!("provider object {target} belongs to another consumer object or cluster; left alone"),
+        };
+        if let Err(e) = self
+            .recorder
+            .publish(self.res(), obj, EventType::Warning, why, "Sync", &note)
+            .await
+        {
+            tracing::debug!(object = %key, error = %e, "could not record the conflict event");
+        }
+        self.conflict_condition(obj, key, why, &note).await;
+        Ok(())
+    }
+
+    async fn clear_conflict(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<(), SyncError> {
+        lock(&self.tally).conflicts.remove(key);
+        if meta::conflict_of(obj).is_some() {
+            self.set_conflict_annotation(key, None).await?;
+        }
+        Ok(())
+    }
+
+    async fn set_conflict_annotation(&self, key: &ObjectKey, why: Option<&str>) -> Result<(), SyncError> {
+        let patch = json!({"metadata": {"annotations": {annotation::CONFLICT: why}}});
+        self.consumer
+            .patch(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|source| SyncError::ConsumerWriteFailed {
+                step: "annotate the conflict on",
+                object: key.clone(),
+                source,
+            })
+    }
+
+    /// Best effort: a `Synced=False` condition in `status.conditions` (a schema without one
+    /// prunes it; no status subresource means no status writes at all).
+    async fn conflict_condition(&self, obj: &DynamicObject, key: &ObjectKey, why: &str, note: &str) {
+        if !self.spec.status_subresource {
+            return;
+        }
+        let mut conditions: Vec<Value> = obj
+            .data
+            .get("status")
+            .and_then(|s| s.get("conditions"))
+            .and_then(Value::as_array)
+            .map(|c| {
+                c.iter()
+                    .filter(|c| c.get("type").and_then(Value::as_str) != Some(SYNCED_CONDITION))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        conditions.push(json!({
+            "type": SYNCED_CONDITION, "status": "False", "reason": why, "message": note,
+            "lastTransitionTime": kbind_cluster::clock::format_time(self.clock.now()),
+            "observedGeneration": obj.metadata.generation,
+        }));
+        let patch = json!({"status": {"conditions": conditions}});
+        if let Err(e) = self
+            .consumer
+            .patch_status(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+        {
+            tracing::debug!(object = %key, error = %e, "could not write the conflict condition");
+        }
+    }
+}
+
+/// Removes our finalizer from a consumer object (a stale resourceVersion fails and retries).
+pub(crate) async fn release_finalizer(
+    consumer: &dyn ClusterClient,
+    res: &ApiResource,
+    obj: &DynamicObject,
+    key: &ObjectKey,
+) -> Result<(), SyncError> {
+    let finalizers: Vec<String> = obj
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| f.as_str() != finalizer::SYNCER)
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}});
+    match consumer
+        .patch(
+            res,
+            key.namespace.as_deref(),
+            &key.name,
+            &Patch::Merge(patch),
+            &PatchParams::default(),
+        )
+        .await
+    {
+        Ok(_) | Err(kbind_cluster::Error::NotFound { .. }) => Ok(()),
+        Err(source) => Err(SyncError::ConsumerWriteFailed {
+            step: "release the finalizer of",
+            object: key.clone(),
+            source,
+        }),
+    }
+}
+
+/// The core Namespace resource.
+fn namespace_resource() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        plural: "namespaces".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widgets() -> ApiResource {
+        ApiResource {
+            group: "example.org".into(),
+            version: "v1".into(),
+            api_version: "example.org/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        }
+    }
+
+    fn widget(ns: &str, name: &str, rv: &str) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn provider_objects_outside_a_binding_namespace_trigger_nothing() {
+        let w = widget("a", "w", "1");
+        let r = consumer_ref(&crate::mapper::Identity, &widgets(), Some("a"), &w).unwrap();
+        assert_eq!((r.name.as_str(), r.namespace.as_deref()), ("w", Some("a")));
+        assert!(consumer_ref(&crate::mapper::Identity, &widgets(), Some("b"), &w).is_none());
+        assert!(consumer_ref(&crate::mapper::Identity, &widgets(), None, &w).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_changes_reports_new_changed_and_vanished_objects() {
+        let mut writer: Writer<DynamicObject> = Writer::new(widgets());
+        let store = writer.as_reader();
+        use kbind_cluster::watcher::Event;
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(widget("a", "x", "1")));
+        writer.apply_watcher_event(&Event::InitDone);
+        let mut changes = Box::pin(cache_changes(store, SharedSeen::default(), Duration::from_secs(1)));
+        let name = |item: Option<Result<DynamicObject, WatcherError>>| {
+            let obj = item.unwrap().unwrap();
+            format!(
+                "{}@{}",
+                obj.metadata.name.unwrap(),
+                obj.metadata.resource_version.unwrap()
+            )
+        };
+        assert_eq!(name(changes.next().await), "x@1");
+        writer.apply_watcher_event(&Event::Apply(widget("a", "x", "2")));
+        assert_eq!(name(changes.next().await), "x@2");
+        writer.apply_watcher_event(&Event::Delete(widget("a", "x", "3")));
+        assert_eq!(
+            name(changes.next().await),
+            "x@2",
+            "a vanished object is reported as last seen"
+        );
+        let quiet = tokio::time::timeout(Duration::from_secs(10), changes.next()).await;
+        assert!(quiet.is_err(), "nothing changed, nothing reported");
+    }
+}
