@@ -69,7 +69,10 @@ async fn publish(cluster: &dyn ClusterClient, mut crd: Value) -> CustomResourceD
         Some(existing) => {
             crd["metadata"]["resourceVersion"] = json!(existing.metadata.resource_version);
             let obj = serde_json::from_value(crd).unwrap();
-            cluster.replace(&crd_resource(), None, NAME, &obj, &params).await.unwrap();
+            cluster
+                .replace(&crd_resource(), None, NAME, &obj, &params)
+                .await
+                .unwrap();
         }
         None => {
             let obj = serde_json::from_value(crd).unwrap();
@@ -96,9 +99,11 @@ fn established(crd: &CustomResourceDefinition) -> bool {
 }
 
 async fn wait_established(consumer: &dyn ClusterClient) {
-    eventually("the consumer CRD to be Established", Duration::from_secs(10), || async {
-        established(&read(consumer).await)
-    })
+    eventually(
+        "the consumer CRD to be Established",
+        Duration::from_secs(10),
+        || async { established(&read(consumer).await) },
+    )
     .await;
 }
 
@@ -173,7 +178,10 @@ async fn a_pulled_crd_keeps_only_its_storage_version_and_becomes_established() {
     assert!(crd.spec.versions[0].served && crd.spec.versions[0].storage);
     assert_eq!(schema(&crd, "v1"), stored(&spec_schema(base_props())));
     let conversion = crd.spec.conversion.as_ref().unwrap();
-    assert_eq!((conversion.strategy.as_str(), conversion.webhook.is_none()), ("None", true));
+    assert_eq!(
+        (conversion.strategy.as_str(), conversion.webhook.is_none()),
+        ("None", true)
+    );
     let text = serde_json::to_string(&crd).unwrap();
     assert!(!text.contains("caBundle"), "{text}");
     assert_eq!(crd.metadata.labels.as_ref().unwrap()[label::MANAGED], "true");
@@ -212,14 +220,23 @@ async fn a_new_optional_field_is_applied_with_update_policy_always() {
     let crd = read(&world.consumer()).await;
     assert_eq!(schema(&crd, "v1"), stored(&spec_schema(props)));
     assert_eq!(annotation_of(&crd, annotation::SCHEMA_HASH), Some(hash.as_str()));
-    assert_eq!(annotation_of(&crd, "team"), Some("blue"), "a user's annotation was dropped");
+    assert_eq!(
+        annotation_of(&crd, "team"),
+        Some("blue"),
+        "a user's annotation was dropped"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_removed_field_is_blocked_until_a_user_accepts_the_new_hash() {
     let world = World::new();
     let before = world.pulled().await;
-    let desired = pull(&world.provider(), json!({"size": {"type": "integer", "default": 1}}), "v1").await;
+    let desired = pull(
+        &world.provider(),
+        json!({"size": {"type": "integer", "default": 1}}),
+        "v1",
+    )
+    .await;
     let hash = annotation_of(&desired, annotation::SCHEMA_HASH).unwrap().to_string();
     let outcome = ensure_consumer_crd(&world.consumer(), desired.clone(), UpdatePolicy::Always).await;
     let CrdOutcome::Blocked(message) = outcome.unwrap() else {
@@ -256,7 +273,10 @@ async fn an_accepted_storage_version_change_keeps_the_old_version_unserved() {
     let CrdOutcome::Blocked(message) = outcome.unwrap() else {
         panic!("expected Blocked");
     };
-    assert!(message.starts_with("storage version changes from v1 to v2"), "{message}");
+    assert!(
+        message.starts_with("storage version changes from v1 to v2"),
+        "{message}"
+    );
     world.annotate_consumer(annotation::ACCEPT_SCHEMA_HASH, &hash).await;
     let outcome = ensure_consumer_crd(&world.consumer(), desired, UpdatePolicy::Always).await;
     assert_eq!(outcome.unwrap(), CrdOutcome::Updated);
@@ -345,16 +365,32 @@ async fn a_crd_served_through_openapi_comes_back_with_its_structural_schema() {
                                        "schema": {"openAPIV3Schema": rich_schema()}}]);
     publish(&world.provider(), crd).await;
     let provider = world.provider();
-    eventually("widgets to be served on the provider", Duration::from_secs(10), || async {
-        provider.discovery().await.unwrap().find("example.org", "widgets").is_some()
-    })
+    eventually(
+        "widgets to be served on the provider",
+        Duration::from_secs(10),
+        || async {
+            provider
+                .discovery()
+                .await
+                .unwrap()
+                .find("example.org", "widgets")
+                .is_some()
+        },
+    )
     .await;
     let discovery = provider.discovery().await.unwrap();
     let resource = discovery.find("example.org", "widgets").unwrap();
     let doc = provider.openapi_v3("example.org", "v1").await.unwrap();
     let synthesized = crd_from_openapi(resource, &doc, "prod").unwrap();
     assert_eq!(schema(&synthesized, "v1"), stored(&rich_schema()));
-    assert!(synthesized.spec.versions[0].subresources.as_ref().unwrap().status.is_some());
+    assert!(
+        synthesized.spec.versions[0]
+            .subresources
+            .as_ref()
+            .unwrap()
+            .status
+            .is_some()
+    );
     assert_eq!(synthesized.spec.scope, "Namespaced");
 
     let outcome = ensure_consumer_crd(&world.consumer(), synthesized.clone(), UpdatePolicy::Always).await;

@@ -110,7 +110,13 @@ fn collect(node: &Value, path: &str, out: &mut BTreeMap<String, Shape>) {
 }
 
 fn field_problems(old: &BTreeMap<String, Shape>, new: &BTreeMap<String, Shape>) -> Vec<String> {
-    let display = |path: &str| if path.is_empty() { "<root>".to_string() } else { path.to_string() };
+    let display = |path: &str| {
+        if path.is_empty() {
+            "<root>".to_string()
+        } else {
+            path.to_string()
+        }
+    };
     let mut problems = vec![];
     for (path, before) in old {
         let Some(after) = new.get(path) else {

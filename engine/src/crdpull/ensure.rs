@@ -113,7 +113,9 @@ fn replacement(existing: CustomResourceDefinition, desired: CustomResourceDefini
         (desired.metadata.labels, &mut metadata.labels),
         (desired.metadata.annotations, &mut metadata.annotations),
     ] {
-        theirs.get_or_insert_with(Default::default).extend(mine.unwrap_or_default());
+        theirs
+            .get_or_insert_with(Default::default)
+            .extend(mine.unwrap_or_default());
     }
     let mut spec = desired.spec;
     let stored = existing.status.and_then(|s| s.stored_versions).unwrap_or_default();

@@ -172,7 +172,10 @@ fn recursive_placeholder(siblings: &Map<String, Value>) -> Value {
 /// embedded type meta.
 fn to_crd_node(node: Value, position: Position) -> Value {
     let Value::Object(map) = node else { return node };
-    let mut map: Map<String, Value> = map.into_iter().filter(|(k, _)| CRD_KEYS.contains(&k.as_str())).collect();
+    let mut map: Map<String, Value> = map
+        .into_iter()
+        .filter(|(k, _)| CRD_KEYS.contains(&k.as_str()))
+        .collect();
     if let Some(Value::Object(props)) = map.get_mut("properties") {
         for child in props.values_mut() {
             *child = to_crd_node(child.take(), position);
@@ -298,7 +301,8 @@ mod tests {
 
     #[test]
     fn a_reference_cycle_becomes_an_object_preserving_unknown_fields() {
-        let published = json!({"type": "object", "properties": {"tree": {"$ref": "#/components/schemas/io.example.Node"}}});
+        let published =
+            json!({"type": "object", "properties": {"tree": {"$ref": "#/components/schemas/io.example.Node"}}});
         let schema = structural_schema(&published, &components()).unwrap();
         assert_eq!(
             schema["properties"]["tree"]["properties"]["children"]["items"],
@@ -342,7 +346,10 @@ mod tests {
             "raw": {"description": "anything"},
         }});
         let schema = structural_schema(&published, &components()).unwrap();
-        assert_eq!(schema["properties"]["choice"]["oneOf"], json!([{"required": ["a"]}, {"required": ["b"]}]));
+        assert_eq!(
+            schema["properties"]["choice"]["oneOf"],
+            json!([{"required": ["a"]}, {"required": ["b"]}])
+        );
         assert_eq!(
             schema["properties"]["raw"],
             json!({"description": "anything", "x-kubernetes-preserve-unknown-fields": true})
