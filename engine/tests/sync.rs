@@ -497,6 +497,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
         )
         .await
         .unwrap();
+    // A negative check: ten quiet seconds on the paused clock (many cache looks), not a sync point.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let consumer = w.consumer_widget("team-a", "w1").await.unwrap();
     assert!(
