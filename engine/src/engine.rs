@@ -2,18 +2,22 @@
 //! election when it is enabled (DESIGN.md §4).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use crate::context::Context;
 use crate::leader::{LeaderConfig, LeaderElector};
+use crate::mapper::{Identity, Mapper};
 use crate::provider::ProviderRegistry;
+use crate::sync::Syncers;
 
 /// Builds an [`Engine`].
 #[derive(Clone)]
 pub struct EngineBuilder {
     ctx: Context,
     leader: Option<LeaderConfig>,
+    mapper: Arc<dyn Mapper>,
 }
 
 impl EngineBuilder {
@@ -24,9 +28,18 @@ impl EngineBuilder {
         self
     }
 
+    /// Map consumer keys to provider keys with `mapper` instead of [`Identity`] (DESIGN.md §4
+    /// "keys": installed in code, never by a flag or a CRD field).
+    #[must_use]
+    pub fn with_mapper(mut self, mapper: impl Mapper + 'static) -> Self {
+        self.mapper = Arc::new(mapper);
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> Engine {
         Engine {
+            syncers: Syncers::new(self.ctx.clone(), self.mapper),
             ctx: self.ctx,
             leader: self.leader,
             registry: ProviderRegistry::new(),
@@ -40,18 +53,28 @@ pub struct Engine {
     ctx: Context,
     leader: Option<LeaderConfig>,
     registry: ProviderRegistry,
+    syncers: Syncers,
     leading: watch::Sender<bool>,
 }
 
 impl Engine {
     /// A builder over the shared context.
     pub fn builder(ctx: Context) -> EngineBuilder {
-        EngineBuilder { ctx, leader: None }
+        EngineBuilder {
+            ctx,
+            leader: None,
+            mapper: Arc::new(Identity),
+        }
     }
 
     /// The engaged providers (for the syncers built on top).
     pub fn providers(&self) -> ProviderRegistry {
         self.registry.clone()
+    }
+
+    /// The running per-(binding, API) syncers and what they report.
+    pub fn syncers(&self) -> Syncers {
+        self.syncers.clone()
     }
 
     /// `true` while this replica runs the gated controllers.
