@@ -1,5 +1,5 @@
-//! The engine: the Connection reconciler and provider engagement, gated together by leader
-//! election when it is enabled (DESIGN.md §4).
+//! The engine: the Connection reconciler, provider engagement and the binding reconciler (with
+//! its syncers), gated together by leader election when it is enabled (DESIGN.md §4).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -120,8 +120,13 @@ impl Engine {
     fn controllers(&self) -> impl Future<Output = ()> + use<'_> {
         let ctx = self.ctx.clone();
         let registry = self.registry.clone();
+        let syncers = self.syncers.clone();
         async move {
-            tokio::join!(crate::connection::run(ctx.clone()), crate::provider::run(ctx, registry));
+            tokio::join!(
+                crate::connection::run(ctx.clone()),
+                crate::provider::run(ctx.clone(), registry.clone()),
+                crate::binding::run(ctx, registry, syncers),
+            );
         }
     }
 }

@@ -1,6 +1,7 @@
 //! kbind's engine: Connections become engaged provider clusters (`remote`, `connection`,
 //! `provider`, `leader`); bindings and sync build on them.
 
+pub mod binding;
 pub mod connection;
 pub mod context;
 pub mod crdpull;
@@ -13,3 +14,4 @@ pub mod planted;
 pub mod provider;
 pub mod remote;
 pub mod sync;
+pub mod typed;

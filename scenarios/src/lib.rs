@@ -1,6 +1,7 @@
 //! The deterministic scenario world: named fake clusters, the engine running against them on
 //! tokio's paused clock, faults as verbs between steps, and DESIGN.md §8 checked after each.
 
+pub mod apis;
 pub mod bundle;
 pub mod client;
 pub mod connector;

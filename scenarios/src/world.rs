@@ -631,6 +631,69 @@ impl World {
         }
     }
 
+    /// Steps until the async check `done` holds, failing the story after `max_steps`.
+    pub async fn run_until_async(
+        &mut self,
+        what: &str,
+        max_steps: u64,
+        done: impl for<'a> Fn(&'a World) -> futures::future::BoxFuture<'a, bool>,
+    ) {
+        for _ in 0..=max_steps {
+            if done(self).await {
+                return;
+            }
+            self.step().await;
+        }
+        self.fail(&Violation {
+            invariant: "progress",
+            detail: format!("not true after {max_steps} steps: {what}"),
+        })
+    }
+
+    /// Installs `crd` on provider `name` (as its admin) and waits until it is served.
+    pub async fn install_provider_crd(&mut self, name: &str, crd: Value) {
+        let crd_name = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let res = ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&());
+        self.provider(name)
+            .admin_client()
+            .create(&res, None, &object(crd), &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("installing CRD {crd_name} on {name}: {e}"));
+        self.note(format!("installed CRD {crd_name} on {name}"));
+    }
+
+    /// Reads one object on the consumer (as its admin); `None` when absent.
+    pub async fn consumer_get(&self, res: &ApiResource, namespace: Option<&str>, name: &str) -> Option<DynamicObject> {
+        self.consumer
+            .admin_client()
+            .get_opt(res, namespace, name)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Reads one object on provider `provider` (as its admin); `None` when absent.
+    pub async fn provider_get(
+        &self,
+        provider: &str,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<DynamicObject> {
+        self.provider(provider)
+            .admin_client()
+            .get_opt(res, namespace, name)
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// Steps until `done` holds, failing the story after `max_steps`.
     pub async fn run_until(&mut self, what: &str, max_steps: u64, done: impl Fn(&World) -> bool) {
         for _ in 0..max_steps {

@@ -20,7 +20,7 @@
 //!   caught before the next Lease renewal.
 
 mod discovery;
-mod finalize;
+pub(crate) mod finalize;
 mod heartbeat;
 mod reconcile;
 mod status;
@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kbind_api::Connection;
-use kbind_cluster::watcher::{BackoffPolicy, Event, WatchStreamExt, WatcherConfig, watcher};
-use kbind_cluster::{ApiResource, DynamicObject, from_dynamic};
+use kbind_cluster::watcher::{BackoffPolicy, WatchStreamExt, WatcherConfig, watcher};
+use kbind_cluster::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 
@@ -45,20 +45,7 @@ pub const RETRY_INTERVAL: Duration = Duration::from_secs(10);
 /// Runs the Connection reconciler until the future is dropped.
 pub async fn run(ctx: Context) {
     let (store, writer) = reflector::store::<Connection>();
-    let connections = watcher(
-        ctx.consumer.clone(),
-        ApiResource::erase::<Connection>(&()),
-        None,
-        watcher_config(),
-    )
-    .map(|item| item.map(typed_event))
-    .filter_map(|item| async move {
-        match item {
-            Ok(Some(event)) => Some(Ok(event)),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        }
-    });
+    let connections = crate::typed::typed_watcher::<Connection>(ctx.consumer.clone(), None, watcher_config());
     let connections = reflector::reflector(writer, connections).applied_objects();
 
     let secret_res = secret_resource();
@@ -89,7 +76,7 @@ pub async fn run(ctx: Context) {
 }
 
 /// A deterministic backoff for the consumer watches (no jitter, so paused-clock runs repeat).
-fn watcher_config() -> WatcherConfig {
+pub(crate) fn watcher_config() -> WatcherConfig {
     WatcherConfig::default().backoff(BackoffPolicy::Exponential {
         initial: Duration::from_millis(500),
         max: Duration::from_secs(30),
@@ -100,19 +87,6 @@ fn watcher_config() -> WatcherConfig {
 fn error_policy(conn: Arc<Connection>, error: &ReconcileError, _shared: Arc<reconcile::Shared>) -> Action {
     tracing::warn!(connection = %kube::ResourceExt::name_any(conn.as_ref()), error = %error, "reconcile failed");
     Action::requeue(RETRY_INTERVAL)
-}
-
-/// Decodes a watcher event of dynamic objects into Connections; undecodable objects are
-/// dropped (the CRD's schema makes them impossible on a real server).
-fn typed_event(event: Event<DynamicObject>) -> Option<Event<Connection>> {
-    let decode = |obj: DynamicObject| from_dynamic::<Connection>(obj).ok();
-    Some(match event {
-        Event::Apply(o) => Event::Apply(decode(o)?),
-        Event::Delete(o) => Event::Delete(decode(o)?),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(decode(o)?),
-        Event::InitDone => Event::InitDone,
-    })
 }
 
 /// Drops `data` and `stringData`, so the controller's trigger queue never holds credentials.

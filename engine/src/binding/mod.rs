@@ -1,0 +1,169 @@
+//! The binding reconciler for ClusterBindings and Bindings (DESIGN.md §2, §4): Pending while a
+//! dependency is missing, the namespace and scope rules, one binding per object (ClusterBinding
+//! over Binding, then the oldest), schema delivery through `crdpull`/`openapi`, one syncer per
+//! served API, per-API conditions from the syncers' reports, and unbinding.
+//!
+//! Machinery: two `Controller::for_stream`s (one per kind) over the seam's watchers; a
+//! Connection change triggers the bindings that name it, and an engagement change triggers all
+//! of them. Dropping the future (leadership lost) stops every syncer; nothing is deleted.
+//!
+//! Choices recorded here (see also docs/decisions.md):
+//! - Removing an API from `spec.apis` stops its syncer without draining; deleting the binding
+//!   drains.
+//! - `SchemaUpdateBlocked` keeps the syncer running on the schema the consumer has and reports
+//!   `Synced=False` with that reason until a user accepts the change.
+//! - A second binding of an API already served for the same objects through the same
+//!   Connection reports `Synced=True` naming the binding that syncs them, and runs no syncer.
+
+mod reconcile;
+mod schema;
+mod status;
+mod unbind;
+mod view;
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kbind_api::{Binding, ClusterBinding, Connection};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::Event;
+
+use crate::connection::watcher_config;
+use crate::context::Context;
+use crate::provider::ProviderRegistry;
+use crate::sync::Syncers;
+use crate::typed::typed_watcher;
+
+pub use reconcile::{BindingError, Shared, reconcile};
+pub use view::BindingView;
+
+/// Stops every syncer when the binding controllers stop (leadership lost, shutdown).
+struct StopSyncersOnDrop(Syncers);
+
+impl Drop for StopSyncersOnDrop {
+    fn drop(&mut self) {
+        for key in self.0.keys() {
+            self.0.stop(&key);
+        }
+    }
+}
+
+/// Runs the ClusterBinding and Binding reconcilers until the future is dropped.
+pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
+    let _stop = StopSyncersOnDrop(syncers.clone());
+    let (connections, connections_writer) = reflector::store::<Connection>();
+    let (cluster_bindings, cluster_writer) = reflector::store::<ClusterBinding>();
+    let (bindings, bindings_writer) = reflector::store::<Binding>();
+    let client = ctx.consumer.clone();
+    let connection_events = reflector::reflector(
+        connections_writer,
+        typed_watcher::<Connection>(client.clone(), None, watcher_config()),
+    );
+    let cluster_stream = reflector::reflector(
+        cluster_writer,
+        typed_watcher::<ClusterBinding>(client.clone(), None, watcher_config()),
+    );
+    let binding_stream = reflector::reflector(
+        bindings_writer,
+        typed_watcher::<Binding>(client, None, watcher_config()),
+    );
+    let shared = Arc::new(Shared {
+        ctx,
+        registry: registry.clone(),
+        syncers,
+        connections: connections.clone(),
+        cluster_bindings: cluster_bindings.clone(),
+        bindings: bindings.clone(),
+    });
+
+    // One Connection stream feeds both controllers through a broadcast of changed names.
+    let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
+    let forward = {
+        let changed_tx = changed_tx.clone();
+        connection_events.for_each(move |event| {
+            if let Ok(Event::Apply(conn) | Event::Delete(conn) | Event::InitApply(conn)) = &event {
+                let _ = changed_tx.send(conn.metadata.name.clone().unwrap_or_default());
+            }
+            async {}
+        })
+    };
+
+    let cluster_controller = Controller::for_stream(cluster_stream.applied_objects(), cluster_bindings.clone())
+        .reconcile_on(bindings_of_changed(&changed_tx, cluster_bindings))
+        .reconcile_all_on(engagement_changes(&registry))
+        .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
+        .for_each(|_| async {});
+    let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
+        .reconcile_on(bindings_of_changed(&changed_tx, bindings))
+        .reconcile_all_on(engagement_changes(&registry))
+        .run(reconcile_binding, error_policy_binding, shared)
+        .for_each(|_| async {});
+    tokio::join!(forward, cluster_controller, binding_controller);
+}
+
+/// The bindings of one kind that name a Connection, each time that Connection changes.
+fn bindings_of_changed<K>(
+    tx: &tokio::sync::broadcast::Sender<String>,
+    store: Store<K>,
+) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    for<'a> BindingView: From<&'a K>,
+{
+    let names = futures::stream::unfold(tx.subscribe(), |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(name) => return Some((name, rx)),
+                // Missed names: the periodic requeue catches up.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    names.flat_map(move |name| futures::stream::iter(bindings_naming(&store, &name)))
+}
+
+/// A tick each time a provider is engaged or disengaged.
+fn engagement_changes(registry: &ProviderRegistry) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(registry.changes(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
+}
+
+/// The bindings of one kind that name Connection `name`.
+fn bindings_naming<K>(store: &Store<K>, name: &str) -> Vec<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    for<'a> BindingView: From<&'a K>,
+{
+    store
+        .state()
+        .iter()
+        .filter(|b| BindingView::from(b.as_ref()).spec.connection_ref.name == name)
+        .map(|b| ObjectRef::from_obj(b.as_ref()))
+        .collect()
+}
+
+async fn reconcile_cluster_binding(b: Arc<ClusterBinding>, shared: Arc<Shared>) -> Result<Action, BindingError> {
+    reconcile(BindingView::from(b.as_ref()), shared).await
+}
+
+async fn reconcile_binding(b: Arc<Binding>, shared: Arc<Shared>) -> Result<Action, BindingError> {
+    reconcile(BindingView::from(b.as_ref()), shared).await
+}
+
+fn error_policy_cluster(b: Arc<ClusterBinding>, error: &BindingError, _: Arc<Shared>) -> Action {
+    error_policy(&BindingView::from(b.as_ref()), error)
+}
+
+fn error_policy_binding(b: Arc<Binding>, error: &BindingError, _: Arc<Shared>) -> Action {
+    error_policy(&BindingView::from(b.as_ref()), error)
+}
+
+fn error_policy(view: &BindingView, error: &BindingError) -> Action {
+    tracing::warn!(binding = %view.display(), error = %error, "binding reconcile failed");
+    Action::requeue(reconcile::WAIT_INTERVAL * 5)
+}

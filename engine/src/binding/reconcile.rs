@@ -1,0 +1,273 @@
+//! One reconcile of one binding: the Connection → its namespaces → each API (exported? scope?
+//! precedence? schema delivered?) → a syncer per served API → status. Unbinding lives in
+//! [`super::unbind`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
+use kbind_api::{Binding, ClusterBinding, Connection, ExportedApi, ResourceScope, conditions};
+use kbind_cluster::Error;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::schema::{Delivery, deliver};
+use super::status::{ApiReport, Observed, Report, desired_status, write_status};
+use super::view::BindingView;
+use crate::connection::finalize::ensure_cleanup;
+use crate::context::Context;
+use crate::provider::{EngagedProvider, ProviderRegistry};
+use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
+
+/// How often a healthy binding refreshes its status from its syncers' reports.
+pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
+/// How soon a binding waiting for something (a CRD to be Established, a drain) looks again.
+pub(crate) const WAIT_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Why a reconcile failed (consumer-side reads and writes; provider trouble is a condition).
+#[derive(Debug, thiserror::Error)]
+pub enum BindingError {
+    /// A read or write on the consumer failed.
+    #[error("failed to read or update the binding's objects on the consumer: {0}")]
+    Consumer(#[from] Error),
+    /// Draining failed.
+    #[error("failed to drain the binding: {0}")]
+    Drain(#[from] crate::sync::SyncError),
+}
+
+/// What the binding reconciles share.
+pub struct Shared {
+    pub(crate) ctx: Context,
+    pub(crate) registry: ProviderRegistry,
+    pub(crate) syncers: Syncers,
+    pub(crate) connections: Store<Connection>,
+    pub(crate) cluster_bindings: Store<ClusterBinding>,
+    pub(crate) bindings: Store<Binding>,
+}
+
+impl Shared {
+    /// The Connection named `name`, from the cache.
+    pub(crate) fn connection(&self, name: &str) -> Option<Arc<Connection>> {
+        self.connections.get(&ObjectRef::new(name))
+    }
+
+    /// Every binding in the caches (both kinds).
+    pub(crate) fn all_bindings(&self) -> Vec<BindingView> {
+        let cluster = self
+            .cluster_bindings
+            .state()
+            .into_iter()
+            .map(|b| BindingView::from(b.as_ref()));
+        let namespaced = self.bindings.state().into_iter().map(|b| BindingView::from(b.as_ref()));
+        cluster.chain(namespaced).collect()
+    }
+}
+
+/// Whether the Connection lets Bindings of namespace `ns` use it (DESIGN.md §2).
+pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
+    let Some(list) = conn
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotation::BINDING_NAMESPACES))
+    else {
+        return false;
+    };
+    list.split(',')
+        .map(str::trim)
+        .any(|n| n == BINDING_NAMESPACES_ALL || n == ns)
+}
+
+/// The binding that serves `api` through `connection` for objects `view` covers, when it is
+/// not `view` itself: a ClusterBinding wins over Bindings, and among equals the oldest (then
+/// the first by name) wins, so exactly one syncer runs per object.
+pub(crate) fn served_by_other(shared: &Shared, view: &BindingView, api: &str) -> Option<String> {
+    let connection = &view.spec.connection_ref.name;
+    let rank = |b: &BindingView| {
+        (
+            b.kind != BindingKind::Cluster,
+            b.meta.creation_timestamp.clone().map(|t| t.0),
+            b.namespace(),
+            b.name(),
+        )
+    };
+    shared
+        .all_bindings()
+        .into_iter()
+        .filter(|b| !b.is_deleting() && &b.spec.connection_ref.name == connection)
+        .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
+        .filter(|b| b.kind == BindingKind::Cluster || b.namespace() == view.namespace())
+        .min_by_key(rank)
+        .filter(|winner| winner.reference() != view.reference())
+        .map(|winner| winner.display())
+}
+
+/// Reconciles one binding of either kind.
+pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action, BindingError> {
+    if view.is_deleting() {
+        return super::unbind::unbind(&view, &shared).await;
+    }
+    ensure_cleanup(shared.ctx.consumer.as_ref(), &view.resource(), &view.dynamic()).await?;
+    let (report, served) = observe(&view, &shared).await?;
+    stop_unserved(&shared, &view, &served);
+    let now = Time(shared.ctx.clock.now());
+    let waiting = report.apis.iter().any(|a| a.synced.reason == reason::PENDING);
+    write_status(
+        shared.ctx.consumer.as_ref(),
+        &view,
+        desired_status(&view, &report, &now),
+    )
+    .await?;
+    Ok(Action::requeue(if waiting { WAIT_INTERVAL } else { REPORT_INTERVAL }))
+}
+
+/// Stops this binding's syncers whose API is no longer served by it (nothing is deleted).
+fn stop_unserved(shared: &Shared, view: &BindingView, served: &BTreeSet<SyncerKey>) {
+    let me = view.reference();
+    for key in shared.syncers.keys() {
+        let mine = key.binding_kind == me.kind && key.binding_namespace == me.namespace && key.binding_name == me.name;
+        if mine && !served.contains(&key) {
+            shared.syncers.stop(&key);
+        }
+    }
+}
+
+/// Looks at the Connection and every API; starts the syncers that can run.
+async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSet<SyncerKey>), BindingError> {
+    let name = &view.spec.connection_ref.name;
+    let all_pending = |reason: &'static str, message: String| {
+        view.spec
+            .apis
+            .iter()
+            .map(|a| ApiReport::not_synced(&a.name, reason, message.clone()))
+            .collect::<Vec<_>>()
+    };
+    let Some(conn) = shared.connection(name) else {
+        let message = format!("Connection {name} does not exist (yet)");
+        let report = Report {
+            connected: Observed::not(reason::PENDING, message.clone()),
+            apis: all_pending(reason::PENDING, message),
+        };
+        return Ok((report, BTreeSet::new()));
+    };
+    if !conditions::is_true(conn.conditions(), condition::READY) {
+        let why = conditions::find(conn.conditions(), condition::READY)
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .unwrap_or_else(|| "no status yet".into());
+        let message = format!("Connection {name} is not Ready ({why})");
+        let report = Report {
+            connected: Observed::not(reason::PENDING, message.clone()),
+            apis: all_pending(reason::PENDING, message),
+        };
+        return Ok((report, BTreeSet::new()));
+    }
+    if let Some(ns) = view.namespace()
+        && !namespace_allowed(&conn, &ns)
+    {
+        let message = format!(
+            "Connection {name} does not allow Bindings in namespace {ns}; its annotation {} must list it (or \"*\")",
+            annotation::BINDING_NAMESPACES
+        );
+        let report = Report {
+            connected: Observed::ok(format!("Connection {name} is Ready")),
+            apis: all_pending(reason::NAMESPACE_NOT_ALLOWED, message),
+        };
+        return Ok((report, BTreeSet::new()));
+    }
+    let Some(provider) = shared.registry.get(name) else {
+        let message = format!("waiting for the provider of Connection {name} to be engaged");
+        let report = Report {
+            connected: Observed::not(reason::PENDING, message.clone()),
+            apis: all_pending(reason::PENDING, message),
+        };
+        return Ok((report, BTreeSet::new()));
+    };
+    let mut report = Report {
+        connected: Observed::ok(format!("Connection {name} is Ready")),
+        apis: Vec::new(),
+    };
+    let mut served = BTreeSet::new();
+    for api in &view.spec.apis {
+        let (api_report, key) = observe_api(view, shared, &conn, &provider, &api.name).await?;
+        report.apis.push(api_report);
+        served.extend(key);
+    }
+    Ok((report, served))
+}
+
+/// One API of the binding: its report, and the key of the syncer running for it.
+async fn observe_api(
+    view: &BindingView,
+    shared: &Shared,
+    conn: &Connection,
+    provider: &Arc<EngagedProvider>,
+    api: &str,
+) -> Result<(ApiReport, Option<SyncerKey>), BindingError> {
+    let exported: Option<&ExportedApi> = conn
+        .status
+        .as_ref()
+        .and_then(|s| s.exported_apis.iter().find(|e| e.name == api));
+    let Some(exported) = exported else {
+        let message = format!(
+            "the provider does not export {api} (it must be a CRD labelled core.kbind.io/exported=true that the credentials can read)"
+        );
+        return Ok((ApiReport::not_synced(api, reason::API_NOT_EXPORTED, message), None));
+    };
+    if view.kind == BindingKind::Namespaced && exported.scope == ResourceScope::Cluster {
+        let message = format!("{api} is cluster-scoped; only a ClusterBinding can bind it");
+        return Ok((
+            ApiReport::not_synced(api, reason::CLUSTER_SCOPED_API_IN_BINDING, message),
+            None,
+        ));
+    }
+    if let Some(other) = served_by_other(shared, view, api) {
+        let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "");
+        report.synced = Observed::ok(format!("{api} is synced by {other}"));
+        return Ok((report, None));
+    }
+    let served = match deliver(shared.ctx.consumer.as_ref(), conn, exported, provider).await {
+        Ok(Delivery::Serving(served)) => served,
+        Ok(Delivery::Refused { reason, message }) => return Ok((ApiReport::not_synced(api, reason, message), None)),
+        Ok(Delivery::Waiting(message)) => return Ok((ApiReport::not_synced(api, reason::PENDING, message), None)),
+        Err(e) if e.is_forbidden() => {
+            let message = format!("the schema of {api} cannot be read or written: {e}");
+            return Ok((ApiReport::not_synced(api, reason::FORBIDDEN, message), None));
+        }
+        Err(e) => {
+            let message = format!("the schema of {api} is not delivered yet: {e}");
+            return Ok((ApiReport::not_synced(api, reason::PENDING, message), None));
+        }
+    };
+    let spec = SyncerSpec {
+        connection: view.spec.connection_ref.name.clone(),
+        binding: view.reference(),
+        api: api.to_string(),
+        resource: served.resource.clone(),
+        namespaced: served.namespaced,
+        namespace: view.namespace(),
+        conflict_policy: view.spec.conflict_policy,
+        consumer_cluster_uid: conn
+            .status
+            .as_ref()
+            .and_then(|s| s.local_cluster_uid.clone())
+            .unwrap_or_default(),
+        status_subresource: served.status_subresource,
+    };
+    let key = spec.key();
+    shared.syncers.ensure(spec, provider.clone());
+    let seen = shared.syncers.report(&key).unwrap_or_default();
+    let synced = match &served.blocked {
+        Some(message) => Observed::not(reason::SCHEMA_UPDATE_BLOCKED, message.clone()),
+        None => Observed::ok(format!("{api} is syncing ({} object(s) synced)", seen.synced)),
+    };
+    let report = ApiReport {
+        name: api.to_string(),
+        crd_hash: served.crd_hash,
+        synced,
+        conflicts: seen.conflicts.len(),
+        denied: seen.denied.into_iter().collect(),
+    };
+    Ok((report, Some(key)))
+}

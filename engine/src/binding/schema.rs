@@ -1,0 +1,182 @@
+//! Delivering one bound API's schema to the consumer (DESIGN.md §4 "schema"): choose the source,
+//! pull the provider CRD or synthesize one from OpenAPI, write it under the Connection's
+//! policies, and say which GVR a syncer can run on once the consumer serves it.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kbind_api::consts::{annotation, reason};
+use kbind_api::{Connection, ExportedApi, PullPolicy, SchemaSource};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Error, from_dynamic};
+
+use crate::crdpull::{self, CrdOutcome, crd_resource};
+use crate::openapi;
+use crate::provider::EngagedProvider;
+
+/// What the consumer can serve for one bound API.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Delivery {
+    /// The consumer CRD serves the API: a syncer can run on `resource`.
+    Serving(Served),
+    /// The API cannot be served through this binding: a per-API condition says why.
+    Refused {
+        /// The per-API condition's reason.
+        reason: &'static str,
+        /// What to do about it.
+        message: String,
+    },
+    /// Not yet (CRD being established, schema not readable yet): retried.
+    Waiting(String),
+}
+
+/// A served API: the GVR the syncer uses and what the binding's status reports.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Served {
+    /// Group, storage version, kind and plural of the consumer CRD.
+    pub resource: ApiResource,
+    /// Whether instances are namespaced.
+    pub namespaced: bool,
+    /// Whether the served version has a status subresource.
+    pub status_subresource: bool,
+    /// The consumer CRD's schema hash.
+    pub crd_hash: Option<String>,
+    /// A provider schema change held back (`SchemaUpdateBlocked`); syncing goes on meanwhile.
+    pub blocked: Option<String>,
+}
+
+/// The source in use for `conn`: its spec, or for `Auto` what discovery resolved.
+fn source_of(conn: &Connection) -> SchemaSource {
+    match conn.spec.schema.source {
+        SchemaSource::Auto => conn
+            .status
+            .as_ref()
+            .and_then(|s| s.active_schema_source)
+            .filter(|s| *s != SchemaSource::Auto)
+            .unwrap_or(SchemaSource::Crd),
+        other => other,
+    }
+}
+
+/// The consumer CRD `conn` wants for `api`, built from the provider.
+async fn desired_crd(
+    conn: &Connection,
+    api: &ExportedApi,
+    provider: &EngagedProvider,
+) -> Result<Result<CustomResourceDefinition, String>, Error> {
+    let connection = conn.metadata.name.clone().unwrap_or_default();
+    match source_of(conn) {
+        SchemaSource::OpenApi => {
+            let discovery = provider.reader.discovery().await?;
+            let Some(found) = discovery.find(&api.group, &api.resource) else {
+                return Ok(Err(format!("the provider's discovery does not list {}", api.name)));
+            };
+            let version = found.api_resource().version;
+            let doc = provider.reader.openapi_v3(&api.group, &version).await?;
+            Ok(openapi::crd_from_openapi(found, &doc, &connection).map_err(|e| e.to_string()))
+        }
+        SchemaSource::Crd | SchemaSource::Auto => {
+            let crd = provider.reader.get(&crd_resource(), None, &api.name).await?;
+            let crd: CustomResourceDefinition = from_dynamic(crd)?;
+            Ok(crdpull::consumer_crd_from_provider(&crd, &connection).map_err(|e| e.to_string()))
+        }
+    }
+}
+
+/// Writes (or, with pullPolicy `None`, only reads) the consumer CRD of `api` and says whether
+/// a syncer can run on it.
+pub(crate) async fn deliver(
+    consumer: &dyn ClusterClient,
+    conn: &Connection,
+    api: &ExportedApi,
+    provider: &EngagedProvider,
+) -> Result<Delivery, Error> {
+    let connection = conn.metadata.name.clone().unwrap_or_default();
+    let mut blocked = None;
+    if conn.spec.schema.pull_policy != PullPolicy::None {
+        let desired = match desired_crd(conn, api, provider).await? {
+            Ok(crd) => crd,
+            Err(message) => return Ok(Delivery::Waiting(message)),
+        };
+        match crdpull::ensure_consumer_crd(consumer, desired, conn.spec.schema.update_policy).await? {
+            CrdOutcome::Created | CrdOutcome::Updated | CrdOutcome::Unchanged | CrdOutcome::Held => {}
+            CrdOutcome::Blocked(message) => blocked = Some(message),
+            CrdOutcome::NotManaged => {
+                return Ok(Delivery::Refused {
+                    reason: reason::CRD_NOT_MANAGED,
+                    message: format!(
+                        "CustomResourceDefinition {} exists on this cluster and kbind did not create it; \
+                         it is never overwritten. Delete it, or set the Connection's schema.pullPolicy to None to use it",
+                        api.name
+                    ),
+                });
+            }
+            CrdOutcome::OtherConnection(other) => return Ok(another_connection(&api.name, &other)),
+        }
+    }
+    let Some(crd) = consumer.get_opt(&crd_resource(), None, &api.name).await? else {
+        return Ok(Delivery::Waiting(format!(
+            "schema.pullPolicy is None: install CustomResourceDefinition {} on this cluster",
+            api.name
+        )));
+    };
+    let crd: CustomResourceDefinition = from_dynamic(crd)?;
+    if conn.spec.schema.pull_policy == PullPolicy::None
+        && let Some(other) = annotation_of(&crd, annotation::CONNECTION)
+        && other != connection
+    {
+        return Ok(another_connection(&api.name, other));
+    }
+    Ok(served(&crd, blocked))
+}
+
+fn another_connection(api: &str, other: &str) -> Delivery {
+    Delivery::Refused {
+        reason: reason::BOUND_THROUGH_ANOTHER_CONNECTION,
+        message: format!("{api} is served on this cluster through Connection {other:?}; nothing is synced here"),
+    }
+}
+
+fn annotation_of<'a>(crd: &'a CustomResourceDefinition, key: &str) -> Option<&'a str> {
+    crd.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The GVR a syncer runs on, once the CRD is Established.
+fn served(crd: &CustomResourceDefinition, blocked: Option<String>) -> Delivery {
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    if !established {
+        return Delivery::Waiting(format!("CustomResourceDefinition {name} is not Established yet"));
+    }
+    let Some((resource, namespaced, status_subresource)) = resource_of(crd) else {
+        return Delivery::Waiting(format!("CustomResourceDefinition {name} has no storage version"));
+    };
+    Delivery::Serving(Served {
+        resource,
+        namespaced,
+        status_subresource,
+        crd_hash: annotation_of(crd, annotation::SCHEMA_HASH).map(str::to_string),
+        blocked,
+    })
+}
+
+/// The GVR of `crd`'s storage version, whether it is namespaced, and whether that version has a
+/// status subresource.
+pub(crate) fn resource_of(crd: &CustomResourceDefinition) -> Option<(ApiResource, bool, bool)> {
+    let version = crd.spec.versions.iter().find(|v| v.storage)?;
+    let group = crd.spec.group.clone();
+    let resource = ApiResource {
+        api_version: if group.is_empty() {
+            version.name.clone()
+        } else {
+            format!("{group}/{}", version.name)
+        },
+        group,
+        version: version.name.clone(),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    };
+    let status = version.subresources.as_ref().is_some_and(|s| s.status.is_some());
+    Some((resource, crd.spec.scope == "Namespaced", status))
+}

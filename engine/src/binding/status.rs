@@ -1,0 +1,221 @@
+//! The binding's status: one entry per bound API with its own conditions, and the binding's
+//! `Connected`, `Synced`, `Conflicts`, `PermissionDenied` and `Ready` (DESIGN.md §2).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::conditions::{self, ConditionStatus};
+use kbind_api::consts::{condition, field_manager, reason};
+use kbind_api::{BindingStatus, BoundApiStatus};
+use kbind_cluster::{ClusterClient, Patch, PatchParams};
+use serde_json::json;
+
+use super::view::BindingView;
+
+/// One condition as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Observed {
+    pub status: ConditionStatus,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Observed {
+    pub(crate) fn ok(message: impl Into<String>) -> Self {
+        Self::new(ConditionStatus::True, reason::AS_EXPECTED, message)
+    }
+
+    pub(crate) fn not(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ConditionStatus::False, reason, message)
+    }
+
+    pub(crate) fn new(status: ConditionStatus, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.status == ConditionStatus::True
+    }
+}
+
+/// What one reconcile learnt about one bound API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApiReport {
+    pub name: String,
+    pub crd_hash: Option<String>,
+    pub synced: Observed,
+    /// Consumer objects in conflict.
+    pub conflicts: usize,
+    /// Refused provider operations, `"<verb> <resource>"`.
+    pub denied: Vec<String>,
+}
+
+impl ApiReport {
+    /// An API that is not synced, and why.
+    pub(crate) fn not_synced(name: &str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            name: name.to_string(),
+            crd_hash: None,
+            synced: Observed::not(reason, message),
+            conflicts: 0,
+            denied: Vec::new(),
+        }
+    }
+}
+
+/// What one reconcile learnt about the binding.
+#[derive(Debug, Clone)]
+pub(crate) struct Report {
+    pub connected: Observed,
+    pub apis: Vec<ApiReport>,
+}
+
+fn set(
+    list: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    type_: &str,
+    o: &Observed,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    conditions::set(
+        list,
+        conditions::new(type_, o.status, o.reason, o.message.clone(), generation),
+        now,
+    );
+}
+
+/// The status `report` asks for, keeping transition times of conditions that did not flip.
+pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) -> BindingStatus {
+    let old = view.status.clone().unwrap_or_default();
+    let generation = view.meta.generation;
+    let mut bound_apis = Vec::new();
+    for api in &report.apis {
+        let mut conds = old
+            .bound_api(&api.name)
+            .map(|b| b.conditions.clone())
+            .unwrap_or_default();
+        set(&mut conds, condition::SYNCED, &api.synced, generation, now);
+        set(
+            &mut conds,
+            condition::CONFLICTS,
+            &conflicts_observed(api.conflicts),
+            generation,
+            now,
+        );
+        set(
+            &mut conds,
+            condition::PERMISSION_DENIED,
+            &denied_observed(&api.denied),
+            generation,
+            now,
+        );
+        bound_apis.push(BoundApiStatus {
+            name: api.name.clone(),
+            crd_hash: api.crd_hash.clone(),
+            conflict_count: i64::try_from(api.conflicts).unwrap_or(i64::MAX),
+            conditions: conds,
+        });
+    }
+    let synced = synced_observed(&report.apis);
+    let conflicts = conflicts_observed(report.apis.iter().map(|a| a.conflicts).sum());
+    let denied: Vec<String> = report.apis.iter().flat_map(|a| a.denied.iter().cloned()).collect();
+    let denied = denied_observed(&denied);
+    let ready = if !report.connected.holds() {
+        Observed::not(report.connected.reason, report.connected.message.clone())
+    } else if !synced.holds() {
+        Observed::not(synced.reason, synced.message.clone())
+    } else if denied.holds() {
+        Observed::not(reason::FORBIDDEN, denied.message.clone())
+    } else {
+        Observed::ok("every bound API is syncing")
+    };
+    let mut conds = old.conditions.clone();
+    for (type_, o) in [
+        (condition::CONNECTED, &report.connected),
+        (condition::SYNCED, &synced),
+        (condition::CONFLICTS, &conflicts),
+        (condition::PERMISSION_DENIED, &denied),
+        (condition::READY, &ready),
+    ] {
+        set(&mut conds, type_, o, generation, now);
+    }
+    BindingStatus {
+        bound_apis,
+        conditions: conds,
+    }
+}
+
+fn synced_observed(apis: &[ApiReport]) -> Observed {
+    match apis.iter().find(|a| !a.synced.holds()) {
+        None => Observed::ok("every bound API is syncing"),
+        Some(first) => {
+            let waiting: Vec<&str> = apis
+                .iter()
+                .filter(|a| !a.synced.holds())
+                .map(|a| a.name.as_str())
+                .collect();
+            Observed::not(
+                first.synced.reason,
+                format!("{}: {}", waiting.join(", "), first.synced.message),
+            )
+        }
+    }
+}
+
+fn conflicts_observed(count: usize) -> Observed {
+    if count == 0 {
+        Observed::not(reason::AS_EXPECTED, "no object is in conflict")
+    } else {
+        Observed::new(
+            ConditionStatus::True,
+            reason::OWNED_BY_ANOTHER,
+            format!(
+                "{count} object(s) were left alone because a provider object is in the way; \
+                 see their core.kbind.io/conflict annotation"
+            ),
+        )
+    }
+}
+
+fn denied_observed(denied: &[String]) -> Observed {
+    if denied.is_empty() {
+        Observed::not(reason::AS_EXPECTED, "no provider request was refused")
+    } else {
+        let mut list = denied.to_vec();
+        list.sort();
+        list.dedup();
+        Observed::new(
+            ConditionStatus::True,
+            reason::FORBIDDEN,
+            format!("the provider credentials may not: {}", list.join(", ")),
+        )
+    }
+}
+
+/// Writes `status` with a merge patch on the status subresource, when it changed.
+pub(crate) async fn write_status(
+    consumer: &dyn ClusterClient,
+    view: &BindingView,
+    status: BindingStatus,
+) -> kbind_cluster::Result<()> {
+    if view.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let body = serde_json::to_value(&status).map_err(|e| kbind_cluster::Error::Decode(e.to_string()))?;
+    let params = PatchParams {
+        field_manager: Some(field_manager::KONNECTOR.to_string()),
+        ..PatchParams::default()
+    };
+    consumer
+        .patch_status(
+            &view.resource(),
+            view.namespace().as_deref(),
+            &view.name(),
+            &Patch::Merge(json!({ "status": {"boundAPIs": body.get("boundAPIs").cloned().unwrap_or(json!([])), "conditions": body.get("conditions").cloned().unwrap_or(json!([]))} })),
+            &params,
+        )
+        .await
+        .map(|_| ())
+}
