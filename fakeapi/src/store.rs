@@ -47,6 +47,11 @@ impl HistoryEvent {
     pub fn namespace(&self) -> &str {
         meta::namespace(&self.object).unwrap_or("")
     }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        meta::name(&self.object).unwrap_or("")
+    }
 }
 
 /// One write, as tests check them (who wrote what, at which resourceVersion).

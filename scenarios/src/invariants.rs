@@ -1,9 +1,11 @@
-//! DESIGN.md §8 invariants the world checks after every step (those the engine parts built so
-//! far can break: 1, 2 and 7).
+//! DESIGN.md §8 invariants the world checks after every step: 1, 2, 3, 5 and 7 from the
+//! clusters' write and event logs; 4 (eventual convergence) is what each story waits for, and 6
+//! (mapper round-trips) is a property test of each mapper.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use fakeapi::FakeCluster;
+use fakeapi::{EventType, FakeCluster, HistoryEvent, WriteRecord};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, label};
 use serde_json::Value;
 
 /// A broken invariant, with enough context to read the failure.
@@ -92,4 +94,118 @@ pub async fn consumer_surfaces(consumer: &FakeCluster) -> String {
         }
     }
     text
+}
+
+fn annotation_of<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/annotations")?.get(key)?.as_str()
+}
+
+/// The konnector's writes by resourceVersion (the key that joins write and event logs).
+fn konnector_writes(cluster: &FakeCluster, konnector_users: &BTreeSet<String>) -> BTreeMap<u64, WriteRecord> {
+    cluster
+        .write_log()
+        .into_iter()
+        .filter(|w| konnector_users.contains(&w.user))
+        .map(|w| (w.rv, w))
+        .collect()
+}
+
+/// §8.3 (provider side): no konnector write changed or deleted a provider object that carried
+/// another consumer cluster's markers.
+pub fn no_write_to_foreign_copies(
+    name: &str,
+    provider: &FakeCluster,
+    konnector_users: &BTreeSet<String>,
+    consumer_cluster_uid: &str,
+) -> Option<Violation> {
+    let writes = konnector_writes(provider, konnector_users);
+    if writes.is_empty() {
+        return None;
+    }
+    provider.event_log().into_iter().find_map(|ev| {
+        let w = writes.get(&ev.rv)?;
+        let owner = annotation_of(ev.old.as_deref()?, annotation::CONSUMER_CLUSTER_UID)?;
+        (owner != consumer_cluster_uid).then(|| Violation {
+            invariant: "§8.3",
+            detail: format!(
+                "{} wrote {} {}/{} (verb {}) on {name} at rv {}, which carries consumer cluster {owner}'s markers",
+                w.user, w.resource, w.namespace, w.name, w.verb, w.rv
+            ),
+        })
+    })
+}
+
+/// §8.3 (consumer side): no konnector write changed or deleted a consumer CRD that kbind did not
+/// create.
+pub fn no_overwrite_of_foreign_crds(consumer: &FakeCluster, konnector_users: &BTreeSet<String>) -> Option<Violation> {
+    let writes = konnector_writes(consumer, konnector_users);
+    consumer.event_log().into_iter().find_map(|ev| {
+        let w = writes.get(&ev.rv)?;
+        if ev.gr.resource != "customresourcedefinitions" || ev.kind == EventType::Added {
+            return None;
+        }
+        let old = ev.old.as_deref()?;
+        let managed = old
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(label::MANAGED))
+            .and_then(Value::as_str);
+        (managed != Some("true")).then(|| Violation {
+            invariant: "§8.3",
+            detail: format!(
+                "{} wrote CustomResourceDefinition {} (verb {}) at rv {}, which kbind did not create",
+                w.user, w.name, w.verb, w.rv
+            ),
+        })
+    })
+}
+
+/// §8.5: every consumer object the story deleted (without Orphan) whose deletion completed has
+/// no provider copy left.
+pub fn deleted_objects_leave_no_copies(
+    consumer: &FakeCluster,
+    providers: &[(&str, &FakeCluster)],
+    story_deleted: &BTreeSet<(String, String, String)>,
+) -> Option<Violation> {
+    let deleted: BTreeMap<String, HistoryEvent> = consumer
+        .event_log()
+        .into_iter()
+        .filter(|ev| ev.kind == EventType::Deleted && !ev.gr.group.is_empty())
+        .filter(|ev| {
+            let resource = format!("{}.{}", ev.gr.resource, ev.gr.group);
+            story_deleted.contains(&(resource, ev.namespace().to_string(), ev.name().to_string()))
+        })
+        .filter(|ev| annotation_of(&ev.object, annotation::DELETION_POLICY) != Some(DELETION_POLICY_ORPHAN))
+        .filter_map(|ev| Some((ev.object.pointer("/metadata/uid")?.as_str()?.to_string(), ev)))
+        .collect();
+    if deleted.is_empty() {
+        return None;
+    }
+    for (name, provider) in providers {
+        // The last event of every provider object that names a deleted consumer object.
+        let mut last: BTreeMap<(String, String, String), HistoryEvent> = BTreeMap::new();
+        for ev in provider.event_log() {
+            let Some(uid) = annotation_of(&ev.object, annotation::CONSUMER_OBJECT_UID) else {
+                continue;
+            };
+            if deleted.contains_key(uid) {
+                last.insert(
+                    (
+                        ev.gr.resource.clone(),
+                        ev.namespace().to_string(),
+                        ev.name().to_string(),
+                    ),
+                    ev,
+                );
+            }
+        }
+        if let Some(((resource, ns, obj), _)) = last.into_iter().find(|(_, ev)| ev.kind != EventType::Deleted) {
+            return Some(Violation {
+                invariant: "§8.5",
+                detail: format!(
+                    "the consumer object of {resource} {ns}/{obj} was deleted but its copy is still on {name}"
+                ),
+            });
+        }
+    }
+    None
 }

@@ -570,6 +570,27 @@ impl World {
         } else {
             format!("{}.{}", res.plural, res.group)
         };
+        // Deleting a binding asks for its consumer CRDs to go (DESIGN.md §4 "unbind").
+        if res.group == kbind_api::consts::GROUP && res.plural.ends_with("bindings") {
+            let binding = self
+                .consumer
+                .admin_client()
+                .get_opt(res, namespace, name)
+                .await
+                .ok()
+                .flatten();
+            let apis = binding
+                .and_then(|b| b.data.pointer("/spec/apis").cloned())
+                .and_then(|a| a.as_array().cloned())
+                .unwrap_or_default();
+            for api in apis.iter().filter_map(|a| a.get("name").and_then(Value::as_str)) {
+                self.story_deleted.insert((
+                    "customresourcedefinitions.apiextensions.k8s.io".to_string(),
+                    String::new(),
+                    api.to_string(),
+                ));
+            }
+        }
         self.story_deleted
             .insert((resource, namespace.unwrap_or("").to_string(), name.to_string()));
         let _ = self
@@ -715,6 +736,11 @@ impl World {
         self.replicas.keys().map(|id| replica_user(id)).collect()
     }
 
+    /// The provider users the konnector writes as (every credential minted in the world).
+    fn konnector_provider_users(&self) -> BTreeSet<String> {
+        self.credentials.iter().map(|c| c.user.clone()).collect()
+    }
+
     /// The first broken invariant, if any.
     pub async fn check_invariants(&self) -> Option<Violation> {
         if let Some(v) =
@@ -740,6 +766,21 @@ impl World {
                     });
                 }
             }
+        }
+        let users = self.konnector_provider_users();
+        let consumer_uid = self.consumer.identity_uid();
+        for (name, provider) in &self.providers {
+            if let Some(v) = invariants::no_write_to_foreign_copies(name, &provider.cluster, &users, &consumer_uid) {
+                return Some(v);
+            }
+        }
+        if let Some(v) = invariants::no_overwrite_of_foreign_crds(&self.consumer, &self.konnector_users()) {
+            return Some(v);
+        }
+        let providers: Vec<(&str, &FakeCluster)> =
+            self.providers.iter().map(|(n, p)| (n.as_str(), &p.cluster)).collect();
+        if let Some(v) = invariants::deleted_objects_leave_no_copies(&self.consumer, &providers, &self.story_deleted) {
+            return Some(v);
         }
         let secrets: Vec<String> = self.credentials.iter().map(|c| c.token.clone()).collect();
         let surfaces = invariants::consumer_surfaces(&self.consumer).await;
