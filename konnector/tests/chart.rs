@@ -33,9 +33,11 @@ fn chart_dir() -> PathBuf {
 /// The helm binary, or `None` (after one line on stderr) when it is absent and not required.
 fn helm() -> Option<PathBuf> {
     let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KBIND_TOOLS_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
-        });
+        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
+            });
         cache.join(format!("helm-{HELM_VERSION}/helm"))
     });
     if path.is_file() {
@@ -47,10 +49,7 @@ fn helm() -> Option<PathBuf> {
         "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
         path.display()
     );
-    eprintln!(
-        "skipped: no helm at {} (hack/helm/build.sh builds it)",
-        path.display()
-    );
+    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
     None
 }
 
@@ -200,17 +199,23 @@ async fn install(objects: &[Value]) -> FakeCluster {
         objects.iter().partition(|o| kind_of(o) == "CustomResourceDefinition");
     assert!(!crds.is_empty(), "the chart renders its CRDs");
     for crd in &crds {
-        create(&admin, crd).await.unwrap_or_else(|err| panic!("CRD {} refused: {err}", name_of(crd)));
+        create(&admin, crd)
+            .await
+            .unwrap_or_else(|err| panic!("CRD {} refused: {err}", name_of(crd)));
     }
     for crd in &crds {
         let name = name_of(crd);
-        eventually(&format!("{name} to be Established"), Duration::from_secs(10), || async {
-            let served = admin.get(&crd_resource(), None, name).await.unwrap();
-            let conditions = serde_json::to_value(&served).unwrap()["status"]["conditions"].clone();
-            conditions
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
-        })
+        eventually(
+            &format!("{name} to be Established"),
+            Duration::from_secs(10),
+            || async {
+                let served = admin.get(&crd_resource(), None, name).await.unwrap();
+                let conditions = serde_json::to_value(&served).unwrap()["status"]["conditions"].clone();
+                conditions
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+            },
+        )
         .await;
     }
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
@@ -290,21 +295,33 @@ fn default_values_render_a_two_replica_hardened_deployment_with_the_documented_f
             "--log-level=info",
         ]
     );
-    assert_eq!(container["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "health"}));
-    assert_eq!(container["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "health"}));
+    assert_eq!(
+        container["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "health"})
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "health"})
+    );
     let ports: Vec<(&Value, &Value)> = container["ports"]
         .as_array()
         .unwrap()
         .iter()
         .map(|p| (&p["name"], &p["containerPort"]))
         .collect();
-    assert_eq!(ports, [(&json!("metrics"), &json!(8080)), (&json!("health"), &json!(8081))]);
+    assert_eq!(
+        ports,
+        [(&json!("metrics"), &json!(8080)), (&json!("health"), &json!(8081))]
+    );
     let security = &container["securityContext"];
     assert_eq!(security["runAsNonRoot"], true);
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
-    assert!(container["resources"]["requests"].is_object(), "resource requests are set");
+    assert!(
+        container["resources"]["requests"].is_object(),
+        "resource requests are set"
+    );
 }
 
 #[test]
@@ -323,7 +340,11 @@ fn values_reach_the_image_and_the_flags() {
     let container = &the(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["image"], "registry.example/konnector:v9");
     let args = strings(&container["args"]);
-    for expected in ["--leader-elect=false", "--log-level=debug", "--lease-namespace=kbind-heartbeats"] {
+    for expected in [
+        "--leader-elect=false",
+        "--log-level=debug",
+        "--lease-namespace=kbind-heartbeats",
+    ] {
         assert!(args.contains(&expected), "{expected} missing from {args:?}");
     }
     let role = the(&objects, "Role");
@@ -343,9 +364,15 @@ fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bou
         let cluster_role = the(&objects, "ClusterRole");
         let bound = bound_api_rule(cluster_role);
         for rule in cluster_role["rules"].as_array().unwrap() {
-            assert!(!strings(&rule["verbs"]).contains(&"*"), "{sets:?}: wildcard verb in {rule}");
+            assert!(
+                !strings(&rule["verbs"]).contains(&"*"),
+                "{sets:?}: wildcard verb in {rule}"
+            );
             if rule != bound {
-                assert!(!reaches_secrets(rule), "{sets:?}: cluster-wide Secrets access in {rule}");
+                assert!(
+                    !reaches_secrets(rule),
+                    "{sets:?}: cluster-wide Secrets access in {rule}"
+                );
             }
         }
         assert_eq!(strings(&bound["verbs"]), BOUND_VERBS, "{sets:?}");
@@ -416,32 +443,60 @@ async fn konnector_service_account_can_do_its_job_and_no_more() {
         "spec": {"kubeconfigSecretRef": {"namespace": NAMESPACE, "name": "acme", "key": "kubeconfig"}},
     }))
     .unwrap();
-    admin.create(&connection_resource(), None, &connection, &params).await.unwrap();
-    let listed = konnector.list(&connection_resource(), None, &Default::default()).await.unwrap();
+    admin
+        .create(&connection_resource(), None, &connection, &params)
+        .await
+        .unwrap();
+    let listed = konnector
+        .list(&connection_resource(), None, &Default::default())
+        .await
+        .unwrap();
     assert_eq!(listed.items.len(), 1);
     let status = json!({"status": {"conditions": [{
         "type": "Ready", "status": "False", "reason": "Pending", "message": "waiting for the Secret",
         "lastTransitionTime": "2026-01-01T00:00:00Z",
     }]}});
     let patched = konnector
-        .patch_status(&connection_resource(), None, "acme", &Patch::Merge(status), &PatchParams::default())
+        .patch_status(
+            &connection_resource(),
+            None,
+            "acme",
+            &Patch::Merge(status),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
     assert_eq!(patched.data["status"]["conditions"][0]["reason"], "Pending");
     assert_forbidden(
-        konnector.delete(&connection_resource(), None, "acme", &Default::default()).await,
+        konnector
+            .delete(&connection_resource(), None, "acme", &Default::default())
+            .await,
         "deleting a Connection",
     );
 
     // Secrets: its own namespace only.
     let secrets = core_resource("Secret", "secrets");
-    admin.create(&secrets, Some(NAMESPACE), &secret(NAMESPACE, "acme"), &params).await.unwrap();
-    admin.create(&secrets, Some("default"), &secret("default", "other"), &params).await.unwrap();
+    admin
+        .create(&secrets, Some(NAMESPACE), &secret(NAMESPACE, "acme"), &params)
+        .await
+        .unwrap();
+    admin
+        .create(&secrets, Some("default"), &secret("default", "other"), &params)
+        .await
+        .unwrap();
     konnector.get(&secrets, Some(NAMESPACE), "acme").await.unwrap();
-    assert_forbidden(konnector.get(&secrets, Some("default"), "other").await, "reading a Secret in default");
-    assert_forbidden(konnector.list(&secrets, None, &Default::default()).await, "listing Secrets everywhere");
     assert_forbidden(
-        konnector.create(&secrets, Some(NAMESPACE), &secret(NAMESPACE, "mine"), &params).await,
+        konnector.get(&secrets, Some("default"), "other").await,
+        "reading a Secret in default",
+    );
+    assert_forbidden(
+        konnector.list(&secrets, None, &Default::default()).await,
+        "listing Secrets everywhere",
+    );
+    assert_forbidden(
+        konnector
+            .create(&secrets, Some(NAMESPACE), &secret(NAMESPACE, "mine"), &params)
+            .await,
         "creating a Secret",
     );
 
@@ -454,15 +509,29 @@ async fn konnector_service_account_can_do_its_job_and_no_more() {
         }))
         .unwrap()
     };
-    konnector.create(&lease_resource(), Some(NAMESPACE), &lease(NAMESPACE), &params).await.unwrap();
-    konnector.get(&lease_resource(), Some(NAMESPACE), "kbind-konnector").await.unwrap();
+    konnector
+        .create(&lease_resource(), Some(NAMESPACE), &lease(NAMESPACE), &params)
+        .await
+        .unwrap();
+    konnector
+        .get(&lease_resource(), Some(NAMESPACE), "kbind-konnector")
+        .await
+        .unwrap();
     assert_forbidden(
-        konnector.create(&lease_resource(), Some("default"), &lease("default"), &params).await,
+        konnector
+            .create(&lease_resource(), Some("default"), &lease("default"), &params)
+            .await,
         "creating a Lease in default",
     );
 
     // Identity and the bound group, but no other group.
-    konnector.get(&core_resource("Namespace", "namespaces"), None, "kube-system").await.unwrap();
+    konnector
+        .get(&core_resource("Namespace", "namespaces"), None, "kube-system")
+        .await
+        .unwrap();
     let configmaps = core_resource("ConfigMap", "configmaps");
-    assert_forbidden(konnector.list(&configmaps, None, &Default::default()).await, "listing ConfigMaps");
+    assert_forbidden(
+        konnector.list(&configmaps, None, &Default::default()).await,
+        "listing ConfigMaps",
+    );
 }
