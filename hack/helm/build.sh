@@ -58,6 +58,21 @@ build_into_cache() {
   rm -rf "$scratch"
 }
 
+free_gib() { df -P --block-size=1G "$1" | awk 'NR == 2 { print $4 }'; }
+
+# Why: the Go caches are shared with hack/kube/build.sh and run to several GiB; keep the disk usable for others.
+report_disk() {
+  local gomodcache gocache
+  gomodcache="$(go env GOMODCACHE)"
+  gocache="$(go env GOCACHE)"
+  log "disk: GOMODCACHE $(du -sh "$gomodcache" 2>/dev/null | cut -f1), GOCACHE $(du -sh "$gocache" 2>/dev/null | cut -f1)"
+  if (($(free_gib "$cache") < 10)); then
+    log "free disk below 10 GiB: cleaning GOMODCACHE ($gomodcache) and GOCACHE ($gocache)"
+    go clean -modcache
+    go clean -cache
+  fi
+}
+
 main() {
   mkdir -p "$cache"
   local dir="$cache/helm-$helm_version" start
@@ -68,6 +83,7 @@ main() {
     log "building helm $helm_version"
     build_into_cache "$dir"
     log "cold build took $(($(date +%s) - start))s"
+    report_disk
   fi
   log "$(du -sh "$dir/helm" | cut -f1) $dir/helm ($("$dir/helm" version --short))"
   if $print_env; then
