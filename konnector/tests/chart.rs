@@ -1,0 +1,537 @@
+//! The Helm chart rendered by a real `helm` and applied to an in-process fake cluster: every object is accepted,
+//! and the konnector's ServiceAccount can do what it needs on the consumer and no more.
+//!
+//! helm comes from `KBIND_HELM`, else from the folder `hack/helm/build.sh` builds it into. Without it these tests
+//! print one line and pass, unless `KBIND_REQUIRE_HELM=1` (CI), where they fail.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fakeapi::{FakeClient, FakeCluster, UserInfo};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Error, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// Keep in step with hack/helm/build.sh.
+const HELM_VERSION: &str = "v3.22.0";
+const RELEASE: &str = "konnector";
+const NAMESPACE: &str = "kbind";
+/// The release's full name, which names the ServiceAccount, the roles and the Deployment.
+const FULLNAME: &str = "konnector";
+/// What the bound-API rule grants; the konnector's other rules are narrower.
+const BOUND_VERBS: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("deploy/charts/konnector")
+}
+
+/// The helm binary, or `None` (after one line on stderr) when it is absent and not required.
+fn helm() -> Option<PathBuf> {
+    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
+            });
+        cache.join(format!("helm-{HELM_VERSION}/helm"))
+    });
+    if path.is_file() {
+        return Some(path);
+    }
+    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
+        path.display()
+    );
+    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
+    None
+}
+
+/// `helm template` of the chart with `--set` values, as one JSON value per non-empty document.
+fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
+    let mut command = Command::new(helm);
+    command
+        .arg("template")
+        .arg(RELEASE)
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE, "--include-crds"]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "helm template {sets:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(output.stdout).unwrap()).unwrap();
+    documents.into_iter().filter(|doc| !doc.is_null()).collect()
+}
+
+fn kind_of(object: &Value) -> &str {
+    object["kind"].as_str().unwrap()
+}
+
+fn name_of(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap()
+}
+
+/// The one rendered object of `kind`.
+fn the<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let mut found = objects.iter().filter(|o| kind_of(o) == kind);
+    let object = found.next().unwrap_or_else(|| panic!("no {kind} rendered"));
+    assert!(found.next().is_none(), "more than one {kind} rendered");
+    object
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .map(|items| items.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Whether an RBAC rule reaches Secrets (by name or by wildcard, in the core group or every group).
+fn reaches_secrets(rule: &Value) -> bool {
+    let groups = strings(&rule["apiGroups"]);
+    let resources = strings(&rule["resources"]);
+    groups.iter().any(|g| g.is_empty() || *g == "*") && resources.iter().any(|r| *r == "secrets" || *r == "*")
+}
+
+/// The ClusterRole rule for the bound APIs: the one on every resource of its groups.
+fn bound_api_rule(cluster_role: &Value) -> &Value {
+    let rules = cluster_role["rules"].as_array().unwrap();
+    let mut found = rules.iter().filter(|r| strings(&r["resources"]) == ["*"]);
+    let rule = found.next().expect("a bound-API rule");
+    assert!(found.next().is_none(), "one bound-API rule");
+    rule
+}
+
+/// Waits until `check` holds, polling on the paused tokio clock; fails after `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The served resource of an object's apiVersion and kind.
+async fn resource_of(client: &FakeClient, object: &Value) -> ApiResource {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = kind_of(object);
+    let discovery = client.discovery().await.unwrap();
+    discovery
+        .resources
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.kind == kind)
+        .unwrap_or_else(|| panic!("{api_version} {kind} is not served"))
+        .api_resource()
+}
+
+async fn create(client: &FakeClient, object: &Value) -> Result<DynamicObject, Error> {
+    let res = resource_of(client, object).await;
+    let namespace = object["metadata"]["namespace"].as_str();
+    let dynamic: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    client.create(&res, namespace, &dynamic, &PostParams::default()).await
+}
+
+fn crd_resource() -> ApiResource {
+    ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    }
+}
+
+fn core_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn connection_resource() -> ApiResource {
+    ApiResource {
+        group: "core.kbind.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "core.kbind.io/v1alpha1".into(),
+        kind: "Connection".into(),
+        plural: "connections".into(),
+    }
+}
+
+fn lease_resource() -> ApiResource {
+    ApiResource {
+        group: "coordination.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "coordination.k8s.io/v1".into(),
+        kind: "Lease".into(),
+        plural: "leases".into(),
+    }
+}
+
+/// Installs the rendered objects the way `helm install -n kbind --create-namespace` would: CRDs first (and waits
+/// until they are Established), then the namespace, then everything else. Fails on the first refused object.
+async fn install(objects: &[Value]) -> FakeCluster {
+    let cluster = FakeCluster::builder("consumer").seed(1).build();
+    let admin = cluster.admin_client();
+    let (crds, rest): (Vec<&Value>, Vec<&Value>) =
+        objects.iter().partition(|o| kind_of(o) == "CustomResourceDefinition");
+    assert!(!crds.is_empty(), "the chart renders its CRDs");
+    for crd in &crds {
+        create(&admin, crd)
+            .await
+            .unwrap_or_else(|err| panic!("CRD {} refused: {err}", name_of(crd)));
+    }
+    for crd in &crds {
+        let name = name_of(crd);
+        eventually(
+            &format!("{name} to be Established"),
+            Duration::from_secs(10),
+            || async {
+                let served = admin.get(&crd_resource(), None, name).await.unwrap();
+                let conditions = serde_json::to_value(&served).unwrap()["status"]["conditions"].clone();
+                conditions
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+            },
+        )
+        .await;
+    }
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+    create(&admin, &namespace).await.unwrap();
+    for object in rest {
+        if let Some(namespace) = object["metadata"]["namespace"].as_str() {
+            assert_eq!(namespace, NAMESPACE, "{} {}", kind_of(object), name_of(object));
+        }
+        create(&admin, object)
+            .await
+            .unwrap_or_else(|err| panic!("{} {} refused: {err}", kind_of(object), name_of(object)));
+    }
+    cluster
+}
+
+/// The konnector's ServiceAccount, as the token authenticator would present it.
+fn konnector(cluster: &FakeCluster) -> FakeClient {
+    cluster.client(UserInfo::service_account(NAMESPACE, FULLNAME))
+}
+
+fn secret(namespace: &str, name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"namespace": namespace, "name": name},
+        "stringData": {"kubeconfig": "apiVersion: v1\nkind: Config\n"},
+    }))
+    .unwrap()
+}
+
+fn assert_forbidden<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) {
+    assert!(
+        matches!(result, Err(Error::Forbidden { .. })),
+        "{what}: expected Forbidden, got {result:?}"
+    );
+}
+
+#[test]
+fn chart_crds_are_the_committed_crds() {
+    // kbind-api's own test keeps this file equal to the generated CRDs.
+    let committed = std::fs::read_to_string(repo_root().join(kbind_api::crds::CRDS_YAML_PATH)).unwrap();
+    let in_chart = std::fs::read_to_string(chart_dir().join("crds/kbind-crds.yaml")).unwrap();
+    assert!(
+        committed == in_chart,
+        "deploy/charts/konnector/crds/kbind-crds.yaml differs from deploy/crds/kbind-crds.yaml; from the \
+         repository root run:\n    cp deploy/crds/kbind-crds.yaml deploy/charts/konnector/crds/kbind-crds.yaml"
+    );
+}
+
+#[test]
+fn default_values_render_a_two_replica_hardened_deployment_with_the_documented_flags() {
+    let Some(helm) = helm() else { return };
+    let objects = render(&helm, &[]);
+    let deployment = the(&objects, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], FULLNAME);
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/kbind/konnector:0.1.0");
+    let args = strings(&container["args"]);
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--namespace=kbind",
+            "--lease-namespace=kbind",
+            "--heartbeat-interval=30s",
+            "--leader-elect=true",
+            "--leader-election-lease=kbind-konnector",
+            "--leader-election-namespace=kbind",
+            "--lease-duration=15s",
+            "--renew-deadline=10s",
+            "--retry-period=2s",
+            "--resync=10m",
+            "--metrics-addr=0.0.0.0:8080",
+            "--health-addr=0.0.0.0:8081",
+            "--log-format=json",
+            "--log-level=info",
+        ]
+    );
+    assert_eq!(
+        container["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "health"})
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "health"})
+    );
+    let ports: Vec<(&Value, &Value)> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p["name"], &p["containerPort"]))
+        .collect();
+    assert_eq!(
+        ports,
+        [(&json!("metrics"), &json!(8080)), (&json!("health"), &json!(8081))]
+    );
+    let security = &container["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert!(
+        container["resources"]["requests"].is_object(),
+        "resource requests are set"
+    );
+}
+
+#[test]
+fn values_reach_the_image_and_the_flags() {
+    let Some(helm) = helm() else { return };
+    let objects = render(
+        &helm,
+        &[
+            "image.tag=v9",
+            "image.repository=registry.example/konnector",
+            "leaderElection.enabled=false",
+            "log.level=debug",
+            "heartbeat.leaseNamespace=kbind-heartbeats",
+        ],
+    );
+    let container = &the(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry.example/konnector:v9");
+    let args = strings(&container["args"]);
+    for expected in [
+        "--leader-elect=false",
+        "--log-level=debug",
+        "--lease-namespace=kbind-heartbeats",
+    ] {
+        assert!(args.contains(&expected), "{expected} missing from {args:?}");
+    }
+    let role = the(&objects, "Role");
+    let lease_rules = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| strings(&r["apiGroups"]) == ["coordination.k8s.io"]);
+    assert_eq!(lease_rules.count(), 0, "no Lease access without leader election");
+}
+
+#[test]
+fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bound_groups() {
+    let Some(helm) = helm() else { return };
+    for sets in [&[][..], &["boundGroups={example.org}"][..]] {
+        let objects = render(&helm, sets);
+        let cluster_role = the(&objects, "ClusterRole");
+        let bound = bound_api_rule(cluster_role);
+        for rule in cluster_role["rules"].as_array().unwrap() {
+            assert!(
+                !strings(&rule["verbs"]).contains(&"*"),
+                "{sets:?}: wildcard verb in {rule}"
+            );
+            if rule != bound {
+                assert!(
+                    !reaches_secrets(rule),
+                    "{sets:?}: cluster-wide Secrets access in {rule}"
+                );
+            }
+        }
+        assert_eq!(strings(&bound["verbs"]), BOUND_VERBS, "{sets:?}");
+    }
+    // The default `*` is every group, the core one included: RBAC cannot subtract, which is why the README says to
+    // narrow it. Narrowed, nothing in the ClusterRole reaches Secrets.
+    let narrowed = render(&helm, &["boundGroups={example.org}"]);
+    let cluster_role = the(&narrowed, "ClusterRole");
+    assert_eq!(strings(&bound_api_rule(cluster_role)["apiGroups"]), ["example.org"]);
+    for rule in cluster_role["rules"].as_array().unwrap() {
+        assert!(!reaches_secrets(rule), "cluster-wide Secrets access in {rule}");
+    }
+}
+
+#[test]
+fn empty_bound_groups_fail_to_render() {
+    let Some(helm) = helm() else { return };
+    let output = Command::new(&helm)
+        .arg("template")
+        .arg(RELEASE)
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE, "--set", "boundGroups=null"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "an empty boundGroups rendered");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("boundGroups must name at least one API group"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_rendered_object_is_accepted_with_default_values() {
+    let Some(helm) = helm() else { return };
+    let objects = render(&helm, &[]);
+    let kinds: Vec<&str> = objects.iter().map(kind_of).collect();
+    for kind in [
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+    ] {
+        assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+    }
+    let cluster = install(&objects).await;
+    let konnector = konnector(&cluster);
+    // The default `*` is every group, the core group included (RBAC cannot subtract; the README says to narrow it).
+    let configmaps = core_resource("ConfigMap", "configmaps");
+    konnector.list(&configmaps, None, &Default::default()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn konnector_service_account_can_do_its_job_and_no_more() {
+    let Some(helm) = helm() else { return };
+    let cluster = install(&render(&helm, &["boundGroups={example.org}"])).await;
+    let admin = cluster.admin_client();
+    let konnector = konnector(&cluster);
+    let params = PostParams::default();
+
+    // Connections: list, and patch status (conditions are how the konnector reports).
+    let connection: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
+        "metadata": {"name": "acme"},
+        "spec": {"kubeconfigSecretRef": {"namespace": NAMESPACE, "name": "acme", "key": "kubeconfig"}},
+    }))
+    .unwrap();
+    admin
+        .create(&connection_resource(), None, &connection, &params)
+        .await
+        .unwrap();
+    let listed = konnector
+        .list(&connection_resource(), None, &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let status = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "Pending", "message": "waiting for the Secret",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }]}});
+    let patched = konnector
+        .patch_status(
+            &connection_resource(),
+            None,
+            "acme",
+            &Patch::Merge(status),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data["status"]["conditions"][0]["reason"], "Pending");
+    assert_forbidden(
+        konnector
+            .delete(&connection_resource(), None, "acme", &Default::default())
+            .await,
+        "deleting a Connection",
+    );
+
+    // Secrets: its own namespace only.
+    let secrets = core_resource("Secret", "secrets");
+    admin
+        .create(&secrets, Some(NAMESPACE), &secret(NAMESPACE, "acme"), &params)
+        .await
+        .unwrap();
+    admin
+        .create(&secrets, Some("default"), &secret("default", "other"), &params)
+        .await
+        .unwrap();
+    konnector.get(&secrets, Some(NAMESPACE), "acme").await.unwrap();
+    assert_forbidden(
+        konnector.get(&secrets, Some("default"), "other").await,
+        "reading a Secret in default",
+    );
+    assert_forbidden(
+        konnector.list(&secrets, None, &Default::default()).await,
+        "listing Secrets everywhere",
+    );
+    assert_forbidden(
+        konnector
+            .create(&secrets, Some(NAMESPACE), &secret(NAMESPACE, "mine"), &params)
+            .await,
+        "creating a Secret",
+    );
+
+    // Leader election: a Lease in its namespace, not elsewhere.
+    let lease = |namespace: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"namespace": namespace, "name": "kbind-konnector"},
+            "spec": {"holderIdentity": "konnector-0", "leaseDurationSeconds": 15},
+        }))
+        .unwrap()
+    };
+    konnector
+        .create(&lease_resource(), Some(NAMESPACE), &lease(NAMESPACE), &params)
+        .await
+        .unwrap();
+    konnector
+        .get(&lease_resource(), Some(NAMESPACE), "kbind-konnector")
+        .await
+        .unwrap();
+    assert_forbidden(
+        konnector
+            .create(&lease_resource(), Some("default"), &lease("default"), &params)
+            .await,
+        "creating a Lease in default",
+    );
+
+    // Identity and the bound group, but no other group.
+    konnector
+        .get(&core_resource("Namespace", "namespaces"), None, "kube-system")
+        .await
+        .unwrap();
+    let configmaps = core_resource("ConfigMap", "configmaps");
+    assert_forbidden(
+        konnector.list(&configmaps, None, &Default::default()).await,
+        "listing ConfigMaps",
+    );
+}
