@@ -17,6 +17,7 @@
 
 mod reconcile;
 mod schema;
+mod stale;
 mod status;
 mod unbind;
 mod view;

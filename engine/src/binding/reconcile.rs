@@ -13,7 +13,8 @@ use kbind_cluster::Error;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::schema::{Delivery, deliver};
+use super::schema::{Delivery, deliver, our_crd, resource_of};
+use super::stale;
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::ensure_cleanup;
@@ -112,6 +113,12 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     ensure_cleanup(shared.ctx.consumer.as_ref(), &view.resource(), &view.dynamic()).await?;
     let (report, served) = observe(&view, &shared).await?;
     stop_unserved(&shared, &view, &served);
+    mark_staleness(
+        &view,
+        &shared,
+        report.connected.status == kbind_api::conditions::ConditionStatus::True,
+    )
+    .await?;
     let now = Time(shared.ctx.clock.now());
     let waiting = report.apis.iter().any(|a| a.synced.reason == reason::PENDING);
     write_status(
@@ -121,6 +128,35 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     )
     .await?;
     Ok(Action::requeue(if waiting { WAIT_INTERVAL } else { REPORT_INTERVAL }))
+}
+
+/// While the provider is not engaged, the objects this binding serves get `status-stale`; once
+/// it is, the mark goes.
+async fn mark_staleness(view: &BindingView, shared: &Shared, engaged: bool) -> Result<(), BindingError> {
+    if view.namespace().is_some_and(|ns| {
+        shared
+            .connection(&view.spec.connection_ref.name)
+            .is_some_and(|c| !namespace_allowed(&c, &ns))
+    }) {
+        return Ok(());
+    }
+    let consumer = shared.ctx.consumer.as_ref();
+    for api in &view.spec.apis {
+        if served_by_other(shared, view, &api.name).is_some() {
+            continue;
+        }
+        let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, &api.name).await? else {
+            continue;
+        };
+        let Some((res, _, _)) = resource_of(&crd) else { continue };
+        let ns = view.namespace();
+        if engaged {
+            stale::clear(consumer, &res, ns.as_deref()).await?;
+        } else {
+            stale::mark(consumer, &res, ns.as_deref(), &Time(shared.ctx.clock.now())).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Stops this binding's syncers whose API is no longer served by it (nothing is deleted).

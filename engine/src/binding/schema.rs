@@ -180,3 +180,20 @@ pub(crate) fn resource_of(crd: &CustomResourceDefinition) -> Option<(ApiResource
     let status = version.subresources.as_ref().is_some_and(|s| s.status.is_some());
     Some((resource, crd.spec.scope == "Namespaced", status))
 }
+
+/// The consumer CRD of `api` when it is served through Connection `connection` (or carries no
+/// Connection annotation, as with pullPolicy None).
+pub(crate) async fn our_crd(
+    consumer: &dyn ClusterClient,
+    connection: &str,
+    api: &str,
+) -> Result<Option<CustomResourceDefinition>, Error> {
+    let Some(crd) = consumer.get_opt(&crd_resource(), None, api).await? else {
+        return Ok(None);
+    };
+    let crd: CustomResourceDefinition = from_dynamic(crd)?;
+    match annotation_of(&crd, annotation::CONNECTION) {
+        Some(c) if c != connection => Ok(None),
+        _ => Ok(Some(crd)),
+    }
+}

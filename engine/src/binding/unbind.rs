@@ -4,14 +4,12 @@
 //! everything at once without touching the provider. While the provider is unreachable and
 //! copies must go, deletion waits with `DeletionBlocked`: nothing is lost.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::consts::{annotation, reason};
-use kbind_cluster::{ClusterClient, ClusterClientExt, from_dynamic};
 use kube::runtime::controller::Action;
 
 use super::reconcile::{BindingError, REPORT_INTERVAL, Shared, WAIT_INTERVAL, served_by_other};
-use super::schema::resource_of;
+use super::schema::{our_crd, resource_of};
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, remove_cleanup};
@@ -58,27 +56,6 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     Ok(Action::await_change())
 }
 
-/// The consumer CRD of `api` when it is served through this binding's Connection.
-async fn our_crd(
-    consumer: &dyn ClusterClient,
-    view: &BindingView,
-    api: &str,
-) -> Result<Option<CustomResourceDefinition>, BindingError> {
-    let Some(crd) = consumer.get_opt(&crd_resource(), None, api).await? else {
-        return Ok(None);
-    };
-    let crd: CustomResourceDefinition = from_dynamic(crd)?;
-    let connection = crd
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotation::CONNECTION));
-    match connection {
-        Some(c) if *c != view.spec.connection_ref.name => Ok(None),
-        _ => Ok(Some(crd)),
-    }
-}
-
 async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Drain, BindingError> {
     // Another binding keeps serving these objects: their finalizers and copies stay.
     if served_by_other(shared, view, api).is_some() {
@@ -86,7 +63,7 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Dra
     }
     let consumer = shared.ctx.consumer.as_ref();
     // No CRD of ours: no instances, or they belong to another Connection's binding.
-    let Some(crd) = our_crd(consumer, view, api).await? else {
+    let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, api).await? else {
         return Ok(Drain::Done);
     };
     let Some((resource, namespaced, status_subresource)) = resource_of(&crd) else {
@@ -154,7 +131,7 @@ async fn remove_crd_if_unused(view: &BindingView, shared: &Shared, api: &str) ->
         return Ok(());
     }
     let consumer = shared.ctx.consumer.as_ref();
-    let Some(crd) = our_crd(consumer, view, api).await? else {
+    let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, api).await? else {
         return Ok(());
     };
     if !is_managed(&crd) {

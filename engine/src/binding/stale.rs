@@ -1,0 +1,83 @@
+//! `core.kbind.io/status-stale` (DESIGN.md §3, §4 "connection loss"): while a binding's provider
+//! is disengaged its consumer objects say since when their status has not been refreshed; the
+//! annotation goes once the syncer runs again. Each object is annotated once per outage (the
+//! rate limit): the timestamp marks when staleness was first seen, not the latest check.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::consts::{annotation, field_manager};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+fn is_stale(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(annotation::STATUS_STALE))
+}
+
+async fn annotate(
+    consumer: &dyn ClusterClient,
+    res: &ApiResource,
+    obj: &DynamicObject,
+    value: Value,
+) -> kbind_cluster::Result<()> {
+    let params = PatchParams {
+        field_manager: Some(field_manager::KONNECTOR.to_string()),
+        ..PatchParams::default()
+    };
+    let patch = json!({"metadata": {
+        "resourceVersion": obj.metadata.resource_version,
+        "annotations": {annotation::STATUS_STALE: value},
+    }});
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    match consumer
+        .patch(
+            res,
+            obj.metadata.namespace.as_deref(),
+            &name,
+            &Patch::Merge(patch),
+            &params,
+        )
+        .await
+    {
+        // Changed or gone meanwhile: the next reconcile looks again.
+        Err(e) if e.is_conflict() || e.is_not_found() => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Marks every object of `res` in scope that is not marked yet.
+pub(crate) async fn mark(
+    consumer: &dyn ClusterClient,
+    res: &ApiResource,
+    namespace: Option<&str>,
+    now: &Time,
+) -> kbind_cluster::Result<usize> {
+    let list = consumer.list(res, namespace, &Default::default()).await?;
+    let since = kbind_cluster::clock::format_time(now.0);
+    let mut marked = 0;
+    for obj in list
+        .items
+        .iter()
+        .filter(|o| !is_stale(o) && o.metadata.deletion_timestamp.is_none())
+    {
+        annotate(consumer, res, obj, json!(since)).await?;
+        marked += 1;
+    }
+    Ok(marked)
+}
+
+/// Removes the mark from every object of `res` in scope.
+pub(crate) async fn clear(
+    consumer: &dyn ClusterClient,
+    res: &ApiResource,
+    namespace: Option<&str>,
+) -> kbind_cluster::Result<usize> {
+    let list = consumer.list(res, namespace, &Default::default()).await?;
+    let mut cleared = 0;
+    for obj in list.items.iter().filter(|o| is_stale(o)) {
+        annotate(consumer, res, obj, Value::Null).await?;
+        cleared += 1;
+    }
+    Ok(cleared)
+}
