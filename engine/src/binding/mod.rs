@@ -15,6 +15,7 @@
 //! - A second binding of an API already served for the same objects through the same
 //!   Connection reports `Synced=True` naming the binding that syncs them, and runs no syncer.
 
+mod extras;
 mod reconcile;
 mod schema;
 mod stale;
@@ -37,6 +38,7 @@ use crate::provider::ProviderRegistry;
 use crate::sync::Syncers;
 use crate::typed::typed_watcher;
 
+pub use extras::autobind_name;
 pub use reconcile::{BindingError, Shared, reconcile};
 pub use view::BindingView;
 
@@ -79,6 +81,7 @@ pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
         bindings: bindings.clone(),
     });
 
+    let shared_for_extras = shared.clone();
     // One Connection stream feeds both controllers through a broadcast of changed names.
     let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let forward = {
@@ -99,9 +102,33 @@ pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
         .reconcile_on(bindings_of_changed(&changed_tx, bindings))
         .reconcile_all_on(engagement_changes(&registry))
-        .run(reconcile_binding, error_policy_binding, shared)
+        .run(reconcile_binding, error_policy_binding, shared.clone())
         .for_each(|_| async {});
-    tokio::join!(forward, cluster_controller, binding_controller);
+    let extras = connection_extras(shared_for_extras, changed_tx.subscribe());
+    tokio::join!(forward, cluster_controller, binding_controller, extras);
+}
+
+/// How often the per-Connection passes (pullPolicy All, autoBind) run without a change.
+const EXTRAS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs the per-Connection passes on each Connection change and periodically.
+async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadcast::Receiver<String>) {
+    loop {
+        let names: Vec<String> = tokio::select! {
+            received = changed.recv() => match received {
+                Ok(name) => vec![name],
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            _ = tokio::time::sleep(EXTRAS_INTERVAL) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+        };
+        for name in names {
+            let Some(conn) = shared.connection(&name) else { continue };
+            if let Err(e) = extras::reconcile_connection(&shared, &conn).await {
+                tracing::warn!(connection = %name, error = %e, "pullPolicy All / autoBind pass failed");
+            }
+        }
+    }
 }
 
 /// The bindings of one kind that name a Connection, each time that Connection changes.

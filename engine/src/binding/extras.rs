@@ -1,0 +1,92 @@
+//! What a Connection asks for beyond its bindings (DESIGN.md §2): `schema.pullPolicy: All`
+//! pulls every exported API's CRD, and `autoBind` keeps a managed ClusterBinding listing every
+//! exported API.
+//!
+//! Choices recorded here: the autoBind binding is named `autobind-<connection>`, labelled
+//! `core.kbind.io/managed`; an API that stops being exported leaves its list (its syncer stops
+//! with a per-API condition, nothing is deleted); an empty export list leaves the binding as it
+//! is; turning autoBind off leaves the binding in place for the user to keep or delete (deleting
+//! it drains, so that stays a user's decision).
+
+use kbind_api::consts::{TRUE, annotation, field_manager, label};
+use kbind_api::{ClusterBinding, Connection, PullPolicy, conditions};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Patch, PatchParams};
+use serde_json::json;
+
+use super::reconcile::{BindingError, Shared};
+use super::schema::deliver;
+
+/// The autoBind ClusterBinding's name for Connection `connection`.
+pub fn autobind_name(connection: &str) -> String {
+    format!("autobind-{connection}")
+}
+
+/// Runs the pullPolicy All and autoBind passes for one Connection.
+pub(crate) async fn reconcile_connection(shared: &Shared, conn: &Connection) -> Result<(), BindingError> {
+    if conn.metadata.deletion_timestamp.is_some()
+        || !conditions::is_true(conn.conditions(), kbind_api::consts::condition::READY)
+    {
+        return Ok(());
+    }
+    let name = conn.metadata.name.clone().unwrap_or_default();
+    let exported = conn
+        .status
+        .as_ref()
+        .map(|s| s.exported_apis.clone())
+        .unwrap_or_default();
+    if conn.spec.schema.pull_policy == PullPolicy::All
+        && let Some(provider) = shared.registry.get(&name)
+    {
+        for api in &exported {
+            if let Err(e) = deliver(shared.ctx.consumer.as_ref(), conn, api, &provider).await {
+                tracing::debug!(connection = %name, api = %api.name, error = %e, "pullPolicy All: not pulled yet");
+            }
+        }
+    }
+    if conn.spec.auto_bind && !exported.is_empty() {
+        let mut apis: Vec<String> = exported.iter().map(|a| a.name.clone()).collect();
+        apis.sort();
+        ensure_autobind(shared.ctx.consumer.as_ref(), &name, &apis).await?;
+    }
+    Ok(())
+}
+
+async fn ensure_autobind(consumer: &dyn ClusterClient, connection: &str, apis: &[String]) -> Result<(), BindingError> {
+    let res = ApiResource::erase::<ClusterBinding>(&());
+    let name = autobind_name(connection);
+    if let Some(existing) = consumer.get_opt(&res, None, &name).await? {
+        let managed = existing
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label::MANAGED))
+            .map(String::as_str);
+        if managed != Some(TRUE) {
+            tracing::warn!(binding = %name, "a ClusterBinding kbind did not create has the autoBind name; leaving it alone");
+            return Ok(());
+        }
+        let current: Vec<String> = existing
+            .data
+            .pointer("/spec/apis")
+            .and_then(|a| a.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.get("name")?.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if current == apis {
+            return Ok(());
+        }
+    }
+    let body = json!({
+        "apiVersion": kbind_api::consts::API_VERSION, "kind": "ClusterBinding",
+        "metadata": {"name": name, "labels": {label::MANAGED: TRUE}, "annotations": {annotation::CONNECTION: connection}},
+        "spec": {"connectionRef": {"name": connection}, "apis": apis.iter().map(|a| json!({"name": a})).collect::<Vec<_>>()},
+    });
+    let mut params = PatchParams::apply(field_manager::KONNECTOR);
+    params.force = true;
+    consumer.patch(&res, None, &name, &Patch::Apply(body), &params).await?;
+    tracing::info!(binding = %name, apis = apis.len(), "autoBind binding updated");
+    Ok(())
+}
