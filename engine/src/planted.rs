@@ -15,16 +15,34 @@ pub enum Plant {
     FollowExecKubeconfig,
     /// The heartbeat Lease is renewed even when the provider's identity changed.
     RenewLeaseWhileDisconnected,
+    /// A syncer writes the provider target before classifying who owns it.
+    WriteBeforeClassifying,
+    /// A syncer releases its finalizer before the provider copy is deleted.
+    ReleaseFinalizerBeforeProviderDelete,
+    /// ownerReferences of consumer objects are copied up.
+    CopyOwnerReferencesUp,
+    /// The consumer CRD is deleted when the provider stops exporting its API.
+    DeleteCrdWhenUnexported,
+    /// A related copy overwrites a foreign object of the same name.
+    OverwriteForeignRelated,
+    /// Status comes down without translating observedGeneration.
+    SkipObservedGenerationTranslation,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 5] = [
+    pub const ALL: [Plant; 11] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
         Plant::FollowExecKubeconfig,
         Plant::RenewLeaseWhileDisconnected,
+        Plant::WriteBeforeClassifying,
+        Plant::ReleaseFinalizerBeforeProviderDelete,
+        Plant::CopyOwnerReferencesUp,
+        Plant::DeleteCrdWhenUnexported,
+        Plant::OverwriteForeignRelated,
+        Plant::SkipObservedGenerationTranslation,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -35,6 +53,12 @@ impl Plant {
             Plant::DeleteOnDisengage => "delete-on-disengage",
             Plant::FollowExecKubeconfig => "follow-exec-kubeconfig",
             Plant::RenewLeaseWhileDisconnected => "renew-lease-while-disconnected",
+            Plant::WriteBeforeClassifying => "write-before-classifying",
+            Plant::ReleaseFinalizerBeforeProviderDelete => "release-finalizer-before-provider-delete",
+            Plant::CopyOwnerReferencesUp => "copy-owner-references-up",
+            Plant::DeleteCrdWhenUnexported => "delete-crd-when-unexported",
+            Plant::OverwriteForeignRelated => "overwrite-foreign-related",
+            Plant::SkipObservedGenerationTranslation => "skip-observed-generation-translation",
         }
     }
 }
@@ -49,4 +73,17 @@ pub fn planted(plant: Plant) -> bool {
 #[cfg(not(feature = "planted-bugs"))]
 pub fn planted(_plant: Plant) -> bool {
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Plant;
+
+    #[test]
+    fn the_gate_script_runs_every_planted_bug() {
+        let script = include_str!("../../hack/planted");
+        for plant in Plant::ALL {
+            assert!(script.contains(plant.name()), "hack/planted does not run {}", plant.name());
+        }
+    }
 }

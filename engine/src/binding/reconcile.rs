@@ -246,6 +246,13 @@ async fn observe_api(
         .as_ref()
         .and_then(|s| s.exported_apis.iter().find(|e| e.name == api));
     let Some(exported) = exported else {
+        if crate::planted::planted(crate::planted::Plant::DeleteCrdWhenUnexported) {
+            let _ = shared
+                .ctx
+                .consumer
+                .delete(&crate::crdpull::crd_resource(), None, api, &Default::default())
+                .await;
+        }
         let message = format!(
             "the provider does not export {api} (it must be a CRD labelled core.kbind.io/exported=true that the credentials can read)"
         );
