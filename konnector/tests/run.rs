@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fakeapi::FakeCluster;
-use fakeapi::serve::{ClusterServeOptions, serve_cluster};
+use fakeapi::serve::{ClusterServeOptions, RunningServer, serve_cluster};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kbind_api::Connection;
@@ -97,18 +97,8 @@ fn connection(name: &str) -> Connection {
     .unwrap()
 }
 
-/// The leader Lease's holder; the Lease must exist.
-async fn lease_holder(cluster: &FakeCluster) -> Option<String> {
-    let lease: Lease = cluster
-        .admin_client()
-        .get_typed(Some("kbind"), "kbind-konnector")
-        .await
-        .expect("the leader Lease exists");
-    lease.spec?.holder_identity
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
+/// A consumer served over HTTPS with the kbind namespace and CRDs, and its admin kubeconfig file.
+async fn consumer() -> (FakeCluster, RunningServer, tempfile::NamedTempFile) {
     let cluster = FakeCluster::builder("consumer").build();
     let admin = cluster.admin_client();
     admin
@@ -129,6 +119,23 @@ async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
         .unwrap();
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(kubeconfig.path(), server.admin_kubeconfig().unwrap()).unwrap();
+    (cluster, server, kubeconfig)
+}
+
+/// The leader Lease's holder; the Lease must exist.
+async fn lease_holder(cluster: &FakeCluster) -> Option<String> {
+    let lease: Lease = cluster
+        .admin_client()
+        .get_typed(Some("kbind"), "kbind-konnector")
+        .await
+        .expect("the leader Lease exists");
+    lease.spec?.holder_identity
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
+    let (cluster, server, kubeconfig) = consumer().await;
+    let admin = cluster.admin_client();
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
         .arg("run")
@@ -201,4 +208,54 @@ async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
     let token = server.admin_kubeconfig().unwrap();
     let token = token.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
     assert!(!log.contains(token.trim_matches('"')), "the consumer token was logged");
+}
+
+/// The library path an out-of-tree binary takes: flags as a value, a custom mapper, and its own
+/// shutdown future instead of signals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_runs_with_a_custom_mapper_until_its_shutdown_future() {
+    struct Prefix;
+    impl konnector::Mapper for Prefix {
+        fn to_provider(&self, _: &konnector::ApiResource, key: &konnector::ObjectKey) -> konnector::ObjectKey {
+            konnector::ObjectKey {
+                name: format!("c1-{}", key.name),
+                ..key.clone()
+            }
+        }
+        fn to_consumer(&self, _: &konnector::ApiResource, key: &konnector::ObjectKey) -> Option<konnector::ObjectKey> {
+            let name = key.name.strip_prefix("c1-")?.to_string();
+            Some(konnector::ObjectKey { name, ..key.clone() })
+        }
+    }
+    let (cluster, _server, kubeconfig) = consumer().await;
+    let mut args = konnector::RunArgs::defaults();
+    args.kubeconfig = Some(kubeconfig.path().into());
+    args.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    args.health_addr = "127.0.0.1:0".parse().unwrap();
+    args.identity = Some("in-process".into());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(
+        konnector::Konnector::from_args(args)
+            .mapper(Prefix)
+            .shutdown_on(async move {
+                let _ = stopped.await;
+            })
+            .run(),
+    );
+    let lines = Lines::default();
+    eventually("the in-process konnector to lead", &lines, || async {
+        let lease: Lease = cluster
+            .admin_client()
+            .get_typed_opt(Some("kbind"), "kbind-konnector")
+            .await
+            .ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some("in-process")).then_some(())
+    })
+    .await;
+    stop.send(()).unwrap();
+    let result = tokio::time::timeout(DEADLINE, run)
+        .await
+        .expect("run() returns after shutdown");
+    result.unwrap().unwrap();
+    assert_eq!(lease_holder(&cluster).await, None, "the leader Lease was not released");
 }
