@@ -147,6 +147,7 @@ async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
             "--log-format=json",
             "--log-level=info",
             &format!("--identity={IDENTITY}"),
+            "--allow-insecure-providers",
         ])
         .env_remove("KUBECONFIG")
         .env_remove("RUST_LOG")
@@ -205,6 +206,11 @@ async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
         "the health server outlived the process"
     );
     let log = dump(&lines);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"level\":\"WARN\"") && l.contains("DEVELOPMENT MODE")),
+        "no warning for --allow-insecure-providers:\n{log}"
+    );
     let token = server.admin_kubeconfig().unwrap();
     let token = token.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap();
     assert!(!log.contains(token.trim_matches('"')), "the consumer token was logged");
