@@ -83,7 +83,11 @@ mod tests {
     fn the_gate_script_runs_every_planted_bug() {
         let script = include_str!("../../hack/planted");
         for plant in Plant::ALL {
-            assert!(script.contains(plant.name()), "hack/planted does not run {}", plant.name());
+            assert!(
+                script.contains(plant.name()),
+                "hack/planted does not run {}",
+                plant.name()
+            );
         }
     }
 }

@@ -13,7 +13,9 @@ use fakeapi::FakeCluster;
 use fakeapi::serve::{ClusterServeOptions, RunningServer, Token, UserSpec, serve_cluster};
 use kbind_api::conditions;
 use kbind_api::consts::condition;
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient, Patch, PatchParams};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient, Patch, PatchParams,
+};
 use kbind_engine::context::{Context, EngineConfig};
 use kbind_engine::engine::Engine;
 use kbind_engine::remote::KubeConnector;
@@ -45,7 +47,9 @@ fn widgets() -> ApiResource {
 }
 
 fn crd_resource() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&())
+    ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+        &(),
+    )
 }
 
 fn object(value: Value) -> anyhow::Result<DynamicObject> {
@@ -98,7 +102,10 @@ fn provider_rbac() -> Vec<(ApiResource, Value)> {
     });
     vec![
         (ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&()), role),
-        (ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&()), binding),
+        (
+            ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&()),
+            binding,
+        ),
     ]
 }
 
@@ -144,7 +151,9 @@ async fn kube_client(kubeconfig: &str) -> anyhow::Result<Arc<dyn ClusterClient>>
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .context("loading a demo kubeconfig")?;
-    Ok(Arc::new(KubeClusterClient::from_config(config).map_err(|e| anyhow!("building a client: {e}"))?))
+    Ok(Arc::new(
+        KubeClusterClient::from_config(config).map_err(|e| anyhow!("building a client: {e}"))?,
+    ))
 }
 
 /// Plays the provider's own controller: every widget gets `phase: Ready` for its generation.
@@ -216,8 +225,14 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
     println!("kbind demo: a provider and a consumer cluster (fakeapi over HTTPS) in this process");
 
     let clusters = start_clusters().await?;
-    let provider_admin = clusters.provider.admin_kubeconfig().context("the provider's admin kubeconfig")?;
-    let consumer_admin = clusters.consumer.admin_kubeconfig().context("the consumer's admin kubeconfig")?;
+    let provider_admin = clusters
+        .provider
+        .admin_kubeconfig()
+        .context("the provider's admin kubeconfig")?;
+    let consumer_admin = clusters
+        .consumer
+        .admin_kubeconfig()
+        .context("the consumer's admin kubeconfig")?;
     let provider_kc = dir.join("provider.kubeconfig");
     let consumer_kc = dir.join("consumer.kubeconfig");
     write_file(&provider_kc, &provider_admin)?;
@@ -225,14 +240,20 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
     if let Some(ca) = clusters.provider.ca_pem() {
         write_file(&dir.join("provider-ca.pem"), ca)?;
     }
-    step(&format!("provider at {}, consumer at {}", clusters.provider.url(), clusters.consumer.url()));
+    step(&format!(
+        "provider at {}, consumer at {}",
+        clusters.provider.url(),
+        clusters.consumer.url()
+    ));
     step(&format!("kubeconfigs in {}", dir.display()));
 
     let provider = kube_client(&provider_admin).await?;
     let consumer = kube_client(&consumer_admin).await?;
 
     // The provider's platform team: export the API and grant the konnector what it needs.
-    provider.create(&crd_resource(), None, &object(widgets_crd())?, &Default::default()).await?;
+    provider
+        .create(&crd_resource(), None, &object(widgets_crd())?, &Default::default())
+        .await?;
     for (res, obj) in provider_rbac() {
         provider.create(&res, None, &object(obj)?, &Default::default()).await?;
     }
@@ -242,15 +263,32 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
     for crd in kbind_api::crds() {
         consumer.create_typed(&crd).await?;
     }
-    consumer.create(&ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()), None, &object(namespace("kbind"))?, &Default::default()).await?;
+    consumer
+        .create(
+            &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+            None,
+            &object(namespace("kbind"))?,
+            &Default::default(),
+        )
+        .await?;
     wait_for("kbind's CRDs are served", || async {
-        consumer.list(&ApiResource::erase::<kbind_api::Connection>(&()), None, &Default::default()).await.ok().map(|_| ())
+        consumer
+            .list(
+                &ApiResource::erase::<kbind_api::Connection>(&()),
+                None,
+                &Default::default(),
+            )
+            .await
+            .ok()
+            .map(|_| ())
     })
     .await?;
     step("consumer: kbind CRDs installed");
 
     // The one apply.
-    let provider_for_konnector = clusters.provider.kubeconfig(&clusters.konnector_token, "kbind-konnector");
+    let provider_for_konnector = clusters
+        .provider
+        .kubeconfig(&clusters.konnector_token, "kbind-konnector");
     let bundle = [
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider", "namespace": "kbind"},
                "stringData": {"kubeconfig": provider_for_konnector}}),
@@ -265,8 +303,13 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         ApiResource::erase::<kbind_api::ClusterBinding>(&()),
     ];
     for (res, obj) in resources.iter().zip(bundle) {
-        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
-        consumer.create(res, ns.as_deref(), &object(obj)?, &Default::default()).await?;
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        consumer
+            .create(res, ns.as_deref(), &object(obj)?, &Default::default())
+            .await?;
     }
     step("consumer: bundle applied (Secret, Connection, ClusterBinding)");
 
@@ -316,17 +359,29 @@ async fn ready(client: &dyn ClusterClient, res: &ApiResource, name: &str) -> Opt
 async fn scripted(consumer: &Arc<dyn ClusterClient>, provider: &Arc<dyn ClusterClient>) -> anyhow::Result<()> {
     let connections = ApiResource::erase::<kbind_api::Connection>(&());
     let bindings = ApiResource::erase::<kbind_api::ClusterBinding>(&());
-    wait_for("Connection provider is Ready", || ready(consumer.as_ref(), &connections, "provider")).await?;
+    wait_for("Connection provider is Ready", || {
+        ready(consumer.as_ref(), &connections, "provider")
+    })
+    .await?;
     step("Connection provider is Ready (identity pinned, API discovered, heartbeat Lease renewed)");
-    wait_for("ClusterBinding widgets is Ready", || ready(consumer.as_ref(), &bindings, "widgets")).await?;
+    wait_for("ClusterBinding widgets is Ready", || {
+        ready(consumer.as_ref(), &bindings, "widgets")
+    })
+    .await?;
     step("ClusterBinding widgets is Ready; CRD widgets.example.org pulled into the consumer");
 
     let widget = json!({"apiVersion": "example.org/v1", "kind": "Widget",
                         "metadata": {"name": "hello", "namespace": "default"}, "spec": {"size": 3, "color": "blue"}});
-    consumer.create(&widgets(), Some("default"), &object(widget)?, &Default::default()).await?;
+    consumer
+        .create(&widgets(), Some("default"), &object(widget)?, &Default::default())
+        .await?;
     step("consumer: created widget default/hello");
     wait_for("widget default/hello on the provider", || async {
-        provider.get_opt(&widgets(), Some("default"), "hello").await.ok()?.map(|_| ())
+        provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?
+            .map(|_| ())
     })
     .await?;
     step("provider: widget default/hello arrived (spec up, with kbind's ownership markers)");

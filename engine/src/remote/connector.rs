@@ -22,9 +22,10 @@ pub struct KubeConnector {
 impl Connector for KubeConnector {
     async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
         let config = self.config(kubeconfig)?;
-        let client = kube::Client::try_from(config)
+        // from_config turns kube's silent 429/503 retries off, so an unreachable provider shows.
+        let client = KubeClusterClient::from_config(config)
             .map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
-        Ok(Arc::new(KubeClusterClient::new(client)))
+        Ok(Arc::new(client))
     }
 }
 
