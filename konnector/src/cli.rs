@@ -214,8 +214,20 @@ mod tests {
         let argv = ["konnector", "run"].iter().chain(args).copied();
         match Cli::try_parse_from(argv).unwrap().command {
             Command::Run(args) => *args,
-            Command::Crds => panic!("parsed as crds"),
+            other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn demo_takes_a_folder_and_once() {
+        let parsed = Cli::try_parse_from(["konnector", "demo", "--once", "--dir", "/tmp/x"]).unwrap();
+        let Command::Demo(args) = parsed.command else {
+            panic!("not parsed as demo")
+        };
+        assert!(args.once);
+        assert_eq!(args.dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        let plain = Cli::try_parse_from(["konnector", "demo"]).unwrap();
+        assert!(matches!(plain.command, Command::Demo(DemoArgs { once: false, dir: None })));
     }
 
     #[test]
