@@ -13,7 +13,7 @@ fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
     let argv = ["konnector", "run"].iter().chain(args).copied();
     match Cli::try_parse_from(argv)?.command {
         Command::Run(args) => Ok(*args),
-        Command::Crds => panic!("parsed as crds"),
+        other => panic!("parsed as {other:?}"),
     }
 }
 
