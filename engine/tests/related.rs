@@ -177,7 +177,13 @@ impl World {
             {"type": "Ready", "status": "True", "reason": "AsExpected", "message": "",
              "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
         consumer
-            .patch_status(&connections, None, "acme", &Patch::Merge(status), &PatchParams::default())
+            .patch_status(
+                &connections,
+                None,
+                "acme",
+                &Patch::Merge(status),
+                &PatchParams::default(),
+            )
             .await
             .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -219,8 +225,13 @@ impl World {
     }
 
     async fn reconcile(&self, rules: &[RelatedResource]) -> RelatedReport {
-        self.reconcile_as(&cluster_binding("b-1"), rules, ConflictPolicy::Fail, &["team-a", "team-b"])
-            .await
+        self.reconcile_as(
+            &cluster_binding("b-1"),
+            rules,
+            ConflictPolicy::Fail,
+            &["team-a", "team-b"],
+        )
+        .await
     }
 
     async fn get(client: &Arc<dyn ClusterClient>, res: &ApiResource, ns: &str, name: &str) -> Option<DynamicObject> {
@@ -257,7 +268,11 @@ fn assert_our_copy(copy: &DynamicObject, binding_uid: &str) {
     assert_eq!(annotation_of(copy, annotation::RELATED_BINDING), Some(binding_uid));
     assert_eq!(annotation_of(copy, annotation::CONSUMER_CLUSTER_UID), Some(CLUSTER_UID));
     assert_eq!(
-        copy.metadata.labels.as_ref().and_then(|l| l.get(label::MANAGED)).map(String::as_str),
+        copy.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label::MANAGED))
+            .map(String::as_str),
         Some("true")
     );
     let managers: Vec<_> = copy
@@ -282,35 +297,76 @@ fn shared_secrets_up() -> Vec<RelatedResource> {
 #[tokio::test(start_paused = true)]
 async fn consumer_secrets_matching_the_label_selector_are_copied_to_the_provider_with_markers() {
     let w = World::new().await;
-    World::create(&w.consumer, &secrets(), secret("team-a", "db", json!({"share": "yes", "app": "web"}), "s3cret")).await;
-    World::create(&w.consumer, &secrets(), secret("team-a", "private", json!({"share": "no"}), "x")).await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-a", "db", json!({"share": "yes", "app": "web"}), "s3cret"),
+    )
+    .await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-a", "private", json!({"share": "no"}), "x"),
+    )
+    .await;
     create_namespaces(&w.consumer, &["team-c"]).await;
-    World::create(&w.consumer, &secrets(), secret("team-c", "elsewhere", json!({"share": "yes"}), "x")).await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-c", "elsewhere", json!({"share": "yes"}), "x"),
+    )
+    .await;
 
     let report = w.reconcile(&shared_secrets_up()).await;
     assert_eq!(report.copied, 1);
     assert!(report.conflicts.is_empty() && report.denied.is_empty());
     let source = w.on_consumer(&secrets(), "team-a", "db").await.unwrap();
-    let copy = w.on_provider(&secrets(), "team-a", "db").await.expect("the copy is on the provider");
+    let copy = w
+        .on_provider(&secrets(), "team-a", "db")
+        .await
+        .expect("the copy is on the provider");
     assert_our_copy(&copy, "b-1");
     assert_eq!(copy.data["data"], source.data["data"]);
     assert_eq!(copy.data["type"], json!("Opaque"));
-    assert_eq!(copy.metadata.labels.as_ref().unwrap().get("app").map(String::as_str), Some("web"));
-    assert!(w.on_provider(&secrets(), "team-a", "private").await.is_none(), "labels do not match");
-    assert!(w.on_provider(&secrets(), "team-c", "elsewhere").await.is_none(), "namespace not in use");
+    assert_eq!(
+        copy.metadata.labels.as_ref().unwrap().get("app").map(String::as_str),
+        Some("web")
+    );
+    assert!(
+        w.on_provider(&secrets(), "team-a", "private").await.is_none(),
+        "labels do not match"
+    );
+    assert!(
+        w.on_provider(&secrets(), "team-c", "elsewhere").await.is_none(),
+        "namespace not in use"
+    );
     assert!(
         w.on_provider(&secrets(), "kbind", "acme").await.is_none(),
         "the konnector's own namespace is never copied"
     );
     let again = w
-        .reconcile_as(&cluster_binding("b-1"), &shared_secrets_up(), ConflictPolicy::Fail, &["team-a", "kbind"])
+        .reconcile_as(
+            &cluster_binding("b-1"),
+            &shared_secrets_up(),
+            ConflictPolicy::Fail,
+            &["team-a", "kbind"],
+        )
         .await;
     assert_eq!(again.copied, 1);
-    assert!(w.on_provider(&secrets(), "kbind", "acme").await.is_none(), "not even when instances live there");
+    assert!(
+        w.on_provider(&secrets(), "kbind", "acme").await.is_none(),
+        "not even when instances live there"
+    );
 
     // A change of the source goes up; a second pass with nothing new writes nothing.
     w.consumer
-        .patch(&secrets(), Some("team-a"), "db", &Patch::Merge(json!({"stringData": {"password": "n3w"}})), &PatchParams::default())
+        .patch(
+            &secrets(),
+            Some("team-a"),
+            "db",
+            &Patch::Merge(json!({"stringData": {"password": "n3w"}})),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
     w.reconcile(&shared_secrets_up()).await;
@@ -320,19 +376,36 @@ async fn consumer_secrets_matching_the_label_selector_are_copied_to_the_provider
     let rv = copy.metadata.resource_version.clone();
     w.reconcile(&shared_secrets_up()).await;
     let unchanged = w.on_provider(&secrets(), "team-a", "db").await.unwrap();
-    assert_eq!(unchanged.metadata.resource_version, rv, "an up-to-date copy is not rewritten");
+    assert_eq!(
+        unchanged.metadata.resource_version, rv,
+        "an up-to-date copy is not rewritten"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn provider_configmaps_named_in_the_selector_are_copied_to_the_consumer() {
     let w = World::new().await;
-    World::create(&w.provider, &configmaps(), configmap("team-b", "endpoints", json!({"url": "https://db"}))).await;
-    World::create(&w.provider, &configmaps(), configmap("team-b", "other", json!({"k": "v"}))).await;
-    let down = rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}}]));
+    World::create(
+        &w.provider,
+        &configmaps(),
+        configmap("team-b", "endpoints", json!({"url": "https://db"})),
+    )
+    .await;
+    World::create(
+        &w.provider,
+        &configmaps(),
+        configmap("team-b", "other", json!({"k": "v"})),
+    )
+    .await;
+    let down =
+        rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}}]));
 
     let report = w.reconcile(&down).await;
     assert_eq!(report.copied, 1);
-    let copy = w.on_consumer(&configmaps(), "team-b", "endpoints").await.expect("the copy is on the consumer");
+    let copy = w
+        .on_consumer(&configmaps(), "team-b", "endpoints")
+        .await
+        .expect("the copy is on the consumer");
     assert_our_copy(&copy, "b-1");
     assert_eq!(copy.data["data"], json!({"url": "https://db"}));
     assert!(w.on_consumer(&configmaps(), "team-b", "other").await.is_none());
@@ -342,12 +415,29 @@ async fn provider_configmaps_named_in_the_selector_are_copied_to_the_consumer() 
 #[tokio::test(start_paused = true)]
 async fn a_pre_existing_foreign_target_is_left_untouched_and_reported() {
     let w = World::new().await;
-    World::create(&w.provider, &configmaps(), configmap("team-a", "settings", json!({"from": "provider"}))).await;
-    World::create(&w.consumer, &configmaps(), configmap("team-a", "settings", json!({"from": "user"}))).await;
-    World::create(&w.consumer, &secrets(), secret("team-a", "db", json!({"share": "yes"}), "mine")).await;
+    World::create(
+        &w.provider,
+        &configmaps(),
+        configmap("team-a", "settings", json!({"from": "provider"})),
+    )
+    .await;
+    World::create(
+        &w.consumer,
+        &configmaps(),
+        configmap("team-a", "settings", json!({"from": "user"})),
+    )
+    .await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-a", "db", json!({"share": "yes"}), "mine"),
+    )
+    .await;
     World::create(&w.provider, &secrets(), secret("team-a", "db", json!({}), "theirs")).await;
     let mut both = shared_secrets_up();
-    both.extend(rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["settings"]}}])));
+    both.extend(rules(
+        json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["settings"]}}]),
+    ));
     let before_cm = w.on_consumer(&configmaps(), "team-a", "settings").await.unwrap();
     let before_secret = w.on_provider(&secrets(), "team-a", "db").await.unwrap();
 
@@ -356,21 +446,36 @@ async fn a_pre_existing_foreign_target_is_left_untouched_and_reported() {
     assert_eq!(
         report.conflicts,
         vec![
-            ("secrets team-a/db".to_string(), reason::FOREIGN_OBJECT_EXISTS.to_string()),
-            ("configmaps team-a/settings".to_string(), reason::FOREIGN_OBJECT_EXISTS.to_string()),
+            (
+                "secrets team-a/db".to_string(),
+                reason::FOREIGN_OBJECT_EXISTS.to_string()
+            ),
+            (
+                "configmaps team-a/settings".to_string(),
+                reason::FOREIGN_OBJECT_EXISTS.to_string()
+            ),
         ]
     );
     let after_cm = w.on_consumer(&configmaps(), "team-a", "settings").await.unwrap();
     assert_eq!(after_cm.metadata.resource_version, before_cm.metadata.resource_version);
     assert_eq!(after_cm.data["data"], json!({"from": "user"}));
     let after_secret = w.on_provider(&secrets(), "team-a", "db").await.unwrap();
-    assert_eq!(after_secret.metadata.resource_version, before_secret.metadata.resource_version);
+    assert_eq!(
+        after_secret.metadata.resource_version,
+        before_secret.metadata.resource_version
+    );
 
     // Adopt takes over the provider's unmarked Secret, never the consumer's ConfigMap.
     let adopted = w
         .reconcile_as(&cluster_binding("b-1"), &both, ConflictPolicy::Adopt, &["team-a"])
         .await;
-    assert_eq!(adopted.conflicts, vec![("configmaps team-a/settings".to_string(), reason::FOREIGN_OBJECT_EXISTS.to_string())]);
+    assert_eq!(
+        adopted.conflicts,
+        vec![(
+            "configmaps team-a/settings".to_string(),
+            reason::FOREIGN_OBJECT_EXISTS.to_string()
+        )]
+    );
     let taken = w.on_provider(&secrets(), "team-a", "db").await.unwrap();
     assert_our_copy(&taken, "b-1");
     let source = w.on_consumer(&secrets(), "team-a", "db").await.unwrap();
@@ -382,20 +487,43 @@ async fn a_pre_existing_foreign_target_is_left_untouched_and_reported() {
 #[tokio::test(start_paused = true)]
 async fn another_bindings_copy_is_owned_by_another_and_never_collected() {
     let w = World::new().await;
-    World::create(&w.consumer, &secrets(), secret("team-a", "db", json!({"share": "yes"}), "x")).await;
-    let theirs = w.reconcile_as(&cluster_binding("b-2"), &shared_secrets_up(), ConflictPolicy::Fail, &["team-a"]).await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-a", "db", json!({"share": "yes"}), "x"),
+    )
+    .await;
+    let theirs = w
+        .reconcile_as(
+            &cluster_binding("b-2"),
+            &shared_secrets_up(),
+            ConflictPolicy::Fail,
+            &["team-a"],
+        )
+        .await;
     assert_eq!(theirs.copied, 1);
     let before = w.on_provider(&secrets(), "team-a", "db").await.unwrap();
     assert_our_copy(&before, "b-2");
 
     for policy in [ConflictPolicy::Fail, ConflictPolicy::Adopt] {
-        let mine = w.reconcile_as(&cluster_binding("b-1"), &shared_secrets_up(), policy, &["team-a"]).await;
-        assert_eq!(mine.conflicts, vec![("secrets team-a/db".to_string(), reason::OWNED_BY_ANOTHER.to_string())]);
+        let mine = w
+            .reconcile_as(&cluster_binding("b-1"), &shared_secrets_up(), policy, &["team-a"])
+            .await;
+        assert_eq!(
+            mine.conflicts,
+            vec![("secrets team-a/db".to_string(), reason::OWNED_BY_ANOTHER.to_string())]
+        );
     }
     // b-1 drops its rule and unbinds: b-2's copy stays as it was.
-    let gone = w.reconcile_as(&cluster_binding("b-1"), &[], ConflictPolicy::Fail, &["team-a"]).await;
+    let gone = w
+        .reconcile_as(&cluster_binding("b-1"), &[], ConflictPolicy::Fail, &["team-a"])
+        .await;
     assert_eq!(gone.removed, 0);
-    assert!(related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, Some(&w.engaged), false).await.unwrap());
+    assert!(
+        related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, Some(&w.engaged), false)
+            .await
+            .unwrap()
+    );
     let after = w.on_provider(&secrets(), "team-a", "db").await.unwrap();
     assert_eq!(after.metadata.resource_version, before.metadata.resource_version);
 }
@@ -404,53 +532,106 @@ async fn another_bindings_copy_is_owned_by_another_and_never_collected() {
 async fn provider_copies_go_when_their_source_stops_matching_and_only_ours() {
     let w = World::new().await;
     for name in ["relabelled", "deleted", "kept", "named"] {
-        World::create(&w.consumer, &secrets(), secret("team-a", name, json!({"share": "yes"}), "x")).await;
+        World::create(
+            &w.consumer,
+            &secrets(),
+            secret("team-a", name, json!({"share": "yes"}), "x"),
+        )
+        .await;
     }
-    World::create(&w.consumer, &configmaps(), configmap("team-a", "ruled", json!({"k": "v"}))).await;
+    World::create(
+        &w.consumer,
+        &configmaps(),
+        configmap("team-a", "ruled", json!({"k": "v"})),
+    )
+    .await;
     // Unmarked and another binding's objects with managed labels must survive every pass.
-    World::create(&w.provider, &secrets(), secret("team-a", "unmarked", json!({"core.kbind.io/managed": "true"}), "x")).await;
+    World::create(
+        &w.provider,
+        &secrets(),
+        secret("team-a", "unmarked", json!({"core.kbind.io/managed": "true"}), "x"),
+    )
+    .await;
     let mut rules_now = shared_secrets_up();
     rules_now.extend(rules(json!([
         {"resource": "secrets", "direction": "FromConsumer", "selector": {"names": ["named"]}},
         {"resource": "configmaps", "direction": "FromConsumer", "selector": {"names": ["ruled"]}},
     ])));
-    w.reconcile_as(&cluster_binding("b-2"), &rules_now, ConflictPolicy::Fail, &["team-a"]).await;
-    w.reconcile_as(&cluster_binding("b-2"), &[], ConflictPolicy::Fail, &["team-a"]).await;
-    assert!(w.on_provider(&secrets(), "team-a", "kept").await.is_none(), "b-2 collected its own copies");
+    w.reconcile_as(&cluster_binding("b-2"), &rules_now, ConflictPolicy::Fail, &["team-a"])
+        .await;
+    w.reconcile_as(&cluster_binding("b-2"), &[], ConflictPolicy::Fail, &["team-a"])
+        .await;
+    assert!(
+        w.on_provider(&secrets(), "team-a", "kept").await.is_none(),
+        "b-2 collected its own copies"
+    );
     let report = w.reconcile(&rules_now).await;
     assert_eq!(report.copied, 5);
     World::create(&w.provider, &secrets(), {
         let mut s = secret("team-b", "foreign-copy", json!({"core.kbind.io/managed": "true"}), "x");
         s.metadata.annotations = Some(
-            [(annotation::RELATED_BINDING.to_string(), "b-2".to_string()), (annotation::CONSUMER_CLUSTER_UID.to_string(), CLUSTER_UID.to_string())]
-                .into(),
+            [
+                (annotation::RELATED_BINDING.to_string(), "b-2".to_string()),
+                (annotation::CONSUMER_CLUSTER_UID.to_string(), CLUSTER_UID.to_string()),
+            ]
+            .into(),
         );
         s
     })
     .await;
 
     w.consumer
-        .patch(&secrets(), Some("team-a"), "relabelled", &Patch::Merge(json!({"metadata": {"labels": {"share": "no"}}})), &PatchParams::default())
+        .patch(
+            &secrets(),
+            Some("team-a"),
+            "relabelled",
+            &Patch::Merge(json!({"metadata": {"labels": {"share": "no"}}})),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
-    w.consumer.delete(&secrets(), Some("team-a"), "deleted", &Default::default()).await.unwrap();
+    w.consumer
+        .delete(&secrets(), Some("team-a"), "deleted", &Default::default())
+        .await
+        .unwrap();
     rules_now.retain(|r| r.selector.names != vec!["ruled".to_string()]);
     rules_now[1].selector.names = vec!["something-else".into()];
     w.consumer
-        .patch(&secrets(), Some("team-a"), "named", &Patch::Merge(json!({"metadata": {"labels": {"share": "no"}}})), &PatchParams::default())
+        .patch(
+            &secrets(),
+            Some("team-a"),
+            "named",
+            &Patch::Merge(json!({"metadata": {"labels": {"share": "no"}}})),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
 
     let report = w.reconcile(&rules_now).await;
-    assert_eq!(report.removed, 4, "relabelled, deleted, named and the configmap rule's copy");
+    assert_eq!(
+        report.removed, 4,
+        "relabelled, deleted, named and the configmap rule's copy"
+    );
     assert_eq!(report.copied, 1);
     for name in ["relabelled", "deleted", "named"] {
-        assert!(w.on_provider(&secrets(), "team-a", name).await.is_none(), "{name} is collected");
+        assert!(
+            w.on_provider(&secrets(), "team-a", name).await.is_none(),
+            "{name} is collected"
+        );
     }
-    assert!(w.on_provider(&configmaps(), "team-a", "ruled").await.is_none(), "a removed rule's copy is collected");
+    assert!(
+        w.on_provider(&configmaps(), "team-a", "ruled").await.is_none(),
+        "a removed rule's copy is collected"
+    );
     assert!(w.on_provider(&secrets(), "team-a", "kept").await.is_some());
-    assert!(w.on_provider(&secrets(), "team-a", "unmarked").await.is_some(), "unmarked objects are never collected");
-    assert!(w.on_provider(&secrets(), "team-b", "foreign-copy").await.is_some(), "another binding's copy stays");
+    assert!(
+        w.on_provider(&secrets(), "team-a", "unmarked").await.is_some(),
+        "unmarked objects are never collected"
+    );
+    assert!(
+        w.on_provider(&secrets(), "team-b", "foreign-copy").await.is_some(),
+        "another binding's copy stays"
+    );
 
     // A namespace out of use collects its copies too.
     let report = w
@@ -463,19 +644,35 @@ async fn provider_copies_go_when_their_source_stops_matching_and_only_ours() {
 #[tokio::test(start_paused = true)]
 async fn consumer_copies_stay_when_the_provider_source_goes_and_go_when_the_binding_drops_them() {
     let w = World::new().await;
-    World::create(&w.provider, &configmaps(), configmap("team-a", "endpoints", json!({"url": "a"}))).await;
-    World::create(&w.provider, &configmaps(), configmap("team-a", "extra", json!({"url": "b"}))).await;
-    let down = rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints", "extra"]}}]));
+    World::create(
+        &w.provider,
+        &configmaps(),
+        configmap("team-a", "endpoints", json!({"url": "a"})),
+    )
+    .await;
+    World::create(
+        &w.provider,
+        &configmaps(),
+        configmap("team-a", "extra", json!({"url": "b"})),
+    )
+    .await;
+    let down = rules(
+        json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints", "extra"]}}]),
+    );
     assert_eq!(w.reconcile(&down).await.copied, 2);
 
     // A provider-side change never deletes on the consumer (§8.1).
-    w.provider.delete(&configmaps(), Some("team-a"), "endpoints", &Default::default()).await.unwrap();
+    w.provider
+        .delete(&configmaps(), Some("team-a"), "endpoints", &Default::default())
+        .await
+        .unwrap();
     let report = w.reconcile(&down).await;
     assert_eq!(report.removed, 0);
     assert!(w.on_consumer(&configmaps(), "team-a", "endpoints").await.is_some());
 
     // The binding no longer naming it does.
-    let fewer = rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["extra"]}}]));
+    let fewer =
+        rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["extra"]}}]));
     let report = w.reconcile(&fewer).await;
     assert_eq!(report.removed, 1);
     assert!(w.on_consumer(&configmaps(), "team-a", "endpoints").await.is_none());
@@ -485,24 +682,54 @@ async fn consumer_copies_stay_when_the_provider_source_goes_and_go_when_the_bind
 #[tokio::test(start_paused = true)]
 async fn unbind_removes_our_copies_on_both_sides_and_orphan_spares_the_provider() {
     let w = World::new().await;
-    World::create(&w.consumer, &secrets(), secret("team-a", "db", json!({"share": "yes"}), "x")).await;
-    World::create(&w.provider, &configmaps(), configmap("team-a", "endpoints", json!({"url": "a"}))).await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-a", "db", json!({"share": "yes"}), "x"),
+    )
+    .await;
+    World::create(
+        &w.provider,
+        &configmaps(),
+        configmap("team-a", "endpoints", json!({"url": "a"})),
+    )
+    .await;
     let mut both = shared_secrets_up();
-    both.extend(rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}}])));
+    both.extend(rules(
+        json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}}]),
+    ));
     assert_eq!(w.reconcile(&both).await.copied, 2);
 
-    let orphan = related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, None, true).await.unwrap();
+    let orphan = related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, None, true)
+        .await
+        .unwrap();
     assert!(orphan, "Orphan needs no provider");
-    assert!(w.on_consumer(&configmaps(), "team-a", "endpoints").await.is_none(), "consumer copies go");
-    assert!(w.on_provider(&secrets(), "team-a", "db").await.is_some(), "Orphan leaves the provider alone");
+    assert!(
+        w.on_consumer(&configmaps(), "team-a", "endpoints").await.is_none(),
+        "consumer copies go"
+    );
+    assert!(
+        w.on_provider(&secrets(), "team-a", "db").await.is_some(),
+        "Orphan leaves the provider alone"
+    );
 
-    let blocked = related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, None, false).await.unwrap();
+    let blocked = related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, None, false)
+        .await
+        .unwrap();
     assert!(!blocked, "provider copies cannot go without a provider");
-    let done = related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, Some(&w.engaged), false).await.unwrap();
+    let done = related::remove_copies(&w.ctx, &cluster_binding("b-1"), CLUSTER_UID, Some(&w.engaged), false)
+        .await
+        .unwrap();
     assert!(done);
     assert!(w.on_provider(&secrets(), "team-a", "db").await.is_none());
-    assert!(w.on_consumer(&secrets(), "team-a", "db").await.is_some(), "sources are never touched");
-    assert!(w.on_provider(&configmaps(), "team-a", "endpoints").await.is_some(), "sources are never touched");
+    assert!(
+        w.on_consumer(&secrets(), "team-a", "db").await.is_some(),
+        "sources are never touched"
+    );
+    assert!(
+        w.on_provider(&configmaps(), "team-a", "endpoints").await.is_some(),
+        "sources are never touched"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -522,10 +749,17 @@ async fn a_binding_copies_in_its_namespace_and_a_cluster_binding_where_instances
         assert!(tokio::time::Instant::now() < deadline, "widgets are never served");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    World::create(&w.consumer, &widgets(), object(json!({"apiVersion": "example.org/v1", "kind": "Widget",
-        "metadata": {"name": "w", "namespace": "team-b"}}))).await;
+    World::create(
+        &w.consumer,
+        &widgets(),
+        object(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "team-b"}})),
+    )
+    .await;
     let apis = vec!["widgets.example.org".to_string(), "gadgets.example.org".to_string()];
-    let in_use = related::namespaces_in_use(&w.ctx, &cluster_binding("b-1"), &apis).await.unwrap();
+    let in_use = related::namespaces_in_use(&w.ctx, &cluster_binding("b-1"), &apis)
+        .await
+        .unwrap();
     assert_eq!(in_use, BTreeSet::from(["team-b".to_string()]));
 
     let namespaced = BindingRef {
@@ -536,11 +770,26 @@ async fn a_binding_copies_in_its_namespace_and_a_cluster_binding_where_instances
     };
     let own = related::namespaces_in_use(&w.ctx, &namespaced, &apis).await.unwrap();
     assert_eq!(own, BTreeSet::from(["team-a".to_string()]));
-    World::create(&w.consumer, &secrets(), secret("team-a", "db", json!({"share": "yes"}), "x")).await;
-    World::create(&w.consumer, &secrets(), secret("team-b", "db", json!({"share": "yes"}), "x")).await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-a", "db", json!({"share": "yes"}), "x"),
+    )
+    .await;
+    World::create(
+        &w.consumer,
+        &secrets(),
+        secret("team-b", "db", json!({"share": "yes"}), "x"),
+    )
+    .await;
     // Even when handed more namespaces, a Binding stays in its own.
     let report = w
-        .reconcile_as(&namespaced, &shared_secrets_up(), ConflictPolicy::Fail, &["team-a", "team-b"])
+        .reconcile_as(
+            &namespaced,
+            &shared_secrets_up(),
+            ConflictPolicy::Fail,
+            &["team-a", "team-b"],
+        )
         .await;
     assert_eq!(report.copied, 1);
     assert!(w.on_provider(&secrets(), "team-a", "db").await.is_some());

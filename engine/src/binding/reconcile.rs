@@ -215,7 +215,11 @@ async fn observe_related(
     conn: &Connection,
     provider: &EngagedProvider,
 ) -> related::RelatedReport {
-    let uid = conn.status.as_ref().and_then(|s| s.local_cluster_uid.clone()).unwrap_or_default();
+    let uid = conn
+        .status
+        .as_ref()
+        .and_then(|s| s.local_cluster_uid.clone())
+        .unwrap_or_default();
     if uid.is_empty() {
         return Default::default();
     }

@@ -121,7 +121,8 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
         });
     }
     let synced = synced_observed(&report.apis);
-    let conflicts = conflicts_observed(report.apis.iter().map(|a| a.conflicts).sum::<usize>() + report.related.conflicts.len());
+    let conflicts =
+        conflicts_observed(report.apis.iter().map(|a| a.conflicts).sum::<usize>() + report.related.conflicts.len());
     let denied: Vec<String> = report
         .apis
         .iter()

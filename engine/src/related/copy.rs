@@ -99,7 +99,12 @@ fn content_fields(res: &ApiResource) -> &'static [&'static str] {
 
 /// The server-side apply body of the copy of `source`: its labels and annotations (without
 /// kbind's keys), its content, and `owner`'s markers.
-pub(crate) fn apply_body(res: &ApiResource, source: &DynamicObject, owner: &Owner, precondition: Option<&str>) -> Value {
+pub(crate) fn apply_body(
+    res: &ApiResource,
+    source: &DynamicObject,
+    owner: &Owner,
+    precondition: Option<&str>,
+) -> Value {
     let mut labels: Map<String, Value> = without_kbind_keys(source.metadata.labels.as_ref())
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
@@ -110,7 +115,10 @@ pub(crate) fn apply_body(res: &ApiResource, source: &DynamicObject, owner: &Owne
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
     annotations.insert(annotation::RELATED_BINDING.into(), json!(owner.binding_uid));
-    annotations.insert(annotation::CONSUMER_CLUSTER_UID.into(), json!(owner.consumer_cluster_uid));
+    annotations.insert(
+        annotation::CONSUMER_CLUSTER_UID.into(),
+        json!(owner.consumer_cluster_uid),
+    );
     let mut metadata = json!({
         "name": source.metadata.name.clone().unwrap_or_default(),
         "labels": labels,
@@ -146,7 +154,10 @@ pub(crate) fn up_to_date(res: &ApiResource, live: &DynamicObject, body: &Value) 
     };
     content_same
         && contains(live.metadata.labels.as_ref(), body.pointer("/metadata/labels"))
-        && contains(live.metadata.annotations.as_ref(), body.pointer("/metadata/annotations"))
+        && contains(
+            live.metadata.annotations.as_ref(),
+            body.pointer("/metadata/annotations"),
+        )
 }
 
 #[cfg(test)]
@@ -184,7 +195,8 @@ mod tests {
 
     #[test]
     fn our_copy_is_updated() {
-        let ours = secret(json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"}));
+        let ours =
+            secret(json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"}));
         assert_eq!(
             classify(Some(&ours), &owner(), false),
             Verdict::Update { precondition: None }
@@ -230,7 +242,8 @@ mod tests {
 
     #[test]
     fn our_terminating_copy_is_waited_for() {
-        let mut ours = secret(json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"}));
+        let mut ours =
+            secret(json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"}));
         ours.metadata.deletion_timestamp = serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
         assert_eq!(classify(Some(&ours), &owner(), false), Verdict::Terminating);
     }

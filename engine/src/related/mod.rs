@@ -31,8 +31,8 @@ mod select;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::{TRUE, field_manager, label};
 use kbind_api::{
     ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind, RelatedResourceSelector,
@@ -433,11 +433,13 @@ async fn list_copies(
         source,
     };
     let items = match (&binding.kind, &binding.namespace) {
-        (BindingKind::Namespaced, Some(ns)) => reader
-            .list(res, Some(ns), &managed_copies())
-            .await
-            .map_err(failed)?
-            .items,
+        (BindingKind::Namespaced, Some(ns)) => {
+            reader
+                .list(res, Some(ns), &managed_copies())
+                .await
+                .map_err(failed)?
+                .items
+        }
         _ => match reader.list(res, None, &managed_copies()).await {
             Ok(list) => list.items,
             Err(e) if e.is_forbidden() => {
@@ -518,7 +520,9 @@ pub async fn remove_copies(
         for kind in KINDS {
             let res = resource_of(kind);
             for copy in list_copies(reader, &res, side, binding, &fallback, &owner).await? {
-                if copy.metadata.deletion_timestamp.is_some() || !delete_copy(writer, &res, side, &key_of(&copy)).await? {
+                if copy.metadata.deletion_timestamp.is_some()
+                    || !delete_copy(writer, &res, side, &key_of(&copy)).await?
+                {
                     complete = false;
                 }
             }

@@ -100,7 +100,9 @@ mod tests {
     #[test]
     fn match_expressions_follow_kubernetes_operators() {
         let expr = |op: &str, values: serde_json::Value| {
-            selector(json!({"labelSelector": {"matchExpressions": [{"key": "tier", "operator": op, "values": values}]}}))
+            selector(
+                json!({"labelSelector": {"matchExpressions": [{"key": "tier", "operator": op, "values": values}]}}),
+            )
         };
         let front = labels(&[("tier", "front")]);
         let back = labels(&[("tier", "back")]);
@@ -123,13 +125,15 @@ mod tests {
 
     #[test]
     fn invalid_requirements_match_nothing() {
-        let bad_op = selector(json!({"labelSelector": {"matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]}}));
+        let bad_op =
+            selector(json!({"labelSelector": {"matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]}}));
         assert!(!selects(&bad_op, "x", &labels(&[("t", "2")])));
         let in_without_values =
             selector(json!({"labelSelector": {"matchExpressions": [{"key": "t", "operator": "In", "values": []}]}}));
         assert!(!selects(&in_without_values, "x", &labels(&[("t", "2")])));
-        let exists_with_values =
-            selector(json!({"labelSelector": {"matchExpressions": [{"key": "t", "operator": "Exists", "values": ["2"]}]}}));
+        let exists_with_values = selector(
+            json!({"labelSelector": {"matchExpressions": [{"key": "t", "operator": "Exists", "values": ["2"]}]}}),
+        );
         assert!(!selects(&exists_with_values, "x", &labels(&[("t", "2")])));
     }
 }
