@@ -12,6 +12,7 @@ pub mod mapper;
 pub mod openapi;
 pub mod planted;
 pub mod provider;
+pub mod related;
 pub mod remote;
 pub mod sync;
 pub mod typed;

@@ -20,6 +20,7 @@ use super::view::BindingView;
 use crate::connection::finalize::ensure_cleanup;
 use crate::context::Context;
 use crate::provider::{EngagedProvider, ProviderRegistry};
+use crate::related;
 use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
 
 /// How often a healthy binding refreshes its status from its syncers' reports.
@@ -36,6 +37,9 @@ pub enum BindingError {
     /// Draining failed.
     #[error("failed to drain the binding: {0}")]
     Drain(#[from] crate::sync::SyncError),
+    /// Removing related copies failed.
+    #[error("failed to remove the binding's related copies: {0}")]
+    Related(#[from] crate::related::RelatedError),
 }
 
 /// What the binding reconciles share.
@@ -185,6 +189,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         let report = Report {
             connected: Observed::not(reason::PENDING, message.clone()),
             apis: all_pending(reason::PENDING, message),
+            related: Default::default(),
         };
         return Ok((report, BTreeSet::new()));
     };
@@ -196,6 +201,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         let report = Report {
             connected: Observed::not(reason::PENDING, message.clone()),
             apis: all_pending(reason::PENDING, message),
+            related: Default::default(),
         };
         return Ok((report, BTreeSet::new()));
     }
@@ -209,6 +215,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         let report = Report {
             connected: Observed::ok(format!("Connection {name} is Ready")),
             apis: all_pending(reason::NAMESPACE_NOT_ALLOWED, message),
+            related: Default::default(),
         };
         return Ok((report, BTreeSet::new()));
     }
@@ -217,12 +224,14 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         let report = Report {
             connected: Observed::not(reason::PENDING, message.clone()),
             apis: all_pending(reason::PENDING, message),
+            related: Default::default(),
         };
         return Ok((report, BTreeSet::new()));
     };
     let mut report = Report {
         connected: Observed::ok(format!("Connection {name} is Ready")),
         apis: Vec::new(),
+        related: Default::default(),
     };
     let mut served = BTreeSet::new();
     for api in &view.spec.apis {
@@ -230,7 +239,37 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         report.apis.push(api_report);
         served.extend(key);
     }
+    // Related resources ride along once the provider is engaged (DESIGN.md §2).
+    report.related = observe_related(view, shared, &conn, &provider).await;
     Ok((report, served))
+}
+
+/// Converges the binding's related copies; a failure is logged and retried next reconcile.
+async fn observe_related(
+    view: &BindingView,
+    shared: &Shared,
+    conn: &Connection,
+    provider: &EngagedProvider,
+) -> related::RelatedReport {
+    let uid = conn
+        .status
+        .as_ref()
+        .and_then(|s| s.local_cluster_uid.clone())
+        .unwrap_or_default();
+    if uid.is_empty() {
+        return Default::default();
+    }
+    let binding = view.reference();
+    let apis: Vec<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
+    let (ctx, rules, policy) = (&shared.ctx, &view.spec.related_resources, view.spec.conflict_policy);
+    let converged = async {
+        let namespaces = related::namespaces_in_use(ctx, &binding, &apis).await?;
+        related::reconcile(ctx, &binding, rules, policy, provider, &uid, &namespaces).await
+    };
+    converged.await.unwrap_or_else(|e| {
+        tracing::warn!(binding = %view.display(), error = %e, "related resources not converged; retrying");
+        Default::default()
+    })
 }
 
 /// One API of the binding: its report, and the key of the syncer running for it.

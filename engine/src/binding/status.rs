@@ -70,6 +70,8 @@ impl ApiReport {
 pub(crate) struct Report {
     pub connected: Observed,
     pub apis: Vec<ApiReport>,
+    /// Related-resource copies: their conflicts and refusals count toward the binding's.
+    pub related: crate::related::RelatedReport,
 }
 
 fn set(
@@ -119,8 +121,14 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
         });
     }
     let synced = synced_observed(&report.apis);
-    let conflicts = conflicts_observed(report.apis.iter().map(|a| a.conflicts).sum());
-    let denied: Vec<String> = report.apis.iter().flat_map(|a| a.denied.iter().cloned()).collect();
+    let conflicts =
+        conflicts_observed(report.apis.iter().map(|a| a.conflicts).sum::<usize>() + report.related.conflicts.len());
+    let denied: Vec<String> = report
+        .apis
+        .iter()
+        .flat_map(|a| a.denied.iter().cloned())
+        .chain(report.related.denied.iter().cloned())
+        .collect();
     let denied = denied_observed(&denied);
     let ready = if !report.connected.holds() {
         Observed::not(report.connected.reason, report.connected.message.clone())

@@ -5,6 +5,7 @@
 //! copies must go, deletion waits with `DeletionBlocked`: nothing is lost.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::RelatedResourceDirection;
 use kbind_api::consts::{annotation, reason};
 use kube::runtime::controller::Action;
 
@@ -14,6 +15,7 @@ use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, remove_cleanup};
 use crate::crdpull::{crd_resource, is_managed};
+use crate::related::remove_copies;
 use crate::sync::{SyncError, SyncerSpec};
 
 /// What happened to one API of a binding being deleted.
@@ -48,12 +50,48 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     if in_progress {
         return Ok(Action::requeue(WAIT_INTERVAL));
     }
+    if let Some(action) = remove_related(view, shared).await? {
+        return Ok(action);
+    }
     for api in &view.spec.apis {
         remove_crd_if_unused(view, shared, &api.name).await?;
     }
     remove_cleanup(consumer, &view.resource(), view.namespace().as_deref(), &view.name()).await?;
     tracing::info!(binding = %view.display(), orphan = view.is_orphan(), "binding released");
     Ok(Action::await_change())
+}
+
+/// Removes the related copies the binding owns (DESIGN.md §4 "unbind"); `Some` while some remain.
+/// Without `FromConsumer` rules no provider copy can be left (removing a rule collects its
+/// copies), so a missing provider does not block; Orphan never touches the provider.
+async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Action>, BindingError> {
+    let connection = &view.spec.connection_ref.name;
+    let uid = shared
+        .connection(connection)
+        .and_then(|c| c.status.clone())
+        .and_then(|s| s.local_cluster_uid)
+        .unwrap_or_default();
+    let provider = shared.registry.get(connection);
+    let from_consumer = view
+        .spec
+        .related_resources
+        .iter()
+        .any(|r| r.direction == RelatedResourceDirection::FromConsumer);
+    let orphan = view.is_orphan() || (provider.is_none() && !from_consumer);
+    if remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), orphan).await? {
+        return Ok(None);
+    }
+    if provider.is_none() && !orphan {
+        let message = format!(
+            "related copies on the provider must be deleted but the provider of Connection {connection} is not \
+             reachable; deletion waits (nothing is lost). To let go without touching the provider, annotate the \
+             binding {}: Orphan",
+            annotation::DELETION_POLICY
+        );
+        report_blocked(view, shared, &[(String::new(), message)]).await?;
+        return Ok(Some(Action::requeue(REPORT_INTERVAL)));
+    }
+    Ok(Some(Action::requeue(WAIT_INTERVAL)))
 }
 
 async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Drain, BindingError> {
@@ -102,6 +140,7 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Dra
 
 async fn report_blocked(view: &BindingView, shared: &Shared, blocked: &[(String, String)]) -> Result<(), BindingError> {
     let report = Report {
+        related: Default::default(),
         connected: Observed::not(reason::DELETION_BLOCKED, blocked[0].1.clone()),
         apis: view
             .spec

@@ -1,0 +1,286 @@
+//! One related copy: its ownership markers, how a target is classified before any write
+//! (DESIGN.md §4 "conflicts"), and the server-side apply body (content only, never logged).
+
+use std::collections::BTreeMap;
+
+use kbind_api::consts::{KEY_PREFIX, TRUE, annotation, label, reason};
+use kbind_cluster::{ApiResource, DynamicObject};
+use serde_json::{Map, Value, json};
+
+/// Who a copy belongs to: one binding on one consumer cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The binding's UID (`core.kbind.io/related-binding`).
+    pub binding_uid: String,
+    /// The consumer cluster's UID (`core.kbind.io/consumer-cluster-uid`).
+    pub consumer_cluster_uid: String,
+}
+
+/// What may be done with the target of one source object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing there: create it.
+    Create,
+    /// Ours (or adoptable): write it; `precondition` is the resourceVersion an adoption must
+    /// still find.
+    Update {
+        /// resourceVersion the takeover must still find.
+        precondition: Option<String>,
+    },
+    /// Ours and being deleted: wait until it is gone.
+    Terminating,
+    /// Someone else's: leave it alone, with this reason.
+    Conflict(&'static str),
+}
+
+fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    obj.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Whether `obj` carries kbind's related-copy markers of exactly `owner`.
+pub(crate) fn is_ours(obj: &DynamicObject, owner: &Owner) -> bool {
+    annotation_of(obj, annotation::RELATED_BINDING) == Some(owner.binding_uid.as_str())
+        && annotation_of(obj, annotation::CONSUMER_CLUSTER_UID) == Some(owner.consumer_cluster_uid.as_str())
+}
+
+/// Whether `obj` is some binding's related copy (ours or not): never a source itself, which
+/// keeps two directions over one kind from copying copies back and forth.
+pub(crate) fn is_related_copy(obj: &DynamicObject) -> bool {
+    annotation_of(obj, annotation::RELATED_BINDING).is_some()
+}
+
+/// Classifies a target before any write. Unmarked targets are adopted only when `adopt`
+/// (policy `Adopt`, provider side only); any other owner's markers are `OwnedByAnother`.
+pub(crate) fn classify(live: Option<&DynamicObject>, owner: &Owner, adopt: bool) -> Verdict {
+    let Some(live) = live else {
+        return Verdict::Create;
+    };
+    let unmarked = [
+        annotation::RELATED_BINDING,
+        annotation::CONSUMER_CLUSTER_UID,
+        annotation::CONSUMER_OBJECT_UID,
+    ]
+    .iter()
+    .all(|k| annotation_of(live, k).is_none());
+    let verdict = if is_ours(live, owner) {
+        Verdict::Update { precondition: None }
+    } else if unmarked && adopt {
+        Verdict::Update {
+            precondition: live.metadata.resource_version.clone(),
+        }
+    } else if unmarked {
+        Verdict::Conflict(reason::FOREIGN_OBJECT_EXISTS)
+    } else {
+        Verdict::Conflict(reason::OWNED_BY_ANOTHER)
+    };
+    if live.metadata.deletion_timestamp.is_some() && !matches!(verdict, Verdict::Conflict(_)) {
+        return Verdict::Terminating;
+    }
+    verdict
+}
+
+/// Labels or annotations of a source without kbind's own keys (those belong to the copy).
+pub(crate) fn without_kbind_keys(map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    map.into_iter()
+        .flatten()
+        .filter(|(k, _)| !k.starts_with(KEY_PREFIX) && !k.starts_with("kubectl.kubernetes.io/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The content fields of a Secret or ConfigMap (everything but metadata that a copy carries).
+fn content_fields(res: &ApiResource) -> &'static [&'static str] {
+    if res.kind == "Secret" {
+        &["type", "data", "immutable"]
+    } else {
+        &["data", "binaryData", "immutable"]
+    }
+}
+
+/// The server-side apply body of the copy of `source`: its labels and annotations (without
+/// kbind's keys), its content, and `owner`'s markers.
+pub(crate) fn apply_body(
+    res: &ApiResource,
+    source: &DynamicObject,
+    owner: &Owner,
+    precondition: Option<&str>,
+) -> Value {
+    let mut labels: Map<String, Value> = without_kbind_keys(source.metadata.labels.as_ref())
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    labels.insert(label::MANAGED.into(), json!(TRUE));
+    let mut annotations: Map<String, Value> = without_kbind_keys(source.metadata.annotations.as_ref())
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    annotations.insert(annotation::RELATED_BINDING.into(), json!(owner.binding_uid));
+    annotations.insert(
+        annotation::CONSUMER_CLUSTER_UID.into(),
+        json!(owner.consumer_cluster_uid),
+    );
+    let mut metadata = json!({
+        "name": source.metadata.name.clone().unwrap_or_default(),
+        "labels": labels,
+        "annotations": annotations,
+    });
+    if let Some(ns) = &source.metadata.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    if let Some(rv) = precondition {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    let mut body = json!({"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata});
+    for field in content_fields(res) {
+        if let Some(v) = source.data.get(*field) {
+            body[*field] = v.clone();
+        }
+    }
+    body
+}
+
+/// Whether `live` already is what `body` asks for: same content, and every label and
+/// annotation of the body present with its value (others may have added their own).
+pub(crate) fn up_to_date(res: &ApiResource, live: &DynamicObject, body: &Value) -> bool {
+    let content_same = content_fields(res)
+        .iter()
+        .all(|f| live.data.get(*f) == body.get(*f).filter(|v| !v.is_null()));
+    let contains = |live: Option<&BTreeMap<String, String>>, wanted: Option<&Value>| {
+        wanted
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .all(|(k, v)| live.and_then(|m| m.get(k)).map(String::as_str) == v.as_str())
+    };
+    content_same
+        && contains(live.metadata.labels.as_ref(), body.pointer("/metadata/labels"))
+        && contains(
+            live.metadata.annotations.as_ref(),
+            body.pointer("/metadata/annotations"),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+
+    fn secrets() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+    }
+
+    fn owner() -> Owner {
+        Owner {
+            binding_uid: "b-1".into(),
+            consumer_cluster_uid: "cl-1".into(),
+        }
+    }
+
+    fn secret(annotations: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "team", "resourceVersion": "7",
+                "labels": {"app": "web", "core.kbind.io/managed": "true"},
+                "annotations": annotations},
+            "type": "Opaque",
+            "data": {"password": "c2VjcmV0"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_absent_target_is_created() {
+        assert_eq!(classify(None, &owner(), false), Verdict::Create);
+    }
+
+    #[test]
+    fn our_copy_is_updated() {
+        let ours =
+            secret(json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"}));
+        assert_eq!(
+            classify(Some(&ours), &owner(), false),
+            Verdict::Update { precondition: None }
+        );
+        assert!(is_ours(&ours, &owner()));
+    }
+
+    #[test]
+    fn an_unmarked_target_is_foreign_unless_adopted() {
+        let bare = secret(json!({"note": "mine"}));
+        assert_eq!(
+            classify(Some(&bare), &owner(), false),
+            Verdict::Conflict(reason::FOREIGN_OBJECT_EXISTS)
+        );
+        assert_eq!(
+            classify(Some(&bare), &owner(), true),
+            Verdict::Update {
+                precondition: Some("7".into())
+            }
+        );
+        assert!(!is_ours(&bare, &owner()));
+    }
+
+    #[test]
+    fn another_bindings_or_clusters_copy_is_owned_by_another_whatever_the_policy() {
+        for annotations in [
+            json!({"core.kbind.io/related-binding": "b-2", "core.kbind.io/consumer-cluster-uid": "cl-1"}),
+            json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-2"}),
+            json!({"core.kbind.io/related-binding": "b-1"}),
+            json!({"core.kbind.io/consumer-cluster-uid": "cl-1", "core.kbind.io/consumer-object-uid": "o"}),
+        ] {
+            let other = secret(annotations.clone());
+            for adopt in [false, true] {
+                assert_eq!(
+                    classify(Some(&other), &owner(), adopt),
+                    Verdict::Conflict(reason::OWNED_BY_ANOTHER),
+                    "{annotations} adopt={adopt}"
+                );
+            }
+            assert!(!is_ours(&other, &owner()));
+        }
+    }
+
+    #[test]
+    fn our_terminating_copy_is_waited_for() {
+        let mut ours =
+            secret(json!({"core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"}));
+        ours.metadata.deletion_timestamp = serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        assert_eq!(classify(Some(&ours), &owner(), false), Verdict::Terminating);
+    }
+
+    #[test]
+    fn the_body_carries_content_and_markers_but_no_source_markers() {
+        let source = secret(json!({"note": "n", "core.kbind.io/related-binding": "b-9",
+            "kubectl.kubernetes.io/last-applied-configuration": "{}"}));
+        let body = apply_body(&secrets(), &source, &owner(), None);
+        assert_eq!(body["data"], json!({"password": "c2VjcmV0"}));
+        assert_eq!(body["type"], json!("Opaque"));
+        assert_eq!(body["metadata"]["namespace"], json!("team"));
+        assert_eq!(
+            body["metadata"]["annotations"],
+            json!({"note": "n", "core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"})
+        );
+        assert_eq!(
+            body["metadata"]["labels"],
+            json!({"app": "web", "core.kbind.io/managed": "true"})
+        );
+        assert!(body["metadata"].get("resourceVersion").is_none());
+        let adopting = apply_body(&secrets(), &source, &owner(), Some("7"));
+        assert_eq!(adopting["metadata"]["resourceVersion"], json!("7"));
+    }
+
+    #[test]
+    fn a_copy_is_up_to_date_only_with_the_same_content_and_markers() {
+        let source = secret(json!({}));
+        let body = apply_body(&secrets(), &source, &owner(), None);
+        let mut live: DynamicObject = serde_json::from_value(body.clone()).unwrap();
+        assert!(up_to_date(&secrets(), &live, &body));
+        live.labels_mut().insert("added-by".into(), "someone".into());
+        assert!(up_to_date(&secrets(), &live, &body), "extra labels of others are fine");
+        live.data["data"] = json!({"password": "b3RoZXI="});
+        assert!(!up_to_date(&secrets(), &live, &body));
+        let mut unmarked: DynamicObject = serde_json::from_value(body.clone()).unwrap();
+        unmarked.annotations_mut().remove(annotation::RELATED_BINDING);
+        assert!(!up_to_date(&secrets(), &unmarked, &body));
+    }
+}

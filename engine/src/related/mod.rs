@@ -1,0 +1,602 @@
+//! Related resources (DESIGN.md §2, §4): Secrets and ConfigMaps a binding copies next to its
+//! instances, `FromConsumer` up to the provider and `FromProvider` down to the consumer, with
+//! server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
+//! garbage collection of only the copies that carry this binding's markers.
+//!
+//! Choices recorded here (see also docs/decisions.md):
+//! - Keys are not mapped: a copy has the source's namespace and name (the `Mapper` is for
+//!   instances only).
+//! - Namespaces: a Binding copies in its own namespace; a ClusterBinding in the namespaces
+//!   where the consumer has instances of its bound APIs ([`namespaces_in_use`]). The
+//!   konnector's own namespace is never a source or a target (it holds provider credentials).
+//! - Conflicts: an unmarked target is `ForeignObjectExists` and left alone; `conflictPolicy:
+//!   Adopt` takes over unmarked targets on the provider only, never on the consumer (§8.3).
+//!   Anything else marked is `OwnedByAnother`. Objects that are some binding's copy are never
+//!   sources, so two directions over one kind cannot copy copies back and forth.
+//! - Garbage collection: a provider copy (`FromConsumer`) goes as soon as its source is not
+//!   selected any more (label changed, name dropped, source deleted, rule removed, namespace
+//!   out of use). A consumer copy (`FromProvider`) goes only when the binding itself no longer
+//!   selects it (its rule, names or labels as copied, or its namespace): §8.1 forbids deleting
+//!   consumer objects because of a provider-side change, so a source deleted or relabelled on
+//!   the provider leaves the last copy in place.
+//! - Unbind ([`remove_copies`]): every copy this binding owns goes, on both sides. With the
+//!   Orphan escape hatch nothing is touched on the provider; the consumer copies still go.
+//! - Secret content is never logged and never part of an error, condition or report: errors
+//!   name the resource, namespace and name only.
+//! - A binding without related resources still lists its managed copies each reconcile, so
+//!   removing the last rule collects them; a provider refusal of that list is ignored.
+
+mod copy;
+mod select;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kbind_api::consts::{TRUE, field_manager, label};
+use kbind_api::{
+    ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind, RelatedResourceSelector,
+};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, ListParams};
+
+pub use select::{label_selector_matches, selects};
+
+use crate::context::Context;
+use crate::provider::EngagedProvider;
+use crate::sync::{BindingKind, BindingRef};
+use copy::{Owner, Verdict};
+
+/// Which cluster an operation ran against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The consumer cluster.
+    Consumer,
+    /// The provider cluster.
+    Provider,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Consumer => "consumer",
+            Side::Provider => "provider",
+        })
+    }
+}
+
+/// What one [`reconcile`] pass found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelatedReport {
+    /// Copies in place and current after this pass.
+    pub copied: usize,
+    /// Targets left alone: (`"<resource> <namespace>/<name>"`, reason).
+    pub conflicts: Vec<(String, String)>,
+    /// Provider operations refused, as `"<verb> <resource>"`, sorted and unique.
+    pub denied: Vec<String>,
+    /// Copies deleted because nothing selects their source any more.
+    pub removed: usize,
+}
+
+/// Errors of related-resource copying; they name objects, never their content.
+#[derive(Debug, thiserror::Error)]
+pub enum RelatedError {
+    /// Listing sources or copies failed.
+    #[error("failed to list {resource} on the {side}")]
+    ListFailed {
+        /// Where.
+        side: Side,
+        /// `secrets`, `configmaps` or an instance resource.
+        resource: String,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+    /// Reading one target failed.
+    #[error("failed to read {resource} {object} on the {side}")]
+    ReadFailed {
+        /// Where.
+        side: Side,
+        /// `secrets` or `configmaps`.
+        resource: String,
+        /// `<namespace>/<name>`.
+        object: String,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+    /// Writing or deleting one copy failed.
+    #[error("failed to {step} {resource} {object} on the {side}")]
+    WriteFailed {
+        /// Where.
+        side: Side,
+        /// `apply` or `delete`.
+        step: &'static str,
+        /// `secrets` or `configmaps`.
+        resource: String,
+        /// `<namespace>/<name>`.
+        object: String,
+        /// Cause.
+        #[source]
+        source: kbind_cluster::Error,
+    },
+}
+
+/// The resource of a related kind.
+fn resource_of(kind: RelatedResourceKind) -> ApiResource {
+    match kind {
+        RelatedResourceKind::Secrets => ApiResource::erase::<Secret>(&()),
+        RelatedResourceKind::ConfigMaps => ApiResource::erase::<ConfigMap>(&()),
+    }
+}
+
+const KINDS: [RelatedResourceKind; 2] = [RelatedResourceKind::Secrets, RelatedResourceKind::ConfigMaps];
+const DIRECTIONS: [RelatedResourceDirection; 2] = [
+    RelatedResourceDirection::FromConsumer,
+    RelatedResourceDirection::FromProvider,
+];
+
+fn key_of(obj: &DynamicObject) -> (String, String) {
+    (
+        obj.metadata.namespace.clone().unwrap_or_default(),
+        obj.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn describe(res: &ApiResource, (ns, name): &(String, String)) -> String {
+    format!("{} {ns}/{name}", res.plural)
+}
+
+fn managed_copies() -> ListParams {
+    ListParams::default().labels(&format!("{}={TRUE}", label::MANAGED))
+}
+
+/// `"<verb> <resource>"` of a refused request.
+fn denial(e: &kbind_cluster::Error) -> Option<String> {
+    match e {
+        kbind_cluster::Error::Forbidden { verb, resource, .. } => Some(format!("{verb} {resource}")),
+        _ => None,
+    }
+}
+
+/// The two clusters of one binding, by side.
+struct Sides<'a> {
+    consumer: &'a dyn ClusterClient,
+    provider: Option<&'a EngagedProvider>,
+}
+
+impl<'a> Sides<'a> {
+    /// Fresh reads (the provider's direct reader).
+    fn reader(&self, side: Side) -> Option<&'a dyn ClusterClient> {
+        match side {
+            Side::Consumer => Some(self.consumer),
+            Side::Provider => self.provider.map(|p| p.reader.as_ref()),
+        }
+    }
+
+    /// Writes (the provider's identity-guarded client).
+    fn writer(&self, side: Side) -> Option<&'a dyn ClusterClient> {
+        match side {
+            Side::Consumer => Some(self.consumer),
+            Side::Provider => self.provider.map(|p| p.client.as_ref()),
+        }
+    }
+}
+
+/// Source and target sides of a direction.
+fn sides_of(direction: RelatedResourceDirection) -> (Side, Side) {
+    match direction {
+        RelatedResourceDirection::FromConsumer => (Side::Consumer, Side::Provider),
+        RelatedResourceDirection::FromProvider => (Side::Provider, Side::Consumer),
+    }
+}
+
+/// Everything one reconcile pass works with.
+struct Pass<'a> {
+    sides: Sides<'a>,
+    binding: &'a BindingRef,
+    owner: Owner,
+    adopt: bool,
+    namespaces: BTreeSet<String>,
+    report: RelatedReport,
+    denied: BTreeSet<String>,
+}
+
+/// Converges the related copies of `binding`: copies what `rules` select in `namespaces`
+/// (see [`namespaces_in_use`]), reports conflicts and refusals, and deletes the copies it
+/// owns that nothing selects any more. Level-triggered: call it on every binding reconcile.
+#[allow(clippy::too_many_arguments)]
+pub async fn reconcile(
+    ctx: &Context,
+    binding: &BindingRef,
+    rules: &[RelatedResource],
+    policy: ConflictPolicy,
+    provider: &EngagedProvider,
+    consumer_cluster_uid: &str,
+    namespaces: &BTreeSet<String>,
+) -> Result<RelatedReport, RelatedError> {
+    let namespaces = namespaces
+        .iter()
+        .filter(|ns| **ns != ctx.config.namespace)
+        .filter(|ns| binding.namespace.as_ref().is_none_or(|own| own == *ns))
+        .cloned()
+        .collect();
+    let mut pass = Pass {
+        sides: Sides {
+            consumer: ctx.consumer.as_ref(),
+            provider: Some(provider),
+        },
+        binding,
+        owner: Owner {
+            binding_uid: binding.uid.clone(),
+            consumer_cluster_uid: consumer_cluster_uid.to_string(),
+        },
+        adopt: policy == ConflictPolicy::Adopt,
+        namespaces,
+        report: RelatedReport::default(),
+        denied: BTreeSet::new(),
+    };
+    for kind in KINDS {
+        for direction in DIRECTIONS {
+            let selectors: Vec<&RelatedResourceSelector> = rules
+                .iter()
+                .filter(|r| r.group.is_empty() && r.resource == kind && r.direction == direction)
+                .map(|r| &r.selector)
+                .collect();
+            pass.converge(kind, direction, &selectors).await?;
+        }
+    }
+    pass.report.denied = pass.denied.into_iter().collect();
+    Ok(pass.report)
+}
+
+impl Pass<'_> {
+    async fn converge(
+        &mut self,
+        kind: RelatedResourceKind,
+        direction: RelatedResourceDirection,
+        selectors: &[&RelatedResourceSelector],
+    ) -> Result<(), RelatedError> {
+        let res = resource_of(kind);
+        let (source_side, target_side) = sides_of(direction);
+        let Some(sources) = self.sources(&res, source_side, selectors).await? else {
+            // Never collect on a partial picture of the sources.
+            return Ok(());
+        };
+        for source in sources.values() {
+            self.copy(&res, target_side, source).await?;
+        }
+        let Some(copies) = self.our_copies(&res, target_side, !selectors.is_empty()).await? else {
+            return Ok(());
+        };
+        for copy in copies {
+            let key = key_of(&copy);
+            if sources.contains_key(&key) || copy.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            // A consumer copy stays while the binding still selects it (§8.1).
+            if target_side == Side::Consumer && self.still_selected(&copy, selectors) {
+                continue;
+            }
+            let writer = self.sides.writer(target_side).expect("a reconcile pass has both sides");
+            if delete_copy(writer, &res, target_side, &key).await? {
+                tracing::info!(binding = %self.binding.name, object = %describe(&res, &key), side = %target_side, "removed a related copy nothing selects any more");
+                self.report.removed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the binding selects `copy` as it is (its namespace is in use and a rule picks
+    /// its name and copied labels).
+    fn still_selected(&self, copy: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
+        let (ns, name) = key_of(copy);
+        let labels = copy::without_kbind_keys(copy.metadata.labels.as_ref());
+        self.namespaces.contains(&ns) && selectors.iter().any(|s| selects(s, &name, &labels))
+    }
+
+    /// The selected sources by (namespace, name), or `None` when some list was refused.
+    async fn sources(
+        &mut self,
+        res: &ApiResource,
+        side: Side,
+        selectors: &[&RelatedResourceSelector],
+    ) -> Result<Option<BTreeMap<(String, String), DynamicObject>>, RelatedError> {
+        let mut sources = BTreeMap::new();
+        if selectors.is_empty() {
+            return Ok(Some(sources));
+        }
+        let reader = self.sides.reader(side).expect("a reconcile pass has both sides");
+        let mut complete = true;
+        for ns in &self.namespaces {
+            let list = match reader.list(res, Some(ns), &ListParams::default()).await {
+                Ok(list) => list,
+                Err(e) if side == Side::Provider && e.is_forbidden() => {
+                    self.denied.extend(denial(&e));
+                    complete = false;
+                    continue;
+                }
+                Err(source) => {
+                    return Err(RelatedError::ListFailed {
+                        side,
+                        resource: res.plural.clone(),
+                        source,
+                    });
+                }
+            };
+            for obj in list.items {
+                let (_, name) = key_of(&obj);
+                let labels = obj.metadata.labels.clone().unwrap_or_default();
+                if copy::is_related_copy(&obj) || !selectors.iter().any(|s| selects(s, &name, &labels)) {
+                    continue;
+                }
+                sources.insert(key_of(&obj), obj);
+            }
+        }
+        Ok(complete.then_some(sources))
+    }
+
+    /// Copies `source` to `side` if the target there may be written.
+    async fn copy(&mut self, res: &ApiResource, side: Side, source: &DynamicObject) -> Result<(), RelatedError> {
+        let key = key_of(source);
+        let reader = self.sides.reader(side).expect("a reconcile pass has both sides");
+        let live = match reader.get_opt(res, Some(&key.0), &key.1).await {
+            Ok(live) => live,
+            Err(e) if side == Side::Provider && e.is_forbidden() => {
+                self.denied.extend(denial(&e));
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(RelatedError::ReadFailed {
+                    side,
+                    resource: res.plural.clone(),
+                    object: describe(res, &key),
+                    source,
+                });
+            }
+        };
+        let adopt = self.adopt && side == Side::Provider;
+        let precondition = match copy::classify(live.as_ref(), &self.owner, adopt) {
+            Verdict::Create => None,
+            Verdict::Update { precondition } => precondition,
+            Verdict::Terminating => return Ok(()),
+            Verdict::Conflict(reason) => {
+                self.report.conflicts.push((describe(res, &key), reason.to_string()));
+                return Ok(());
+            }
+        };
+        let body = copy::apply_body(res, source, &self.owner, precondition.as_deref());
+        if live.as_ref().is_some_and(|l| copy::up_to_date(res, l, &body)) {
+            self.report.copied += 1;
+            return Ok(());
+        }
+        let writer = self.sides.writer(side).expect("a reconcile pass has both sides");
+        match writer
+            .apply(res, Some(&key.0), &key.1, body, field_manager::KONNECTOR_RELATED, true)
+            .await
+        {
+            Ok(_) => {
+                self.report.copied += 1;
+                Ok(())
+            }
+            Err(e) if side == Side::Provider && e.is_forbidden() => {
+                self.denied.extend(denial(&e));
+                Ok(())
+            }
+            // The namespace is not there yet, or the target changed since it was classified:
+            // the next pass looks again.
+            Err(e) if e.is_not_found() || matches!(e, kbind_cluster::Error::Conflict { .. }) => Ok(()),
+            Err(source) => Err(RelatedError::WriteFailed {
+                side,
+                step: "apply",
+                resource: res.plural.clone(),
+                object: describe(res, &key),
+                source,
+            }),
+        }
+    }
+
+    /// This binding's copies on `side`, or `None` when the provider refuses to list them and
+    /// no rule needs them (a binding without related resources must not need the verb).
+    async fn our_copies(
+        &mut self,
+        res: &ApiResource,
+        side: Side,
+        needed: bool,
+    ) -> Result<Option<Vec<DynamicObject>>, RelatedError> {
+        let reader = self.sides.reader(side).expect("a reconcile pass has both sides");
+        match list_copies(reader, res, side, self.binding, &self.namespaces, &self.owner).await {
+            Ok(copies) => Ok(Some(copies)),
+            Err(RelatedError::ListFailed { source, .. }) if side == Side::Provider && source.is_forbidden() => {
+                if needed {
+                    self.denied.extend(denial(&source));
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The copies `owner` has on one side: in the Binding's namespace, or cluster-wide for a
+/// ClusterBinding, falling back to `fallback` namespaces when a cluster-wide list is refused.
+async fn list_copies(
+    reader: &dyn ClusterClient,
+    res: &ApiResource,
+    side: Side,
+    binding: &BindingRef,
+    fallback: &BTreeSet<String>,
+    owner: &Owner,
+) -> Result<Vec<DynamicObject>, RelatedError> {
+    let failed = |source| RelatedError::ListFailed {
+        side,
+        resource: res.plural.clone(),
+        source,
+    };
+    let items = match (&binding.kind, &binding.namespace) {
+        (BindingKind::Namespaced, Some(ns)) => {
+            reader
+                .list(res, Some(ns), &managed_copies())
+                .await
+                .map_err(failed)?
+                .items
+        }
+        _ => match reader.list(res, None, &managed_copies()).await {
+            Ok(list) => list.items,
+            Err(e) if e.is_forbidden() => {
+                let mut items = Vec::new();
+                for ns in fallback {
+                    items.extend(
+                        reader
+                            .list(res, Some(ns), &managed_copies())
+                            .await
+                            .map_err(failed)?
+                            .items,
+                    );
+                }
+                items
+            }
+            Err(e) => return Err(failed(e)),
+        },
+    };
+    Ok(items.into_iter().filter(|o| copy::is_ours(o, owner)).collect())
+}
+
+/// Deletes one copy; `true` when it is gone by the end of the call.
+async fn delete_copy(
+    writer: &dyn ClusterClient,
+    res: &ApiResource,
+    side: Side,
+    key: &(String, String),
+) -> Result<bool, RelatedError> {
+    match writer
+        .delete(res, Some(&key.0), &key.1, &DeleteParams::background())
+        .await
+    {
+        Ok(gone) => Ok(gone.is_none()),
+        Err(e) if e.is_not_found() => Ok(true),
+        Err(source) => Err(RelatedError::WriteFailed {
+            side,
+            step: "delete",
+            resource: res.plural.clone(),
+            object: describe(res, key),
+            source,
+        }),
+    }
+}
+
+/// Unbind: deletes every related copy `binding` owns, on the consumer always and on the
+/// provider unless `orphan` (the escape hatch never touches the provider). Returns whether
+/// nothing of ours is left; `false` while copies terminate or while provider copies must go
+/// and no provider is engaged (call again).
+pub async fn remove_copies(
+    ctx: &Context,
+    binding: &BindingRef,
+    consumer_cluster_uid: &str,
+    provider: Option<&EngagedProvider>,
+    orphan: bool,
+) -> Result<bool, RelatedError> {
+    let owner = Owner {
+        binding_uid: binding.uid.clone(),
+        consumer_cluster_uid: consumer_cluster_uid.to_string(),
+    };
+    let sides = Sides {
+        consumer: ctx.consumer.as_ref(),
+        provider,
+    };
+    let mut complete = true;
+    let mut targets = vec![Side::Consumer];
+    if !orphan {
+        targets.push(Side::Provider);
+    }
+    for side in targets {
+        let (Some(reader), Some(writer)) = (sides.reader(side), sides.writer(side)) else {
+            complete = false;
+            continue;
+        };
+        let fallback = match side {
+            Side::Provider if binding.kind == BindingKind::Cluster => consumer_namespaces(ctx).await?,
+            _ => BTreeSet::new(),
+        };
+        for kind in KINDS {
+            let res = resource_of(kind);
+            for copy in list_copies(reader, &res, side, binding, &fallback, &owner).await? {
+                if copy.metadata.deletion_timestamp.is_some()
+                    || !delete_copy(writer, &res, side, &key_of(&copy)).await?
+                {
+                    complete = false;
+                }
+            }
+        }
+    }
+    Ok(complete)
+}
+
+/// Every namespace of the consumer (where a ClusterBinding's provider copies can be).
+async fn consumer_namespaces(ctx: &Context) -> Result<BTreeSet<String>, RelatedError> {
+    let res = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+    let list = ctx
+        .consumer
+        .list(&res, None, &ListParams::default())
+        .await
+        .map_err(|source| RelatedError::ListFailed {
+            side: Side::Consumer,
+            resource: res.plural.clone(),
+            source,
+        })?;
+    Ok(list.items.iter().filter_map(|n| n.metadata.name.clone()).collect())
+}
+
+/// The namespaces whose related resources `binding` copies: a Binding's own namespace; for a
+/// ClusterBinding, every namespace where the consumer has instances of the bound `apis`
+/// (`<plural>.<group>`; APIs whose consumer CRD is missing or cluster-scoped add none).
+pub async fn namespaces_in_use(
+    ctx: &Context,
+    binding: &BindingRef,
+    apis: &[String],
+) -> Result<BTreeSet<String>, RelatedError> {
+    if let Some(ns) = &binding.namespace {
+        return Ok(BTreeSet::from([ns.clone()]));
+    }
+    let consumer = ctx.consumer.as_ref();
+    let crds = crate::crdpull::crd_resource();
+    let failed = |resource: &str, source| RelatedError::ListFailed {
+        side: Side::Consumer,
+        resource: resource.to_string(),
+        source,
+    };
+    let mut namespaces = BTreeSet::new();
+    for api in apis {
+        let crd = match consumer.get_opt(&crds, None, api).await {
+            Ok(Some(crd)) => crd,
+            Ok(None) => continue,
+            Err(source) => return Err(failed(api, source)),
+        };
+        let Ok(crd) = kbind_cluster::from_dynamic::<CustomResourceDefinition>(crd) else {
+            continue;
+        };
+        let Some(res) = namespaced_resource(&crd) else { continue };
+        match consumer.list(&res, None, &ListParams::default()).await {
+            Ok(list) => namespaces.extend(list.items.into_iter().filter_map(|o| o.metadata.namespace)),
+            // Not served yet (a CRD just created): no instances.
+            Err(e) if e.is_not_found() => {}
+            Err(source) => return Err(failed(api, source)),
+        }
+    }
+    Ok(namespaces)
+}
+
+/// The storage version's resource of a namespaced CRD.
+fn namespaced_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
+    if crd.spec.scope != "Namespaced" {
+        return None;
+    }
+    let version = crd.spec.versions.iter().find(|v| v.storage)?;
+    let group = crd.spec.group.clone();
+    Some(ApiResource {
+        api_version: format!("{group}/{}", version.name),
+        group,
+        version: version.name.clone(),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    })
+}

@@ -1,0 +1,262 @@
+//! Related resources end to end: a ClusterBinding of widgets copies a consumer Secret up
+//! (label selector) and a provider ConfigMap and Secret down (names), leaves a user's own
+//! Secret of the same name alone with a `Conflicts` condition, and collects the provider copy
+//! when its source stops matching; §8 is checked after every step.
+
+use futures::FutureExt;
+use kbind_api::consts::{annotation, condition, label, reason};
+use kbind_api::{ClusterBinding, conditions};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams};
+use kbind_scenarios::apis::{widget, widgets, widgets_crd};
+use kbind_scenarios::{ProviderOpts, World, seed_from_env};
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "hunter2-do-not-log";
+
+fn secrets() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+}
+
+fn configmaps() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+}
+
+fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a story object is valid")
+}
+
+async fn binding(world: &World) -> Option<ClusterBinding> {
+    world
+        .consumer()
+        .admin_client()
+        .get_typed_opt(None, "acme")
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn binding_condition(world: &World, type_: &str) -> Option<(String, String)> {
+    let status = binding(world).await?.status?;
+    conditions::find(&status.conditions, type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    obj.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+async fn create(client: &dyn ClusterClient, res: &ApiResource, obj: Value) {
+    let obj = object(obj);
+    let ns = obj.metadata.namespace.clone();
+    client
+        .create(res, ns.as_deref(), &obj, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("creating {:?}: {e}", obj.metadata.name));
+}
+
+#[tokio::test(start_paused = true)]
+async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_unmatched() {
+    let mut world = World::builder()
+        .seed(seed_from_env(33))
+        .story("related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_unmatched")
+        .provider("acme", ProviderOpts::default())
+        .build()
+        .await;
+    world.install_provider_crd("acme", widgets_crd()).await;
+    let cred = world.mint_admin_token("acme");
+    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
+    world.start_konnector();
+    world
+        .run_until_async("the ClusterBinding is Ready", 120, |w| {
+            async move {
+                binding_condition(w, condition::READY)
+                    .await
+                    .is_some_and(|(s, _)| s == "True")
+            }
+            .boxed()
+        })
+        .await;
+
+    let consumer = world.consumer().admin_client();
+    let provider = world.provider("acme").admin_client();
+    // A widget puts namespace `default` in use; the sources and a user's own Secret.
+    consumer
+        .create(
+            &widgets(),
+            Some("default"),
+            &widget("default", "w1", json!({"size": 1})),
+            &Default::default(),
+        )
+        .await
+        .expect("creating a widget");
+    create(
+        &consumer,
+        &secrets(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db-creds", "namespace": "default", "labels": {"share": "yes"}},
+        "stringData": {"password": PASSWORD}}),
+    )
+    .await;
+    create(
+        &consumer,
+        &secrets(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "private", "namespace": "default", "labels": {"share": "no"}},
+        "stringData": {"password": "x"}}),
+    )
+    .await;
+    create(
+        &consumer,
+        &secrets(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "provider-token", "namespace": "default"},
+        "stringData": {"token": "the-users-own"}}),
+    )
+    .await;
+    create(
+        &provider,
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "endpoints", "namespace": "default"}, "data": {"url": "https://db.acme"}}),
+    )
+    .await;
+    create(
+        &provider,
+        &secrets(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "provider-token", "namespace": "default"}, "stringData": {"token": "from-acme"}}),
+    )
+    .await;
+    let users_secret = world
+        .consumer_get(&secrets(), Some("default"), "provider-token")
+        .await
+        .unwrap();
+
+    consumer
+        .patch(
+            &ApiResource::erase::<ClusterBinding>(&()),
+            None,
+            "acme",
+            &Patch::Merge(json!({"spec": {"relatedResources": [
+                {"group": "", "resource": "secrets", "direction": "FromConsumer",
+                 "selector": {"labelSelector": {"matchLabels": {"share": "yes"}}}},
+                {"group": "", "resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}},
+                {"group": "", "resource": "secrets", "direction": "FromProvider", "selector": {"names": ["provider-token"]}},
+            ]}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("adding related resources to the binding");
+
+    world
+        .run_until_async("the Secret goes up and the ConfigMap comes down", 60, |w| {
+            async move {
+                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
+                    .await
+                    .is_some()
+                    && w.consumer_get(&configmaps(), Some("default"), "endpoints")
+                        .await
+                        .is_some()
+            }
+            .boxed()
+        })
+        .await;
+    let source = world
+        .consumer_get(&secrets(), Some("default"), "db-creds")
+        .await
+        .unwrap();
+    let up = world
+        .provider_get("acme", &secrets(), Some("default"), "db-creds")
+        .await
+        .unwrap();
+    assert_eq!(up.data["data"], source.data["data"]);
+    let binding_uid = binding(&world).await.and_then(|b| b.metadata.uid).unwrap();
+    assert_eq!(
+        annotation_of(&up, annotation::RELATED_BINDING),
+        Some(binding_uid.as_str())
+    );
+    assert!(annotation_of(&up, annotation::CONSUMER_CLUSTER_UID).is_some_and(|u| !u.is_empty()));
+    assert_eq!(
+        up.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(label::MANAGED))
+            .map(String::as_str),
+        Some("true")
+    );
+    let down = world
+        .consumer_get(&configmaps(), Some("default"), "endpoints")
+        .await
+        .unwrap();
+    assert_eq!(down.data["data"], json!({"url": "https://db.acme"}));
+    assert_eq!(
+        annotation_of(&down, annotation::RELATED_BINDING),
+        Some(binding_uid.as_str())
+    );
+    assert!(
+        world
+            .provider_get("acme", &secrets(), Some("default"), "private")
+            .await
+            .is_none()
+    );
+
+    // The user's own Secret of the same name is left alone, and the binding says so.
+    world
+        .run_until_async("the binding reports the conflict", 60, |w| {
+            async move {
+                binding_condition(w, condition::CONFLICTS).await
+                    == Some(("True".to_string(), reason::OWNED_BY_ANOTHER.to_string()))
+            }
+            .boxed()
+        })
+        .await;
+    let still = world
+        .consumer_get(&secrets(), Some("default"), "provider-token")
+        .await
+        .unwrap();
+    assert_eq!(still.metadata.resource_version, users_secret.metadata.resource_version);
+    assert_eq!(still.data["data"], users_secret.data["data"]);
+
+    // The source stops matching: the provider copy is collected, the source stays.
+    consumer
+        .patch(
+            &secrets(),
+            Some("default"),
+            "db-creds",
+            &Patch::Merge(json!({"metadata": {"labels": {"share": "no"}}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("relabelling the source");
+    world
+        .run_until_async("the unmatched copy is collected", 60, |w| {
+            async move {
+                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
+                    .await
+                    .is_none()
+            }
+            .boxed()
+        })
+        .await;
+    assert!(
+        world
+            .consumer_get(&secrets(), Some("default"), "db-creds")
+            .await
+            .is_some()
+    );
+    assert!(
+        world
+            .consumer_get(&configmaps(), Some("default"), "endpoints")
+            .await
+            .is_some()
+    );
+    assert!(
+        world
+            .provider_get("acme", &secrets(), Some("default"), "provider-token")
+            .await
+            .is_some()
+    );
+
+    // Secret content never reaches the log or the binding's status.
+    let status = serde_json::to_string(&binding(&world).await.unwrap().status).unwrap();
+    assert!(!world.log().text().contains(PASSWORD) && !status.contains(PASSWORD));
+}
