@@ -227,7 +227,10 @@ mod tests {
         assert!(args.once);
         assert_eq!(args.dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
         let plain = Cli::try_parse_from(["konnector", "demo"]).unwrap();
-        assert!(matches!(plain.command, Command::Demo(DemoArgs { once: false, dir: None })));
+        assert!(matches!(
+            plain.command,
+            Command::Demo(DemoArgs { once: false, dir: None })
+        ));
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub(crate) fn classify(live: Option<&DynamicObject>, owner: &Owner, adopt: bool)
     ]
     .iter()
     .all(|k| annotation_of(live, k).is_none());
-    let verdict = if is_ours(live, owner) {
+    let verdict = if is_ours(live, owner) || crate::planted::planted(crate::planted::Plant::OverwriteForeignRelated) {
         Verdict::Update { precondition: None }
     } else if unmarked && adopt {
         Verdict::Update {
