@@ -19,7 +19,7 @@ async fn provider_object(world: &World, name: &str, annotations: Value) -> Dynam
     let mut obj = widget("default", name, json!({"size": 9}));
     obj.metadata.annotations = serde_json::from_value(annotations).expect("annotations");
     let client = world.provider("acme").admin_client();
-    ensure_namespace(client.as_ref(), "default").await;
+    ensure_namespace(&client, "default").await;
     client
         .create(&widgets(), Some("default"), &obj, &Default::default())
         .await

@@ -4,7 +4,6 @@
 
 mod story;
 
-use futures::FutureExt;
 use kbind_scenarios::apis::widgets;
 use kbind_cluster::ClusterClient;
 use serde_json::json;

@@ -82,7 +82,7 @@ use kbind_scenarios::World;
 #[tokio::test(start_paused = true)]
 async fn tool_markers_owner_references_and_finalizers_stay_on_the_consumer() {
     let (mut world, _) = bound_world("tool_markers_owner_references_and_finalizers_stay_on_the_consumer", 401).await;
-    ensure_namespace(world.consumer().admin_client().as_ref(), "default").await;
+    ensure_namespace(&world.consumer().admin_client(), "default").await;
     let owner = owner_configmap(&world).await;
     decorated_widget(&world, &owner).await;
     let copy = Some(wait_for_copy(&mut world, "acme", "default", "w1").await);
@@ -138,7 +138,7 @@ async fn the_provider_garbage_collector_collects_nothing() {
     let (mut world, _) = bound_world("the_provider_garbage_collector_collects_nothing", 403).await;
     world.provider("acme").set_garbage_collector(true);
     world.consumer().set_garbage_collector(true);
-    ensure_namespace(world.consumer().admin_client().as_ref(), "default").await;
+    ensure_namespace(&world.consumer().admin_client(), "default").await;
     let owner = owner_configmap(&world).await;
     decorated_widget(&world, &owner).await;
     let copy = wait_for_copy(&mut world, "acme", "default", "w1").await;

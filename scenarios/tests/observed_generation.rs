@@ -5,7 +5,6 @@
 
 mod story;
 
-use futures::FutureExt;
 use kbind_api::consts::annotation as kbind_annotation;
 use kbind_cluster::{ClusterClient, DynamicObject, Patch, PatchParams};
 use kbind_scenarios::World;

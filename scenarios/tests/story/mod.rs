@@ -142,7 +142,7 @@ pub async fn create_widget(world: &World, ns: &str, name: &str, spec: Value) -> 
 /// Creates `obj` (a widget) on the consumer, its namespace first when missing.
 pub async fn create_widget_object(world: &World, obj: DynamicObject) -> DynamicObject {
     let ns = obj.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-    ensure_namespace(world.consumer().admin_client().as_ref(), &ns).await;
+    ensure_namespace(&world.consumer().admin_client(), &ns).await;
     world
         .consumer()
         .admin_client()
