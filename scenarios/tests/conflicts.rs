@@ -27,14 +27,23 @@ async fn provider_object(world: &World, name: &str, annotations: Value) -> Dynam
 }
 
 fn conflict_is(name: &str, why: &str) -> impl for<'w> Fn(&'w World) -> futures::future::BoxFuture<'w, bool> + use<> {
-    widget_has("default", name, &meta_key("annotations", kbind_annotation::CONFLICT), json!(why))
+    widget_has(
+        "default",
+        name,
+        &meta_key("annotations", kbind_annotation::CONFLICT),
+        json!(why),
+    )
 }
 
 async fn warning_events_for(world: &World, name: &str, why: &str) -> usize {
     let events = world
         .consumer()
         .admin_client()
-        .list(&kbind_engine::events::event_resource(), Some("default"), &Default::default())
+        .list(
+            &kbind_engine::events::event_resource(),
+            Some("default"),
+            &Default::default(),
+        )
         .await
         .expect("listing events");
     events
@@ -60,7 +69,11 @@ async fn fail_leaves_a_foreign_provider_object_alone_and_says_so() {
     create_widget(&world, "default", "w2", json!({"size": 2})).await;
 
     world
-        .run_until_async("w1 is annotated ForeignObjectExists", 60, conflict_is("w1", reason::FOREIGN_OBJECT_EXISTS))
+        .run_until_async(
+            "w1 is annotated ForeignObjectExists",
+            60,
+            conflict_is("w1", reason::FOREIGN_OBJECT_EXISTS),
+        )
         .await;
     world
         .run_until_async("the binding counts the conflict", 60, |w| {
@@ -76,7 +89,11 @@ async fn fail_leaves_a_foreign_provider_object_alone_and_says_so() {
         .await;
     assert_eq!(warning_events_for(&world, "w1", reason::FOREIGN_OBJECT_EXISTS).await, 1);
     let w2 = wait_for_copy(&mut world, "acme", "default", "w2").await;
-    assert_eq!(at(&Some(w2), "/spec/size"), Some(json!(2)), "other objects keep syncing");
+    assert_eq!(
+        at(&Some(w2), "/spec/size"),
+        Some(json!(2)),
+        "other objects keep syncing"
+    );
 
     world.steps_for(20).await;
     let live = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
@@ -86,7 +103,92 @@ async fn fail_leaves_a_foreign_provider_object_alone_and_says_so() {
         "the foreign object is left alone"
     );
     assert_eq!(annotation(&live, kbind_annotation::CONSUMER_CLUSTER_UID), None);
-    assert_eq!(warning_events_for(&world, "w1", reason::FOREIGN_OBJECT_EXISTS).await, 1, "one event, not a storm");
+    assert_eq!(
+        warning_events_for(&world, "w1", reason::FOREIGN_OBJECT_EXISTS).await,
+        1,
+        "one event, not a storm"
+    );
+
+    // The foreign object goes away: w1 syncs and the conflict clears everywhere.
+    world
+        .provider("acme")
+        .admin_client()
+        .delete(&widgets(), Some("default"), "w1", &Default::default())
+        .await
+        .expect("deleting the foreign object");
+    world
+        .run_until_async("w1 syncs once the way is clear", 60, |w| {
+            async move {
+                let copy = w.provider_get("acme", &widgets(), Some("default"), "w1").await;
+                annotation(&copy, kbind_annotation::CONSUMER_CLUSTER_UID).is_some()
+                    && at(&copy, "/spec/size") == Some(json!(1))
+            }
+            .boxed()
+        })
+        .await;
+    world
+        .run_until_async("the conflict is cleared on the object and the binding", 60, |w| {
+            async move {
+                let mine = w.consumer_get(&widgets(), Some("default"), "w1").await;
+                let b = cluster_binding(w, "acme").await.and_then(|b| b.status);
+                annotation(&mine, kbind_annotation::CONFLICT).is_none()
+                    && b.is_some_and(|s| {
+                        !conditions::is_true(&s.conditions, condition::CONFLICTS)
+                            && s.bound_api(WIDGETS).is_some_and(|a| a.conflict_count == 0)
+                    })
+            }
+            .boxed()
+        })
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_a_conflicted_object_leaves_the_foreign_provider_object_alone() {
+    let (mut world, _) = bound_world(
+        "deleting_a_conflicted_object_leaves_the_foreign_provider_object_alone",
+        805,
+    )
+    .await;
+    let foreign = provider_object(&world, "w1", json!({})).await;
+    let theirs = provider_object(
+        &world,
+        "w2",
+        json!({kbind_annotation::CONSUMER_CLUSTER_UID: "another-consumer", kbind_annotation::CONSUMER_OBJECT_UID: "x"}),
+    )
+    .await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    create_widget(&world, "default", "w2", json!({"size": 1})).await;
+    world
+        .run_until_async(
+            "w1 is in conflict",
+            60,
+            conflict_is("w1", reason::FOREIGN_OBJECT_EXISTS),
+        )
+        .await;
+    world
+        .run_until_async("w2 is in conflict", 60, conflict_is("w2", reason::OWNED_BY_ANOTHER))
+        .await;
+
+    world.delete_on_consumer(&widgets(), Some("default"), "w1").await;
+    world.delete_on_consumer(&widgets(), Some("default"), "w2").await;
+    world
+        .run_until_async("both consumer deletes complete", 60, |w| {
+            async move {
+                consumer_widget_gone("default", "w1")(w).await && consumer_widget_gone("default", "w2")(w).await
+            }
+            .boxed()
+        })
+        .await;
+    world.steps_for(10).await;
+    for (name, before) in [("w1", &foreign), ("w2", &theirs)] {
+        let live = world.provider_get("acme", &widgets(), Some("default"), name).await;
+        assert_eq!(
+            live.and_then(|o| o.metadata.resource_version),
+            before.metadata.resource_version,
+            "{name} on the provider is not ours and stays untouched"
+        );
+    }
+    assert_eq!(provider_widget_writes(&world, "acme", "delete"), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -96,11 +198,22 @@ async fn adopt_stamps_our_markers_and_syncs() {
     let mine = create_widget(&world, "default", "w1", json!({"size": 1})).await;
 
     world
-        .run_until_async("the adopted object carries the consumer spec", 60, copy_has("acme", "default", "w1", "/spec/size", json!(1)))
+        .run_until_async(
+            "the adopted object carries the consumer spec",
+            60,
+            copy_has("acme", "default", "w1", "/spec/size", json!(1)),
+        )
         .await;
     let live = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(live.as_ref().and_then(|o| o.metadata.uid.clone()), foreign.metadata.uid, "adopted, not replaced");
-    assert_eq!(annotation(&live, kbind_annotation::CONSUMER_OBJECT_UID), mine.metadata.uid);
+    assert_eq!(
+        live.as_ref().and_then(|o| o.metadata.uid.clone()),
+        foreign.metadata.uid,
+        "adopted, not replaced"
+    );
+    assert_eq!(
+        annotation(&live, kbind_annotation::CONSUMER_OBJECT_UID),
+        mine.metadata.uid
+    );
     assert!(annotation(&live, kbind_annotation::CONSUMER_CLUSTER_UID).is_some());
     let me = world.consumer_get(&widgets(), Some("default"), "w1").await;
     assert_eq!(annotation(&me, kbind_annotation::CONFLICT), None);
@@ -108,7 +221,12 @@ async fn adopt_stamps_our_markers_and_syncs() {
 
 #[tokio::test(start_paused = true)]
 async fn another_consumers_copy_is_owned_by_another_even_under_adopt() {
-    let (mut world, _) = bound_world_with("another_consumers_copy_is_owned_by_another_even_under_adopt", 803, adopt).await;
+    let (mut world, _) = bound_world_with(
+        "another_consumers_copy_is_owned_by_another_even_under_adopt",
+        803,
+        adopt,
+    )
+    .await;
     let theirs = provider_object(
         &world,
         "w1",
@@ -117,7 +235,11 @@ async fn another_consumers_copy_is_owned_by_another_even_under_adopt() {
     .await;
     create_widget(&world, "default", "w1", json!({"size": 1})).await;
     world
-        .run_until_async("w1 is annotated OwnedByAnother", 60, conflict_is("w1", reason::OWNED_BY_ANOTHER))
+        .run_until_async(
+            "w1 is annotated OwnedByAnother",
+            60,
+            conflict_is("w1", reason::OWNED_BY_ANOTHER),
+        )
         .await;
     world.steps_for(20).await;
     let live = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
@@ -161,7 +283,10 @@ async fn a_second_connection_for_the_same_api_syncs_nothing_and_deletes_nothing(
     create_widget(&world, "default", "w2", json!({"size": 2})).await;
     wait_for_copy(&mut world, "acme", "default", "w2").await;
     world.steps_for(10).await;
-    assert_eq!(provider_widget_writes(&world, "beta", "patch") + provider_widget_writes(&world, "beta", "create"), 0);
+    assert_eq!(
+        provider_widget_writes(&world, "beta", "patch") + provider_widget_writes(&world, "beta", "create"),
+        0
+    );
     let crd = world.consumer_get(&crds(), None, WIDGETS).await;
     assert_eq!(annotation(&crd, kbind_annotation::CONNECTION).as_deref(), Some("acme"));
 
@@ -172,16 +297,31 @@ async fn a_second_connection_for_the_same_api_syncs_nothing_and_deletes_nothing(
         })
         .await;
     world.steps_for(10).await;
-    assert!(world.consumer_get(&crds(), None, WIDGETS).await.is_some(), "acme's CRD stays");
+    assert!(
+        world.consumer_get(&crds(), None, WIDGETS).await.is_some(),
+        "acme's CRD stays"
+    );
     for name in ["w1", "w2"] {
         let mine = world.consumer_get(&widgets(), Some("default"), name).await;
         let finalizers = mine.and_then(|o| o.metadata.finalizers).unwrap_or_default();
-        assert!(finalizers.iter().any(|f| f == finalizer::SYNCER), "{name} still served by acme");
-        assert!(world.provider_get("acme", &widgets(), Some("default"), name).await.is_some());
+        assert!(
+            finalizers.iter().any(|f| f == finalizer::SYNCER),
+            "{name} still served by acme"
+        );
+        assert!(
+            world
+                .provider_get("acme", &widgets(), Some("default"), name)
+                .await
+                .is_some()
+        );
     }
     assert_eq!(provider_widget_writes(&world, "acme", "delete"), 0);
     patch_widget(&world, "default", "w1", json!({"spec": {"size": 6}})).await;
     world
-        .run_until_async("acme keeps syncing", 60, copy_has("acme", "default", "w1", "/spec/size", json!(6)))
+        .run_until_async(
+            "acme keeps syncing",
+            60,
+            copy_has("acme", "default", "w1", "/spec/size", json!(6)),
+        )
         .await;
 }

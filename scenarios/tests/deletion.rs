@@ -64,12 +64,24 @@ async fn an_object_annotated_orphan_leaves_its_provider_copy_behind() {
 
     world.delete_on_consumer(&widgets(), Some("default"), "w1").await;
     world
-        .run_until_async("the consumer delete completes", 60, consumer_widget_gone("default", "w1"))
+        .run_until_async(
+            "the consumer delete completes",
+            60,
+            consumer_widget_gone("default", "w1"),
+        )
         .await;
     let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(at(&copy, "/spec/size"), Some(json!(2)), "the orphaned copy stays as it was");
+    assert_eq!(
+        at(&copy, "/spec/size"),
+        Some(json!(2)),
+        "the orphaned copy stays as it was"
+    );
     assert!(copy.and_then(|c| c.metadata.deletion_timestamp).is_none());
-    assert_eq!(provider_widget_writes(&world, "acme", "delete"), 0, "nothing deleted on the provider");
+    assert_eq!(
+        provider_widget_writes(&world, "acme", "delete"),
+        0,
+        "nothing deleted on the provider"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -157,11 +169,18 @@ async fn a_consumer_delete_waits_for_a_terminating_copy_and_completes_when_it_go
 
     release_provider_finalizer(&world, "w1").await;
     world
-        .run_until_async("the consumer delete completes", 60, consumer_widget_gone("default", "w1"))
+        .run_until_async(
+            "the consumer delete completes",
+            60,
+            consumer_widget_gone("default", "w1"),
+        )
         .await;
     world.steps_for(10).await;
     assert!(
-        world.provider_get("acme", &widgets(), Some("default"), "w1").await.is_none(),
+        world
+            .provider_get("acme", &widgets(), Some("default"), "w1")
+            .await
+            .is_none(),
         "the copy is not created again"
     );
 }
@@ -192,7 +211,11 @@ async fn a_delete_during_a_partition_waits_and_completes_after_heal() {
         .run_until_async("the copy goes once healed", 120, copy_gone("acme", "default", "w1"))
         .await;
     world
-        .run_until_async("the consumer delete completes", 60, consumer_widget_gone("default", "w1"))
+        .run_until_async(
+            "the consumer delete completes",
+            60,
+            consumer_widget_gone("default", "w1"),
+        )
         .await;
 }
 
@@ -227,10 +250,8 @@ async fn the_bundle_deleted_in(order: [Piece; 3], seed: u64) {
     }
     world
         .run_until_async("the provider copies are drained", 120, |w| {
-            async move {
-                copy_gone("acme", "default", "w1")(w).await && copy_gone("acme", "default", "w2")(w).await
-            }
-            .boxed()
+            async move { copy_gone("acme", "default", "w1")(w).await && copy_gone("acme", "default", "w2")(w).await }
+                .boxed()
         })
         .await;
     world
@@ -250,7 +271,12 @@ async fn the_bundle_deleted_in(order: [Piece; 3], seed: u64) {
     );
     // Nothing is re-created afterwards.
     world.steps_for(10).await;
-    assert!(world.provider_get("acme", &widgets(), Some("default"), "w1").await.is_none());
+    assert!(
+        world
+            .provider_get("acme", &widgets(), Some("default"), "w1")
+            .await
+            .is_none()
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -41,7 +41,10 @@ async fn decorated_widget(world: &World, owner_uid: &str) -> DynamicObject {
         ("note".to_string(), "keep me".to_string()),
         ("meta.helm.sh/release-name".to_string(), "web".to_string()),
         ("meta.helm.sh/release-namespace".to_string(), "default".to_string()),
-        ("argocd.argoproj.io/tracking-id".to_string(), "web:example.org/Widget:default/w1".to_string()),
+        (
+            "argocd.argoproj.io/tracking-id".to_string(),
+            "web:example.org/Widget:default/w1".to_string(),
+        ),
         ("argocd.argoproj.io/sync-wave".to_string(), "1".to_string()),
         (
             "kubectl.kubernetes.io/last-applied-configuration".to_string(),
@@ -98,8 +101,14 @@ async fn tool_markers_owner_references_and_finalizers_stay_on_the_consumer() {
         assert_eq!(annotation(&copy, key), None, "annotation {key} must not go up");
     }
     let copy = copy.expect("the copy");
-    assert!(copy.metadata.owner_references.unwrap_or_default().is_empty(), "no ownerReferences go up");
-    assert!(copy.metadata.finalizers.unwrap_or_default().is_empty(), "no finalizers go up");
+    assert!(
+        copy.metadata.owner_references.unwrap_or_default().is_empty(),
+        "no ownerReferences go up"
+    );
+    assert!(
+        copy.metadata.finalizers.unwrap_or_default().is_empty(),
+        "no finalizers go up"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -116,7 +125,11 @@ async fn label_changes_follow_and_removed_labels_leave_the_copy() {
     )
     .await;
     world
-        .run_until_async("the new label goes up", 60, copy_has("acme", "default", "w1", &meta_key("labels", "tier"), json!("gold")))
+        .run_until_async(
+            "the new label goes up",
+            60,
+            copy_has("acme", "default", "w1", &meta_key("labels", "tier"), json!("gold")),
+        )
         .await;
     let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
     assert_eq!(label(&copy, "argocd.argoproj.io/instance"), None);
@@ -145,14 +158,21 @@ async fn the_provider_garbage_collector_collects_nothing() {
 
     world.steps_for(60).await;
     let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(now.and_then(|c| c.metadata.uid), copy.metadata.uid, "the copy is still the same object");
+    assert_eq!(
+        now.and_then(|c| c.metadata.uid),
+        copy.metadata.uid,
+        "the copy is still the same object"
+    );
     let collected: Vec<_> = world
         .provider("acme")
         .write_log()
         .into_iter()
         .filter(|w| w.verb == "delete" && w.user.contains("garbage-collector"))
         .collect();
-    assert!(collected.is_empty(), "the provider's garbage collector deleted {collected:?}");
+    assert!(
+        collected.is_empty(),
+        "the provider's garbage collector deleted {collected:?}"
+    );
 
     // Deleting the consumer object removes the copy; the foreign finalizer holds only the
     // consumer object, until its owner (the story) lets go.

@@ -50,7 +50,11 @@ async fn observed_generation_is_translated_across_a_konnector_restart() {
     // Provider drift, reverted, moves the provider's generation ahead of the consumer's.
     patch_copy(&world, "acme", "default", "w1", json!({"spec": {"size": 50}})).await;
     world
-        .run_until_async("the drift is reverted", 60, copy_has("acme", "default", "w1", "/spec/size", json!(1)))
+        .run_until_async(
+            "the drift is reverted",
+            60,
+            copy_has("acme", "default", "w1", "/spec/size", json!(1)),
+        )
         .await;
     let provider_generation = copy(&world).await.metadata.generation.expect("a generation");
     let consumer = consumer_generation(&world).await;
@@ -64,16 +68,27 @@ async fn observed_generation_is_translated_across_a_konnector_restart() {
     )
     .await;
     world
-        .run_until_async("the status comes down after the restart", 120, widget_has("default", "w1", "/status/phase", json!("Ready")))
+        .run_until_async(
+            "the status comes down after the restart",
+            120,
+            widget_has("default", "w1", "/status/phase", json!("Ready")),
+        )
         .await;
     let mine = world.consumer_get(&widgets(), Some("default"), "w1").await;
     assert_eq!(at(&mine, "/status/observedGeneration"), Some(json!(consumer)));
-    assert_eq!(at(&mine, "/status/conditions/0/observedGeneration"), Some(json!(consumer)));
+    assert_eq!(
+        at(&mine, "/status/conditions/0/observedGeneration"),
+        Some(json!(consumer))
+    );
 
     // A spec change after the restart is answered with the new consumer generation.
     patch_widget(&world, "default", "w1", json!({"spec": {"size": 2}})).await;
     world
-        .run_until_async("the update goes up", 60, copy_has("acme", "default", "w1", "/spec/size", json!(2)))
+        .run_until_async(
+            "the update goes up",
+            60,
+            copy_has("acme", "default", "w1", "/spec/size", json!(2)),
+        )
         .await;
     let answered = copy(&world).await;
     let consumer = consumer_generation(&world).await;
@@ -87,7 +102,11 @@ async fn observed_generation_is_translated_across_a_konnector_restart() {
     )
     .await;
     world
-        .run_until_async("the new answer comes down", 60, widget_has("default", "w1", "/status/observedGeneration", json!(consumer)))
+        .run_until_async(
+            "the new answer comes down",
+            60,
+            widget_has("default", "w1", "/status/observedGeneration", json!(consumer)),
+        )
         .await;
 }
 
@@ -99,13 +118,21 @@ async fn a_status_answering_an_older_generation_is_not_copied_as_current() {
     let first = copy(&world).await.metadata.generation.expect("a generation");
     provider_status(&world, json!({"phase": "Ready", "observedGeneration": first})).await;
     world
-        .run_until_async("the first answer comes down", 60, widget_has("default", "w1", "/status/phase", json!("Ready")))
+        .run_until_async(
+            "the first answer comes down",
+            60,
+            widget_has("default", "w1", "/status/phase", json!("Ready")),
+        )
         .await;
     let answered = consumer_generation(&world).await;
 
     patch_widget(&world, "default", "w1", json!({"spec": {"size": 2}})).await;
     world
-        .run_until_async("the update goes up", 60, copy_has("acme", "default", "w1", "/spec/size", json!(2)))
+        .run_until_async(
+            "the update goes up",
+            60,
+            copy_has("acme", "default", "w1", "/spec/size", json!(2)),
+        )
         .await;
     // The provider's controller still reports on the previous generation.
     provider_status(&world, json!({"phase": "Reconciling", "observedGeneration": first})).await;
@@ -116,12 +143,20 @@ async fn a_status_answering_an_older_generation_is_not_copied_as_current() {
         Some(json!(answered)),
         "an old answer does not claim the new generation"
     );
-    assert_eq!(at(&mine, "/status/phase"), Some(json!("Ready")), "the old answer is held back");
+    assert_eq!(
+        at(&mine, "/status/phase"),
+        Some(json!("Ready")),
+        "the old answer is held back"
+    );
 
     let current = copy(&world).await.metadata.generation.expect("a generation");
     provider_status(&world, json!({"phase": "Ready", "observedGeneration": current})).await;
     let now = consumer_generation(&world).await;
     world
-        .run_until_async("the current answer comes down", 60, widget_has("default", "w1", "/status/observedGeneration", json!(now)))
+        .run_until_async(
+            "the current answer comes down",
+            60,
+            widget_has("default", "w1", "/status/observedGeneration", json!(now)),
+        )
         .await;
 }

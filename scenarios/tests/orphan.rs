@@ -5,8 +5,8 @@
 mod story;
 
 use futures::FutureExt;
-use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, reason};
 use kbind_api::conditions;
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, reason};
 use kbind_scenarios::apis::widgets;
 use kbind_scenarios::world::NAMESPACE;
 use serde_json::json;
@@ -41,7 +41,11 @@ async fn an_orphaned_cluster_binding_lets_go_at_once_and_leaves_the_provider_alo
 
     for name in ["w1", "w2"] {
         let copy = world.provider_get("acme", &widgets(), Some("default"), name).await;
-        assert_eq!(at(&copy, "/spec/size"), Some(json!(3)), "copy {name} stays on the provider");
+        assert_eq!(
+            at(&copy, "/spec/size"),
+            Some(json!(3)),
+            "copy {name} stays on the provider"
+        );
         assert!(copy.and_then(|c| c.metadata.deletion_timestamp).is_none());
     }
     let deletes: Vec<_> = world
@@ -60,7 +64,11 @@ async fn an_orphaned_cluster_binding_lets_go_at_once_and_leaves_the_provider_alo
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_whose_provider_is_gone_for_good_is_deleted_with_orphan() {
-    let (mut world, _) = bound_world("a_connection_whose_provider_is_gone_for_good_is_deleted_with_orphan", 202).await;
+    let (mut world, _) = bound_world(
+        "a_connection_whose_provider_is_gone_for_good_is_deleted_with_orphan",
+        202,
+    )
+    .await;
     create_widget(&world, "default", "w1", json!({"size": 1})).await;
     wait_for_copy(&mut world, "acme", "default", "w1").await;
     world.partition("acme");

@@ -29,11 +29,15 @@ async fn consumer_side_intact(world: &World, crd_rv: &Option<String>) {
 
 /// After the API stopped being exported: a new consumer object and a spec change go nowhere.
 async fn syncing_has_stopped(world: &mut World) {
-    let provider_writes = provider_widget_writes(world, "acme", "patch") + provider_widget_writes(world, "acme", "create");
+    let provider_writes =
+        provider_widget_writes(world, "acme", "patch") + provider_widget_writes(world, "acme", "create");
     create_widget(world, "default", "w2", json!({"size": 1})).await;
     world.steps_for(30).await;
     assert!(
-        world.provider_get("acme", &widgets(), Some("default"), "w2").await.is_none(),
+        world
+            .provider_get("acme", &widgets(), Some("default"), "w2")
+            .await
+            .is_none(),
         "nothing is synced once the API is not exported"
     );
     assert_eq!(
@@ -75,7 +79,10 @@ async fn removing_the_exported_label_stops_syncing_and_deletes_nothing() {
     syncing_has_stopped(&mut world).await;
     consumer_side_intact(&world, &crd_rv).await;
     assert!(
-        world.provider_get("acme", &widgets(), Some("default"), "w1").await.is_some(),
+        world
+            .provider_get("acme", &widgets(), Some("default"), "w1")
+            .await
+            .is_some(),
         "the provider copy is not deleted either"
     );
 

@@ -42,7 +42,10 @@ async fn change_provider_schema(world: &World, versions: Value) {
 }
 
 async fn consumer_hash(world: &World) -> Option<String> {
-    annotation(&world.consumer_get(&crds(), None, WIDGETS).await, kbind_annotation::SCHEMA_HASH)
+    annotation(
+        &world.consumer_get(&crds(), None, WIDGETS).await,
+        kbind_annotation::SCHEMA_HASH,
+    )
 }
 
 async fn consumer_has_field(world: &World, field: &str) -> bool {
@@ -62,11 +65,17 @@ fn set_policy(objects: &mut [Value], schema: Value) {
 async fn a_compatible_provider_change_is_applied_under_always() {
     let (mut world, _) = bound_world("a_compatible_provider_change_is_applied_under_always", 601).await;
     let before = consumer_hash(&world).await.expect("the pulled CRD has a schema hash");
-    assert_eq!(bound_api(&world, "acme", WIDGETS).await.and_then(|b| b.crd_hash), Some(before.clone()));
+    assert_eq!(
+        bound_api(&world, "acme", WIDGETS).await.and_then(|b| b.crd_hash),
+        Some(before.clone())
+    );
 
-    change_provider_schema(&world, versions_with(|p| {
-        p.insert("shape".into(), json!({"type": "string"}));
-    }))
+    change_provider_schema(
+        &world,
+        versions_with(|p| {
+            p.insert("shape".into(), json!({"type": "string"}));
+        }),
+    )
     .await;
     world
         .run_until_async("the new optional field reaches the consumer CRD", 60, |w| {
@@ -85,7 +94,11 @@ async fn a_compatible_provider_change_is_applied_under_always() {
     // The new field syncs.
     create_widget(&world, "default", "w1", json!({"size": 1, "shape": "round"})).await;
     world
-        .run_until_async("the new field goes up", 60, copy_has("acme", "default", "w1", "/spec/shape", json!("round")))
+        .run_until_async(
+            "the new field goes up",
+            60,
+            copy_has("acme", "default", "w1", "/spec/shape", json!("round")),
+        )
         .await;
 }
 
@@ -93,9 +106,12 @@ async fn a_compatible_provider_change_is_applied_under_always() {
 async fn a_field_removal_is_held_until_a_user_accepts_it() {
     let (mut world, _) = bound_world("a_field_removal_is_held_until_a_user_accepts_it", 602).await;
     let before = consumer_hash(&world).await;
-    change_provider_schema(&world, versions_with(|p| {
-        p.remove("color");
-    }))
+    change_provider_schema(
+        &world,
+        versions_with(|p| {
+            p.remove("color");
+        }),
+    )
     .await;
     world
         .run_until_async(
@@ -105,7 +121,10 @@ async fn a_field_removal_is_held_until_a_user_accepts_it() {
         )
         .await;
     world.steps_for(20).await;
-    assert!(consumer_has_field(&world, "color").await, "the consumer CRD keeps the field");
+    assert!(
+        consumer_has_field(&world, "color").await,
+        "the consumer CRD keeps the field"
+    );
     assert_eq!(consumer_hash(&world).await, before, "the consumer CRD is unchanged");
 
     // The message names the hash to accept.
@@ -147,12 +166,18 @@ async fn update_policy_once_holds_the_first_schema() {
     })
     .await;
     let before = consumer_hash(&world).await;
-    change_provider_schema(&world, versions_with(|p| {
-        p.insert("shape".into(), json!({"type": "string"}));
-    }))
+    change_provider_schema(
+        &world,
+        versions_with(|p| {
+            p.insert("shape".into(), json!({"type": "string"}));
+        }),
+    )
     .await;
     world.steps_for(60).await;
-    assert!(!consumer_has_field(&world, "shape").await, "Once does not follow provider changes");
+    assert!(
+        !consumer_has_field(&world, "shape").await,
+        "Once does not follow provider changes"
+    );
     assert_eq!(consumer_hash(&world).await, before);
     assert!(binding_ready(&world, "acme").await, "holding is not an error");
 }
@@ -216,7 +241,11 @@ async fn pull_policy_none_syncs_on_a_pre_installed_crd() {
         .await;
     create_widget(&world, "default", "w1", json!({"size": 5})).await;
     world
-        .run_until_async("the object syncs", 60, copy_has("acme", "default", "w1", "/spec/size", json!(5)))
+        .run_until_async(
+            "the object syncs",
+            60,
+            copy_has("acme", "default", "w1", "/spec/size", json!(5)),
+        )
         .await;
     assert_eq!(konnector_crd_writes(&world), 0, "pullPolicy None never writes the CRD");
     assert!(world.consumer_get(&widgets(), Some("default"), "w1").await.is_some());
@@ -224,8 +253,7 @@ async fn pull_policy_none_syncs_on_a_pre_installed_crd() {
 
 #[tokio::test(start_paused = true)]
 async fn a_crd_kbind_did_not_create_is_never_overwritten() {
-    let mut world =
-        world_with_consumer_crd("a_crd_kbind_did_not_create_is_never_overwritten", 605, json!({})).await;
+    let mut world = world_with_consumer_crd("a_crd_kbind_did_not_create_is_never_overwritten", 605, json!({})).await;
     world
         .run_until_async(
             "the binding reports CRDNotManaged",
@@ -238,6 +266,9 @@ async fn a_crd_kbind_did_not_create_is_never_overwritten() {
     assert_eq!(konnector_crd_writes(&world), 0, "never overwritten");
     assert_eq!(label(&crd, "owner").as_deref(), Some("platform-team"));
     assert!(!binding_ready(&world, "acme").await);
-    let b = cluster_binding(&world, "acme").await.and_then(|b| b.status).expect("a status");
+    let b = cluster_binding(&world, "acme")
+        .await
+        .and_then(|b| b.status)
+        .expect("a status");
     assert!(!conditions::is_true(&b.conditions, condition::READY));
 }

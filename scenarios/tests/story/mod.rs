@@ -113,11 +113,7 @@ pub async fn binding_ready(world: &World, name: &str) -> bool {
 
 /// The status entry of `api` on ClusterBinding `name`.
 pub async fn bound_api(world: &World, name: &str, api: &str) -> Option<BoundApiStatus> {
-    cluster_binding(world, name)
-        .await?
-        .status?
-        .bound_api(api)
-        .cloned()
+    cluster_binding(world, name).await?.status?.bound_api(api).cloned()
 }
 
 /// The reason of the per-API `Synced` condition of `api` on ClusterBinding `name`.
@@ -127,7 +123,11 @@ pub async fn api_reason(world: &World, name: &str, api: &str) -> Option<String> 
 }
 
 /// A check that the per-API `Synced` reason of `api` on ClusterBinding `name` is `reason`.
-pub fn api_reason_is<'a>(name: &'a str, api: &'a str, reason: &'a str) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + 'a {
+pub fn api_reason_is<'a>(
+    name: &'a str,
+    api: &'a str,
+    reason: &'a str,
+) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + 'a {
     move |w| {
         let (name, api, reason) = (name.to_string(), api.to_string(), reason.to_string());
         async move { api_reason(w, &name, &api).await.as_deref() == Some(reason.as_str()) }.boxed()
@@ -205,7 +205,12 @@ pub fn copy_has(
     pointer: &str,
     value: Value,
 ) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + use<> {
-    let (p, n, nm, ptr) = (provider.to_string(), ns.to_string(), name.to_string(), pointer.to_string());
+    let (p, n, nm, ptr) = (
+        provider.to_string(),
+        ns.to_string(),
+        name.to_string(),
+        pointer.to_string(),
+    );
     move |w| {
         let (p, n, nm, ptr, value) = (p.clone(), n.clone(), nm.clone(), ptr.clone(), value.clone());
         async move { at(&w.provider_get(&p, &widgets(), Some(&n), &nm).await, &ptr) == Some(value) }.boxed()
@@ -213,7 +218,12 @@ pub fn copy_has(
 }
 
 /// A check that the consumer widget `ns/name` has `value` at `pointer`.
-pub fn widget_has(ns: &str, name: &str, pointer: &str, value: Value) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + use<> {
+pub fn widget_has(
+    ns: &str,
+    name: &str,
+    pointer: &str,
+    value: Value,
+) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + use<> {
     let (n, nm, ptr) = (ns.to_string(), name.to_string(), pointer.to_string());
     move |w| {
         let (n, nm, ptr, value) = (n.clone(), nm.clone(), ptr.clone(), value.clone());
@@ -226,7 +236,13 @@ pub async fn patch_widget(world: &World, ns: &str, name: &str, patch: Value) -> 
     world
         .consumer()
         .admin_client()
-        .patch(&widgets(), Some(ns), name, &Patch::Merge(patch), &PatchParams::default())
+        .patch(
+            &widgets(),
+            Some(ns),
+            name,
+            &Patch::Merge(patch),
+            &PatchParams::default(),
+        )
         .await
         .expect("patching the consumer widget")
 }
@@ -236,7 +252,13 @@ pub async fn patch_copy(world: &World, provider: &str, ns: &str, name: &str, pat
     world
         .provider(provider)
         .admin_client()
-        .patch(&widgets(), Some(ns), name, &Patch::Merge(patch), &PatchParams::default())
+        .patch(
+            &widgets(),
+            Some(ns),
+            name,
+            &Patch::Merge(patch),
+            &PatchParams::default(),
+        )
         .await
         .expect("patching the provider copy")
 }
