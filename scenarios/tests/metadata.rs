@@ -8,6 +8,7 @@ mod story;
 use futures::FutureExt;
 use kbind_api::consts::label as kbind_label;
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
+use kbind_scenarios::World;
 use kbind_scenarios::apis::{widget, widgets};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -80,15 +81,14 @@ async fn owner_configmap(world: &World) -> String {
         .unwrap_or_default()
 }
 
-use kbind_scenarios::World;
-
 #[tokio::test(start_paused = true)]
 async fn tool_markers_owner_references_and_finalizers_stay_on_the_consumer() {
     let (mut world, _) = bound_world("tool_markers_owner_references_and_finalizers_stay_on_the_consumer", 401).await;
     ensure_namespace(&world.consumer().admin_client(), "default").await;
     let owner = owner_configmap(&world).await;
     decorated_widget(&world, &owner).await;
-    let copy = Some(wait_for_copy(&mut world, "acme", "default", "w1").await);
+    let live = wait_for_copy(&mut world, "acme", "default", "w1").await;
+    let copy = Some(live.clone());
 
     assert_eq!(label(&copy, "app").as_deref(), Some("web"));
     assert_eq!(label(&copy, "app.kubernetes.io/name").as_deref(), Some("web"));
@@ -100,13 +100,12 @@ async fn tool_markers_owner_references_and_finalizers_stay_on_the_consumer() {
     for key in TOOL_ANNOTATIONS {
         assert_eq!(annotation(&copy, key), None, "annotation {key} must not go up");
     }
-    let copy = copy.expect("the copy");
     assert!(
-        copy.metadata.owner_references.unwrap_or_default().is_empty(),
+        live.metadata.owner_references.unwrap_or_default().is_empty(),
         "no ownerReferences go up"
     );
     assert!(
-        copy.metadata.finalizers.unwrap_or_default().is_empty(),
+        live.metadata.finalizers.unwrap_or_default().is_empty(),
         "no finalizers go up"
     );
 }
