@@ -57,7 +57,7 @@ async fn warning_events_for(world: &World, name: &str, why: &str) -> usize {
         .count()
 }
 
-fn adopt(objects: &mut Vec<Value>) {
+fn adopt(objects: &mut [Value]) {
     objects[2]["spec"]["conflictPolicy"] = json!("Adopt");
 }
 

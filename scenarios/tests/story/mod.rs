@@ -61,7 +61,7 @@ pub fn label(obj: &Option<DynamicObject>, key: &str) -> Option<String> {
 /// A world with provider `acme` (widgets CRD installed, admin token), konnector-0 running and
 /// the ClusterBinding `acme` Ready; `customise` edits the bundle's objects before they are
 /// applied (Connection at index 1, ClusterBinding at index 2).
-pub async fn bound_world_with(story: &str, seed: u64, customise: impl FnOnce(&mut Vec<Value>)) -> (World, Credential) {
+pub async fn bound_world_with(story: &str, seed: u64, customise: impl FnOnce(&mut [Value])) -> (World, Credential) {
     let mut world = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
