@@ -834,6 +834,19 @@ impl World {
         }
         panic!("{report}");
     }
+
+    /// Records that the konnector may delete this consumer object because of something the
+    /// story did (e.g. the consumer CRD removed on unbind), so §8.1 does not count it.
+    pub fn allow_konnector_delete(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
+        let resource = if res.group.is_empty() {
+            format!("{}.", res.plural)
+        } else {
+            format!("{}.{}", res.plural, res.group)
+        };
+        self.story_deleted
+            .insert((resource, namespace.unwrap_or("").to_string(), name.to_string()));
+        self.note(format!("allowed the konnector to delete {} {name}", res.plural));
+    }
 }
 
 fn replica_user(id: &str) -> String {

@@ -255,10 +255,15 @@ impl Shared {
                 true,
             )
             .await
-            .map_err(|source| SyncError::ProviderWriteFailed {
-                step: "apply",
-                object: target.clone(),
-                source,
+            .map_err(|source| {
+                // The namespace may have been deleted out of band since it was last seen: the
+                // retry looks again (and re-creates it) instead of trusting the memo for ever.
+                self.forget_namespace(&target);
+                SyncError::ProviderWriteFailed {
+                    step: "apply",
+                    object: target.clone(),
+                    source,
+                }
             })?;
         {
             let mut tally = lock(&self.tally);
@@ -359,6 +364,8 @@ impl Shared {
         let namespaces = namespace_resource();
         let ns_key = ObjectKey::cluster(ns);
         match self.provider.reader.get_opt(&namespaces, None, ns).await {
+            // A terminating namespace is not remembered: once it is gone it is created again.
+            Ok(Some(found)) if found.metadata.deletion_timestamp.is_some() => return Ok(()),
             Ok(Some(_)) => {}
             // Without read access the apply itself tells whether the namespace exists.
             Err(kbind_cluster::Error::Forbidden { .. }) => return Ok(()),
@@ -399,6 +406,13 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .insert(ns.to_string());
         Ok(())
+    }
+
+    /// Forgets that `target`'s provider namespace exists.
+    fn forget_namespace(&self, target: &ObjectKey) {
+        if let Some(ns) = &target.namespace {
+            self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).remove(ns);
+        }
     }
 
     /// Provider status down, translated; skipped without a consumer status subresource.
