@@ -65,6 +65,11 @@ pub(crate) fn apply_body(
     if let Some(ns) = &target.namespace {
         metadata["namespace"] = json!(ns);
     }
+    if crate::planted::planted(crate::planted::Plant::CopyOwnerReferencesUp)
+        && let Some(refs) = &obj.metadata.owner_references
+    {
+        metadata["ownerReferences"] = json!(refs);
+    }
     if let Some(rv) = precondition {
         metadata["resourceVersion"] = json!(rv);
     }
@@ -112,6 +117,9 @@ pub(crate) fn classify(
     let Some(live) = live else {
         return Verdict::Create;
     };
+    if crate::planted::planted(crate::planted::Plant::WriteBeforeClassifying) {
+        return Verdict::Update { precondition: None };
+    }
     let object_uid = consumer.metadata.uid.as_deref().unwrap_or_default();
     let cluster = annotation_of(live, annotation::CONSUMER_CLUSTER_UID);
     let object = annotation_of(live, annotation::CONSUMER_OBJECT_UID);

@@ -19,6 +19,9 @@ use serde_json::Value;
 /// The consumer `.status` for this provider copy, or `None` to leave the consumer alone.
 pub(crate) fn translated_status(copy: &DynamicObject) -> Option<Value> {
     let mut status = copy.data.get("status")?.clone();
+    if crate::planted::planted(crate::planted::Plant::SkipObservedGenerationTranslation) {
+        return Some(status);
+    }
     let provider_generation = copy.metadata.generation?;
     let consumer_generation: i64 = copy
         .metadata

@@ -294,6 +294,9 @@ impl Shared {
         if !meta::has_finalizer(obj) {
             return Ok(Action::await_change());
         }
+        if crate::planted::planted(crate::planted::Plant::ReleaseFinalizerBeforeProviderDelete) {
+            release_finalizer(self.consumer.as_ref(), self.res(), obj, key).await?;
+        }
         if !meta::is_orphan(obj) {
             let object_uid = obj.metadata.uid.as_deref().unwrap_or_default();
             if let Some(copy) = self.read_target(target).await?
