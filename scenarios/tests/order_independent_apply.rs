@@ -1,9 +1,12 @@
 //! Story of DESIGN.md §1: the bundle's three objects applied in every order, with the konnector
-//! running between them, converge on the same Ready, pinned, engaged Connection; a missing piece
+//! running between them, converge on the same Ready, pinned, engaged Connection and a Ready
+//! ClusterBinding; a missing piece
 //! is a condition that resolves, never a failure, and nothing is deleted along the way.
 
+use futures::FutureExt;
 use kbind_api::consts::{condition, reason};
 use kbind_api::{Connection, conditions};
+use kbind_cluster::ClusterClientExt;
 use kbind_scenarios::{ProviderOpts, World, bundle, seed_from_env};
 use rand::{Rng, SeedableRng};
 
@@ -25,6 +28,9 @@ async fn apply_in_order(order: [usize; 3], seed: u64) {
         .story(&story)
         .provider("acme", ProviderOpts::default())
         .build()
+        .await;
+    world
+        .install_provider_crd("acme", kbind_scenarios::apis::widgets_crd())
         .await;
     let cred = world.mint_admin_token("acme");
     let objects = bundle::bundle("acme", "kbind", &world.kubeconfig_for(&cred), &["widgets.example.org"]);
@@ -70,6 +76,22 @@ async fn apply_in_order(order: [usize; 3], seed: u64) {
     );
     world
         .run_until("acme is engaged", 60, |w| w.providers().get("acme").is_some())
+        .await;
+    world
+        .run_until_async("the ClusterBinding is Ready", 120, |w| {
+            async move {
+                let b: Option<kbind_api::ClusterBinding> = w
+                    .consumer()
+                    .admin_client()
+                    .get_typed_opt(None, "acme")
+                    .await
+                    .ok()
+                    .flatten();
+                b.and_then(|b| b.status)
+                    .is_some_and(|s| conditions::is_true(&s.conditions, condition::READY))
+            }
+            .boxed()
+        })
         .await;
 }
 
