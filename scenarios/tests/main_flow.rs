@@ -32,6 +32,25 @@ fn at(obj: &Option<kbind_cluster::DynamicObject>, pointer: &str) -> Option<Value
     whole.pointer(pointer).cloned()
 }
 
+/// `obj` without what the server sets (uids, resourceVersions, timestamps, managedFields), with
+/// the consumer-object-uid marker kept only as "present".
+fn redacted(obj: &Option<kbind_cluster::DynamicObject>) -> Value {
+    let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields"] {
+            meta.remove(key);
+        }
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            for key in [annotation::CONSUMER_OBJECT_UID, annotation::CONSUMER_CLUSTER_UID] {
+                if annotations.contains_key(key) {
+                    annotations.insert(key.to_string(), json!("[uid]"));
+                }
+            }
+        }
+    }
+    value
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_object_goes_up_its_status_comes_down_and_deletion_goes_through_the_provider() {
     let mut world = World::builder()
@@ -132,6 +151,10 @@ async fn an_object_goes_up_its_status_comes_down_and_deletion_goes_through_the_p
         at(&mine, "/metadata/generation"),
         "observedGeneration answers the consumer generation"
     );
+    // Both sides as a reviewer would read them (server-set fields redacted).
+    let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    insta::assert_json_snapshot!("consumer_widget_after_status_down", redacted(&mine));
+    insta::assert_json_snapshot!("provider_copy_after_status_down", redacted(&copy));
 
     // Update the spec → it goes up.
     consumer
