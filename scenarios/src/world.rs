@@ -53,6 +53,7 @@ pub struct WorldBuilder {
     consumer: String,
     providers: Vec<(String, ProviderOpts)>,
     leader_election: bool,
+    config: EngineConfig,
 }
 
 impl WorldBuilder {
@@ -83,6 +84,12 @@ impl WorldBuilder {
     /// Adds a kcp-like provider cluster.
     pub fn kcp_provider(self, name: &str) -> Self {
         self.provider(name, ProviderOpts { kcp_like: true })
+    }
+
+    /// The konnector's settings (default: the konnector's defaults).
+    pub fn engine_config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
     }
 
     /// Gates konnector replicas behind leader election (on by default).
@@ -134,6 +141,7 @@ impl WorldBuilder {
             story_deleted: BTreeSet::new(),
             notes: Vec::new(),
             leader_election: self.leader_election,
+            config: self.config,
             log,
             _log_guard: log_guard,
         };
@@ -180,6 +188,7 @@ pub struct World {
     story_deleted: BTreeSet<(String, String, String)>,
     notes: Vec<String>,
     leader_election: bool,
+    config: EngineConfig,
     log: LogCapture,
     _log_guard: tracing::subscriber::DefaultGuard,
 }
@@ -193,6 +202,7 @@ impl World {
             consumer: "consumer".into(),
             providers: Vec::new(),
             leader_election: true,
+            config: EngineConfig::default(),
         }
     }
 
@@ -451,7 +461,7 @@ impl World {
             consumer: Arc::new(consumer),
             connector: self.connector.clone(),
             clock: self.clock.clone(),
-            config: EngineConfig::default(),
+            config: self.config.clone(),
         };
         let leader = self
             .leader_election

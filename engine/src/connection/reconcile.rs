@@ -314,15 +314,20 @@ async fn drive(
     .into_iter()
     .min()
     .unwrap_or(RETRY_INTERVAL);
-    (next.max(Duration::from_millis(100)), true)
+    (next.clamp(Duration::from_millis(100), config.heartbeat_interval), true)
 }
 
 fn is_due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
     last.is_none_or(|at| now.saturating_duration_since(at) >= every)
 }
 
+/// How long until `every` has passed since `last`; an interval too long to add (a resync of
+/// "forever") is never due.
 fn due_in(last: Option<Instant>, every: Duration, now: Instant) -> Duration {
-    last.map_or(Duration::ZERO, |at| (at + every).saturating_duration_since(now))
+    last.map_or(Duration::ZERO, |at| match at.checked_add(every) {
+        Some(due) => due.saturating_duration_since(now),
+        None => Duration::MAX,
+    })
 }
 
 /// Records a provider failure in `report`.
