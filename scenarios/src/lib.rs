@@ -11,4 +11,4 @@ pub mod world;
 
 pub use bundle::Credential;
 pub use connector::FakeConnector;
-pub use world::{ProviderOpts, World, WorldBuilder, seed_from_env};
+pub use world::{ProviderOpts, SharedProvider, World, WorldBuilder, seed_from_env};

@@ -52,6 +52,7 @@ pub struct WorldBuilder {
     story: String,
     consumer: String,
     providers: Vec<(String, ProviderOpts)>,
+    shared: Vec<(String, SharedProvider)>,
     leader_election: bool,
     config: EngineConfig,
 }
@@ -78,6 +79,12 @@ impl WorldBuilder {
     /// Adds a plain provider cluster.
     pub fn provider(mut self, name: &str, opts: ProviderOpts) -> Self {
         self.providers.push((name.to_string(), opts));
+        self
+    }
+
+    /// Adds a provider cluster of another world (a second consumer cluster of one provider).
+    pub fn shared_provider(mut self, name: &str, provider: SharedProvider) -> Self {
+        self.shared.push((name.to_string(), provider));
         self
     }
 
@@ -127,6 +134,17 @@ impl WorldBuilder {
                 },
             );
         }
+        for (name, shared) in self.shared {
+            connector.register(&name, shared.cluster.clone(), shared.ca_pem.clone());
+            providers.insert(
+                name,
+                Provider {
+                    cluster: shared.cluster,
+                    ca_pem: shared.ca_pem,
+                    replacements: Vec::new(),
+                },
+            );
+        }
         let mut world = World {
             seed: self.seed,
             story: self.story,
@@ -154,6 +172,13 @@ impl WorldBuilder {
 fn fake_ca_pem(name: &str, salt: u64) -> Vec<u8> {
     let body = base64::engine::general_purpose::STANDARD.encode(format!("fake-ca:{name}:{salt:016x}"));
     format!("-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n").into_bytes()
+}
+
+/// A provider cluster handed to another world ([`WorldBuilder::shared_provider`]).
+#[derive(Debug, Clone)]
+pub struct SharedProvider {
+    cluster: FakeCluster,
+    ca_pem: Vec<u8>,
 }
 
 /// A provider cluster of the world.
@@ -201,6 +226,7 @@ impl World {
             story: "unnamed story".into(),
             consumer: "consumer".into(),
             providers: Vec::new(),
+            shared: Vec::new(),
             leader_election: true,
             config: EngineConfig::default(),
         }
@@ -286,7 +312,7 @@ impl World {
     /// token; not revocable).
     pub fn mint_admin_token(&mut self, provider: &str) -> Credential {
         let token = format!("kbind-admin.{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
-        let user = format!("kbind-konnector@{provider}");
+        let user = format!("kbind-konnector.{}@{provider}", self.consumer.name());
         self.provider(provider).add_token(
             &token,
             UserInfo {
@@ -357,6 +383,15 @@ impl World {
         };
         self.credentials.push(cred.clone());
         cred
+    }
+
+    /// Provider `name`, to share with a second world (a second consumer of the same provider).
+    pub fn share_provider(&self, name: &str) -> SharedProvider {
+        let p = self.provider_entry(name);
+        SharedProvider {
+            cluster: p.cluster.clone(),
+            ca_pem: p.ca_pem.clone(),
+        }
     }
 
     /// The CA (PEM) that provider `name`'s server certificate chains to.
