@@ -1,5 +1,6 @@
 //! `ProviderCache`: one shared watch per GVR of an engaged provider, created on demand, all
-//! stopped together on disengage.
+//! stopped together on disengage. When the credentials may not watch a GVR cluster-wide, the
+//! syncer asks for one shared watch per (GVR, namespace in use) instead (DESIGN.md §4 "RBAC").
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,8 +34,11 @@ impl std::fmt::Debug for ProviderCache {
     }
 }
 
-fn key_of(res: &ApiResource) -> String {
-    format!("{}/{}/{}", res.group, res.version, res.plural)
+fn key_of(res: &ApiResource, namespace: Option<&str>) -> String {
+    match namespace {
+        None => format!("{}/{}/{}", res.group, res.version, res.plural),
+        Some(ns) => format!("{}/{}/{}@{ns}", res.group, res.version, res.plural),
+    }
 }
 
 impl ProviderCache {
@@ -50,8 +54,15 @@ impl ProviderCache {
     /// The store of `res`, starting its (cluster-wide) watch the first time it is asked for.
     /// After [`stop`](Self::stop) the returned store is never filled.
     pub fn store(&self, res: &ApiResource) -> Store<DynamicObject> {
+        self.store_in(res, None)
+    }
+
+    /// The store of `res` in `namespace` (`None`: cluster-wide), starting its watch the first
+    /// time it is asked for; each (GVR, namespace) is watched once, shared by every syncer.
+    pub fn store_in(&self, res: &ApiResource, namespace: Option<&str>) -> Store<DynamicObject> {
+        let key = key_of(res, namespace);
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = entries.get(&key_of(res)) {
+        if let Some(entry) = entries.get(&key) {
             return entry.store.clone();
         }
         let writer: Writer<DynamicObject> = Writer::new(res.clone());
@@ -59,14 +70,19 @@ impl ProviderCache {
         if self.is_stopped() {
             return store;
         }
-        let events = watcher(self.client.clone(), res.clone(), None, super::watcher_config());
+        let events = watcher(
+            self.client.clone(),
+            res.clone(),
+            namespace.map(str::to_string),
+            super::watcher_config(),
+        );
         let task = tokio::spawn(
             reflector::reflector(writer, events)
                 .applied_objects()
                 .for_each(|_| async {}),
         );
         entries.insert(
-            key_of(res),
+            key,
             Entry {
                 store: store.clone(),
                 task,

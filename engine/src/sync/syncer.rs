@@ -57,6 +57,28 @@ pub(crate) struct Shared {
     /// Provider namespaces known to exist.
     namespaces: Mutex<BTreeSet<String>>,
     seen: SharedSeen,
+    /// The provider stores the syncer follows: the cluster-wide one, or one per namespace in use
+    /// when the credentials may not list the GVR cluster-wide.
+    watches: ProviderWatches,
+}
+
+/// Which provider watches a syncer follows.
+#[derive(Clone, Default)]
+struct ProviderWatches {
+    /// `true` once a cluster-wide list was refused: watch per namespace in use.
+    per_namespace: Arc<std::sync::atomic::AtomicBool>,
+    stores: Arc<Mutex<BTreeMap<Option<String>, Store<DynamicObject>>>>,
+}
+
+impl ProviderWatches {
+    fn stores(&self) -> Vec<Store<DynamicObject>> {
+        self.stores
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
 }
 
 impl Shared {
@@ -79,6 +101,7 @@ impl Shared {
             tally,
             namespaces: Mutex::new(BTreeSet::new()),
             seen: SharedSeen::default(),
+            watches: ProviderWatches::default(),
         })
     }
 
@@ -102,7 +125,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         ),
     )
     .applied_objects();
-    let provider_changes = cache_changes(shared.provider.cache.store(&res), shared.seen.clone(), PROVIDER_POLL);
+    shared.choose_watches().await;
+    let provider_changes = cache_changes(shared.watches.clone(), shared.seen.clone(), PROVIDER_POLL);
     let mapper = shared.mapper.clone();
     let scope = shared.spec.namespace.clone();
     let map_res = res.clone();
@@ -136,30 +160,31 @@ fn consumer_ref(
     })
 }
 
-/// Objects of `store` that changed (or disappeared) since `seen`, looked at every `every`.
+/// Objects of the followed stores that changed (or disappeared) since `seen`, looked at every
+/// `every`.
 fn cache_changes(
-    store: Store<DynamicObject>,
+    watches: ProviderWatches,
     seen: SharedSeen,
     every: Duration,
 ) -> impl Stream<Item = Result<DynamicObject, WatcherError>> + Send + 'static {
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    futures::stream::unfold((store, seen, interval), |(store, seen, mut interval)| async move {
+    futures::stream::unfold((watches, seen, interval), |(watches, seen, mut interval)| async move {
         loop {
             interval.tick().await;
-            let changed = diff(&store, &mut seen.lock().unwrap_or_else(|p| p.into_inner()));
+            let changed = diff(&watches.stores(), &mut seen.lock().unwrap_or_else(|p| p.into_inner()));
             if !changed.is_empty() {
-                return Some((futures::stream::iter(changed), (store, seen, interval)));
+                return Some((futures::stream::iter(changed), (watches, seen, interval)));
             }
         }
     })
     .flatten()
 }
 
-/// The objects that differ between `store` and `seen`; `seen` becomes the store's state.
-fn diff(store: &Store<DynamicObject>, seen: &mut Seen) -> Vec<Result<DynamicObject, WatcherError>> {
+/// The objects that differ between `stores` and `seen`; `seen` becomes the stores' state.
+fn diff(stores: &[Store<DynamicObject>], seen: &mut Seen) -> Vec<Result<DynamicObject, WatcherError>> {
     let mut now = Seen::new();
-    for obj in store.state() {
+    for obj in stores.iter().flat_map(Store::state) {
         let Some(name) = obj.metadata.name.clone() else {
             continue;
         };
@@ -206,8 +231,43 @@ async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Actio
 }
 
 impl Shared {
+    /// Follows the cluster-wide watch when the credentials may list the GVR everywhere, else
+    /// one watch per namespace in use (added as objects are synced).
+    async fn choose_watches(&self) {
+        let probe = kbind_cluster::ListParams::default().limit(1);
+        let refused = matches!(
+            self.provider.reader.list(self.res(), None, &probe).await,
+            Err(kbind_cluster::Error::Forbidden { .. })
+        );
+        if refused {
+            tracing::info!(api = %self.spec.api, "cluster-wide watch forbidden; watching per namespace in use");
+            self.watches
+                .per_namespace
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        } else {
+            self.watches
+                .stores
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(None, self.provider.cache.store(self.res()));
+        }
+    }
+
+    /// In per-namespace mode, makes sure `namespace` is watched.
+    fn follow_namespace(&self, namespace: Option<&str>) {
+        if !self.watches.per_namespace.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let key = namespace.map(str::to_string);
+        let mut stores = self.watches.stores.lock().unwrap_or_else(|p| p.into_inner());
+        if !stores.contains_key(&key) {
+            stores.insert(key, self.provider.cache.store_in(self.res(), namespace));
+        }
+    }
+
     async fn sync(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<Action, SyncError> {
         let target = self.mapper.to_provider(self.res(), key);
+        self.follow_namespace(target.namespace.as_deref());
         if obj.metadata.deletion_timestamp.is_some() {
             return self.finalize(obj, key, &target).await;
         }
@@ -638,7 +698,9 @@ mod tests {
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitApply(widget("a", "x", "1")));
         writer.apply_watcher_event(&Event::InitDone);
-        let mut changes = Box::pin(cache_changes(store, SharedSeen::default(), Duration::from_secs(1)));
+        let watches = ProviderWatches::default();
+        watches.stores.lock().unwrap().insert(None, store);
+        let mut changes = Box::pin(cache_changes(watches, SharedSeen::default(), Duration::from_secs(1)));
         let name = |item: Option<Result<DynamicObject, WatcherError>>| {
             let obj = item.unwrap().unwrap();
             format!(
