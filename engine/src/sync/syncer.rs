@@ -260,9 +260,9 @@ impl Shared {
         }
         let key = namespace.map(str::to_string);
         let mut stores = self.watches.stores.lock().unwrap_or_else(|p| p.into_inner());
-        if !stores.contains_key(&key) {
-            stores.insert(key, self.provider.cache.store_in(self.res(), namespace));
-        }
+        stores
+            .entry(key)
+            .or_insert_with(|| self.provider.cache.store_in(self.res(), namespace));
     }
 
     async fn sync(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<Action, SyncError> {
