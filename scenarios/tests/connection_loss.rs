@@ -55,12 +55,24 @@ async fn a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_af
         )
         .await
         .expect("creating a widget");
+    consumer
+        .create(
+            &widgets(),
+            Some("default"),
+            &widget("default", "w2", json!({"size": 2})),
+            &Default::default(),
+        )
+        .await
+        .expect("creating a second widget");
     world
-        .run_until_async("the copy is on the provider", 60, |w| {
+        .run_until_async("the copies are on the provider", 60, |w| {
             async move {
                 w.provider_get("acme", &widgets(), Some("default"), "w1")
                     .await
                     .is_some()
+                    && w.provider_get("acme", &widgets(), Some("default"), "w2")
+                        .await
+                        .is_some()
             }
             .boxed()
         })
@@ -76,6 +88,34 @@ async fn a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_af
             .boxed()
         })
         .await;
+    // A delete while disconnected waits, says why, and loses nothing.
+    world.delete_on_consumer(&widgets(), Some("default"), "w2").await;
+    world
+        .run_until_async("w2's deletion is reported as DeletionBlocked", 60, |w| {
+            async move {
+                let events = w
+                    .consumer()
+                    .admin_client()
+                    .list(
+                        &kbind_engine::events::event_resource(),
+                        Some("default"),
+                        &Default::default(),
+                    )
+                    .await;
+                events.is_ok_and(|l| {
+                    l.items.iter().any(|e| {
+                        e.data.get("reason") == Some(&json!("DeletionBlocked"))
+                            && e.data.pointer("/regarding/name") == Some(&json!("w2"))
+                    })
+                })
+            }
+            .boxed()
+        })
+        .await;
+    assert!(
+        world.consumer_get(&widgets(), Some("default"), "w2").await.is_some(),
+        "the deletion waits for the provider to come back"
+    );
     let first_mark = at(
         &world.consumer_get(&widgets(), Some("default"), "w1").await,
         &stale_pointer(),
@@ -122,6 +162,10 @@ async fn a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_af
                 at(&copy, "/spec/size") == Some(json!(7))
                     && at(&mine, "/status/phase") == Some(json!("Degraded"))
                     && at(&mine, &stale_pointer()).is_none()
+                    && w.consumer_get(&widgets(), Some("default"), "w2").await.is_none()
+                    && w.provider_get("acme", &widgets(), Some("default"), "w2")
+                        .await
+                        .is_none()
             }
             .boxed()
         })

@@ -19,6 +19,7 @@ use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::ensure_cleanup;
 use crate::context::Context;
+use crate::events::Recorder;
 use crate::provider::{EngagedProvider, ProviderRegistry};
 use crate::related;
 use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
@@ -157,7 +158,12 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engaged: bool) -> R
         if engaged {
             stale::clear(consumer, &res, ns.as_deref()).await?;
         } else {
-            stale::mark(consumer, &res, ns.as_deref(), &Time(shared.ctx.clock.now())).await?;
+            let recorder = Recorder::new(
+                shared.ctx.consumer.clone(),
+                shared.ctx.clock.clone(),
+                kbind_api::consts::EVENT_COMPONENT,
+            );
+            stale::mark(consumer, &recorder, &res, ns.as_deref(), &Time(shared.ctx.clock.now())).await?;
         }
     }
     Ok(())

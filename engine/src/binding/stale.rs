@@ -4,9 +4,11 @@
 //! rate limit): the timestamp marks when staleness was first seen, not the latest check.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kbind_api::consts::{annotation, field_manager};
+use kbind_api::consts::{annotation, field_manager, finalizer, reason};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+
+use crate::events::{EventType, Recorder};
 
 fn is_stale(obj: &DynamicObject) -> bool {
     obj.metadata
@@ -46,9 +48,11 @@ async fn annotate(
     }
 }
 
-/// Marks every object of `res` in scope that is not marked yet.
+/// Marks every object of `res` in scope that is not marked yet, and tells every object whose
+/// deletion waits for the provider why (a `DeletionBlocked` Warning Event, counted in a series).
 pub(crate) async fn mark(
     consumer: &dyn ClusterClient,
+    recorder: &Recorder,
     res: &ApiResource,
     namespace: Option<&str>,
     now: &Time,
@@ -56,15 +60,30 @@ pub(crate) async fn mark(
     let list = consumer.list(res, namespace, &Default::default()).await?;
     let since = kbind_cluster::clock::format_time(now.0);
     let mut marked = 0;
-    for obj in list
-        .items
-        .iter()
-        .filter(|o| !is_stale(o) && o.metadata.deletion_timestamp.is_none())
-    {
-        annotate(consumer, res, obj, json!(since)).await?;
-        marked += 1;
+    for obj in &list.items {
+        if !is_stale(obj) {
+            annotate(consumer, res, obj, json!(since)).await?;
+            marked += 1;
+        }
+        if obj.metadata.deletion_timestamp.is_some() && has_syncer_finalizer(obj) {
+            let note = "the provider is not reachable: the provider copy is deleted, and this object released, once \
+                        it is back (nothing is lost); annotate core.kbind.io/deletion-policy=Orphan to keep the copy";
+            if let Err(e) = recorder
+                .publish(res, obj, EventType::Warning, reason::DELETION_BLOCKED, "Delete", note)
+                .await
+            {
+                tracing::debug!(error = %e, "DeletionBlocked event not recorded");
+            }
+        }
     }
     Ok(marked)
+}
+
+fn has_syncer_finalizer(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
 }
 
 /// Removes the mark from every object of `res` in scope.
