@@ -16,6 +16,7 @@
 //!   Connection reports `Synced=True` naming the binding that syncs them, and runs no syncer.
 
 mod extras;
+mod namespaces;
 mod reconcile;
 mod schema;
 mod stale;

@@ -53,6 +53,17 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     if let Some(action) = remove_related(view, shared).await? {
         return Ok(action);
     }
+    // Orphan never touches the provider; without an engagement the tidy-up is skipped.
+    if !view.is_orphan()
+        && let Some(provider) = shared.registry.get(&view.spec.connection_ref.name)
+    {
+        let uid = shared
+            .connection(&view.spec.connection_ref.name)
+            .and_then(|c| c.status.clone())
+            .and_then(|s| s.local_cluster_uid)
+            .unwrap_or_default();
+        super::namespaces::remove_empty(&provider, &uid).await;
+    }
     for api in &view.spec.apis {
         remove_crd_if_unused(view, shared, &api.name).await?;
     }
