@@ -6,21 +6,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use fakeapi::{FakeCluster, UserInfo};
-use kbind_api::{ConflictPolicy, Connection};
+use kbind_api::ConflictPolicy;
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams, SharedClock,
-    TokioClock, to_dynamic,
+    TokioClock,
 };
-use kbind_engine::context::{Context, EngineConfig};
+use kbind_engine::context::Context;
 use kbind_engine::mapper::{Identity, Mapper, ObjectKey, assert_round_trips};
-use kbind_engine::provider::{EngagedProvider, ProviderRegistry};
-use kbind_engine::remote::{Connector, ProviderKubeconfig};
+use kbind_engine::provider::EngagedProvider;
 use kbind_engine::sync::{BindingKind, BindingRef, SyncerSpec, Syncers};
 use serde_json::{Value, json};
 
-const SERVER: &str = "https://provider.fake";
+mod support;
+
+use support::*;
 
 /// The konnector's identity on the provider in most tests.
 fn konnector() -> UserInfo {
@@ -28,54 +28,6 @@ fn konnector() -> UserInfo {
         name: "konnector".into(),
         groups: vec!["system:masters".into()],
     }
-}
-
-/// Routes the one provider server to a client acting as `user`.
-struct TestConnector {
-    provider: FakeCluster,
-    user: UserInfo,
-}
-
-#[async_trait]
-impl Connector for TestConnector {
-    async fn connect(&self, kc: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error> {
-        if kc.server != SERVER {
-            return Err(kbind_cluster::Error::Transport("no route to host".into()));
-        }
-        Ok(Arc::new(self.provider.client(self.user.clone())))
-    }
-}
-
-fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    let api_version = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version,
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
-fn widgets() -> ApiResource {
-    res("example.org", "v1", "Widget", "widgets")
-}
-
-fn crds() -> ApiResource {
-    res(
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-    )
-}
-
-fn object(value: Value) -> DynamicObject {
-    serde_json::from_value(value).unwrap()
 }
 
 fn widget_crd() -> DynamicObject {
@@ -93,22 +45,6 @@ fn widget_crd() -> DynamicObject {
     }))
 }
 
-/// Waits until `check` holds, polling on the paused clock; fails after two minutes.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 struct World {
     consumer: FakeCluster,
     provider: FakeCluster,
@@ -118,13 +54,7 @@ struct World {
     padmin: Arc<dyn ClusterClient>,
     ctx: Context,
     engaged: Arc<EngagedProvider>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: AbortOnDrop,
 }
 
 async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
@@ -132,23 +62,11 @@ async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
         .create(&crds(), None, &widget_crd(), &PostParams::default())
         .await
         .unwrap();
-    eventually("widgets to be served", || {
+    eventually("widgets to be served", Duration::from_secs(120), || {
         let client = client.clone();
         async move { client.list(&widgets(), None, &Default::default()).await.is_ok() }
     })
     .await;
-}
-
-async fn create_namespace(client: &Arc<dyn ClusterClient>, name: &str) {
-    client
-        .create(
-            &res("", "v1", "Namespace", "namespaces"),
-            None,
-            &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
-            &PostParams::default(),
-        )
-        .await
-        .unwrap();
 }
 
 impl World {
@@ -172,88 +90,28 @@ impl World {
         let provider = FakeCluster::builder("provider").seed(2).clock(clock.clone()).build();
         let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
         let padmin: Arc<dyn ClusterClient> = Arc::new(provider.admin_client());
-        for mut crd in kbind_api::crds() {
-            let names = &mut crd.spec.names;
-            names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
-            names.singular.get_or_insert_with(|| names.kind.to_lowercase());
-            admin
-                .create(&crds(), None, &to_dynamic(&crd).unwrap(), &PostParams::default())
-                .await
-                .unwrap();
-        }
+        install_kbind_crds(&admin).await;
         serve_widgets(&admin).await;
         serve_widgets(&padmin).await;
         for ns in ["kbind", "team-a", "team-b"] {
             create_namespace(&admin, ns).await;
         }
         prepare(padmin.clone()).await;
-
-        let ctx = Context {
-            consumer: Arc::new(consumer.client(konnector())),
-            connector: Arc::new(TestConnector {
-                provider: provider.clone(),
-                user,
-            }),
-            clock,
-            config: EngineConfig::default(),
-        };
-        let registry = ProviderRegistry::new();
-        let task = tokio::spawn(kbind_engine::provider::run(ctx.clone(), registry.clone()));
-        let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: p\nclusters:\n- name: p\n  cluster:\n    server: {SERVER}\n    certificate-authority-data: {}\ncontexts:\n- name: p\n  context: {{cluster: p, user: u}}\nusers:\n- name: u\n  user:\n    token: t0ken\n",
-            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBRUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
-        );
-        admin
-            .create(
-                &res("", "v1", "Secret", "secrets"),
-                Some("kbind"),
-                &object(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "acme", "namespace": "kbind"}, "stringData": {"kubeconfig": kubeconfig}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-        let connections = ApiResource::erase::<Connection>(&());
-        admin
-            .create(
-                &connections,
-                None,
-                &object(json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
-                    "metadata": {"name": "acme"},
-                    "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "acme", "key": "kubeconfig"}}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-        // What the Connection reconciler would write: Ready with the pinned identity.
-        let status = json!({"status": {"remoteClusterUID": provider.identity_uid(), "conditions": [
-            {"type": "Ready", "status": "True", "reason": "AsExpected", "message": "",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-        admin
-            .patch_status(
-                &connections,
-                None,
-                "acme",
-                &Patch::Merge(status),
-                &PatchParams::default(),
-            )
-            .await
-            .unwrap();
-        let mut engaged = None;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        while engaged.is_none() {
-            assert!(tokio::time::Instant::now() < deadline, "the provider is never engaged");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            engaged = registry.get("acme");
+        let Engaged { ctx, engaged, task } = Engagement {
+            consumer_user: konnector(),
+            provider_user: user,
+            secret_labels: Value::Null,
         }
+        .engage(&consumer, &provider, clock)
+        .await;
         Self {
             consumer,
             provider,
             admin,
             padmin,
             ctx,
-            engaged: engaged.unwrap(),
-            task,
+            engaged,
+            _task: task,
         }
     }
 
@@ -328,7 +186,7 @@ impl World {
     }
 
     async fn wait_consumer(&self, what: &str, ns: &str, name: &str, check: impl Fn(Option<&DynamicObject>) -> bool) {
-        eventually(what, || {
+        eventually(what, Duration::from_secs(120), || {
             let fut = self.consumer_widget(ns, name);
             let check = &check;
             async move { check(fut.await.as_ref()) }
@@ -337,7 +195,7 @@ impl World {
     }
 
     async fn wait_provider(&self, what: &str, ns: &str, name: &str, check: impl Fn(Option<&DynamicObject>) -> bool) {
-        eventually(what, || {
+        eventually(what, Duration::from_secs(120), || {
             let fut = self.provider_widget(ns, name);
             let check = &check;
             async move { check(fut.await.as_ref()) }
@@ -823,7 +681,7 @@ async fn forbidden_namespace_is_reported_and_the_other_keeps_syncing() {
     w.wait_provider("the allowed copy", "team-a", "allowed", |c| c.is_some())
         .await;
     let key = w.spec(ConflictPolicy::Fail).key();
-    eventually("the denial to be reported", || {
+    eventually("the denial to be reported", Duration::from_secs(120), || {
         let report = syncers.report(&key);
         async move {
             report.is_some_and(|r| r.denied.iter().any(|d| d.ends_with(" widgets.example.org")) && r.synced == 1)
