@@ -100,25 +100,17 @@ mod world {
 
         pub async fn export_widgets(&self) {
             let provider = self.provider_admin();
-            let crds = crds();
-            provider
-                .create(
-                    &crds,
-                    None,
-                    &crd("example.org", "widgets", "Widget", true),
-                    &PostParams::default(),
-                )
-                .await
-                .unwrap();
-            provider
-                .create(
-                    &crds,
-                    None,
-                    &crd("example.org", "gadgets", "Gadget", false),
-                    &PostParams::default(),
-                )
-                .await
-                .unwrap();
+            for (plural, kind, exported) in [("widgets", "Widget", true), ("gadgets", "Gadget", false)] {
+                provider
+                    .create(
+                        &crds(),
+                        None,
+                        &crd("example.org", plural, kind, exported),
+                        &PostParams::default(),
+                    )
+                    .await
+                    .unwrap();
+            }
         }
 
         pub async fn create_secret(&self, namespace: &str, name: &str, kubeconfig: &str) {

@@ -185,6 +185,32 @@ impl World {
             .unwrap()
     }
 
+    async fn patch_provider(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
+        self.padmin
+            .patch(
+                &widgets(),
+                Some(ns),
+                name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap()
+    }
+
+    async fn patch_provider_status(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
+        self.padmin
+            .patch_status(
+                &widgets(),
+                Some(ns),
+                name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap()
+    }
+
     async fn wait_consumer(&self, what: &str, ns: &str, name: &str, check: impl Fn(Option<&DynamicObject>) -> bool) {
         eventually(what, Duration::from_secs(120), || {
             let fut = self.consumer_widget(ns, name);
@@ -313,16 +339,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
     w.wait_provider("the copy", "team-a", "w1", |c| c.is_some()).await;
 
     // Drift on the provider: reverted, which also moves the provider generation ahead.
-    w.padmin
-        .patch(
-            &widgets(),
-            Some("team-a"),
-            "w1",
-            &Patch::Merge(json!({"spec": {"size": 42}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider("team-a", "w1", json!({"spec": {"size": 42}})).await;
     w.wait_provider("drift to be reverted", "team-a", "w1", |c| {
         c.is_some_and(|c| c.data["spec"]["size"] == 1 && c.metadata.generation == Some(3))
     })
@@ -345,16 +362,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
 
     // A status answering an older provider generation is held back.
     let stale = json!({"status": {"phase": "Old", "observedGeneration": provider_generation - 1}});
-    w.padmin
-        .patch_status(
-            &widgets(),
-            Some("team-a"),
-            "w1",
-            &Patch::Merge(stale),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider_status("team-a", "w1", stale).await;
     // A negative check: ten quiet seconds on the paused clock (many cache looks), not a sync point.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let consumer = w.consumer_widget("team-a", "w1").await.unwrap();
@@ -367,16 +375,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
     let current = json!({"status": {"phase": "Ready", "observedGeneration": provider_generation,
         "conditions": [{"type": "Ready", "status": "True", "reason": "Done", "message": "",
             "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": provider_generation}]}});
-    w.padmin
-        .patch_status(
-            &widgets(),
-            Some("team-a"),
-            "w1",
-            &Patch::Merge(current),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider_status("team-a", "w1", current).await;
     w.wait_consumer("the status to come down", "team-a", "w1", |o| {
         o.is_some_and(|o| o.data.get("status").and_then(|s| s.get("phase")) == Some(&json!("Ready")))
     })
@@ -598,16 +597,7 @@ async fn prefix_mapper_round_trips_and_syncs_end_to_end() {
         .await;
     assert!(w.provider_widget("team-a", "w1").await.is_none());
     // Provider changes map back: drift on the mapped copy is reverted.
-    w.padmin
-        .patch(
-            &widgets(),
-            Some("c1-team-a"),
-            "w1",
-            &Patch::Merge(json!({"spec": {"size": 7}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider("c1-team-a", "w1", json!({"spec": {"size": 7}})).await;
     w.wait_provider("drift reverted", "c1-team-a", "w1", |c| {
         c.is_some_and(|c| c.data["spec"]["size"] == 1 && c.metadata.generation == Some(3))
     })
