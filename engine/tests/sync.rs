@@ -69,6 +69,15 @@ async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
     .await;
 }
 
+/// Merge-patches widget `ns/name` through `client`.
+async fn merge_patch(client: &Arc<dyn ClusterClient>, ns: &str, name: &str, patch: Value) -> DynamicObject {
+    let params = PatchParams::default();
+    client
+        .patch(&widgets(), Some(ns), name, &Patch::Merge(patch), &params)
+        .await
+        .unwrap()
+}
+
 impl World {
     async fn new() -> Self {
         Self::as_user(konnector(), |_| async {}).await
@@ -173,40 +182,18 @@ impl World {
     }
 
     async fn patch_consumer(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
-        self.admin
-            .patch(
-                &widgets(),
-                Some(ns),
-                name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
-            .await
-            .unwrap()
+        merge_patch(&self.admin, ns, name, patch).await
     }
 
     async fn patch_provider(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
-        self.padmin
-            .patch(
-                &widgets(),
-                Some(ns),
-                name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
-            .await
-            .unwrap()
+        merge_patch(&self.padmin, ns, name, patch).await
     }
 
     async fn patch_provider_status(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
+        let params = PatchParams::default();
+        let patch = Patch::Merge(patch);
         self.padmin
-            .patch_status(
-                &widgets(),
-                Some(ns),
-                name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
+            .patch_status(&widgets(), Some(ns), name, &patch, &params)
             .await
             .unwrap()
     }
