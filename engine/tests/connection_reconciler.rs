@@ -2,124 +2,32 @@
 //! paused tokio clock: Secret validation (§5), identity pinning, discovery, heartbeat,
 //! connection loss and the cleanup finalizers.
 
-mod support {
-    //! A consumer and a provider FakeCluster, a Connector that routes kubeconfig servers to
-    //! fake clusters (verifying the CA like TLS would), and polling helpers.
+mod support;
 
-    use std::collections::BTreeMap;
-    use std::future::Future;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
+mod world {
+    //! A consumer and a provider FakeCluster with the Connection reconciler running on the
+    //! consumer, reaching the provider through the shared FakeConnector.
+
+    use std::sync::Arc;
     use std::time::Duration;
 
-    use async_trait::async_trait;
     use base64::Engine as _;
     use fakeapi::{FakeCluster, UserInfo, WriteRecord};
     use kbind_api::{Connection, conditions};
     use kbind_cluster::{
-        ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Error, PostParams, SharedClock,
-        TokioClock, to_dynamic,
+        ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, PostParams, SharedClock, TokioClock,
     };
     use kbind_engine::context::{Context, EngineConfig};
-    use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
     use serde_json::{Value, json};
 
-    pub const SERVER: &str = "https://provider.fake";
-    pub const CA: &str = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
-    pub const OTHER_CA: &str = "-----BEGIN CERTIFICATE-----\nAwQF\n-----END CERTIFICATE-----\n";
-    pub const ADMIN_TOKEN: &str = "provider-admin-token-s3cret";
-    pub const NOBODY_TOKEN: &str = "provider-nobody-token-s3cret";
-
-    /// Routes kubeconfig servers to fake clusters; refuses a CA that differs from the one the
-    /// server presents (what rustls verification would do before any request is sent).
-    #[derive(Default)]
-    pub struct FakeConnector {
-        routes: Mutex<BTreeMap<String, (FakeCluster, String)>>,
-        pub calls: AtomicUsize,
-    }
-
-    impl FakeConnector {
-        pub fn route(&self, server: &str, cluster: &FakeCluster, ca: &str) {
-            self.routes
-                .lock()
-                .unwrap()
-                .insert(server.to_string(), (cluster.clone(), ca.to_string()));
-        }
-
-        pub fn calls(&self) -> usize {
-            self.calls.load(Ordering::SeqCst)
-        }
-    }
-
-    #[async_trait]
-    impl Connector for FakeConnector {
-        async fn connect(&self, kc: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            let (cluster, ca) = self
-                .routes
-                .lock()
-                .unwrap()
-                .get(&kc.server)
-                .cloned()
-                .ok_or_else(|| Error::Transport("no route to host".into()))?;
-            if kc.ca_pem.as_deref() != Some(ca.as_bytes()) {
-                return Err(Error::Transport("invalid peer certificate: UnknownIssuer".into()));
-            }
-            let Credentials::Token(token) = &kc.credentials else {
-                return Err(Error::Unauthorized {
-                    message: "Unauthorized".into(),
-                });
-            };
-            let user = cluster.authenticate(token).ok_or_else(|| Error::Unauthorized {
-                message: "Unauthorized".into(),
-            })?;
-            Ok(Arc::new(cluster.client(user)))
-        }
-    }
+    use super::support::*;
 
     pub struct World {
         pub consumer: FakeCluster,
         pub provider: FakeCluster,
         pub connector: Arc<FakeConnector>,
         pub admin: Arc<dyn ClusterClient>,
-        task: tokio::task::JoinHandle<()>,
-    }
-
-    impl Drop for World {
-        fn drop(&mut self) {
-            self.task.abort();
-        }
-    }
-
-    pub fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-        let api_version = if group.is_empty() {
-            version.to_string()
-        } else {
-            format!("{group}/{version}")
-        };
-        ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version,
-            kind: kind.into(),
-            plural: plural.into(),
-        }
-    }
-
-    pub fn secrets() -> ApiResource {
-        res("", "v1", "Secret", "secrets")
-    }
-
-    pub fn leases() -> ApiResource {
-        res("coordination.k8s.io", "v1", "Lease", "leases")
-    }
-
-    pub fn connections() -> ApiResource {
-        ApiResource::erase::<Connection>(&())
-    }
-
-    pub fn object(value: Value) -> DynamicObject {
-        serde_json::from_value(value).unwrap()
+        _task: AbortOnDrop,
     }
 
     pub fn crd(group: &str, plural: &str, kind: &str, exported: bool) -> DynamicObject {
@@ -140,37 +48,6 @@ mod support {
         }))
     }
 
-    /// Waits until `check` holds, polling on the (paused) tokio clock; fails after `limit`.
-    pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = bool>,
-    {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if check().await {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out after {limit:?} waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    pub fn kubeconfig(server: &str, ca: &str, cluster_extra: &str, user: &str) -> String {
-        let b64 = base64::engine::general_purpose::STANDARD;
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: p\nclusters:\n- name: p\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\n{cluster_extra}contexts:\n- name: p\n  context: {{cluster: p, user: u}}\nusers:\n- name: u\n  user:\n{user}",
-            b64.encode(ca)
-        )
-    }
-
-    pub fn token_kubeconfig(token: &str) -> String {
-        kubeconfig(SERVER, CA, "", &format!("    token: {token}\n"))
-    }
-
     impl World {
         pub async fn new() -> Self {
             Self::with_provider(FakeCluster::builder("provider").seed(2).build()).await
@@ -183,36 +60,8 @@ mod support {
                 .try_init();
             let consumer = FakeCluster::builder("consumer").seed(1).build();
             let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
-            for mut crd in kbind_api::crds() {
-                // The apiserver defaults these on create; fakeapi's establishing controller
-                // compares acceptedNames with spec.names and would otherwise never settle.
-                let names = &mut crd.spec.names;
-                names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
-                names.singular.get_or_insert_with(|| names.kind.to_lowercase());
-                admin
-                    .create(
-                        &res(
-                            "apiextensions.k8s.io",
-                            "v1",
-                            "CustomResourceDefinition",
-                            "customresourcedefinitions",
-                        ),
-                        None,
-                        &to_dynamic(&crd).unwrap(),
-                        &PostParams::default(),
-                    )
-                    .await
-                    .unwrap();
-            }
-            admin
-                .create(
-                    &res("", "v1", "Namespace", "namespaces"),
-                    None,
-                    &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}})),
-                    &PostParams::default(),
-                )
-                .await
-                .unwrap();
+            install_kbind_crds(&admin).await;
+            create_namespace(&admin, "kbind").await;
             let served = admin.clone();
             eventually("the kbind CRDs to be served", Duration::from_secs(30), || {
                 let served = served.clone();
@@ -235,13 +84,13 @@ mod support {
                 clock: clock.clone(),
                 config: EngineConfig::default(),
             };
-            let task = tokio::spawn(kbind_engine::connection::run(ctx));
+            let task = AbortOnDrop(tokio::spawn(kbind_engine::connection::run(ctx)));
             Self {
                 consumer,
                 provider,
                 connector,
                 admin,
-                task,
+                _task: task,
             }
         }
 
@@ -251,30 +100,17 @@ mod support {
 
         pub async fn export_widgets(&self) {
             let provider = self.provider_admin();
-            let crds = res(
-                "apiextensions.k8s.io",
-                "v1",
-                "CustomResourceDefinition",
-                "customresourcedefinitions",
-            );
-            provider
-                .create(
-                    &crds,
-                    None,
-                    &crd("example.org", "widgets", "Widget", true),
-                    &PostParams::default(),
-                )
-                .await
-                .unwrap();
-            provider
-                .create(
-                    &crds,
-                    None,
-                    &crd("example.org", "gadgets", "Gadget", false),
-                    &PostParams::default(),
-                )
-                .await
-                .unwrap();
+            for (plural, kind, exported) in [("widgets", "Widget", true), ("gadgets", "Gadget", false)] {
+                provider
+                    .create(
+                        &crds(),
+                        None,
+                        &crd("example.org", plural, kind, exported),
+                        &PostParams::default(),
+                    )
+                    .await
+                    .unwrap();
+            }
         }
 
         pub async fn create_secret(&self, namespace: &str, name: &str, kubeconfig: &str) {
@@ -373,6 +209,7 @@ use kbind_api::{SchemaSource, conditions};
 use kbind_cluster::PostParams;
 use serde_json::json;
 use support::*;
+use world::*;
 
 #[tokio::test(start_paused = true)]
 async fn connection_becomes_ready_and_exports_only_labelled_crds() {

@@ -6,64 +6,27 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use fakeapi::FakeCluster;
+use fakeapi::{FakeCluster, UserInfo};
 use kbind_api::consts::{annotation, field_manager, label, reason};
-use kbind_api::{ConflictPolicy, Connection, RelatedResource};
+use kbind_api::{ConflictPolicy, RelatedResource};
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams, SharedClock,
-    TokioClock, to_dynamic,
+    TokioClock,
 };
-use kbind_engine::context::{Context, EngineConfig};
-use kbind_engine::provider::{EngagedProvider, ProviderRegistry};
+use kbind_engine::context::Context;
+use kbind_engine::provider::EngagedProvider;
 use kbind_engine::related::{self, RelatedReport};
-use kbind_engine::remote::{Connector, ProviderKubeconfig};
 use kbind_engine::sync::{BindingKind, BindingRef};
 use serde_json::{Value, json};
 
-const SERVER: &str = "https://provider.fake";
+mod support;
+
+use support::*;
+
 const CLUSTER_UID: &str = "consumer-uid-1";
-
-struct TestConnector {
-    provider: FakeCluster,
-}
-
-#[async_trait]
-impl Connector for TestConnector {
-    async fn connect(&self, kc: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error> {
-        if kc.server != SERVER {
-            return Err(kbind_cluster::Error::Transport("no route to host".into()));
-        }
-        Ok(Arc::new(self.provider.admin_client()))
-    }
-}
-
-fn secrets() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
-}
 
 fn configmaps() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
-}
-
-fn crds() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
-        &(),
-    )
-}
-
-fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
-
-fn object(value: Value) -> DynamicObject {
-    serde_json::from_value(value).unwrap()
 }
 
 fn secret(ns: &str, name: &str, labels: Value, password: &str) -> DynamicObject {
@@ -90,27 +53,7 @@ struct World {
     provider: Arc<dyn ClusterClient>,
     ctx: Context,
     engaged: Arc<EngagedProvider>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn create_namespaces(client: &Arc<dyn ClusterClient>, names: &[&str]) {
-    for name in names {
-        client
-            .create(
-                &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
-                None,
-                &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-    }
+    _task: AbortOnDrop,
 }
 
 impl World {
@@ -120,86 +63,24 @@ impl World {
         let provider_cluster = FakeCluster::builder("provider").seed(2).clock(clock.clone()).build();
         let consumer: Arc<dyn ClusterClient> = Arc::new(consumer_cluster.admin_client());
         let provider: Arc<dyn ClusterClient> = Arc::new(provider_cluster.admin_client());
-        for mut crd in kbind_api::crds() {
-            let names = &mut crd.spec.names;
-            names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
-            names.singular.get_or_insert_with(|| names.kind.to_lowercase());
-            consumer
-                .create(&crds(), None, &to_dynamic(&crd).unwrap(), &PostParams::default())
-                .await
-                .unwrap();
+        install_kbind_crds(&consumer).await;
+        for ns in ["kbind", "team-a", "team-b"] {
+            create_namespace(&consumer, ns).await;
+            create_namespace(&provider, ns).await;
         }
-        create_namespaces(&consumer, &["kbind", "team-a", "team-b"]).await;
-        create_namespaces(&provider, &["kbind", "team-a", "team-b"]).await;
-        let ctx = Context {
-            consumer: consumer.clone(),
-            connector: Arc::new(TestConnector {
-                provider: provider_cluster.clone(),
-            }),
-            clock,
-            config: EngineConfig::default(),
-        };
-        let registry = ProviderRegistry::new();
-        let task = tokio::spawn(kbind_engine::provider::run(ctx.clone(), registry.clone()));
-        let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: p\nclusters:\n- name: p\n  cluster:\n    server: {SERVER}\n    certificate-authority-data: {}\ncontexts:\n- name: p\n  context: {{cluster: p, user: u}}\nusers:\n- name: u\n  user:\n    token: t0ken\n",
-            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBRUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
-        );
-        consumer
-            .create(
-                &secrets(),
-                Some("kbind"),
-                &object(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "acme", "namespace": "kbind", "labels": {"share": "yes"}},
-                    "stringData": {"kubeconfig": kubeconfig}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-        let connections = ApiResource::erase::<Connection>(&());
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while consumer.list(&connections, None, &Default::default()).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "Connections are never served");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let Engaged { ctx, engaged, task } = Engagement {
+            consumer_user: UserInfo::admin(),
+            provider_user: UserInfo::admin(),
+            secret_labels: json!({"share": "yes"}),
         }
-        consumer
-            .create(
-                &connections,
-                None,
-                &object(json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
-                    "metadata": {"name": "acme"},
-                    "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "acme", "key": "kubeconfig"}}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-        let status = json!({"status": {"remoteClusterUID": provider_cluster.identity_uid(), "conditions": [
-            {"type": "Ready", "status": "True", "reason": "AsExpected", "message": "",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-        consumer
-            .patch_status(
-                &connections,
-                None,
-                "acme",
-                &Patch::Merge(status),
-                &PatchParams::default(),
-            )
-            .await
-            .unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        let engaged = loop {
-            if let Some(engaged) = registry.get("acme") {
-                break engaged;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the provider is never engaged");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        .engage(&consumer_cluster, &provider_cluster, clock)
+        .await;
         Self {
             consumer,
             provider,
             ctx,
             engaged,
-            task,
+            _task: task,
         }
     }
 
@@ -244,6 +125,22 @@ impl World {
 
     async fn on_consumer(&self, res: &ApiResource, ns: &str, name: &str) -> Option<DynamicObject> {
         Self::get(&self.consumer, res, ns, name).await
+    }
+
+    async fn consumer_secret(&self, ns: &str, name: &str, labels: Value, password: &str) {
+        Self::create(&self.consumer, &secrets(), secret(ns, name, labels, password)).await;
+    }
+
+    async fn provider_secret(&self, ns: &str, name: &str, labels: Value, password: &str) {
+        Self::create(&self.provider, &secrets(), secret(ns, name, labels, password)).await;
+    }
+
+    async fn consumer_configmap(&self, ns: &str, name: &str, data: Value) {
+        Self::create(&self.consumer, &configmaps(), configmap(ns, name, data)).await;
+    }
+
+    async fn provider_configmap(&self, ns: &str, name: &str, data: Value) {
+        Self::create(&self.provider, &configmaps(), configmap(ns, name, data)).await;
     }
 
     async fn create(client: &Arc<dyn ClusterClient>, res: &ApiResource, obj: DynamicObject) {
@@ -297,25 +194,13 @@ fn shared_secrets_up() -> Vec<RelatedResource> {
 #[tokio::test(start_paused = true)]
 async fn consumer_secrets_matching_the_label_selector_are_copied_to_the_provider_with_markers() {
     let w = World::new().await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-a", "db", json!({"share": "yes", "app": "web"}), "s3cret"),
-    )
-    .await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-a", "private", json!({"share": "no"}), "x"),
-    )
-    .await;
-    create_namespaces(&w.consumer, &["team-c"]).await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-c", "elsewhere", json!({"share": "yes"}), "x"),
-    )
-    .await;
+    w.consumer_secret("team-a", "db", json!({"share": "yes", "app": "web"}), "s3cret")
+        .await;
+    w.consumer_secret("team-a", "private", json!({"share": "no"}), "x")
+        .await;
+    create_namespace(&w.consumer, "team-c").await;
+    w.consumer_secret("team-c", "elsewhere", json!({"share": "yes"}), "x")
+        .await;
 
     let report = w.reconcile(&shared_secrets_up()).await;
     assert_eq!(report.copied, 1);
@@ -385,18 +270,9 @@ async fn consumer_secrets_matching_the_label_selector_are_copied_to_the_provider
 #[tokio::test(start_paused = true)]
 async fn provider_configmaps_named_in_the_selector_are_copied_to_the_consumer() {
     let w = World::new().await;
-    World::create(
-        &w.provider,
-        &configmaps(),
-        configmap("team-b", "endpoints", json!({"url": "https://db"})),
-    )
-    .await;
-    World::create(
-        &w.provider,
-        &configmaps(),
-        configmap("team-b", "other", json!({"k": "v"})),
-    )
-    .await;
+    w.provider_configmap("team-b", "endpoints", json!({"url": "https://db"}))
+        .await;
+    w.provider_configmap("team-b", "other", json!({"k": "v"})).await;
     let down =
         rules(json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}}]));
 
@@ -415,25 +291,12 @@ async fn provider_configmaps_named_in_the_selector_are_copied_to_the_consumer() 
 #[tokio::test(start_paused = true)]
 async fn a_pre_existing_foreign_target_is_left_untouched_and_reported() {
     let w = World::new().await;
-    World::create(
-        &w.provider,
-        &configmaps(),
-        configmap("team-a", "settings", json!({"from": "provider"})),
-    )
-    .await;
-    World::create(
-        &w.consumer,
-        &configmaps(),
-        configmap("team-a", "settings", json!({"from": "user"})),
-    )
-    .await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-a", "db", json!({"share": "yes"}), "mine"),
-    )
-    .await;
-    World::create(&w.provider, &secrets(), secret("team-a", "db", json!({}), "theirs")).await;
+    w.provider_configmap("team-a", "settings", json!({"from": "provider"}))
+        .await;
+    w.consumer_configmap("team-a", "settings", json!({"from": "user"}))
+        .await;
+    w.consumer_secret("team-a", "db", json!({"share": "yes"}), "mine").await;
+    w.provider_secret("team-a", "db", json!({}), "theirs").await;
     let mut both = shared_secrets_up();
     both.extend(rules(
         json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["settings"]}}]),
@@ -487,12 +350,7 @@ async fn a_pre_existing_foreign_target_is_left_untouched_and_reported() {
 #[tokio::test(start_paused = true)]
 async fn another_bindings_copy_is_owned_by_another_and_never_collected() {
     let w = World::new().await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-a", "db", json!({"share": "yes"}), "x"),
-    )
-    .await;
+    w.consumer_secret("team-a", "db", json!({"share": "yes"}), "x").await;
     let theirs = w
         .reconcile_as(
             &cluster_binding("b-2"),
@@ -532,26 +390,12 @@ async fn another_bindings_copy_is_owned_by_another_and_never_collected() {
 async fn provider_copies_go_when_their_source_stops_matching_and_only_ours() {
     let w = World::new().await;
     for name in ["relabelled", "deleted", "kept", "named"] {
-        World::create(
-            &w.consumer,
-            &secrets(),
-            secret("team-a", name, json!({"share": "yes"}), "x"),
-        )
-        .await;
+        w.consumer_secret("team-a", name, json!({"share": "yes"}), "x").await;
     }
-    World::create(
-        &w.consumer,
-        &configmaps(),
-        configmap("team-a", "ruled", json!({"k": "v"})),
-    )
-    .await;
+    w.consumer_configmap("team-a", "ruled", json!({"k": "v"})).await;
     // Unmarked and another binding's objects with managed labels must survive every pass.
-    World::create(
-        &w.provider,
-        &secrets(),
-        secret("team-a", "unmarked", json!({"core.kbind.io/managed": "true"}), "x"),
-    )
-    .await;
+    w.provider_secret("team-a", "unmarked", json!({"core.kbind.io/managed": "true"}), "x")
+        .await;
     let mut rules_now = shared_secrets_up();
     rules_now.extend(rules(json!([
         {"resource": "secrets", "direction": "FromConsumer", "selector": {"names": ["named"]}},
@@ -644,18 +488,8 @@ async fn provider_copies_go_when_their_source_stops_matching_and_only_ours() {
 #[tokio::test(start_paused = true)]
 async fn consumer_copies_stay_when_the_provider_source_goes_and_go_when_the_binding_drops_them() {
     let w = World::new().await;
-    World::create(
-        &w.provider,
-        &configmaps(),
-        configmap("team-a", "endpoints", json!({"url": "a"})),
-    )
-    .await;
-    World::create(
-        &w.provider,
-        &configmaps(),
-        configmap("team-a", "extra", json!({"url": "b"})),
-    )
-    .await;
+    w.provider_configmap("team-a", "endpoints", json!({"url": "a"})).await;
+    w.provider_configmap("team-a", "extra", json!({"url": "b"})).await;
     let down = rules(
         json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints", "extra"]}}]),
     );
@@ -682,18 +516,8 @@ async fn consumer_copies_stay_when_the_provider_source_goes_and_go_when_the_bind
 #[tokio::test(start_paused = true)]
 async fn unbind_removes_our_copies_on_both_sides_and_orphan_spares_the_provider() {
     let w = World::new().await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-a", "db", json!({"share": "yes"}), "x"),
-    )
-    .await;
-    World::create(
-        &w.provider,
-        &configmaps(),
-        configmap("team-a", "endpoints", json!({"url": "a"})),
-    )
-    .await;
+    w.consumer_secret("team-a", "db", json!({"share": "yes"}), "x").await;
+    w.provider_configmap("team-a", "endpoints", json!({"url": "a"})).await;
     let mut both = shared_secrets_up();
     both.extend(rules(
         json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}}]),
@@ -744,11 +568,11 @@ async fn a_binding_copies_in_its_namespace_and_a_cluster_binding_where_instances
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
     });
     World::create(&w.consumer, &crds(), object(crd)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while w.consumer.list(&widgets(), None, &Default::default()).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "widgets are never served");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("widgets to be served", Duration::from_secs(60), || {
+        let consumer = w.consumer.clone();
+        async move { consumer.list(&widgets(), None, &Default::default()).await.is_ok() }
+    })
+    .await;
     World::create(
         &w.consumer,
         &widgets(),
@@ -770,18 +594,8 @@ async fn a_binding_copies_in_its_namespace_and_a_cluster_binding_where_instances
     };
     let own = related::namespaces_in_use(&w.ctx, &namespaced, &apis).await.unwrap();
     assert_eq!(own, BTreeSet::from(["team-a".to_string()]));
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-a", "db", json!({"share": "yes"}), "x"),
-    )
-    .await;
-    World::create(
-        &w.consumer,
-        &secrets(),
-        secret("team-b", "db", json!({"share": "yes"}), "x"),
-    )
-    .await;
+    w.consumer_secret("team-a", "db", json!({"share": "yes"}), "x").await;
+    w.consumer_secret("team-b", "db", json!({"share": "yes"}), "x").await;
     // Even when handed more namespaces, a Binding stays in its own.
     let report = w
         .reconcile_as(

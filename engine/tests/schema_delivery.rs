@@ -2,7 +2,6 @@
 //! (create, unchanged, compatible and destructive updates, acceptance, `Once`, foreign CRDs)
 //! and CRDs synthesized from a served OpenAPI v3 document.
 
-use std::future::Future;
 use std::time::Duration;
 
 use fakeapi::FakeCluster;
@@ -14,23 +13,11 @@ use kbind_engine::crdpull::{CrdOutcome, consumer_crd_from_provider, crd_resource
 use kbind_engine::openapi::crd_from_openapi;
 use serde_json::{Value, json};
 
-const NAME: &str = "widgets.example.org";
+mod support;
 
-/// Waits until `check` holds, polling on the (paused) tokio clock; fails after `limit`.
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use support::eventually;
+
+const NAME: &str = "widgets.example.org";
 
 fn spec_schema(props: Value) -> Value {
     json!({"type": "object", "properties": {

@@ -6,21 +6,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use fakeapi::{FakeCluster, UserInfo};
-use kbind_api::{ConflictPolicy, Connection};
+use kbind_api::ConflictPolicy;
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams, SharedClock,
-    TokioClock, to_dynamic,
+    TokioClock,
 };
-use kbind_engine::context::{Context, EngineConfig};
+use kbind_engine::context::Context;
 use kbind_engine::mapper::{Identity, Mapper, ObjectKey, assert_round_trips};
-use kbind_engine::provider::{EngagedProvider, ProviderRegistry};
-use kbind_engine::remote::{Connector, ProviderKubeconfig};
+use kbind_engine::provider::EngagedProvider;
 use kbind_engine::sync::{BindingKind, BindingRef, SyncerSpec, Syncers};
 use serde_json::{Value, json};
 
-const SERVER: &str = "https://provider.fake";
+mod support;
+
+use support::*;
 
 /// The konnector's identity on the provider in most tests.
 fn konnector() -> UserInfo {
@@ -28,54 +28,6 @@ fn konnector() -> UserInfo {
         name: "konnector".into(),
         groups: vec!["system:masters".into()],
     }
-}
-
-/// Routes the one provider server to a client acting as `user`.
-struct TestConnector {
-    provider: FakeCluster,
-    user: UserInfo,
-}
-
-#[async_trait]
-impl Connector for TestConnector {
-    async fn connect(&self, kc: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error> {
-        if kc.server != SERVER {
-            return Err(kbind_cluster::Error::Transport("no route to host".into()));
-        }
-        Ok(Arc::new(self.provider.client(self.user.clone())))
-    }
-}
-
-fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    let api_version = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version,
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
-fn widgets() -> ApiResource {
-    res("example.org", "v1", "Widget", "widgets")
-}
-
-fn crds() -> ApiResource {
-    res(
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-    )
-}
-
-fn object(value: Value) -> DynamicObject {
-    serde_json::from_value(value).unwrap()
 }
 
 fn widget_crd() -> DynamicObject {
@@ -93,22 +45,6 @@ fn widget_crd() -> DynamicObject {
     }))
 }
 
-/// Waits until `check` holds, polling on the paused clock; fails after two minutes.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 struct World {
     consumer: FakeCluster,
     provider: FakeCluster,
@@ -118,13 +54,7 @@ struct World {
     padmin: Arc<dyn ClusterClient>,
     ctx: Context,
     engaged: Arc<EngagedProvider>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: AbortOnDrop,
 }
 
 async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
@@ -132,23 +62,20 @@ async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
         .create(&crds(), None, &widget_crd(), &PostParams::default())
         .await
         .unwrap();
-    eventually("widgets to be served", || {
+    eventually("widgets to be served", Duration::from_secs(120), || {
         let client = client.clone();
         async move { client.list(&widgets(), None, &Default::default()).await.is_ok() }
     })
     .await;
 }
 
-async fn create_namespace(client: &Arc<dyn ClusterClient>, name: &str) {
+/// Merge-patches widget `ns/name` through `client`.
+async fn merge_patch(client: &Arc<dyn ClusterClient>, ns: &str, name: &str, patch: Value) -> DynamicObject {
+    let params = PatchParams::default();
     client
-        .create(
-            &res("", "v1", "Namespace", "namespaces"),
-            None,
-            &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
-            &PostParams::default(),
-        )
+        .patch(&widgets(), Some(ns), name, &Patch::Merge(patch), &params)
         .await
-        .unwrap();
+        .unwrap()
 }
 
 impl World {
@@ -172,88 +99,28 @@ impl World {
         let provider = FakeCluster::builder("provider").seed(2).clock(clock.clone()).build();
         let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
         let padmin: Arc<dyn ClusterClient> = Arc::new(provider.admin_client());
-        for mut crd in kbind_api::crds() {
-            let names = &mut crd.spec.names;
-            names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
-            names.singular.get_or_insert_with(|| names.kind.to_lowercase());
-            admin
-                .create(&crds(), None, &to_dynamic(&crd).unwrap(), &PostParams::default())
-                .await
-                .unwrap();
-        }
+        install_kbind_crds(&admin).await;
         serve_widgets(&admin).await;
         serve_widgets(&padmin).await;
         for ns in ["kbind", "team-a", "team-b"] {
             create_namespace(&admin, ns).await;
         }
         prepare(padmin.clone()).await;
-
-        let ctx = Context {
-            consumer: Arc::new(consumer.client(konnector())),
-            connector: Arc::new(TestConnector {
-                provider: provider.clone(),
-                user,
-            }),
-            clock,
-            config: EngineConfig::default(),
-        };
-        let registry = ProviderRegistry::new();
-        let task = tokio::spawn(kbind_engine::provider::run(ctx.clone(), registry.clone()));
-        let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: p\nclusters:\n- name: p\n  cluster:\n    server: {SERVER}\n    certificate-authority-data: {}\ncontexts:\n- name: p\n  context: {{cluster: p, user: u}}\nusers:\n- name: u\n  user:\n    token: t0ken\n",
-            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBRUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
-        );
-        admin
-            .create(
-                &res("", "v1", "Secret", "secrets"),
-                Some("kbind"),
-                &object(json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "acme", "namespace": "kbind"}, "stringData": {"kubeconfig": kubeconfig}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-        let connections = ApiResource::erase::<Connection>(&());
-        admin
-            .create(
-                &connections,
-                None,
-                &object(json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
-                    "metadata": {"name": "acme"},
-                    "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "acme", "key": "kubeconfig"}}})),
-                &PostParams::default(),
-            )
-            .await
-            .unwrap();
-        // What the Connection reconciler would write: Ready with the pinned identity.
-        let status = json!({"status": {"remoteClusterUID": provider.identity_uid(), "conditions": [
-            {"type": "Ready", "status": "True", "reason": "AsExpected", "message": "",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-        admin
-            .patch_status(
-                &connections,
-                None,
-                "acme",
-                &Patch::Merge(status),
-                &PatchParams::default(),
-            )
-            .await
-            .unwrap();
-        let mut engaged = None;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        while engaged.is_none() {
-            assert!(tokio::time::Instant::now() < deadline, "the provider is never engaged");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            engaged = registry.get("acme");
+        let Engaged { ctx, engaged, task } = Engagement {
+            consumer_user: konnector(),
+            provider_user: user,
+            secret_labels: Value::Null,
         }
+        .engage(&consumer, &provider, clock)
+        .await;
         Self {
             consumer,
             provider,
             admin,
             padmin,
             ctx,
-            engaged: engaged.unwrap(),
-            task,
+            engaged,
+            _task: task,
         }
     }
 
@@ -315,20 +182,24 @@ impl World {
     }
 
     async fn patch_consumer(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
-        self.admin
-            .patch(
-                &widgets(),
-                Some(ns),
-                name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
+        merge_patch(&self.admin, ns, name, patch).await
+    }
+
+    async fn patch_provider(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
+        merge_patch(&self.padmin, ns, name, patch).await
+    }
+
+    async fn patch_provider_status(&self, ns: &str, name: &str, patch: Value) -> DynamicObject {
+        let params = PatchParams::default();
+        let patch = Patch::Merge(patch);
+        self.padmin
+            .patch_status(&widgets(), Some(ns), name, &patch, &params)
             .await
             .unwrap()
     }
 
     async fn wait_consumer(&self, what: &str, ns: &str, name: &str, check: impl Fn(Option<&DynamicObject>) -> bool) {
-        eventually(what, || {
+        eventually(what, Duration::from_secs(120), || {
             let fut = self.consumer_widget(ns, name);
             let check = &check;
             async move { check(fut.await.as_ref()) }
@@ -337,7 +208,7 @@ impl World {
     }
 
     async fn wait_provider(&self, what: &str, ns: &str, name: &str, check: impl Fn(Option<&DynamicObject>) -> bool) {
-        eventually(what, || {
+        eventually(what, Duration::from_secs(120), || {
             let fut = self.provider_widget(ns, name);
             let check = &check;
             async move { check(fut.await.as_ref()) }
@@ -455,16 +326,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
     w.wait_provider("the copy", "team-a", "w1", |c| c.is_some()).await;
 
     // Drift on the provider: reverted, which also moves the provider generation ahead.
-    w.padmin
-        .patch(
-            &widgets(),
-            Some("team-a"),
-            "w1",
-            &Patch::Merge(json!({"spec": {"size": 42}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider("team-a", "w1", json!({"spec": {"size": 42}})).await;
     w.wait_provider("drift to be reverted", "team-a", "w1", |c| {
         c.is_some_and(|c| c.data["spec"]["size"] == 1 && c.metadata.generation == Some(3))
     })
@@ -487,16 +349,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
 
     // A status answering an older provider generation is held back.
     let stale = json!({"status": {"phase": "Old", "observedGeneration": provider_generation - 1}});
-    w.padmin
-        .patch_status(
-            &widgets(),
-            Some("team-a"),
-            "w1",
-            &Patch::Merge(stale),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider_status("team-a", "w1", stale).await;
     // A negative check: ten quiet seconds on the paused clock (many cache looks), not a sync point.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let consumer = w.consumer_widget("team-a", "w1").await.unwrap();
@@ -509,16 +362,7 @@ async fn spec_goes_up_drift_is_reverted_and_status_comes_down_translated() {
     let current = json!({"status": {"phase": "Ready", "observedGeneration": provider_generation,
         "conditions": [{"type": "Ready", "status": "True", "reason": "Done", "message": "",
             "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": provider_generation}]}});
-    w.padmin
-        .patch_status(
-            &widgets(),
-            Some("team-a"),
-            "w1",
-            &Patch::Merge(current),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider_status("team-a", "w1", current).await;
     w.wait_consumer("the status to come down", "team-a", "w1", |o| {
         o.is_some_and(|o| o.data.get("status").and_then(|s| s.get("phase")) == Some(&json!("Ready")))
     })
@@ -740,16 +584,7 @@ async fn prefix_mapper_round_trips_and_syncs_end_to_end() {
         .await;
     assert!(w.provider_widget("team-a", "w1").await.is_none());
     // Provider changes map back: drift on the mapped copy is reverted.
-    w.padmin
-        .patch(
-            &widgets(),
-            Some("c1-team-a"),
-            "w1",
-            &Patch::Merge(json!({"spec": {"size": 7}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
+    w.patch_provider("c1-team-a", "w1", json!({"spec": {"size": 7}})).await;
     w.wait_provider("drift reverted", "c1-team-a", "w1", |c| {
         c.is_some_and(|c| c.data["spec"]["size"] == 1 && c.metadata.generation == Some(3))
     })
@@ -823,7 +658,7 @@ async fn forbidden_namespace_is_reported_and_the_other_keeps_syncing() {
     w.wait_provider("the allowed copy", "team-a", "allowed", |c| c.is_some())
         .await;
     let key = w.spec(ConflictPolicy::Fail).key();
-    eventually("the denial to be reported", || {
+    eventually("the denial to be reported", Duration::from_secs(120), || {
         let report = syncers.report(&key);
         async move {
             report.is_some_and(|r| r.denied.iter().any(|d| d.ends_with(" widgets.example.org")) && r.synced == 1)

@@ -4,79 +4,30 @@
 
 use futures::FutureExt;
 use kbind_api::consts::annotation;
-use kbind_api::{ClusterBinding, conditions};
-use kbind_cluster::{ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams};
-use kbind_scenarios::apis::{widget, widgets, widgets_crd};
-use kbind_scenarios::{ProviderOpts, World, seed_from_env};
-use serde_json::{Value, json};
+use kbind_cluster::{ClusterClient, Patch, PatchParams};
+use kbind_scenarios::apis::widgets;
+use serde_json::json;
 
-fn at(obj: &Option<DynamicObject>, pointer: &str) -> Option<Value> {
-    serde_json::to_value(obj.as_ref()?).ok()?.pointer(pointer).cloned()
-}
+mod story;
+
+use story::{at, bound_world, create_widget, meta_key, wait_for_copy};
 
 fn stale_pointer() -> String {
-    format!("/metadata/annotations/{}", annotation::STATUS_STALE.replace('/', "~1"))
-}
-
-async fn binding_ready(world: &World) -> bool {
-    let b: Option<ClusterBinding> = world
-        .consumer()
-        .admin_client()
-        .get_typed_opt(None, "acme")
-        .await
-        .ok()
-        .flatten();
-    b.and_then(|b| b.status)
-        .is_some_and(|s| conditions::is_true(&s.conditions, kbind_api::consts::condition::READY))
+    meta_key("annotations", annotation::STATUS_STALE)
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_after_heal() {
-    let mut world = World::builder()
-        .seed(seed_from_env(23))
-        .story("a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_after_heal")
-        .provider("acme", ProviderOpts::default())
-        .build()
-        .await;
-    world.install_provider_crd("acme", widgets_crd()).await;
-    let cred = world.mint_admin_token("acme");
-    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
-    world.start_konnector();
-    world
-        .run_until_async("the binding is Ready", 120, |w| binding_ready(w).boxed())
-        .await;
+    let (mut world, _cred) = bound_world(
+        "a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_after_heal",
+        23,
+    )
+    .await;
     let consumer = world.consumer().admin_client();
-    consumer
-        .create(
-            &widgets(),
-            Some("default"),
-            &widget("default", "w1", json!({"size": 1})),
-            &Default::default(),
-        )
-        .await
-        .expect("creating a widget");
-    consumer
-        .create(
-            &widgets(),
-            Some("default"),
-            &widget("default", "w2", json!({"size": 2})),
-            &Default::default(),
-        )
-        .await
-        .expect("creating a second widget");
-    world
-        .run_until_async("the copies are on the provider", 60, |w| {
-            async move {
-                w.provider_get("acme", &widgets(), Some("default"), "w1")
-                    .await
-                    .is_some()
-                    && w.provider_get("acme", &widgets(), Some("default"), "w2")
-                        .await
-                        .is_some()
-            }
-            .boxed()
-        })
-        .await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    create_widget(&world, "default", "w2", json!({"size": 2})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    wait_for_copy(&mut world, "acme", "default", "w2").await;
 
     world.partition("acme");
     world

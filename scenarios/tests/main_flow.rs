@@ -2,35 +2,14 @@
 //! status down → update → delete through the provider, with §8 checked after every step.
 
 use futures::FutureExt;
-use kbind_api::consts::{annotation, condition, finalizer, label};
-use kbind_api::{ClusterBinding, conditions};
-use kbind_cluster::{ClusterClient, ClusterClientExt, Patch, PatchParams};
-use kbind_scenarios::apis::{widget, widgets, widgets_crd};
-use kbind_scenarios::{ProviderOpts, World, seed_from_env};
+use kbind_api::consts::{annotation, finalizer, label};
+use kbind_cluster::{ClusterClient, Patch, PatchParams};
+use kbind_scenarios::apis::widgets;
 use serde_json::{Value, json};
 
-fn crds() -> kbind_cluster::ApiResource {
-    kbind_cluster::ApiResource::erase::<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    >(&())
-}
+mod story;
 
-async fn binding_ready(world: &World, name: &str) -> bool {
-    let b: Option<ClusterBinding> = world
-        .consumer()
-        .admin_client()
-        .get_typed_opt(None, name)
-        .await
-        .ok()
-        .flatten();
-    b.and_then(|b| b.status)
-        .is_some_and(|s| conditions::is_true(&s.conditions, condition::READY))
-}
-
-fn at(obj: &Option<kbind_cluster::DynamicObject>, pointer: &str) -> Option<Value> {
-    let whole = serde_json::to_value(obj.as_ref()?).ok()?;
-    whole.pointer(pointer).cloned()
-}
+use story::{at, bound_world, crds, create_widget, meta_key, wait_for_copy};
 
 /// `obj` without what the server sets (uids, resourceVersions, timestamps, managedFields), with
 /// the consumer-object-uid marker kept only as "present".
@@ -53,64 +32,25 @@ fn redacted(obj: &Option<kbind_cluster::DynamicObject>) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn an_object_goes_up_its_status_comes_down_and_deletion_goes_through_the_provider() {
-    let mut world = World::builder()
-        .seed(seed_from_env(21))
-        .story("an_object_goes_up_its_status_comes_down_and_deletion_goes_through_the_provider")
-        .provider("acme", ProviderOpts::default())
-        .build()
-        .await;
-    world.install_provider_crd("acme", widgets_crd()).await;
-    let cred = world.mint_admin_token("acme");
-    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
-    world.start_konnector();
-
-    world
-        .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
-        .await;
+    let (mut world, _cred) = bound_world(
+        "an_object_goes_up_its_status_comes_down_and_deletion_goes_through_the_provider",
+        21,
+    )
+    .await;
     let crd = world.consumer_get(&crds(), None, "widgets.example.org").await;
+    assert_eq!(at(&crd, &meta_key("labels", label::MANAGED)), Some(json!("true")));
     assert_eq!(
-        at(&crd, &format!("/metadata/labels/{}", label::MANAGED.replace('/', "~1"))),
-        Some(json!("true"))
-    );
-    assert_eq!(
-        at(
-            &crd,
-            &format!("/metadata/annotations/{}", annotation::CONNECTION.replace('/', "~1"))
-        ),
+        at(&crd, &meta_key("annotations", annotation::CONNECTION)),
         Some(json!("acme"))
     );
 
     // Create on the consumer → the copy appears on the provider with our markers.
     let consumer = world.consumer().admin_client();
-    let created = consumer
-        .create(
-            &widgets(),
-            Some("default"),
-            &widget("default", "w1", json!({"size": 3, "color": "blue"})),
-            &Default::default(),
-        )
-        .await
-        .expect("creating a widget on the consumer");
-    world
-        .run_until_async("the copy is on the provider", 60, |w| {
-            async move {
-                w.provider_get("acme", &widgets(), Some("default"), "w1")
-                    .await
-                    .is_some()
-            }
-            .boxed()
-        })
-        .await;
-    let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    let created = create_widget(&world, "default", "w1", json!({"size": 3, "color": "blue"})).await;
+    let copy = Some(wait_for_copy(&mut world, "acme", "default", "w1").await);
     assert_eq!(at(&copy, "/spec/size"), Some(json!(3)));
     assert_eq!(
-        at(
-            &copy,
-            &format!(
-                "/metadata/annotations/{}",
-                annotation::CONSUMER_OBJECT_UID.replace('/', "~1")
-            )
-        ),
+        at(&copy, &meta_key("annotations", annotation::CONSUMER_OBJECT_UID)),
         created.metadata.uid.clone().map(Value::String)
     );
     let mine = world.consumer_get(&widgets(), Some("default"), "w1").await;

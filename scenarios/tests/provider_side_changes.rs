@@ -13,6 +13,34 @@ use serde_json::json;
 use story::*;
 
 /// The consumer CRD, w1 and its finalizer are all still there, untouched.
+/// A world with widget `default/w1` synced to `acme`, and the consumer CRD's resourceVersion.
+async fn synced_world(story: &str, seed: u64) -> (World, Option<String>) {
+    let (mut world, _) = bound_world(story, seed).await;
+    create_widget(&world, "default", "w1", json!({"size": 3})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    let crd_rv = world
+        .consumer_get(&crds(), None, WIDGETS)
+        .await
+        .and_then(|c| c.metadata.resource_version);
+    (world, crd_rv)
+}
+
+/// Sets (or with `null` removes) the exported label of the provider's widgets CRD.
+async fn set_exported_label(world: &World, value: serde_json::Value, what: &str) {
+    world
+        .provider("acme")
+        .admin_client()
+        .patch(
+            &crds(),
+            None,
+            WIDGETS,
+            &Patch::Merge(json!({"metadata": {"labels": {kbind_label::EXPORTED: value}}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect(what);
+}
+
 async fn consumer_side_intact(world: &World, crd_rv: &Option<String>) {
     let crd = world.consumer_get(&crds(), None, WIDGETS).await;
     assert!(crd.is_some(), "the consumer CRD stays");
@@ -49,26 +77,9 @@ async fn syncing_has_stopped(world: &mut World) {
 
 #[tokio::test(start_paused = true)]
 async fn removing_the_exported_label_stops_syncing_and_deletes_nothing() {
-    let (mut world, _) = bound_world("removing_the_exported_label_stops_syncing_and_deletes_nothing", 501).await;
-    create_widget(&world, "default", "w1", json!({"size": 3})).await;
-    wait_for_copy(&mut world, "acme", "default", "w1").await;
-    let crd_rv = world
-        .consumer_get(&crds(), None, WIDGETS)
-        .await
-        .and_then(|c| c.metadata.resource_version);
+    let (mut world, crd_rv) = synced_world("removing_the_exported_label_stops_syncing_and_deletes_nothing", 501).await;
 
-    world
-        .provider("acme")
-        .admin_client()
-        .patch(
-            &crds(),
-            None,
-            WIDGETS,
-            &Patch::Merge(json!({"metadata": {"labels": {kbind_label::EXPORTED: null}}})),
-            &PatchParams::default(),
-        )
-        .await
-        .expect("removing the exported label");
+    set_exported_label(&world, json!(null), "removing the exported label").await;
     world
         .run_until_async(
             "the binding reports APINotExported",
@@ -87,30 +98,13 @@ async fn removing_the_exported_label_stops_syncing_and_deletes_nothing() {
     );
 
     // Exported again: syncing resumes where it stopped.
-    world
-        .provider("acme")
-        .admin_client()
-        .patch(
-            &crds(),
-            None,
-            WIDGETS,
-            &Patch::Merge(json!({"metadata": {"labels": {kbind_label::EXPORTED: "true"}}})),
-            &PatchParams::default(),
-        )
-        .await
-        .expect("labelling the CRD again");
+    set_exported_label(&world, json!("true"), "labelling the CRD again").await;
     wait_for_copy(&mut world, "acme", "default", "w2").await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn deleting_the_provider_crd_stops_syncing_and_deletes_nothing() {
-    let (mut world, _) = bound_world("deleting_the_provider_crd_stops_syncing_and_deletes_nothing", 502).await;
-    create_widget(&world, "default", "w1", json!({"size": 3})).await;
-    wait_for_copy(&mut world, "acme", "default", "w1").await;
-    let crd_rv = world
-        .consumer_get(&crds(), None, WIDGETS)
-        .await
-        .and_then(|c| c.metadata.resource_version);
+    let (mut world, crd_rv) = synced_world("deleting_the_provider_crd_stops_syncing_and_deletes_nothing", 502).await;
 
     world
         .provider("acme")

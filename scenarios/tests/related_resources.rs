@@ -4,18 +4,17 @@
 //! when its source stops matching; §8 is checked after every step.
 
 use futures::FutureExt;
+use kbind_api::conditions;
 use kbind_api::consts::{annotation, condition, label, reason};
-use kbind_api::{ClusterBinding, conditions};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams};
-use kbind_scenarios::apis::{widget, widgets, widgets_crd};
-use kbind_scenarios::{ProviderOpts, World, seed_from_env};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
+use kbind_scenarios::World;
 use serde_json::{Value, json};
 
-const PASSWORD: &str = "hunter2-do-not-log";
+mod story;
 
-fn secrets() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
-}
+use story::{bound_world, cluster_binding, cluster_bindings, create_widget, secrets};
+
+const PASSWORD: &str = "hunter2-do-not-log";
 
 fn configmaps() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
@@ -25,18 +24,8 @@ fn object(value: Value) -> DynamicObject {
     serde_json::from_value(value).expect("a story object is valid")
 }
 
-async fn binding(world: &World) -> Option<ClusterBinding> {
-    world
-        .consumer()
-        .admin_client()
-        .get_typed_opt(None, "acme")
-        .await
-        .ok()
-        .flatten()
-}
-
 async fn binding_condition(world: &World, type_: &str) -> Option<(String, String)> {
-    let status = binding(world).await?.status?;
+    let status = cluster_binding(world, "acme").await?.status?;
     conditions::find(&status.conditions, type_).map(|c| (c.status.clone(), c.reason.clone()))
 }
 
@@ -55,39 +44,16 @@ async fn create(client: &dyn ClusterClient, res: &ApiResource, obj: Value) {
 
 #[tokio::test(start_paused = true)]
 async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_unmatched() {
-    let mut world = World::builder()
-        .seed(seed_from_env(33))
-        .story("related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_unmatched")
-        .provider("acme", ProviderOpts::default())
-        .build()
-        .await;
-    world.install_provider_crd("acme", widgets_crd()).await;
-    let cred = world.mint_admin_token("acme");
-    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
-    world.start_konnector();
-    world
-        .run_until_async("the ClusterBinding is Ready", 120, |w| {
-            async move {
-                binding_condition(w, condition::READY)
-                    .await
-                    .is_some_and(|(s, _)| s == "True")
-            }
-            .boxed()
-        })
-        .await;
+    let (mut world, _cred) = bound_world(
+        "related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_unmatched",
+        33,
+    )
+    .await;
 
     let consumer = world.consumer().admin_client();
     let provider = world.provider("acme").admin_client();
     // A widget puts namespace `default` in use; the sources and a user's own Secret.
-    consumer
-        .create(
-            &widgets(),
-            Some("default"),
-            &widget("default", "w1", json!({"size": 1})),
-            &Default::default(),
-        )
-        .await
-        .expect("creating a widget");
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
     create(
         &consumer,
         &secrets(),
@@ -133,7 +99,7 @@ async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_
 
     consumer
         .patch(
-            &ApiResource::erase::<ClusterBinding>(&()),
+            &cluster_bindings(),
             None,
             "acme",
             &Patch::Merge(json!({"spec": {"relatedResources": [
@@ -169,7 +135,10 @@ async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_
         .await
         .unwrap();
     assert_eq!(up.data["data"], source.data["data"]);
-    let binding_uid = binding(&world).await.and_then(|b| b.metadata.uid).unwrap();
+    let binding_uid = cluster_binding(&world, "acme")
+        .await
+        .and_then(|b| b.metadata.uid)
+        .unwrap();
     assert_eq!(
         annotation_of(&up, annotation::RELATED_BINDING),
         Some(binding_uid.as_str())
@@ -257,6 +226,6 @@ async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_
     );
 
     // Secret content never reaches the log or the binding's status.
-    let status = serde_json::to_string(&binding(&world).await.unwrap().status).unwrap();
+    let status = serde_json::to_string(&cluster_binding(&world, "acme").await.unwrap().status).unwrap();
     assert!(!world.log().text().contains(PASSWORD) && !status.contains(PASSWORD));
 }

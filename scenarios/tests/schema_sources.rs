@@ -3,52 +3,25 @@
 //! keeps a managed ClusterBinding of every exported API.
 
 use futures::FutureExt;
-use kbind_api::consts::{annotation, condition};
-use kbind_api::{ClusterBinding, conditions};
-use kbind_cluster::{ClusterClient, ClusterClientExt, Patch, PatchParams};
-use kbind_scenarios::apis::{exported_crd, widget, widgets, widgets_crd};
+use kbind_api::consts::annotation;
+use kbind_cluster::{ClusterClient, Patch, PatchParams};
+use kbind_scenarios::apis::{exported_crd, widgets_crd};
 use kbind_scenarios::{ProviderOpts, World, bundle, seed_from_env};
 use serde_json::{Value, json};
 
-fn crds() -> kbind_cluster::ApiResource {
-    kbind_cluster::ApiResource::erase::<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    >(&())
-}
+mod story;
 
-async fn binding_ready(world: &World, name: &str) -> bool {
-    let b: Option<ClusterBinding> = world
-        .consumer()
-        .admin_client()
-        .get_typed_opt(None, name)
-        .await
-        .ok()
-        .flatten();
-    b.and_then(|b| b.status)
-        .is_some_and(|s| conditions::is_true(&s.conditions, condition::READY))
-}
+use story::{binding_ready, cluster_binding, copy_has, crds, create_widget};
 
 async fn object_syncs(world: &mut World, provider: &'static str) {
+    let spec = json!({"size": 2, "config": {"any": ["thing"]}});
+    create_widget(world, "default", "w1", spec.clone()).await;
     world
-        .consumer()
-        .admin_client()
-        .create(
-            &widgets(),
-            Some("default"),
-            &widget("default", "w1", json!({"size": 2, "config": {"any": ["thing"]}})),
-            &Default::default(),
+        .run_until_async(
+            "the copy reaches the provider unchanged",
+            60,
+            copy_has(provider, "default", "w1", "/spec", spec),
         )
-        .await
-        .expect("creating a widget");
-    world
-        .run_until_async("the copy reaches the provider unchanged", 60, move |w| {
-            async move {
-                let copy = w.provider_get(provider, &widgets(), Some("default"), "w1").await;
-                copy.and_then(|c| c.data.pointer("/spec").cloned())
-                    == Some(json!({"size": 2, "config": {"any": ["thing"]}}))
-            }
-            .boxed()
-        })
         .await;
 }
 
@@ -160,13 +133,7 @@ async fn auto_bind_keeps_a_managed_binding_of_every_exported_api() {
     world
         .run_until_async("gadgets joins the autoBind binding", 150, |w| {
             async move {
-                let b: Option<ClusterBinding> = w
-                    .consumer()
-                    .admin_client()
-                    .get_typed_opt(None, "autobind-acme")
-                    .await
-                    .ok()
-                    .flatten();
+                let b = cluster_binding(w, "autobind-acme").await;
                 b.is_some_and(|b| b.spec.apis.iter().any(|a| a.name == "gadgets.example.org"))
             }
             .boxed()

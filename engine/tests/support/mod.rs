@@ -1,0 +1,276 @@
+//! Shared setup for the engine's integration tests: a Connector that routes kubeconfig servers
+//! to fake clusters, resource and object helpers, polling, and an engaged-provider harness.
+
+// Each test binary includes this module and uses a subset of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use fakeapi::{FakeCluster, UserInfo};
+use kbind_api::Connection;
+use kbind_cluster::{
+    ApiResource, ClusterClient, DynamicObject, Error, Patch, PatchParams, PostParams, SharedClock, to_dynamic,
+};
+use kbind_engine::context::{Context, EngineConfig};
+use kbind_engine::provider::{EngagedProvider, ProviderRegistry};
+use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
+use serde_json::{Value, json};
+
+pub const SERVER: &str = "https://provider.fake";
+pub const CA: &str = "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+pub const OTHER_CA: &str = "-----BEGIN CERTIFICATE-----\nAwQF\n-----END CERTIFICATE-----\n";
+pub const ADMIN_TOKEN: &str = "provider-admin-token-s3cret";
+pub const NOBODY_TOKEN: &str = "provider-nobody-token-s3cret";
+/// The token the engaged-provider harness puts in the Connection's kubeconfig.
+pub const KONNECTOR_TOKEN: &str = "t0ken";
+
+/// Routes kubeconfig servers to fake clusters; refuses a CA that differs from the one the
+/// server presents (what rustls verification would do before any request is sent).
+#[derive(Default)]
+pub struct FakeConnector {
+    routes: Mutex<BTreeMap<String, (FakeCluster, String)>>,
+    pub calls: AtomicUsize,
+}
+
+impl FakeConnector {
+    /// Serves `server` from `cluster`, presenting `ca`.
+    pub fn route(&self, server: &str, cluster: &FakeCluster, ca: &str) {
+        self.routes
+            .lock()
+            .unwrap()
+            .insert(server.to_string(), (cluster.clone(), ca.to_string()));
+    }
+
+    /// How many connections were attempted.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Connector for FakeConnector {
+    async fn connect(&self, kc: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let (cluster, ca) = self
+            .routes
+            .lock()
+            .unwrap()
+            .get(&kc.server)
+            .cloned()
+            .ok_or_else(|| Error::Transport("no route to host".into()))?;
+        if kc.ca_pem.as_deref() != Some(ca.as_bytes()) {
+            return Err(Error::Transport("invalid peer certificate: UnknownIssuer".into()));
+        }
+        let Credentials::Token(token) = &kc.credentials else {
+            return Err(Error::Unauthorized {
+                message: "Unauthorized".into(),
+            });
+        };
+        let user = cluster.authenticate(token).ok_or_else(|| Error::Unauthorized {
+            message: "Unauthorized".into(),
+        })?;
+        Ok(Arc::new(cluster.client(user)))
+    }
+}
+
+pub fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    let api_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version,
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+pub fn secrets() -> ApiResource {
+    res("", "v1", "Secret", "secrets")
+}
+
+pub fn leases() -> ApiResource {
+    res("coordination.k8s.io", "v1", "Lease", "leases")
+}
+
+pub fn connections() -> ApiResource {
+    ApiResource::erase::<Connection>(&())
+}
+
+pub fn crds() -> ApiResource {
+    res(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    )
+}
+
+pub fn widgets() -> ApiResource {
+    res("example.org", "v1", "Widget", "widgets")
+}
+
+pub fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap()
+}
+
+/// Waits until `check` holds, polling on the (paused) tokio clock; fails after `limit`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn kubeconfig(server: &str, ca: &str, cluster_extra: &str, user: &str) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: p\nclusters:\n- name: p\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\n{cluster_extra}contexts:\n- name: p\n  context: {{cluster: p, user: u}}\nusers:\n- name: u\n  user:\n{user}",
+        b64.encode(ca)
+    )
+}
+
+pub fn token_kubeconfig(token: &str) -> String {
+    kubeconfig(SERVER, CA, "", &format!("    token: {token}\n"))
+}
+
+/// Installs the kbind CRDs on the consumer.
+pub async fn install_kbind_crds(admin: &Arc<dyn ClusterClient>) {
+    for mut crd in kbind_api::crds() {
+        // The apiserver defaults these on create; fakeapi's establishing controller
+        // compares acceptedNames with spec.names and would otherwise never settle.
+        let names = &mut crd.spec.names;
+        names.list_kind.get_or_insert_with(|| format!("{}List", names.kind));
+        names.singular.get_or_insert_with(|| names.kind.to_lowercase());
+        admin
+            .create(&crds(), None, &to_dynamic(&crd).unwrap(), &PostParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+pub async fn create_namespace(client: &Arc<dyn ClusterClient>, name: &str) {
+    client
+        .create(
+            &res("", "v1", "Namespace", "namespaces"),
+            None,
+            &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Aborts the spawned engine task when the test's world goes away.
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Who the konnector is on each side and what its kubeconfig Secret carries.
+pub struct Engagement {
+    /// The konnector's user on the consumer.
+    pub consumer_user: UserInfo,
+    /// The user the kubeconfig's token authenticates on the provider.
+    pub provider_user: UserInfo,
+    /// Labels on the kubeconfig Secret `kbind/acme`.
+    pub secret_labels: Value,
+}
+
+/// A provider engaged through Connection `acme`, with `provider::run` running.
+pub struct Engaged {
+    pub ctx: Context,
+    pub engaged: Arc<EngagedProvider>,
+    pub task: AbortOnDrop,
+}
+
+impl Engagement {
+    /// Creates Secret `kbind/acme` and Connection `acme` on the consumer (whose kbind CRDs and
+    /// namespace `kbind` must exist), marks it Ready with the provider's identity as the
+    /// Connection reconciler would, runs `provider::run` and waits until it engages the provider.
+    pub async fn engage(self, consumer: &FakeCluster, provider: &FakeCluster, clock: SharedClock) -> Engaged {
+        let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
+        provider.add_token(KONNECTOR_TOKEN, self.provider_user);
+        let connector = Arc::new(FakeConnector::default());
+        connector.route(SERVER, provider, CA);
+        let ctx = Context {
+            consumer: Arc::new(consumer.client(self.consumer_user)),
+            connector,
+            clock,
+            config: EngineConfig::default(),
+        };
+        let registry = ProviderRegistry::new();
+        let task = AbortOnDrop(tokio::spawn(kbind_engine::provider::run(ctx.clone(), registry.clone())));
+        admin
+            .create(
+                &secrets(),
+                Some("kbind"),
+                &object(json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "acme", "namespace": "kbind", "labels": self.secret_labels},
+                    "stringData": {"kubeconfig": token_kubeconfig(KONNECTOR_TOKEN)}})),
+                &PostParams::default(),
+            )
+            .await
+            .unwrap();
+        let served = admin.clone();
+        eventually("Connections to be served", Duration::from_secs(60), || {
+            let served = served.clone();
+            async move { served.list(&connections(), None, &Default::default()).await.is_ok() }
+        })
+        .await;
+        admin
+            .create(
+                &connections(),
+                None,
+                &object(json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
+                    "metadata": {"name": "acme"},
+                    "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "acme", "key": "kubeconfig"}}})),
+                &PostParams::default(),
+            )
+            .await
+            .unwrap();
+        let status = json!({"status": {"remoteClusterUID": provider.identity_uid(), "conditions": [
+            {"type": "Ready", "status": "True", "reason": "AsExpected", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        admin
+            .patch_status(
+                &connections(),
+                None,
+                "acme",
+                &Patch::Merge(status),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap();
+        eventually("the provider to be engaged", Duration::from_secs(120), || {
+            let engaged = registry.get("acme").is_some();
+            async move { engaged }
+        })
+        .await;
+        let engaged = registry.get("acme").unwrap();
+        Engaged { ctx, engaged, task }
+    }
+}
