@@ -176,8 +176,14 @@ fn mib(kib: u64) -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let count: usize = args.next().map_or(Ok(1000), |n| n.parse()).context("N must be a number")?;
-    let idle_seconds: u64 = args.next().map_or(Ok(30), |n| n.parse()).context("IDLE_SECONDS must be a number")?;
+    let count: usize = args
+        .next()
+        .map_or(Ok(1000), |n| n.parse())
+        .context("N must be a number")?;
+    let idle_seconds: u64 = args
+        .next()
+        .map_or(Ok(30), |n| n.parse())
+        .context("IDLE_SECONDS must be a number")?;
     let binary = konnector_binary()?;
 
     let token = Token::random().map_err(|_| anyhow!("no randomness for a token"))?;
@@ -202,7 +208,12 @@ async fn main() -> anyhow::Result<()> {
     let consumer = consumer_cluster.admin_client();
 
     provider
-        .create(&erase::<CustomResourceDefinition>(), None, &object(widgets_crd())?, &Default::default())
+        .create(
+            &erase::<CustomResourceDefinition>(),
+            None,
+            &object(widgets_crd())?,
+            &Default::default(),
+        )
         .await?;
     for (res, obj) in provider_rbac() {
         provider.create(&res, None, &object(obj)?, &Default::default()).await?;
@@ -212,7 +223,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}});
     consumer
-        .create(&erase::<k8s_openapi::api::core::v1::Namespace>(), None, &object(namespace)?, &Default::default())
+        .create(
+            &erase::<k8s_openapi::api::core::v1::Namespace>(),
+            None,
+            &object(namespace)?,
+            &Default::default(),
+        )
         .await?;
     wait_for("kbind's CRDs served", SETUP_DEADLINE, async || {
         consumer
@@ -240,8 +256,13 @@ async fn main() -> anyhow::Result<()> {
         ),
     ];
     for (res, obj) in bundle {
-        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
-        consumer.create(&res, ns.as_deref(), &object(obj)?, &Default::default()).await?;
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        consumer
+            .create(&res, ns.as_deref(), &object(obj)?, &Default::default())
+            .await?;
     }
 
     let dir = tempfile::tempdir().context("a temporary folder")?;
@@ -279,7 +300,11 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     wait_for("widgets served on the consumer", SETUP_DEADLINE, async || {
-        consumer.list(&widgets(), None, &Default::default()).await.ok().map(|_| ())
+        consumer
+            .list(&widgets(), None, &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
     })
     .await?;
     let (rss_ready, _) = memory_kib(pid)?;
@@ -314,23 +339,23 @@ async fn main() -> anyhow::Result<()> {
 
     let hz = clock_ticks_per_second() as f64;
     println!("konnector footprint ({})", binary.display());
-    println!("  objects:                 {count} widgets, one ClusterBinding");
-    println!("  created on the consumer: {:.2} s", created.as_secs_f64());
+    println!("  objects:                  {count} widgets, one ClusterBinding");
+    println!("  created on the consumer:  {:.2} s", created.as_secs_f64());
     println!(
-        "  synced to the provider:  {:.2} s after the first create ({:.0} objects/s)",
+        "  synced to the provider:   {:.2} s after the first create ({:.0} objects/s)",
         synced.as_secs_f64(),
         count as f64 / synced.as_secs_f64()
     );
-    println!("  CPU during the sync:     {:.2} s", cpu_sync as f64 / hz);
+    println!("  CPU during the sync:      {:.2} s", cpu_sync as f64 / hz);
     println!(
-        "  CPU while idle:          {:.2} s over {idle_seconds} s ({:.2} % of one core)",
+        "  CPU while idle:           {:.2} s over {idle_seconds} s ({:.2} % of one core)",
         cpu_idle as f64 / hz,
         100.0 * cpu_idle as f64 / hz / idle_seconds as f64
     );
-    println!("  RSS when Ready (0 objects): {}", mib(rss_ready));
-    println!("  RSS after the sync:      {}", mib(rss_synced));
-    println!("  RSS after {idle_seconds} s idle:     {}", mib(rss_idle));
-    println!("  RSS peak (VmHWM):        {}", mib(hwm));
+    println!("  RSS before the sync:      {}", mib(rss_ready));
+    println!("  RSS after the sync:       {}", mib(rss_synced));
+    println!("  RSS after the idle time:  {}", mib(rss_idle));
+    println!("  RSS peak (VmHWM):         {}", mib(hwm));
 
     child.kill().await.context("stopping the konnector")?;
     provider_server.shutdown().await;

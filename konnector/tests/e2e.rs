@@ -205,18 +205,20 @@ impl World {
         };
         world.export_widgets().await;
         world.install_kbind().await;
-        let konnector_kubeconfig = std::fs::read_to_string(format!(
-            "{}.{KONNECTOR_USER}",
-            provider_kubeconfig.display()
-        ))
-        .unwrap();
+        let konnector_kubeconfig =
+            std::fs::read_to_string(format!("{}.{KONNECTOR_USER}", provider_kubeconfig.display())).unwrap();
         world.apply_bundle(&konnector_kubeconfig).await;
         world
     }
 
     async fn export_widgets(&self) {
         self.provider
-            .create(&erase::<CustomResourceDefinition>(), None, &object(widgets_crd()), &Default::default())
+            .create(
+                &erase::<CustomResourceDefinition>(),
+                None,
+                &object(widgets_crd()),
+                &Default::default(),
+            )
             .await
             .unwrap();
         for (res, obj) in provider_rbac() {
@@ -227,7 +229,11 @@ impl World {
         }
         let provider = &self.provider;
         eventually("widgets served on the provider", &self.lines, async || {
-            provider.list(&widgets(), None, &Default::default()).await.ok().map(|_| ())
+            provider
+                .list(&widgets(), None, &Default::default())
+                .await
+                .ok()
+                .map(|_| ())
         })
         .await;
     }
@@ -266,9 +272,14 @@ impl World {
             "spec": {"connectionRef": {"name": "provider"}, "apis": [{"name": "widgets.example.org"}]}});
         let default = Default::default();
         let c = &self.consumer;
-        c.create(&erase::<k8s_openapi::api::core::v1::Secret>(), Some("kbind"), &object(secret), &default)
-            .await
-            .unwrap();
+        c.create(
+            &erase::<k8s_openapi::api::core::v1::Secret>(),
+            Some("kbind"),
+            &object(secret),
+            &default,
+        )
+        .await
+        .unwrap();
         c.create(&erase::<kbind_api::Connection>(), None, &object(connection), &default)
             .await
             .unwrap();
@@ -332,7 +343,10 @@ impl World {
 
     /// Widgets in `default` by name, `None` if the list fails.
     async fn widgets_on(client: &KubeClusterClient) -> Option<BTreeMap<String, DynamicObject>> {
-        let list = client.list(&widgets(), Some("default"), &Default::default()).await.ok()?;
+        let list = client
+            .list(&widgets(), Some("default"), &Default::default())
+            .await
+            .ok()?;
         Some(
             list.items
                 .into_iter()
@@ -489,7 +503,11 @@ async fn the_poc_flow_spec_up_status_down_update_and_delete() {
 
     let created = world.create_widget("hello", 3).await;
     let copy = eventually("the copy on the provider", &lines, async || {
-        world.provider.get_opt(&widgets(), Some("default"), "hello").await.ok()?
+        world
+            .provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?
     })
     .await;
     assert_eq!(spec(&copy), &json!({"size": 3, "color": "blue"}));
@@ -517,14 +535,22 @@ async fn the_poc_flow_spec_up_status_down_update_and_delete() {
         .await
         .unwrap();
     eventually("status phase=Ready on the consumer", &lines, async || {
-        let obj = world.consumer.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+        let obj = world
+            .consumer
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()??;
         (obj.data.pointer("/status/phase") == Some(&json!("Ready"))).then_some(())
     })
     .await;
 
     world.resize_widget("hello", 5).await;
     let updated = eventually("the new size on the provider", &lines, async || {
-        let obj = world.provider.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+        let obj = world
+            .provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()??;
         (obj.data.pointer("/spec/size") == Some(&json!(5))).then_some(obj)
     })
     .await;
@@ -540,15 +566,27 @@ async fn the_poc_flow_spec_up_status_down_update_and_delete() {
         .await
         .unwrap();
     eventually("status phase=Resized on the consumer", &lines, async || {
-        let obj = world.consumer.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+        let obj = world
+            .consumer
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()??;
         (obj.data.pointer("/status/phase") == Some(&json!("Resized"))).then_some(())
     })
     .await;
 
     world.delete_widget("hello").await;
     eventually("the copy and the consumer object gone", &lines, async || {
-        let copy = world.provider.get_opt(&widgets(), Some("default"), "hello").await.ok()?;
-        let original = world.consumer.get_opt(&widgets(), Some("default"), "hello").await.ok()?;
+        let copy = world
+            .provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?;
+        let original = world
+            .consumer
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?;
         (copy.is_none() && original.is_none()).then_some(())
     })
     .await;
@@ -571,6 +609,7 @@ async fn a_konnector_killed_while_syncing_converges_after_restart_without_losing
     })
     .await;
     konnector.kill_hard().await;
+    eprintln!("killed with {synced_at_kill} of 20 copies on the provider");
 
     // While it is down: five updated, five deleted (those it had finalized stay terminating).
     for name in &names[..5] {
@@ -582,15 +621,19 @@ async fn a_konnector_killed_while_syncing_converges_after_restart_without_losing
     let _konnector = world.konnector("restarting", &[]).await;
 
     let surviving = &names[..15];
-    eventually("the provider to hold exactly the 15 survivors with the latest spec", &lines, async || {
-        let copies = World::widgets_on(&world.provider).await?;
-        let originals = World::widgets_on(&world.consumer).await?;
-        let converged = copies.keys().eq(surviving.iter())
-            && originals.keys().eq(surviving.iter())
-            && originals.values().all(|o| o.metadata.deletion_timestamp.is_none())
-            && surviving.iter().all(|n| spec(&copies[n]) == spec(&originals[n]));
-        converged.then_some(())
-    })
+    eventually(
+        "the provider to hold exactly the 15 survivors with the latest spec",
+        &lines,
+        async || {
+            let copies = World::widgets_on(&world.provider).await?;
+            let originals = World::widgets_on(&world.consumer).await?;
+            let converged = copies.keys().eq(surviving.iter())
+                && originals.keys().eq(surviving.iter())
+                && originals.values().all(|o| o.metadata.deletion_timestamp.is_none())
+                && surviving.iter().all(|n| spec(&copies[n]) == spec(&originals[n]));
+            converged.then_some(())
+        },
+    )
     .await;
     let originals = World::widgets_on(&world.consumer).await.unwrap();
     for (i, name) in surviving.iter().enumerate() {
