@@ -329,9 +329,16 @@ async fn main() -> anyhow::Result<()> {
     let cpu_sync = cpu_ticks(pid)? - cpu_before_sync;
     let (rss_synced, _) = memory_kib(pid)?;
 
+    // Two halves: the first may still hold the tail of the sync (status and finalizer writes
+    // echoing back through the watches), the second is the steady idle cost.
+    let half = Duration::from_secs(idle_seconds) / 2;
     let cpu_before_idle = cpu_ticks(pid)?;
-    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    tokio::time::sleep(half).await;
+    let cpu_first_half = cpu_ticks(pid)? - cpu_before_idle;
+    let (rss_half, _) = memory_kib(pid)?;
+    tokio::time::sleep(half).await;
     let cpu_idle = cpu_ticks(pid)? - cpu_before_idle;
+    let cpu_second_half = cpu_idle - cpu_first_half;
     let (rss_idle, hwm) = memory_kib(pid)?;
     if let Some(status) = child.try_wait()? {
         bail!("the konnector exited during the measurement: {status}");
@@ -352,8 +359,14 @@ async fn main() -> anyhow::Result<()> {
         cpu_idle as f64 / hz,
         100.0 * cpu_idle as f64 / hz / idle_seconds as f64
     );
+    println!(
+        "    first / second half:    {:.2} s / {:.2} s",
+        cpu_first_half as f64 / hz,
+        cpu_second_half as f64 / hz
+    );
     println!("  RSS before the sync:      {}", mib(rss_ready));
     println!("  RSS after the sync:       {}", mib(rss_synced));
+    println!("  RSS half-way through idle: {}", mib(rss_half));
     println!("  RSS after the idle time:  {}", mib(rss_idle));
     println!("  RSS peak (VmHWM):         {}", mib(hwm));
 
