@@ -1,0 +1,721 @@
+//! End to end through the binaries: two `fakeapi serve` processes (provider, consumer) and the
+//! `konnector` binary as child processes, driven only through the Kubernetes API and `/metrics`.
+//!
+//! The fakeapi binary lives in another package, so Cargo gives this test no `CARGO_BIN_EXE_fakeapi`;
+//! it is looked up next to the konnector binary and built with `cargo build -p fakeapi --bin fakeapi`
+//! when missing.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, KubeClusterClient, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// Generous: the machine running the suite may be busy compiling.
+const DEADLINE: Duration = Duration::from_secs(120);
+const POLL: Duration = Duration::from_millis(100);
+const KONNECTOR_USER: &str = "kbind-konnector";
+
+/// Every stderr line of the konnectors of one test, kept for failure messages.
+type Lines = Arc<Mutex<Vec<String>>>;
+
+fn dump(lines: &Lines) -> String {
+    lines.lock().unwrap().join("\n")
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` and the konnectors' log.
+async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what}; konnector log:\n{}",
+            dump(lines)
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The fakeapi binary, built once per test run if it is not there yet.
+fn fakeapi_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("CARGO_BIN_EXE_fakeapi") {
+                return path.into();
+            }
+            let path = Path::new(env!("CARGO_BIN_EXE_konnector")).with_file_name("fakeapi");
+            if !path.exists() {
+                let mut build = std::process::Command::new(env!("CARGO"));
+                build.args(["build", "-p", "fakeapi", "--bin", "fakeapi"]);
+                if !cfg!(debug_assertions) {
+                    build.arg("--release");
+                }
+                let status = build.status().expect("cargo runs");
+                assert!(status.success(), "cargo build -p fakeapi failed");
+            }
+            assert!(path.exists(), "no fakeapi binary at {}", path.display());
+            path
+        })
+        .clone()
+}
+
+fn widgets() -> ApiResource {
+    ApiResource {
+        group: "example.org".into(),
+        version: "v1".into(),
+        api_version: "example.org/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
+fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap()
+}
+
+fn widget(name: &str, size: i64) -> DynamicObject {
+    object(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+                  "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size, "color": "blue"}}))
+}
+
+/// The provider's CRD, labelled exported, with a status subresource.
+fn widgets_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
+        "spec": {
+            "group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}},
+                    "status": {"type": "object", "properties": {
+                        "phase": {"type": "string"}, "observedGeneration": {"type": "integer"}}},
+                }}},
+            }],
+        },
+    })
+}
+
+/// What a provider grants the konnector's user: the exported API, CRD reads, its heartbeat
+/// Lease and namespaces.
+fn provider_rbac() -> [(ApiResource, Value); 2] {
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": KONNECTOR_USER},
+        "rules": [
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["example.org"], "resources": ["widgets", "widgets/status"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": KONNECTOR_USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KONNECTOR_USER},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": KONNECTOR_USER}],
+    });
+    [
+        (erase::<k8s_openapi::api::rbac::v1::ClusterRole>(), role),
+        (erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(), binding),
+    ]
+}
+
+/// Starts `fakeapi serve` and waits for its admin kubeconfig (written atomically once it listens).
+async fn serve(dir: &Path, name: &str, users: &[String]) -> (Child, PathBuf) {
+    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+    let mut command = Command::new(fakeapi_binary());
+    command
+        .args(["serve", "--addr", "127.0.0.1:0", "--name", name, "--kubeconfig"])
+        .arg(&kubeconfig);
+    for user in users {
+        command.arg("--user").arg(user);
+    }
+    let child = command
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fakeapi starts");
+    let none = Lines::default();
+    eventually(&format!("fakeapi {name} to write its kubeconfig"), &none, async || {
+        kubeconfig.exists().then_some(())
+    })
+    .await;
+    (child, kubeconfig)
+}
+
+async fn client(kubeconfig: &Path) -> KubeClusterClient {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    KubeClusterClient::from_config(config).unwrap()
+}
+
+/// A provider and a consumer fakeapi process, the provider's API exported, kbind installed on
+/// the consumer and the one-apply bundle applied; no konnector yet.
+struct World {
+    _dir: tempfile::TempDir,
+    provider: KubeClusterClient,
+    consumer: KubeClusterClient,
+    consumer_kubeconfig: PathBuf,
+    lines: Lines,
+    _servers: [Child; 2],
+}
+
+impl World {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let (provider_process, provider_kubeconfig) =
+            serve(dir.path(), "provider", &[format!("{KONNECTOR_USER}:{token}")]).await;
+        let (consumer_process, consumer_kubeconfig) = serve(dir.path(), "consumer", &[]).await;
+        let provider = client(&provider_kubeconfig).await;
+        let consumer = client(&consumer_kubeconfig).await;
+        let world = Self {
+            provider,
+            consumer,
+            consumer_kubeconfig,
+            lines: Lines::default(),
+            _servers: [provider_process, consumer_process],
+            _dir: dir,
+        };
+        world.export_widgets().await;
+        world.install_kbind().await;
+        let konnector_kubeconfig =
+            std::fs::read_to_string(format!("{}.{KONNECTOR_USER}", provider_kubeconfig.display())).unwrap();
+        world.apply_bundle(&konnector_kubeconfig).await;
+        world
+    }
+
+    async fn export_widgets(&self) {
+        self.provider
+            .create(
+                &erase::<CustomResourceDefinition>(),
+                None,
+                &object(widgets_crd()),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+        for (res, obj) in provider_rbac() {
+            self.provider
+                .create(&res, None, &object(obj), &Default::default())
+                .await
+                .unwrap();
+        }
+        let provider = &self.provider;
+        eventually("widgets served on the provider", &self.lines, async || {
+            provider
+                .list(&widgets(), None, &Default::default())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    async fn install_kbind(&self) {
+        for crd in kbind_api::crds() {
+            self.consumer.create_typed(&crd).await.unwrap();
+        }
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}});
+        self.consumer
+            .create(
+                &erase::<k8s_openapi::api::core::v1::Namespace>(),
+                None,
+                &object(namespace),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+        let consumer = &self.consumer;
+        eventually("kbind's CRDs served on the consumer", &self.lines, async || {
+            consumer
+                .list(&erase::<kbind_api::Connection>(), None, &Default::default())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    async fn apply_bundle(&self, konnector_kubeconfig: &str) {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider", "namespace": "kbind"},
+                            "stringData": {"kubeconfig": konnector_kubeconfig}});
+        let connection = json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection", "metadata": {"name": "provider"},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "provider", "key": "kubeconfig"}}});
+        let binding = json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "ClusterBinding", "metadata": {"name": "widgets"},
+            "spec": {"connectionRef": {"name": "provider"}, "apis": [{"name": "widgets.example.org"}]}});
+        let default = Default::default();
+        let c = &self.consumer;
+        c.create(
+            &erase::<k8s_openapi::api::core::v1::Secret>(),
+            Some("kbind"),
+            &object(secret),
+            &default,
+        )
+        .await
+        .unwrap();
+        c.create(&erase::<kbind_api::Connection>(), None, &object(connection), &default)
+            .await
+            .unwrap();
+        c.create(&erase::<kbind_api::ClusterBinding>(), None, &object(binding), &default)
+            .await
+            .unwrap();
+    }
+
+    /// Starts `konnector run` against the consumer with leader election on as `identity`.
+    async fn konnector(&self, identity: &str, extra: &[&str]) -> Konnector {
+        Konnector::start(&self.consumer_kubeconfig, identity, extra, self.lines.clone()).await
+    }
+
+    /// Waits until the Connection and the ClusterBinding are Ready and the consumer serves widgets.
+    async fn wait_ready(&self) {
+        for (res, name) in [
+            (erase::<kbind_api::Connection>(), "provider"),
+            (erase::<kbind_api::ClusterBinding>(), "widgets"),
+        ] {
+            eventually(&format!("{} {name} Ready", res.kind), &self.lines, async || {
+                ready(&self.consumer, &res, name).await.then_some(())
+            })
+            .await;
+        }
+        eventually("widgets served on the consumer", &self.lines, async || {
+            self.consumer
+                .list(&widgets(), None, &Default::default())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+
+    async fn create_widget(&self, name: &str, size: i64) -> DynamicObject {
+        self.consumer
+            .create(&widgets(), Some("default"), &widget(name, size), &Default::default())
+            .await
+            .unwrap()
+    }
+
+    async fn resize_widget(&self, name: &str, size: i64) {
+        self.consumer
+            .patch(
+                &widgets(),
+                Some("default"),
+                name,
+                &Patch::Merge(json!({"spec": {"size": size}})),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn delete_widget(&self, name: &str) {
+        self.consumer
+            .delete(&widgets(), Some("default"), name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Widgets in `default` by name, `None` if the list fails.
+    async fn widgets_on(client: &KubeClusterClient) -> Option<BTreeMap<String, DynamicObject>> {
+        let list = client
+            .list(&widgets(), Some("default"), &Default::default())
+            .await
+            .ok()?;
+        Some(
+            list.items
+                .into_iter()
+                .map(|w| (w.metadata.name.clone().unwrap_or_default(), w))
+                .collect(),
+        )
+    }
+
+    async fn lease_holder(&self) -> Option<String> {
+        let lease: Lease = self
+            .consumer
+            .get_typed_opt(Some("kbind"), "kbind-konnector")
+            .await
+            .ok()??;
+        lease.spec?.holder_identity
+    }
+}
+
+async fn ready(client: &KubeClusterClient, res: &ApiResource, name: &str) -> bool {
+    let Ok(Some(obj)) = client.get_opt(res, None, name).await else {
+        return false;
+    };
+    let conditions: Vec<Condition> = obj
+        .data
+        .pointer("/status/conditions")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// A `konnector run` child process.
+struct Konnector {
+    child: Child,
+    metrics: SocketAddr,
+}
+
+impl Konnector {
+    async fn start(kubeconfig: &Path, identity: &str, extra: &[&str], lines: Lines) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--namespace=kbind",
+                "--leader-elect=true",
+                "--metrics-addr=127.0.0.1:0",
+                "--health-addr=127.0.0.1:0",
+                "--log-format=json",
+                "--log-level=info",
+                &format!("--identity={identity}"),
+            ])
+            .args(extra)
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("konnector starts");
+        let addrs = follow_stderr(&mut child, identity, lines.clone());
+        let addrs = tokio::time::timeout(DEADLINE, addrs)
+            .await
+            .unwrap_or_else(|_| panic!("konnector {identity} never logged its addresses:\n{}", dump(&lines)))
+            .unwrap_or_else(|_| panic!("konnector {identity} exited before listening:\n{}", dump(&lines)));
+        Self {
+            child,
+            metrics: addrs["metrics"],
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("still running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+
+    /// SIGKILL: no shutdown path runs, the leader Lease stays held.
+    async fn kill_hard(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    /// SIGTERM, then the exit code.
+    async fn terminate(mut self, lines: &Lines) -> Option<i32> {
+        self.signal("-TERM");
+        let status = tokio::time::timeout(DEADLINE, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("konnector did not stop on SIGTERM:\n{}", dump(lines)))
+            .unwrap();
+        status.code()
+    }
+
+    async fn scrape(&self) -> Option<String> {
+        get(self.metrics, "/metrics").await
+    }
+}
+
+/// Collects stderr lines (tagged with the konnector's identity); yields the listening addresses
+/// by server name once both are logged.
+fn follow_stderr(
+    child: &mut Child,
+    identity: &str,
+    lines: Lines,
+) -> tokio::sync::oneshot::Receiver<BTreeMap<String, SocketAddr>> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let identity = identity.to_string();
+    tokio::spawn(async move {
+        let mut tx = Some(tx);
+        let mut addrs = BTreeMap::new();
+        let mut reader = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            if let Ok(json) = serde_json::from_str::<Value>(&line)
+                && json["message"] == "listening"
+                && let (Some(server), Some(addr)) = (json["server"].as_str(), json["addr"].as_str())
+            {
+                addrs.insert(server.to_string(), addr.parse().unwrap());
+                if addrs.len() == 2
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addrs.clone());
+                }
+            }
+            lines.lock().unwrap().push(format!("[{identity}] {line}"));
+        }
+    });
+    rx
+}
+
+/// A plain HTTP/1.1 GET of `path`: the body of a 200 answer.
+async fn get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+fn spec(obj: &DynamicObject) -> &Value {
+    &obj.data["spec"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poc_flow_spec_up_status_down_update_and_delete() {
+    let world = World::new().await;
+    let lines = world.lines.clone();
+    let _konnector = world.konnector("poc", &[]).await;
+    world.wait_ready().await;
+
+    let created = world.create_widget("hello", 3).await;
+    let copy = eventually("the copy on the provider", &lines, async || {
+        world
+            .provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?
+    })
+    .await;
+    assert_eq!(spec(&copy), &json!({"size": 3, "color": "blue"}));
+    let annotations = copy.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("core.kbind.io/consumer-object-uid"),
+        created.metadata.uid.as_ref(),
+        "the copy names its consumer object"
+    );
+
+    // The test plays the provider's controller.
+    let report = |phase: &str, generation: i64| {
+        Patch::Merge(json!({"status": {"phase": phase, "observedGeneration": generation}}))
+    };
+    let generation = copy.metadata.generation.unwrap();
+    world
+        .provider
+        .patch_status(
+            &widgets(),
+            Some("default"),
+            "hello",
+            &report("Ready", generation),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("status phase=Ready on the consumer", &lines, async || {
+        let obj = world
+            .consumer
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()??;
+        (obj.data.pointer("/status/phase") == Some(&json!("Ready"))).then_some(())
+    })
+    .await;
+
+    world.resize_widget("hello", 5).await;
+    let updated = eventually("the new size on the provider", &lines, async || {
+        let obj = world
+            .provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()??;
+        (obj.data.pointer("/spec/size") == Some(&json!(5))).then_some(obj)
+    })
+    .await;
+    world
+        .provider
+        .patch_status(
+            &widgets(),
+            Some("default"),
+            "hello",
+            &report("Resized", updated.metadata.generation.unwrap()),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("status phase=Resized on the consumer", &lines, async || {
+        let obj = world
+            .consumer
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()??;
+        (obj.data.pointer("/status/phase") == Some(&json!("Resized"))).then_some(())
+    })
+    .await;
+
+    world.delete_widget("hello").await;
+    eventually("the copy and the consumer object gone", &lines, async || {
+        let copy = world
+            .provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?;
+        let original = world
+            .consumer
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?;
+        (copy.is_none() && original.is_none()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_konnector_killed_while_syncing_converges_after_restart_without_losing_or_duplicating() {
+    let world = World::new().await;
+    let lines = world.lines.clone();
+    let konnector = world.konnector("restarting", &[]).await;
+    world.wait_ready().await;
+
+    let names: Vec<String> = (0..20).map(|i| format!("w-{i:02}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        world.create_widget(name, i as i64).await;
+    }
+    let synced_at_kill = eventually("the first copies on the provider", &lines, async || {
+        let copies = World::widgets_on(&world.provider).await?;
+        (!copies.is_empty()).then_some(copies.len())
+    })
+    .await;
+    konnector.kill_hard().await;
+    eprintln!("killed with {synced_at_kill} of 20 copies on the provider");
+
+    // While it is down: five updated, five deleted (those it had finalized stay terminating).
+    for name in &names[..5] {
+        world.resize_widget(name, 100).await;
+    }
+    for name in &names[15..] {
+        world.delete_widget(name).await;
+    }
+    let _konnector = world.konnector("restarting", &[]).await;
+
+    let surviving = &names[..15];
+    eventually(
+        "the provider to hold exactly the 15 survivors with the latest spec",
+        &lines,
+        async || {
+            let copies = World::widgets_on(&world.provider).await?;
+            let originals = World::widgets_on(&world.consumer).await?;
+            let converged = copies.keys().eq(surviving.iter())
+                && originals.keys().eq(surviving.iter())
+                && originals.values().all(|o| o.metadata.deletion_timestamp.is_none())
+                && surviving.iter().all(|n| spec(&copies[n]) == spec(&originals[n]));
+            converged.then_some(())
+        },
+    )
+    .await;
+    let originals = World::widgets_on(&world.consumer).await.unwrap();
+    for (i, name) in surviving.iter().enumerate() {
+        let want = if i < 5 { 100 } else { i as i64 };
+        assert_eq!(
+            originals[name].data.pointer("/spec/size"),
+            Some(&json!(want)),
+            "{name} on the consumer (killed with {synced_at_kill} of 20 copied)"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_the_lease_to_the_second_konnector_which_syncs() {
+    let world = World::new().await;
+    let lines = world.lines.clone();
+    // A Lease that only expires after a minute: a prompt takeover means the first released it.
+    let timing = ["--lease-duration=60s", "--renew-deadline=40s", "--retry-period=1s"];
+    let first = world.konnector("first", &timing).await;
+    eventually("the first konnector to lead", &lines, async || {
+        (world.lease_holder().await.as_deref() == Some("first")).then_some(())
+    })
+    .await;
+    world.wait_ready().await;
+    let second = world.konnector("second", &timing).await;
+    eventually("the second konnector to report it follows", &lines, async || {
+        let text = second.scrape().await?;
+        text.lines().any(|l| l == "kbind_leader 0").then_some(())
+    })
+    .await;
+    assert_eq!(world.lease_holder().await.as_deref(), Some("first"));
+
+    let terminated = tokio::time::Instant::now();
+    assert_eq!(first.terminate(&lines).await, Some(0), "log:\n{}", dump(&lines));
+    eventually("the second konnector to hold the Lease", &lines, async || {
+        (world.lease_holder().await.as_deref() == Some("second")).then_some(())
+    })
+    .await;
+    let handover = terminated.elapsed();
+    assert!(
+        handover < Duration::from_secs(30),
+        "took {handover:?}: the Lease was not released on shutdown"
+    );
+
+    world.create_widget("after-handover", 7).await;
+    eventually("the second konnector to sync a new widget", &lines, async || {
+        let copy = world
+            .provider
+            .get_opt(&widgets(), Some("default"), "after-handover")
+            .await
+            .ok()??;
+        (spec(&copy) == &json!({"size": 7, "color": "blue"})).then_some(())
+    })
+    .await;
+    eventually("kbind_leader 1 on the second konnector", &lines, async || {
+        let text = second.scrape().await?;
+        text.lines().any(|l| l == "kbind_leader 1").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_the_synced_widgets() {
+    let world = World::new().await;
+    let lines = world.lines.clone();
+    let konnector = world.konnector("metrics", &[]).await;
+    world.wait_ready().await;
+
+    let synced = async |count: usize| {
+        let want = format!("kbind_objects_synced{{api=\"widgets.example.org\"}} {count}");
+        eventually(&format!("{want} and {count} copies"), &lines, async || {
+            let text = konnector.scrape().await?;
+            let copies = World::widgets_on(&world.provider).await?;
+            (text.lines().any(|l| l == want) && copies.len() == count).then_some(())
+        })
+        .await;
+    };
+    for i in 0..5 {
+        world.create_widget(&format!("m-{i}"), i).await;
+    }
+    synced(5).await;
+    world.delete_widget("m-0").await;
+    world.delete_widget("m-1").await;
+    synced(3).await;
+}
