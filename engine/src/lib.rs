@@ -9,6 +9,7 @@ pub mod engine;
 pub mod events;
 pub mod leader;
 pub mod mapper;
+mod observed;
 pub mod openapi;
 pub mod planted;
 pub mod provider;

@@ -1,6 +1,7 @@
 //! The binding's status: one entry per bound API with its own conditions, and the binding's
 //! `Connected`, `Synced`, `Conflicts`, `PermissionDenied` and `Ready` (DESIGN.md §2).
 
+pub(crate) use crate::observed::Observed;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::conditions::{self, ConditionStatus};
 use kbind_api::consts::{condition, field_manager, reason};
@@ -9,36 +10,6 @@ use kbind_cluster::{ClusterClient, Patch, PatchParams};
 use serde_json::json;
 
 use super::view::BindingView;
-
-/// One condition as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Observed {
-    pub status: ConditionStatus,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Observed {
-    pub(crate) fn ok(message: impl Into<String>) -> Self {
-        Self::new(ConditionStatus::True, reason::AS_EXPECTED, message)
-    }
-
-    pub(crate) fn not(reason: &'static str, message: impl Into<String>) -> Self {
-        Self::new(ConditionStatus::False, reason, message)
-    }
-
-    pub(crate) fn new(status: ConditionStatus, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    fn holds(&self) -> bool {
-        self.status == ConditionStatus::True
-    }
-}
 
 /// What one reconcile learnt about one bound API.
 #[derive(Debug, Clone, PartialEq, Eq)]

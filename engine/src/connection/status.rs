@@ -1,6 +1,7 @@
 //! What one reconcile observed, turned into the Connection's status and written with a merge
 //! patch on the status subresource (only when something changed).
 
+pub(crate) use crate::observed::Observed;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::conditions::{self, ConditionStatus};
 use kbind_api::consts::{condition, field_manager, reason};
@@ -8,39 +9,6 @@ use kbind_api::{Connection, ConnectionStatus, ExportedApi, SchemaSource};
 use kbind_cluster::{ClusterClient, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{Value, json};
-
-/// One condition's observed value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Observed {
-    /// True, False or Unknown.
-    pub status: ConditionStatus,
-    /// Machine-readable reason.
-    pub reason: &'static str,
-    /// Human-readable message; never carries credentials.
-    pub message: String,
-}
-
-impl Observed {
-    pub(crate) fn ok(message: impl Into<String>) -> Self {
-        Self::new(ConditionStatus::True, reason::AS_EXPECTED, message)
-    }
-
-    pub(crate) fn not(reason: &'static str, message: impl Into<String>) -> Self {
-        Self::new(ConditionStatus::False, reason, message)
-    }
-
-    pub(crate) fn new(status: ConditionStatus, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    fn holds(&self) -> bool {
-        self.status == ConditionStatus::True
-    }
-}
 
 /// Everything a reconcile learnt about one Connection.
 #[derive(Debug, Clone)]
