@@ -9,6 +9,7 @@
 //!
 //! `KONNECTOR_BIN` overrides the binary (default: `konnector` next to this example's folder).
 
+use konnector::demo::{provider_rbac, widgets, widgets_crd};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -26,61 +27,12 @@ const SETUP_DEADLINE: Duration = Duration::from_secs(120);
 const SYNC_DEADLINE: Duration = Duration::from_secs(1800);
 const POLL: Duration = Duration::from_millis(50);
 
-fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
-
 fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
 fn object(value: Value) -> anyhow::Result<DynamicObject> {
     serde_json::from_value(value).context("building an object")
-}
-
-fn widgets_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}},
-                    "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
-                }}},
-            }],
-        },
-    })
-}
-
-fn provider_rbac() -> [(ApiResource, Value); 2] {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": KONNECTOR_USER},
-        "rules": [
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["example.org"], "resources": ["widgets", "widgets/status"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
-            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
-        ],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": KONNECTOR_USER},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KONNECTOR_USER},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": KONNECTOR_USER}],
-    });
-    [
-        (erase::<k8s_openapi::api::rbac::v1::ClusterRole>(), role),
-        (erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(), binding),
-    ]
 }
 
 /// Polls `check` until it yields a value, or fails naming `what`.

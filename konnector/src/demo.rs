@@ -36,7 +36,7 @@ pub struct DemoOptions {
 }
 
 /// The sample API the provider exports.
-fn widgets() -> ApiResource {
+pub fn widgets() -> ApiResource {
     ApiResource {
         group: "example.org".into(),
         version: "v1".into(),
@@ -57,7 +57,7 @@ fn object(value: Value) -> anyhow::Result<DynamicObject> {
 }
 
 /// The provider's sample CRD, labelled exported.
-fn widgets_crd() -> Value {
+pub fn widgets_crd() -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
@@ -83,7 +83,7 @@ fn widgets_crd() -> Value {
 
 /// What the provider grants the konnector: the exported API, CRD reads for discovery, its
 /// heartbeat Lease and namespaces (least privilege, as a provider's platform team would).
-fn provider_rbac() -> Vec<(ApiResource, Value)> {
+pub fn provider_rbac() -> Vec<(ApiResource, Value)> {
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "kbind-konnector"},

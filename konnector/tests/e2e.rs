@@ -5,6 +5,7 @@
 //! it is looked up next to the konnector binary and built with `cargo build -p fakeapi --bin fakeapi`
 //! when missing.
 
+use konnector::demo::{provider_rbac, widgets, widgets_crd};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -75,16 +76,6 @@ fn fakeapi_binary() -> PathBuf {
         .clone()
 }
 
-fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
-
 fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
@@ -96,49 +87,6 @@ fn object(value: Value) -> DynamicObject {
 fn widget(name: &str, size: i64) -> DynamicObject {
     object(json!({"apiVersion": "example.org/v1", "kind": "Widget",
                   "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size, "color": "blue"}}))
-}
-
-/// The provider's CRD, labelled exported, with a status subresource.
-fn widgets_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}},
-                    "status": {"type": "object", "properties": {
-                        "phase": {"type": "string"}, "observedGeneration": {"type": "integer"}}},
-                }}},
-            }],
-        },
-    })
-}
-
-/// What a provider grants the konnector's user: the exported API, CRD reads, its heartbeat
-/// Lease and namespaces.
-fn provider_rbac() -> [(ApiResource, Value); 2] {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": KONNECTOR_USER},
-        "rules": [
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["example.org"], "resources": ["widgets", "widgets/status"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
-            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
-        ],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": KONNECTOR_USER},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KONNECTOR_USER},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": KONNECTOR_USER}],
-    });
-    [
-        (erase::<k8s_openapi::api::rbac::v1::ClusterRole>(), role),
-        (erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(), binding),
-    ]
 }
 
 /// Starts `fakeapi serve` and waits for its admin kubeconfig (written atomically once it listens).
