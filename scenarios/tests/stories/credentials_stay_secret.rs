@@ -1,7 +1,7 @@
 //! Story: credentials never show up in the konnector's log, consumer Events or Connection
 //! conditions (§8 invariant 7), and the check itself catches a leak.
 
-mod common;
+use crate::common;
 
 use kbind_cluster::{ApiResource, ClusterClient};
 

@@ -2,7 +2,7 @@
 //! the consumer cluster UID), and removed on unbind only if nothing but our objects is left in
 //! it; a namespace the provider made, or one holding anything else, stays.
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::consts::{TRUE, annotation, label};

@@ -4,7 +4,7 @@
 //! overwritten (`CRDNotManaged`; §8.3's second half). §8.1, §8.2, §8.7 are checked by the
 //! world after every step.
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::conditions;

@@ -1,7 +1,7 @@
 //! Story: the provider behind a Connection is rebuilt (same URL, CA and token, new identity).
 //! No write may reach the new cluster (§8 invariant 2), even before anyone flips Ready.
 
-mod common;
+use crate::common;
 
 #[tokio::test(start_paused = true)]
 async fn provider_replaced_by_a_fresh_cluster_gets_no_write() {

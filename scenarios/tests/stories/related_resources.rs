@@ -10,7 +10,7 @@ use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParam
 use kbind_scenarios::World;
 use serde_json::{Value, json};
 
-mod story;
+use crate::story;
 
 use story::{bound_world, cluster_binding, cluster_bindings, create_widget, secrets};
 

@@ -3,7 +3,7 @@
 //! the namespaces in use; the allowed namespace syncs both ways while the other one is reported
 //! as `PermissionDenied` naming verb and resource, and nothing stops.
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::conditions;

@@ -3,7 +3,7 @@
 //! copy is never touched, and a second Connection binding the same API syncs nothing and
 //! deletes nothing when unbound (§8.3 checked here; §8.1, §8.2, §8.7 by the world).
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::conditions;

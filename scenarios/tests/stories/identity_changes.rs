@@ -3,7 +3,7 @@
 //! LogicalCluster. Each ends with `ClusterIdentityChanged` (or the right pin) and zero writes to
 //! the cluster that is not the pinned one.
 
-mod common;
+use crate::common;
 
 use kbind_api::consts::{condition, reason};
 use kbind_api::{Connection, conditions};

@@ -3,7 +3,7 @@
 //! provider copy; other labels and annotations do; and with the provider's garbage collector
 //! on nothing is collected there (§8.1, §8.2, §8.7 checked by the world after every step).
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::consts::label as kbind_label;

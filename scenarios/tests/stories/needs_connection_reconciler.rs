@@ -1,7 +1,7 @@
 //! Stories driven by the real Connection reconciler (status conditions, heartbeat Lease):
 //! partition and heal, heartbeat only while connected, revoked credentials.
 
-mod common;
+use crate::common;
 
 use kbind_cluster::ApiResource;
 

@@ -8,7 +8,7 @@ use kbind_cluster::{ClusterClient, Patch, PatchParams};
 use kbind_scenarios::apis::widgets;
 use serde_json::json;
 
-mod story;
+use crate::story;
 
 use story::{at, bound_world, create_widget, meta_key, wait_for_copy};
 

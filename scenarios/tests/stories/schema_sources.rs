@@ -9,7 +9,7 @@ use kbind_scenarios::apis::{exported_crd, widgets_crd};
 use kbind_scenarios::{ProviderOpts, World, bundle, seed_from_env};
 use serde_json::{Value, json};
 
-mod story;
+use crate::story;
 
 use story::{binding_ready, cluster_binding, copy_has, crds, create_widget};
 

@@ -7,7 +7,7 @@ use kbind_cluster::{ClusterClient, Patch, PatchParams};
 use kbind_scenarios::apis::widgets;
 use serde_json::{Value, json};
 
-mod story;
+use crate::story;
 
 use story::{at, bound_world, crds, create_widget, meta_key, wait_for_copy};
 

@@ -1,6 +1,6 @@
 //! Stories of two konnector replicas sharing one consumer Lease.
 
-mod common;
+use crate::common;
 
 use kbind_scenarios::{ProviderOpts, World, seed_from_env};
 

@@ -2,7 +2,7 @@
 //! deleted) stops its syncer with a per-API `APINotExported` condition, and nothing on the
 //! consumer is deleted because of it (§8.1 is also checked by the world after every step).
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::consts::{label as kbind_label, reason};

@@ -7,7 +7,7 @@
 //!
 //! `KBIND_SEEDS=N` runs N seeds (default 200); `KBIND_SEED=S` runs only seed S.
 
-mod story;
+use crate::story;
 
 use std::collections::BTreeMap;
 

@@ -3,7 +3,7 @@
 //! konnector restart, and a status answering an older generation is not passed off as current
 //! (§8.1, §8.2, §8.7 checked by the world after every step).
 
-mod story;
+use crate::story;
 
 use kbind_api::consts::annotation as kbind_annotation;
 use kbind_cluster::{ClusterClient, DynamicObject, Patch, PatchParams};

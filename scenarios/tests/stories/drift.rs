@@ -2,7 +2,7 @@
 //! the provider stays, and a copy deleted out of band comes back (§8.1, §8.2, §8.7 checked by
 //! the world after every step).
 
-mod story;
+use crate::story;
 
 use kbind_cluster::ClusterClient;
 use kbind_scenarios::apis::widgets;

@@ -1,7 +1,7 @@
 //! Story: a Connection's Secret is swapped to a kubeconfig with the wrong CA, then back.
 //! The provider is disengaged without deleting anything (§8.1) and recovery connects afresh.
 
-mod common;
+use crate::common;
 
 #[tokio::test(start_paused = true)]
 async fn secret_swapped_to_an_untrusted_ca_disengages_and_recovers_with_a_fresh_client() {

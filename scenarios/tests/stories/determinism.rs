@@ -1,6 +1,6 @@
 //! Story: the same seed gives the same world, event for event.
 
-mod common;
+use crate::common;
 
 use kbind_scenarios::{ProviderOpts, World};
 

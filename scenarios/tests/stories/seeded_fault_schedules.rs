@@ -5,7 +5,7 @@
 //! `KBIND_SEEDS=N` runs N seeds (default 200); `KBIND_SEED=S` runs only seed S. The real
 //! Connection reconciler drives every transition (pinning, refusals, heartbeat, Ready).
 
-mod common;
+use crate::common;
 
 use kbind_scenarios::{ProviderOpts, World};
 use rand::{Rng, SeedableRng};

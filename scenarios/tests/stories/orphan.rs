@@ -2,7 +2,7 @@
 //! Connection releases everything at once without touching the provider, also when the
 //! provider is gone for good (§8.1, §8.2, §8.7 checked by the world after every step).
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::conditions;

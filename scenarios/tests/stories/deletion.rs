@@ -3,7 +3,7 @@
 //! anything, and the whole bundle deleted in any order converges (§8.1, §8.2, §8.7 checked by
 //! the world after every step).
 
-mod story;
+use crate::story;
 
 use futures::FutureExt;
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation};

@@ -1,0 +1,33 @@
+//! The scenario suite, one story per module, linked into one test binary: a binary per story
+//! meant 27 links of the whole engine, minutes of CPU and gigabytes of disk (CONTRIBUTING.md).
+
+mod common;
+mod story;
+
+mod conflicts;
+mod connection_loss;
+mod credential_refusals;
+mod credentials_stay_secret;
+mod deletion;
+mod determinism;
+mod drift;
+mod identity_changes;
+mod leader_hand_over;
+mod main_flow;
+mod metadata;
+mod namespace_scoped_credentials;
+mod needs_connection_reconciler;
+mod observed_generation;
+mod order_independent_apply;
+mod orphan;
+mod provider_namespaces;
+mod provider_replaced_by_a_fresh_cluster;
+mod provider_side_changes;
+mod related_resources;
+mod resync_forever;
+mod schema_policies;
+mod schema_sources;
+mod secret_swapped_to_an_untrusted_ca;
+mod seeded_fault_schedules;
+mod seeded_sync_schedules;
+mod two_consumers;
