@@ -1,7 +1,5 @@
 //! Story: the same seed gives the same world, event for event.
 
-use crate::common;
-
 use kbind_scenarios::{ProviderOpts, World};
 
 /// Runs a fixed story on a fresh paused runtime and returns every cluster's event log.

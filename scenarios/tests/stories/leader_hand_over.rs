@@ -1,7 +1,5 @@
 //! Stories of two konnector replicas sharing one consumer Lease.
 
-use crate::common;
-
 use kbind_scenarios::{ProviderOpts, World, seed_from_env};
 
 /// The resourceVersion of the first Lease write by `user` on the consumer.
