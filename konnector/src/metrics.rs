@@ -254,7 +254,6 @@ mod tests {
             "kbind_permission_denied{api=\"widgets.example.org\"} 2",
             "kbind_queue_depth{api=\"widgets.example.org\"} 4",
             "kbind_api_errors_total{cluster=\"provider\",code=\"0\"} 1",
-            "# TYPE kbind_spec_up_seconds histogram",
             "# TYPE kbind_leader gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
