@@ -81,7 +81,9 @@ fn api(api: &str) -> Labels {
 
 impl SyncObserver for Telemetry {
     fn spec_up(&self, api_name: &str, latency: Duration) {
-        self.spec_up.get_or_create(&api(api_name)).observe(latency.as_secs_f64());
+        self.spec_up
+            .get_or_create(&api(api_name))
+            .observe(latency.as_secs_f64());
     }
 
     fn status_down(&self, api_name: &str, latency: Duration) {

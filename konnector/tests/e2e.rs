@@ -665,7 +665,10 @@ async fn metrics_count_the_synced_widgets() {
     synced(5).await;
     let text = konnector.scrape().await.expect("a scrape");
     let spec_up = sample(&text, "kbind_spec_up_seconds_count{api=\"widgets.example.org\"}");
-    assert!(spec_up.is_some_and(|n| n >= 5.0), "a spec-up latency per new widget:\n{text}");
+    assert!(
+        spec_up.is_some_and(|n| n >= 5.0),
+        "a spec-up latency per new widget:\n{text}"
+    );
     // The syncer reads a new widget's provider copy before creating it: a 404 from the provider.
     let not_found = sample(&text, "kbind_api_errors_total{cluster=\"provider\",code=\"404\"}");
     assert!(not_found.is_some_and(|n| n >= 1.0), "provider 404s counted:\n{text}");

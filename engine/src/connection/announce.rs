@@ -45,12 +45,18 @@ impl Announced {
     /// What the Connection's written conditions say (what an earlier reconcile, maybe of
     /// another process, already announced).
     pub(crate) fn from_status(conn: &Connection) -> Self {
-        let conds = conn.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let conds = conn
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
         let is = |type_: &str, want: &str| conditions::find(conds, type_).is_some_and(|c| c.status == want);
         let reason_of = |type_: &str| conditions::find(conds, type_).map(|c| c.reason.clone());
         let mut bad = BTreeSet::new();
         if is(condition::SECRET_VALID, status::FALSE) {
-            bad.insert(BadState::SecretInvalid(reason_of(condition::SECRET_VALID).unwrap_or_default()));
+            bad.insert(BadState::SecretInvalid(
+                reason_of(condition::SECRET_VALID).unwrap_or_default(),
+            ));
         }
         if is(condition::CONNECTED, status::FALSE) {
             bad.extend(connected_bad(reason_of(condition::CONNECTED).as_deref()));
@@ -182,7 +188,10 @@ mod tests {
         let events = Announced::default().transitions(&first, &conn);
         assert_eq!(reasons(&events), [(EventType::Warning, "SecretNotFound")]);
         assert!(events[0].note.contains("kbind/acme-kubeconfig"), "{}", events[0].note);
-        assert!(first.transitions(&first, &conn).is_empty(), "no Event while the state stays");
+        assert!(
+            first.transitions(&first, &conn).is_empty(),
+            "no Event while the state stays"
+        );
 
         report.secret_valid = Observed::ok("valid");
         report.connected = Observed::not(reason::PROVIDER_UNREACHABLE, "down");
@@ -196,7 +205,10 @@ mod tests {
                 (EventType::Warning, "PermissionDenied")
             ]
         );
-        assert!(events.iter().all(|e| !e.note.contains("leases")), "notes carry no server text");
+        assert!(
+            events.iter().all(|e| !e.note.contains("leases")),
+            "notes carry no server text"
+        );
     }
 
     #[test]
@@ -208,7 +220,10 @@ mod tests {
         let broken = Announced::from_report(&report);
         report.connected = Observed::ok("connected");
         let ready = Announced::from_report(&report);
-        assert_eq!(reasons(&broken.transitions(&ready, &conn)), [(EventType::Normal, "Ready")]);
+        assert_eq!(
+            reasons(&broken.transitions(&ready, &conn)),
+            [(EventType::Normal, "Ready")]
+        );
         assert!(ready.transitions(&ready, &conn).is_empty());
     }
 
@@ -226,6 +241,9 @@ mod tests {
         report.connected = Observed::not(reason::CLUSTER_IDENTITY_CHANGED, "changed");
         let after = Announced::from_report(&report);
         assert_eq!(before, after);
-        assert!(before.transitions(&after, &conn).is_empty(), "a restart does not repeat Events");
+        assert!(
+            before.transitions(&after, &conn).is_empty(),
+            "a restart does not repeat Events"
+        );
     }
 }

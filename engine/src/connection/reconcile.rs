@@ -205,7 +205,14 @@ async fn announce(conn: &Connection, shared: &Shared, next: Announced) {
     for event in events {
         if let Err(e) = shared
             .recorder
-            .publish(&connection_resource(), &regarding, event.kind, &event.reason, "Connect", &event.note)
+            .publish(
+                &connection_resource(),
+                &regarding,
+                event.kind,
+                &event.reason,
+                "Connect",
+                &event.note,
+            )
             .await
         {
             tracing::debug!(connection = %name, reason = %event.reason, error = %e, "Connection event not recorded");

@@ -132,7 +132,11 @@ mod tests {
         assert_eq!(since, first);
         assert_eq!(since.elapsed(), Duration::from_secs(5));
         assert_eq!(pending.depth(), 1);
-        assert_eq!(pending.pick_up(&key("w")), None, "a resync without a change has no start");
+        assert_eq!(
+            pending.pick_up(&key("w")),
+            None,
+            "a resync without a change has no start"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -166,7 +170,11 @@ mod tests {
         assert_eq!(pending.depth(), 1, "someone else's write is a change");
         pending.pick_up(&key("w"));
         pending.consumer_event(key("w"), Some("8"));
-        assert_eq!(pending.depth(), 1, "own writes older than a foreign event are forgotten");
+        assert_eq!(
+            pending.depth(),
+            1,
+            "own writes older than a foreign event are forgotten"
+        );
     }
 
     #[tokio::test(start_paused = true)]

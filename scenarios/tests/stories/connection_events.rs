@@ -60,7 +60,8 @@ fn ready(world: &World) -> futures::future::BoxFuture<'_, bool> {
 fn unreachable(world: &World) -> futures::future::BoxFuture<'_, bool> {
     async move {
         world.connection("acme").await.and_then(|c| c.status).is_some_and(|s| {
-            conditions::find(&s.conditions, condition::CONNECTED).is_some_and(|c| c.reason == reason::PROVIDER_UNREACHABLE)
+            conditions::find(&s.conditions, condition::CONNECTED)
+                .is_some_and(|c| c.reason == reason::PROVIDER_UNREACHABLE)
         })
     }
     .boxed()
@@ -70,7 +71,9 @@ fn unreachable(world: &World) -> futures::future::BoxFuture<'_, bool> {
 async fn an_unreachable_provider_is_announced_once_per_outage() {
     let (mut world, cred) = bound_world("an_unreachable_provider_is_announced_once_per_outage", 71).await;
     assert!(
-        connection_events(&world, "acme", reason::PROVIDER_UNREACHABLE).await.is_empty(),
+        connection_events(&world, "acme", reason::PROVIDER_UNREACHABLE)
+            .await
+            .is_empty(),
         "no outage yet"
     );
 
@@ -101,7 +104,11 @@ async fn an_unreachable_provider_is_announced_once_per_outage() {
         .await;
     world.steps_for(60).await;
     let warnings = connection_events(&world, "acme", reason::PROVIDER_UNREACHABLE).await;
-    assert_eq!(occurrences(&warnings), 2, "the second outage counts once more: {warnings:?}");
+    assert_eq!(
+        occurrences(&warnings),
+        2,
+        "the second outage counts once more: {warnings:?}"
+    );
     assert_eq!(
         occurrences(&connection_events(&world, "acme", condition::READY).await),
         readies,
