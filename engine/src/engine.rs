@@ -10,7 +10,7 @@ use crate::context::Context;
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::mapper::{Identity, Mapper};
 use crate::provider::ProviderRegistry;
-use crate::sync::Syncers;
+use crate::sync::{NoObserver, SyncObserver, Syncers};
 
 /// Builds an [`Engine`].
 #[derive(Clone)]
@@ -18,6 +18,7 @@ pub struct EngineBuilder {
     ctx: Context,
     leader: Option<LeaderConfig>,
     mapper: Arc<dyn Mapper>,
+    observer: Arc<dyn SyncObserver>,
 }
 
 impl EngineBuilder {
@@ -36,10 +37,17 @@ impl EngineBuilder {
         self
     }
 
+    /// Report spec-up and status-down latencies to `observer` (default: [`NoObserver`]).
+    #[must_use]
+    pub fn with_sync_observer(mut self, observer: Arc<dyn SyncObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> Engine {
         Engine {
-            syncers: Syncers::new(self.ctx.clone(), self.mapper),
+            syncers: Syncers::new(self.ctx.clone(), self.mapper).with_observer(self.observer),
             ctx: self.ctx,
             leader: self.leader,
             registry: ProviderRegistry::new(),
@@ -64,6 +72,7 @@ impl Engine {
             ctx,
             leader: None,
             mapper: Arc::new(Identity),
+            observer: Arc::new(NoObserver),
         }
     }
 

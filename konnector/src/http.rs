@@ -64,7 +64,7 @@ async fn readyz(State(readiness): State<Readiness>) -> Response {
 }
 
 async fn metrics(State(source): State<MetricsSource>) -> Response {
-    let text = source.gather().await.encode();
+    let text = source.gather().await.encode(&source.telemetry);
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response()
 }
 

@@ -29,6 +29,7 @@ pub mod demo;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod telemetry;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -192,13 +193,20 @@ impl Konnector {
         let config = ConsumerSource::from_env(args.kubeconfig.clone())
             .config(args.context.as_deref())
             .await?;
+        let telemetry = telemetry::Telemetry::default();
         let consumer: Arc<dyn ClusterClient> =
             Arc::new(KubeClusterClient::from_config(config).map_err(Error::ConsumerClientFailed)?);
+        let consumer: Arc<dyn ClusterClient> = Arc::new(telemetry::CountErrors::new(
+            consumer,
+            telemetry::CONSUMER,
+            telemetry.clone(),
+        ));
+        let connector = Arc::new(KubeConnector {
+            allow_insecure: args.allow_insecure_providers,
+        });
         let ctx = Context {
             consumer: consumer.clone(),
-            connector: Arc::new(KubeConnector {
-                allow_insecure: args.allow_insecure_providers,
-            }),
+            connector: Arc::new(telemetry::CountingConnector::new(connector, telemetry.clone())),
             clock: Arc::new(SystemClock),
             config: args.engine_config(),
         };
@@ -209,7 +217,9 @@ impl Konnector {
             }
             None => tracing::info!("leader election off: this replica always leads"),
         }
-        let mut builder = Engine::builder(ctx).leader_election(leader);
+        let mut builder = Engine::builder(ctx)
+            .leader_election(leader)
+            .with_sync_observer(Arc::new(telemetry.clone()));
         if let Some(mapper) = self.mapper {
             builder = builder.with_mapper(SharedMapper(mapper));
         }
@@ -222,6 +232,7 @@ impl Konnector {
             providers: engine.providers(),
             syncers: engine.syncers(),
             leading: engine.leading(),
+            telemetry,
         });
         let health_router = http::health_router(http::Readiness {
             consumer,

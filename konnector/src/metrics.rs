@@ -1,9 +1,7 @@
 //! `/metrics`: a snapshot of the engine gathered on each scrape (Connections from a consumer
-//! list, engaged providers, syncers and their reports, leadership), in the OpenMetrics text
-//! format through `prometheus-client`.
-//!
-//! Not here yet: request latency histograms and API error counters by code, which need hooks
-//! in the engine's clients that do not exist.
+//! list, engaged providers, syncers and their reports, leadership), plus the long-lived
+//! [`Telemetry`] (sync latencies, API errors by code), in the OpenMetrics text format through
+//! `prometheus-client`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::telemetry::Telemetry;
+
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -30,6 +30,8 @@ pub struct ApiCounts {
     pub conflicts: u64,
     /// Distinct forbidden provider operations.
     pub denied: u64,
+    /// Objects triggered by a change and not yet picked up by a reconcile.
+    pub queued: u64,
 }
 
 /// Everything one scrape reports.
@@ -58,6 +60,8 @@ pub struct MetricsSource {
     pub syncers: Syncers,
     /// `Engine::leading()`.
     pub leading: watch::Receiver<bool>,
+    /// The latencies and error counts, shared with the engine and the clients.
+    pub telemetry: Telemetry,
 }
 
 impl MetricsSource {
@@ -85,6 +89,7 @@ impl MetricsSource {
             counts.synced += report.synced as u64;
             counts.conflicts += report.conflicts.len() as u64;
             counts.denied += report.denied.len() as u64;
+            counts.queued += report.queued as u64;
         }
         Snapshot {
             connections,
@@ -117,9 +122,10 @@ fn is_ready(obj: &DynamicObject) -> bool {
 type Labels = Vec<(&'static str, String)>;
 
 impl Snapshot {
-    /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> String {
+    /// The OpenMetrics text exposition of this snapshot and `telemetry`.
+    pub fn encode(&self, telemetry: &Telemetry) -> String {
         let mut registry = Registry::default();
+        telemetry.register(&mut registry);
         if let Some((ready, not_ready)) = self.connections {
             let family = Family::<Labels, Gauge>::default();
             family.get_or_create(&vec![("state", "ready".into())]).set(ready as i64);
@@ -163,6 +169,12 @@ impl Snapshot {
             "kbind_permission_denied",
             "Forbidden provider operations",
             |c| c.denied,
+        );
+        self.per_api(
+            &mut registry,
+            "kbind_queue_depth",
+            "Objects triggered by a change and not yet picked up by a reconcile",
+            |c| c.queued,
         );
         let mut text = String::new();
         // Writing into a String cannot fail.
@@ -223,11 +235,14 @@ mod tests {
                     synced: 7,
                     conflicts: 1,
                     denied: 2,
+                    queued: 4,
                 },
             )]),
             leader: true,
         };
-        let text = snapshot.encode();
+        let telemetry = Telemetry::default();
+        telemetry.api_error(crate::telemetry::PROVIDER, &kbind_cluster::Error::Timeout("t".into()));
+        let text = snapshot.encode(&telemetry);
         for line in [
             "kbind_connections{state=\"ready\"} 2",
             "kbind_connections{state=\"not_ready\"} 1",
@@ -237,6 +252,8 @@ mod tests {
             "kbind_objects_synced{api=\"widgets.example.org\"} 7",
             "kbind_conflicts{api=\"widgets.example.org\"} 1",
             "kbind_permission_denied{api=\"widgets.example.org\"} 2",
+            "kbind_queue_depth{api=\"widgets.example.org\"} 4",
+            "kbind_api_errors_total{cluster=\"provider\",code=\"0\"} 1",
             "# TYPE kbind_leader gauge",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
@@ -246,7 +263,7 @@ mod tests {
 
     #[test]
     fn a_failed_connection_list_leaves_the_metric_out() {
-        let text = Snapshot::default().encode();
+        let text = Snapshot::default().encode(&Telemetry::default());
         assert!(!text.contains("kbind_connections"), "{text}");
         assert!(text.lines().any(|l| l == "kbind_leader 0"));
     }

@@ -663,7 +663,53 @@ async fn metrics_count_the_synced_widgets() {
         world.create_widget(&format!("m-{i}"), i).await;
     }
     synced(5).await;
+    let text = konnector.scrape().await.expect("a scrape");
+    let spec_up = sample(&text, "kbind_spec_up_seconds_count{api=\"widgets.example.org\"}");
+    assert!(
+        spec_up.is_some_and(|n| n >= 5.0),
+        "a spec-up latency per new widget:\n{text}"
+    );
+    // The syncer reads a new widget's provider copy before creating it: a 404 from the provider.
+    let not_found = sample(&text, "kbind_api_errors_total{cluster=\"provider\",code=\"404\"}");
+    assert!(not_found.is_some_and(|n| n >= 1.0), "provider 404s counted:\n{text}");
+    eventually("an empty sync queue", &lines, async || {
+        let text = konnector.scrape().await?;
+        (sample(&text, "kbind_queue_depth{api=\"widgets.example.org\"}") == Some(0.0)).then_some(())
+    })
+    .await;
+
+    // A status written on the provider comes down, and its latency is measured.
+    let status_down = "kbind_status_down_seconds_count{api=\"widgets.example.org\"}";
+    let before = sample(&text, status_down).unwrap_or(0.0);
+    world
+        .provider
+        .patch_status(
+            &widgets(),
+            Some("default"),
+            "m-2",
+            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("a provider status write");
+    eventually("a status-down latency", &lines, async || {
+        let text = konnector.scrape().await?;
+        (sample(&text, status_down)? > before).then_some(())
+    })
+    .await;
+
     world.delete_widget("m-0").await;
     world.delete_widget("m-1").await;
     synced(3).await;
+    let text = konnector.scrape().await.expect("a scrape");
+    assert!(
+        sample(&text, "kbind_spec_up_seconds_count{api=\"widgets.example.org\"}") >= spec_up,
+        "histograms outlive scrapes and deletions:\n{text}"
+    );
+}
+
+/// The value of the series `series` (name and labels) in an exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }

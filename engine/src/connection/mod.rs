@@ -19,6 +19,7 @@
 //! - Identity is read before every provider write of a reconcile, so a rebuilt provider is
 //!   caught before the next Lease renewal.
 
+mod announce;
 mod discovery;
 pub(crate) mod finalize;
 mod heartbeat;

@@ -17,6 +17,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use tokio::time::Instant;
 
+use super::announce::Announced;
 use super::discovery::{Discovered, discover};
 use super::finalize::{
     bindings_referencing, ensure_cleanup, has_cleanup, is_orphan, release_secret_if_last, remove_cleanup,
@@ -24,6 +25,7 @@ use super::finalize::{
 use super::status::{Observed, Report, desired_status, draining_status, write_status};
 use super::{RETRY_INTERVAL, connection_resource, heartbeat, secret_resource};
 use crate::context::Context;
+use crate::events::Recorder;
 use crate::remote::{ProviderKubeconfig, parse_kubeconfig, provider_identity};
 
 /// Why a reconcile failed (consumer-side writes; provider trouble is reported in conditions).
@@ -62,13 +64,24 @@ pub struct Shared {
     local_uid: tokio::sync::OnceCell<String>,
     /// Serialises Secret release across Connections being deleted at the same time.
     finalize_lock: tokio::sync::Mutex<()>,
+    /// Writes the Connection Events.
+    recorder: Recorder,
+    /// What the Events of each Connection announced last (the cached status may lag behind).
+    announced: Mutex<BTreeMap<String, Announced>>,
 }
 
 impl Shared {
     /// Shared state over `ctx`, with the reflector's Connection cache.
     pub fn new(ctx: Context, store: Store<Connection>) -> Self {
+        let recorder = Recorder::new(
+            ctx.consumer.clone(),
+            ctx.clock.clone(),
+            kbind_api::consts::EVENT_COMPONENT,
+        );
         Self {
             ctx,
+            recorder,
+            announced: Mutex::new(BTreeMap::new()),
             store,
             links: Mutex::new(BTreeMap::new()),
             pinned: Mutex::new(BTreeMap::new()),
@@ -107,6 +120,7 @@ impl Shared {
 
     fn forget(&self, name: &str) {
         self.take_link(name);
+        self.announced.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
         self.pinned.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 
@@ -162,8 +176,48 @@ pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Act
     let requeue = observe(&conn, &shared, &mut report).await?;
     let now = Time(shared.ctx.clock.now());
     write_status(consumer, &conn, desired_status(&conn, &report, &now)).await?;
+    announce(&conn, &shared, Announced::from_report(&report)).await;
     tracing::debug!(connection = %name, connected = ?report.connected, secret = ?report.secret_valid, "reconciled");
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Publishes the Events of the transitions from what was announced last to `next` (best
+/// effort: a lost Event is not retried, so a flapping consumer never repeats one).
+async fn announce(conn: &Connection, shared: &Shared, next: Announced) {
+    let name = conn.name_any();
+    let previous = shared
+        .announced
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.clone(), next.clone());
+    let previous = previous.unwrap_or_else(|| Announced::from_status(conn));
+    let events = previous.transitions(&next, conn);
+    if events.is_empty() {
+        return;
+    }
+    let regarding = match to_dynamic(conn) {
+        Ok(obj) => obj,
+        Err(e) => {
+            tracing::debug!(connection = %name, error = %e, "Connection events not recorded");
+            return;
+        }
+    };
+    for event in events {
+        if let Err(e) = shared
+            .recorder
+            .publish(
+                &connection_resource(),
+                &regarding,
+                event.kind,
+                &event.reason,
+                "Connect",
+                &event.note,
+            )
+            .await
+        {
+            tracing::debug!(connection = %name, reason = %event.reason, error = %e, "Connection event not recorded");
+        }
+    }
 }
 
 /// Fills `report`; returns when to look again (`None`: only on a change).

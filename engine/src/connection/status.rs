@@ -44,7 +44,7 @@ impl Report {
     }
 
     /// The Ready condition: SecretValid ∧ Connected ∧ ¬PermissionDenied.
-    fn ready(&self) -> Observed {
+    pub(crate) fn ready(&self) -> Observed {
         if !self.secret_valid.holds() {
             return Observed::not(self.secret_valid.reason, self.secret_valid.message.clone());
         }

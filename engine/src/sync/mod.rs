@@ -11,6 +11,7 @@
 
 mod drain;
 mod meta;
+mod observe;
 mod status;
 mod syncer;
 
@@ -26,6 +27,7 @@ use crate::mapper::{Mapper, ObjectKey};
 use crate::provider::EngagedProvider;
 
 pub use drain::Drained;
+pub use observe::{NoObserver, SyncObserver};
 
 /// Which kind of binding a syncer serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,6 +111,8 @@ pub struct SyncerReport {
     pub denied: BTreeSet<String>,
     /// Consumer objects whose provider copy was written successfully.
     pub synced: usize,
+    /// Consumer objects triggered by a change and not yet picked up by a reconcile.
+    pub queued: usize,
 }
 
 /// Errors of the sync module.
@@ -203,6 +207,7 @@ impl Tally {
             conflicts: self.conflicts.clone(),
             denied: self.denied.values().cloned().collect(),
             synced: self.synced.len(),
+            queued: 0,
         }
     }
 
@@ -224,6 +229,7 @@ struct Running {
     spec: SyncerSpec,
     provider: Arc<EngagedProvider>,
     tally: SharedTally,
+    pending: Arc<observe::PendingTriggers>,
     task: JoinHandle<()>,
 }
 
@@ -238,6 +244,7 @@ impl Drop for Running {
 pub struct Syncers {
     ctx: Context,
     mapper: Arc<dyn Mapper>,
+    observer: Arc<dyn SyncObserver>,
     running: Arc<Mutex<BTreeMap<SyncerKey, Running>>>,
 }
 
@@ -253,8 +260,16 @@ impl Syncers {
         Self {
             ctx,
             mapper,
+            observer: Arc::new(NoObserver),
             running: Arc::new(Mutex::new(BTreeMap::new())),
         }
+    }
+
+    /// Reports sync latencies of the syncers started from now on to `observer`.
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn SyncObserver>) -> Self {
+        self.observer = observer;
+        self
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<SyncerKey, Running>> {
@@ -275,12 +290,17 @@ impl Syncers {
             return false;
         }
         let tally = SharedTally::default();
+        let pending = Arc::new(observe::PendingTriggers::default());
         let task = tokio::spawn(syncer::run(syncer::Shared::new(
             &self.ctx,
             spec.clone(),
             provider.clone(),
             self.mapper.clone(),
-            tally.clone(),
+            syncer::Observation {
+                tally: tally.clone(),
+                pending: pending.clone(),
+                observer: self.observer.clone(),
+            },
         )));
         // Replacing drops (and so stops) the previous syncer of this key.
         running.insert(
@@ -289,6 +309,7 @@ impl Syncers {
                 spec,
                 provider,
                 tally,
+                pending,
                 task,
             },
         );
@@ -312,7 +333,10 @@ impl Syncers {
 
     /// What the syncer of `key` has seen, if it runs.
     pub fn report(&self, key: &SyncerKey) -> Option<SyncerReport> {
-        self.running().get(key).map(|r| lock(&r.tally).report())
+        self.running().get(key).map(|r| SyncerReport {
+            queued: r.pending.depth(),
+            ..lock(&r.tally).report()
+        })
     }
 
     /// Unbinds: stops the syncer, deletes the provider copies we own (unless the object or

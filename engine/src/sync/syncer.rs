@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kbind_api::consts::{TRUE, annotation, finalizer, label, reason};
-use kbind_cluster::watcher::{WatchStreamExt, WatcherError, watcher};
+use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherError, watcher};
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
 };
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use super::meta::{self, Verdict};
+use super::observe::{PendingTriggers, SyncObserver};
 use super::{SharedTally, SyncError, SyncerSpec, lock};
 use crate::context::Context;
 use crate::events::{EventType, Recorder};
@@ -38,6 +40,8 @@ const DENIED_RETRY: Duration = Duration::from_secs(30);
 const ERROR_RETRY: Duration = Duration::from_secs(5);
 /// The condition kbind writes into a conflicted object's `status.conditions`.
 const SYNCED_CONDITION: &str = "Synced";
+/// The step of a failed status write (its retry must not measure the spec-up again).
+const STATUS_STEP: &str = "write the status of";
 
 /// Provider objects as last seen by the syncer, by (namespace, name): what the cache poll
 /// compares with, and where the syncer records its own writes so that a copy deleted before
@@ -53,6 +57,8 @@ pub(crate) struct Shared {
     mapper: Arc<dyn Mapper>,
     recorder: Recorder,
     tally: SharedTally,
+    pending: Arc<PendingTriggers>,
+    observer: Arc<dyn SyncObserver>,
     clock: kbind_cluster::SharedClock,
     /// Provider namespaces known to exist.
     namespaces: Mutex<BTreeSet<String>>,
@@ -81,6 +87,16 @@ impl ProviderWatches {
     }
 }
 
+/// Where a syncer reports what it did and how long it took.
+pub(crate) struct Observation {
+    /// Synced objects, conflicts and denials (the binding's status).
+    pub(crate) tally: SharedTally,
+    /// Changes seen and not yet synced.
+    pub(crate) pending: Arc<PendingTriggers>,
+    /// Receives the latencies.
+    pub(crate) observer: Arc<dyn SyncObserver>,
+}
+
 impl Shared {
     /// The shared state of a syncer for `spec` on `provider`.
     pub(crate) fn new(
@@ -88,7 +104,7 @@ impl Shared {
         spec: SyncerSpec,
         provider: Arc<EngagedProvider>,
         mapper: Arc<dyn Mapper>,
-        tally: SharedTally,
+        observation: Observation,
     ) -> Arc<Self> {
         let instance = format!("{}-{}", kbind_api::consts::EVENT_COMPONENT, spec.connection);
         Arc::new(Self {
@@ -98,7 +114,9 @@ impl Shared {
             spec,
             provider,
             mapper,
-            tally,
+            tally: observation.tally,
+            pending: observation.pending,
+            observer: observation.observer,
             namespaces: Mutex::new(BTreeSet::new()),
             seen: SharedSeen::default(),
             watches: ProviderWatches::default(),
@@ -115,6 +133,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let res = shared.spec.resource.clone();
     let writer: Writer<DynamicObject> = Writer::new(res.clone());
     let store = writer.as_reader();
+    let pending = shared.pending.clone();
     let consumer_events = reflector::reflector(
         writer,
         watcher(
@@ -124,13 +143,26 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             crate::provider::watcher_config(),
         ),
     )
+    .inspect(move |event| note_consumer_event(&pending, event))
     .applied_objects();
     shared.choose_watches().await;
     let provider_changes = cache_changes(shared.watches.clone(), shared.seen.clone(), PROVIDER_POLL);
     let mapper = shared.mapper.clone();
     let scope = shared.spec.namespace.clone();
     let map_res = res.clone();
-    let to_consumer = move |copy: DynamicObject| consumer_ref(mapper.as_ref(), &map_res, scope.as_deref(), &copy);
+    let (pending, consumers) = (shared.pending.clone(), store.clone());
+    let to_consumer = move |copy: DynamicObject| {
+        let r = consumer_ref(mapper.as_ref(), &map_res, scope.as_deref(), &copy)?;
+        // The controller only reconciles objects in its store; a trigger for another one would
+        // wait in the queue for ever.
+        if consumers.get(&r).is_some() {
+            pending.trigger(ObjectKey {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            });
+        }
+        Some(r)
+    };
     Controller::for_stream_with(consumer_events, store, res.clone())
         .watches_stream_with(provider_changes, to_consumer, res)
         .run(reconcile, error_policy, shared)
@@ -140,6 +172,23 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         })
         .await;
+}
+
+/// A consumer watch event: an applied object waits for a reconcile, a deleted one never will.
+fn note_consumer_event(pending: &PendingTriggers, event: &Result<Event<DynamicObject>, WatcherError>) {
+    match event {
+        Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
+            if let Some(key) = ObjectKey::of(obj) {
+                pending.consumer_event(key, obj.metadata.resource_version.as_deref());
+            }
+        }
+        Ok(Event::Delete(obj)) => {
+            if let Some(key) = ObjectKey::of(obj) {
+                pending.forget(&key);
+            }
+        }
+        Ok(Event::Init | Event::InitDone) | Err(_) => {}
+    }
 }
 
 /// The consumer object a provider object is the image of, within the syncer's scope.
@@ -218,7 +267,14 @@ async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Actio
     let Some(key) = ObjectKey::of(&obj) else {
         return Ok(Action::await_change());
     };
-    match shared.sync(&obj, &key).await {
+    let since = shared.pending.pick_up(&key);
+    let result = shared.sync(&obj, &key, since).await;
+    if let (Err(e), Some(since)) = (&result, since)
+        && !matches!(e, SyncError::ConsumerWriteFailed { step: STATUS_STEP, .. })
+    {
+        shared.pending.retry(key.clone(), since);
+    }
+    match result {
         Err(e) if let Some(denied) = e.denied() => {
             tracing::info!(object = %key, denied = %denied, "provider call forbidden");
             let mut tally = lock(&shared.tally);
@@ -265,7 +321,9 @@ impl Shared {
             .or_insert_with(|| self.provider.cache.store_in(self.res(), namespace));
     }
 
-    async fn sync(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<Action, SyncError> {
+    /// Syncs one object; `since` is when its unprocessed change was first seen (`None` for a
+    /// resync), the start of the latencies reported to the observer.
+    async fn sync(&self, obj: &DynamicObject, key: &ObjectKey, since: Option<Instant>) -> Result<Action, SyncError> {
         let target = self.mapper.to_provider(self.res(), key);
         self.follow_namespace(target.namespace.as_deref());
         if obj.metadata.deletion_timestamp.is_some() {
@@ -286,7 +344,13 @@ impl Shared {
             &self.spec.conflict_policy,
         );
         let precondition = match verdict {
-            Verdict::Terminating => return Ok(Action::requeue(WAIT)),
+            Verdict::Terminating => {
+                // The change still waits for the old copy to go: measured until it is applied.
+                if let Some(since) = since {
+                    self.pending.retry(key.clone(), since);
+                }
+                return Ok(Action::requeue(WAIT));
+            }
             Verdict::Conflict(why) => {
                 self.signal_conflict(obj, key, &target, why).await?;
                 return Ok(Action::requeue(CONFLICT_RECHECK));
@@ -325,6 +389,9 @@ impl Shared {
                     source,
                 }
             })?;
+        if let Some(since) = since {
+            self.observer.spec_up(&self.spec.api, since.elapsed());
+        }
         {
             let mut tally = lock(&self.tally);
             tally.denied.remove(key);
@@ -334,7 +401,11 @@ impl Shared {
             (target.namespace.clone(), target.name.clone()),
             (copy.metadata.resource_version.clone(), Arc::new(copy.clone())),
         );
-        self.status_down(obj, key, &copy).await?;
+        if self.status_down(obj, key, &copy).await?
+            && let Some(since) = since
+        {
+            self.observer.status_down(&self.spec.api, since.elapsed());
+        }
         Ok(Action::requeue(RESYNC))
     }
 
@@ -400,7 +471,8 @@ impl Shared {
             "finalizers": finalizers,
             "resourceVersion": obj.metadata.resource_version,
         }});
-        self.consumer
+        let updated = self
+            .consumer
             .patch(
                 self.res(),
                 key.namespace.as_deref(),
@@ -413,7 +485,10 @@ impl Shared {
                 step: "add the finalizer to",
                 object: key.clone(),
                 source,
-            })
+            })?;
+        self.pending
+            .own_write(key.clone(), updated.metadata.resource_version.clone());
+        Ok(updated)
     }
 
     /// Creates a missing provider namespace (labelled managed, with our cluster UID).
@@ -479,15 +554,16 @@ impl Shared {
     }
 
     /// Provider status down, translated; skipped without a consumer status subresource.
-    async fn status_down(&self, obj: &DynamicObject, key: &ObjectKey, copy: &DynamicObject) -> Result<(), SyncError> {
+    /// Returns whether the consumer status was written.
+    async fn status_down(&self, obj: &DynamicObject, key: &ObjectKey, copy: &DynamicObject) -> Result<bool, SyncError> {
         if !self.spec.status_subresource {
-            return Ok(());
+            return Ok(false);
         }
         let Some(status) = super::status::translated_status(copy) else {
-            return Ok(());
+            return Ok(false);
         };
         if obj.data.get("status") == Some(&status) {
-            return Ok(());
+            return Ok(false);
         }
         let mut updated = obj.clone();
         updated.data["status"] = status;
@@ -502,11 +578,14 @@ impl Shared {
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(written) => {
+                self.pending.own_write(key.clone(), written.metadata.resource_version);
+                Ok(true)
+            }
             // The object moved on; its own change event brings a fresh reconcile.
-            Err(kbind_cluster::Error::Conflict { .. }) => Ok(()),
+            Err(kbind_cluster::Error::Conflict { .. }) => Ok(false),
             Err(source) => Err(SyncError::ConsumerWriteFailed {
-                step: "write the status of",
+                step: STATUS_STEP,
                 object: key.clone(),
                 source,
             }),

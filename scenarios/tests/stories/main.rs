@@ -5,6 +5,7 @@ mod common;
 mod story;
 
 mod conflicts;
+mod connection_events;
 mod connection_loss;
 mod credential_refusals;
 mod credentials_stay_secret;

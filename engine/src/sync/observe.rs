@@ -1,0 +1,190 @@
+//! Sync latency: when a syncer first saw an unprocessed change of each object, how long until
+//! the change was written up (spec) and down (status), and how many objects wait for a
+//! reconcile. Times come from tokio's clock, so tests on a paused clock measure exactly.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::mapper::ObjectKey;
+
+/// Sees how long syncing takes, per API (`<plural>.<group>`); the konnector turns this into
+/// histograms. Called on the syncer's task: implementations must not block.
+pub trait SyncObserver: Send + Sync {
+    /// A triggered change of one object reached the provider (the apply completed).
+    fn spec_up(&self, api: &str, latency: Duration);
+    /// A triggered change of one object brought the provider status down (the consumer status
+    /// write completed).
+    fn status_down(&self, api: &str, latency: Duration);
+}
+
+/// Observes nothing: the default of an engine built without an observer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl SyncObserver for NoObserver {
+    fn spec_up(&self, _api: &str, _latency: Duration) {}
+
+    fn status_down(&self, _api: &str, _latency: Duration) {}
+}
+
+/// Per syncer: objects triggered and not yet picked up (the queue), and objects picked up whose
+/// reconcile failed (waiting for the retry, which keeps measuring from the first trigger).
+#[derive(Debug, Default)]
+pub(crate) struct PendingTriggers {
+    inner: Mutex<Triggers>,
+}
+
+#[derive(Debug, Default)]
+struct Triggers {
+    queued: BTreeMap<ObjectKey, Instant>,
+    retrying: BTreeMap<ObjectKey, Instant>,
+    /// resourceVersions of the syncer's own consumer writes (finalizer, status) whose watch
+    /// events are echoes, not changes.
+    own: BTreeMap<ObjectKey, BTreeSet<String>>,
+}
+
+impl PendingTriggers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Triggers> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A change of `key` was seen now; an earlier unprocessed change keeps its time.
+    pub(crate) fn trigger(&self, key: ObjectKey) {
+        self.lock().queued.entry(key).or_insert_with(Instant::now);
+    }
+
+    /// A consumer watch event of `key` at `resource_version`: a change unless it is the echo of
+    /// the syncer's own write.
+    pub(crate) fn consumer_event(&self, key: ObjectKey, resource_version: Option<&str>) {
+        let mut triggers = self.lock();
+        if let Some(own) = triggers.own.get_mut(&key) {
+            if resource_version.is_some_and(|rv| own.remove(rv)) {
+                return;
+            }
+            // Events arrive in order: older own writes will not show up any more.
+            triggers.own.remove(&key);
+        }
+        triggers.queued.entry(key).or_insert_with(Instant::now);
+    }
+
+    /// The syncer wrote `key` on the consumer, producing `resource_version`.
+    pub(crate) fn own_write(&self, key: ObjectKey, resource_version: Option<String>) {
+        if let Some(rv) = resource_version {
+            self.lock().own.entry(key).or_default().insert(rv);
+        }
+    }
+
+    /// A reconcile of `key` starts: the time of the first unprocessed change, if any (`None`
+    /// for a periodic resync with nothing new).
+    pub(crate) fn pick_up(&self, key: &ObjectKey) -> Option<Instant> {
+        let mut triggers = self.lock();
+        let queued = triggers.queued.remove(key);
+        let retrying = triggers.retrying.remove(key);
+        match (queued, retrying) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The reconcile that picked up the change of `since` failed: the retry measures from it.
+    pub(crate) fn retry(&self, key: ObjectKey, since: Instant) {
+        let mut triggers = self.lock();
+        let at = triggers.retrying.entry(key).or_insert(since);
+        *at = (*at).min(since);
+    }
+
+    /// The object is gone: nothing will reconcile it.
+    pub(crate) fn forget(&self, key: &ObjectKey) {
+        let mut triggers = self.lock();
+        triggers.queued.remove(key);
+        triggers.retrying.remove(key);
+        triggers.own.remove(key);
+    }
+
+    /// Objects triggered and not yet picked up.
+    pub(crate) fn depth(&self) -> usize {
+        self.lock().queued.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::namespaced("a", name)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_unprocessed_change_sets_the_time() {
+        let pending = PendingTriggers::default();
+        let first = Instant::now();
+        pending.trigger(key("w"));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        pending.trigger(key("w"));
+        pending.trigger(key("x"));
+        assert_eq!(pending.depth(), 2, "one entry per object, however often triggered");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let since = pending.pick_up(&key("w")).unwrap();
+        assert_eq!(since, first);
+        assert_eq!(since.elapsed(), Duration::from_secs(5));
+        assert_eq!(pending.depth(), 1);
+        assert_eq!(
+            pending.pick_up(&key("w")),
+            None,
+            "a resync without a change has no start"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_reconcile_keeps_measuring_from_the_first_change_without_counting_as_queued() {
+        let pending = PendingTriggers::default();
+        let first = Instant::now();
+        pending.trigger(key("w"));
+        let since = pending.pick_up(&key("w")).unwrap();
+        pending.retry(key("w"), since);
+        assert_eq!(pending.depth(), 0, "a retry waits, it is not queued");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        pending.trigger(key("w"));
+        assert_eq!(pending.depth(), 1);
+        assert_eq!(pending.pick_up(&key("w")), Some(first), "the older start wins");
+        assert_eq!(pending.pick_up(&key("w")), None);
+    }
+
+    #[test]
+    fn echoes_of_own_writes_are_not_changes() {
+        let pending = PendingTriggers::default();
+        pending.own_write(key("w"), Some("5".into()));
+        pending.own_write(key("w"), Some("6".into()));
+        pending.consumer_event(key("w"), Some("5"));
+        pending.consumer_event(key("w"), Some("6"));
+        assert_eq!(pending.depth(), 0, "both writes were ours");
+        pending.consumer_event(key("w"), Some("6"));
+        assert_eq!(pending.depth(), 1, "an echo is skipped once only");
+        pending.pick_up(&key("w"));
+        pending.own_write(key("w"), Some("8".into()));
+        pending.consumer_event(key("w"), Some("7"));
+        assert_eq!(pending.depth(), 1, "someone else's write is a change");
+        pending.pick_up(&key("w"));
+        pending.consumer_event(key("w"), Some("8"));
+        assert_eq!(
+            pending.depth(),
+            1,
+            "own writes older than a foreign event are forgotten"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgotten_objects_leave_the_queue() {
+        let pending = PendingTriggers::default();
+        pending.trigger(key("w"));
+        pending.retry(key("x"), Instant::now());
+        pending.forget(&key("w"));
+        pending.forget(&key("x"));
+        assert_eq!(pending.depth(), 0);
+        assert_eq!(pending.pick_up(&key("x")), None);
+    }
+}
