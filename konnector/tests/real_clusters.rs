@@ -1125,3 +1125,51 @@ async fn a_konnector_killed_mid_changes_converges_after_restart_without_losing_o
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_bundle_converges_under_least_privilege() {
+    let _turn = SERIAL.lock().await;
+    let Some(world) = World::start("unbind", &["Fail"]).await else {
+        return;
+    };
+    let lines = world.lines.clone();
+    let consumer = world.consumer();
+    let _konnector = consumer.konnector("unbind", &lines).await;
+    consumer.wait_ready(&lines).await;
+    consumer.create_widget("leaving", 1).await;
+    world.copy_where("the copy on the provider", "leaving", |_| true).await;
+
+    // `kubectl delete -f bundle.yaml`: the Secret, the Connection and the ClusterBinding, in file order.
+    let secrets = erase::<k8s_openapi::api::core::v1::Secret>();
+    let bundle = [
+        (secrets.clone(), Some(NAMESPACE), "provider"),
+        (erase::<kbind_api::Connection>(), None, "provider"),
+        (erase::<kbind_api::ClusterBinding>(), None, "widgets"),
+    ];
+    for (res, ns, name) in &bundle {
+        consumer
+            .admin
+            .delete(res, *ns, name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the bundle, the pulled CRD, the widget and its copy gone",
+        &lines,
+        async || {
+            for (res, ns, name) in &bundle {
+                if consumer.admin.get_opt(res, *ns, name).await.ok()?.is_some() {
+                    return None;
+                }
+            }
+            let crd = consumer
+                .admin
+                .get_opt(&erase::<CustomResourceDefinition>(), None, "widgets.example.org")
+                .await
+                .ok()?;
+            let copy = world.copy("leaving").await;
+            (crd.is_none() && copy.is_none()).then_some(())
+        },
+    )
+    .await;
+}
