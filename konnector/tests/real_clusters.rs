@@ -6,20 +6,31 @@
 //! unless `KBIND_REQUIRE_REAL_K8S=1`. helm renders the chart; without it the same, unless `KBIND_REQUIRE_HELM=1`.
 //! The tests take turns (one lock): each starts two or three apiservers, and the machine running them is small.
 //!
-//! Where real kube-apiservers differ from fakeapi, as far as these stories can tell:
-//! - A CRD is served only once it is Established, a moment after its create returns; every first use of a new
-//!   API here waits for a successful list instead of assuming it is served.
-//! - The konnector's consumer credential is the chart's ServiceAccount with a TokenRequest-minted JWT (bound,
-//!   expiring); fakeapi's static users never expire and need no token subresource.
-//! - `boundGroups={example.org}` is enough for the whole flow: the konnector never needs Secrets outside its
-//!   namespace, cluster-wide Leases or any core resource besides Namespaces on the consumer.
-//! - Status of a Widget is written through the `/status` subresource on the real server; a spec change there bumps
-//!   `metadata.generation`, a status or metadata change does not, so `observedGeneration` can only be told apart
-//!   from the consumer generation after provider-side drift (reverted by the konnector, generation +2).
-//! - The real garbage collector deletes an object whose owner is missing on its own cluster; a copied
-//!   ownerReference would make the provider delete the copy, which fakeapi (no GC) cannot show.
-//! - Deleting an owner makes the garbage collector delete the dependent Widget in the background; the syncer
-//!   finalizer holds it until the provider copy is gone, exactly as for a user's delete.
+//! Stories: the POC flow; ownerReferences and tool markers against the real garbage collector; conflicts between
+//! two consumers; a kill -9 restart; nothing of kbind on the provider; `kubectl delete -f` of the bundle.
+//!
+//! What real kube-apiservers did differently from fakeapi, as far as these stories can tell:
+//! - The first list of a just-created CRD's resource answered 429 TooManyRequests (its storage still
+//!   initialising) where fakeapi answers 404 until the CRD is Established and then serves it. The engine's
+//!   `related::namespaces_in_use` treats only 404 as "not served yet", so the first binding pass logs "related
+//!   resources not converged" once and retries; nothing else notices. Left as it is.
+//! - Timing: the Connection reconciler's `Ready=False, DrainingBindings` on a deleted Connection reached the
+//!   provider loop before the binding drained, which disengaged the provider and left the binding in
+//!   `DeletionBlocked` for good; the fakeapi scenarios, which delete the bundle in every order, never hit it. Fixed in the engine (a draining
+//!   Connection stays engaged; regression test in engine/src/provider/tests.rs).
+//! - Least privilege, which fakeapi e2e (konnector as admin, provider user with every right) never exercised: with
+//!   the chart's RBAC a ClusterBinding without related resources failed every pass listing consumer Secrets, and
+//!   with `provider_rbac()` an unbind failed listing provider Secrets and never finished. Both fixed in the engine
+//!   (regression tests in engine/tests/related.rs and scenarios' namespace_scoped_credentials.rs).
+//! - The same as fakeapi, checked here because a difference would break kbind: a restricted caller gets 403, not
+//!   404, for the unserved `core.kcp.io` LogicalCluster probe (RBAC before routing); the heartbeat Lease's POST is
+//!   404 until the konnector creates the provider namespace `kbind`; status written through `/status` leaves
+//!   `metadata.generation` alone and a spec change bumps it, so `observedGeneration` is only told apart from the
+//!   consumer generation after provider drift (reverted by the konnector, generation +2); kbind's per-object
+//!   `Synced` condition is pruned from a Widget, whose schema has no `status.conditions`; TokenRequest-minted
+//!   ServiceAccount JWTs work as inline kubeconfig tokens on both sides; the garbage collector removes a provider
+//!   object naming the consumer's owner, and on the consumer deletes an owned Widget in the background, which the
+//!   syncer finalizer holds until the copy is gone.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
