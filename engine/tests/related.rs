@@ -58,6 +58,12 @@ struct World {
 
 impl World {
     async fn new() -> Self {
+        Self::with_consumer_user(UserInfo::admin(), None).await
+    }
+
+    /// A world where the konnector is `consumer_user` on the consumer; `rbac` (created by the
+    /// consumer's admin before the konnector starts) says what that user may do.
+    async fn with_consumer_user(consumer_user: UserInfo, rbac: Option<Vec<(ApiResource, Value)>>) -> Self {
         let clock: SharedClock = Arc::new(TokioClock::fixed());
         let consumer_cluster = FakeCluster::builder("consumer").seed(1).clock(clock.clone()).build();
         let provider_cluster = FakeCluster::builder("provider").seed(2).clock(clock.clone()).build();
@@ -68,8 +74,11 @@ impl World {
             create_namespace(&consumer, ns).await;
             create_namespace(&provider, ns).await;
         }
+        for (res, obj) in rbac.into_iter().flatten() {
+            Self::create(&consumer, &res, object(obj)).await;
+        }
         let Engaged { ctx, engaged, task } = Engagement {
-            consumer_user: UserInfo::admin(),
+            consumer_user,
             provider_user: UserInfo::admin(),
             secret_labels: json!({"share": "yes"}),
         }
@@ -608,4 +617,70 @@ async fn a_binding_copies_in_its_namespace_and_a_cluster_binding_where_instances
     assert_eq!(report.copied, 1);
     assert!(w.on_provider(&secrets(), "team-a", "db").await.is_some());
     assert!(w.on_provider(&secrets(), "team-b", "db").await.is_none());
+}
+
+/// What the Helm chart grants the konnector on the consumer, as far as these tests reach: kbind's
+/// API, CRD reads, Namespaces, and Secrets only in its own namespace (no ConfigMaps anywhere).
+fn chart_like_rbac() -> Vec<(ApiResource, Value)> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let subject = json!([{"kind": "ServiceAccount", "name": "konnector", "namespace": "kbind"}]);
+    vec![
+        (
+            ApiResource::erase::<ClusterRole>(&()),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "konnector"},
+            "rules": [
+                {"apiGroups": ["core.kbind.io"], "resources": ["*"], "verbs": ["*"]},
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+            ]}),
+        ),
+        (
+            ApiResource::erase::<ClusterRoleBinding>(&()),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "konnector"}, "subjects": subject,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "konnector"}}),
+        ),
+        (
+            ApiResource::erase::<Role>(&()),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "konnector", "namespace": "kbind"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "update", "patch"]}]}),
+        ),
+        (
+            ApiResource::erase::<RoleBinding>(&()),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "konnector", "namespace": "kbind"}, "subjects": subject,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "konnector"}}),
+        ),
+    ]
+}
+
+/// Found on real clusters with the chart's RBAC: a ClusterBinding without related resources
+/// failed every pass listing consumer Secrets it may not read, and retried for ever.
+#[tokio::test(start_paused = true)]
+async fn a_binding_without_related_resources_needs_no_consumer_secret_or_configmap_reads() {
+    let konnector = UserInfo::service_account("kbind", "konnector");
+    let w = World::with_consumer_user(konnector, Some(chart_like_rbac())).await;
+    w.consumer_secret("team-a", "db", json!({"share": "yes"}), "s3cret")
+        .await;
+
+    let report = w.reconcile(&[]).await;
+    assert_eq!((report.copied, report.removed), (0, 0));
+    assert!(report.denied.is_empty(), "{:?}", report.denied);
+
+    // A rule that does need the consumer's Secrets still fails loudly without the grant.
+    let namespaces = BTreeSet::from(["team-a".to_string()]);
+    let refused = related::reconcile(
+        &w.ctx,
+        &cluster_binding("b-1"),
+        &shared_secrets_up(),
+        ConflictPolicy::Fail,
+        &w.engaged,
+        CLUSTER_UID,
+        &namespaces,
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(w.on_provider(&secrets(), "team-a", "db").await.is_none());
 }

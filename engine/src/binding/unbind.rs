@@ -15,7 +15,7 @@ use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, remove_cleanup};
 use crate::crdpull::{crd_resource, is_managed};
-use crate::related::remove_copies;
+use crate::related::{RelatedError, Side, remove_copies};
 use crate::sync::{SyncError, SyncerSpec};
 
 /// What happened to one API of a binding being deleted.
@@ -89,7 +89,20 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
         .iter()
         .any(|r| r.direction == RelatedResourceDirection::FromConsumer);
     let orphan = view.is_orphan() || (provider.is_none() && !from_consumer);
-    if remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), orphan).await? {
+    let removed = match remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), orphan).await {
+        // Provider credentials that may not list Secrets or ConfigMaps (the usual least privilege,
+        // found on real clusters) never held a copy of ours: without FromConsumer rules there is
+        // nothing to look for, so the refusal must not block the unbind.
+        Err(RelatedError::ListFailed {
+            side: Side::Provider,
+            source,
+            ..
+        }) if source.is_forbidden() && !from_consumer => {
+            remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), true).await?
+        }
+        removed => removed?,
+    };
+    if removed {
         return Ok(None);
     }
     if provider.is_none() && !orphan {

@@ -13,7 +13,7 @@ use futures::{StreamExt, future::Either};
 use k8s_openapi::api::core::v1::Secret;
 use kbind_api::Connection;
 use kbind_api::conditions;
-use kbind_api::consts::condition;
+use kbind_api::consts::{condition, reason};
 use kbind_cluster::watcher::{BackoffPolicy, Event, WatcherConfig, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
 use kube::ResourceExt;
@@ -189,9 +189,14 @@ impl Drop for DisengageAllOnDrop {
     }
 }
 
-/// The pinned identity of a Connection the provider should be engaged for, if any.
+/// The pinned identity of a Connection the provider should be engaged for, if any: a Ready
+/// one, or a deleted one still connected whose bindings drain (they need the provider to
+/// delete their copies; found on real clusters, where the disengage won that race).
 fn wanted_identity(conn: &Connection) -> Option<String> {
-    if !conditions::is_true(conn.conditions(), condition::READY) {
+    let draining = conn.metadata.deletion_timestamp.is_some()
+        && conditions::is_true(conn.conditions(), condition::CONNECTED)
+        && conditions::find(conn.conditions(), condition::READY).is_some_and(|c| c.reason == reason::DRAINING_BINDINGS);
+    if !draining && !conditions::is_true(conn.conditions(), condition::READY) {
         return None;
     }
     conn.status

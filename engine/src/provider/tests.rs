@@ -341,3 +341,65 @@ async fn guarded_client_reverifies_after_a_transport_error() {
         .unwrap();
     assert_eq!(guarded.identity_state(), IdentityState::Verified);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_connection_draining_its_bindings_stays_engaged() {
+    let s = setup().await;
+    apply_bundle(&s.consumer, "https://acme.fake").await;
+    let registry = ProviderRegistry::new();
+    tokio::spawn(run(s.ctx.clone(), registry.clone()));
+    let uid = s.provider.identity_uid();
+    set_ready(&s.consumer, true, &uid).await;
+    wait_for("acme is engaged", || registry.get("acme").is_some()).await;
+    let engaged = registry.get("acme").unwrap();
+    let admin = s.consumer.admin_client();
+    let connections = ApiResource::erase::<Connection>(&());
+    let finalizer = json!({"metadata": {"finalizers": ["core.kbind.io/cleanup"]}});
+    admin
+        .patch(
+            &connections,
+            None,
+            "acme",
+            &Patch::Merge(finalizer),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    admin
+        .delete(&connections, None, "acme", &Default::default())
+        .await
+        .unwrap();
+    // What the Connection reconciler writes while the bindings drain.
+    let draining = json!({"status": {"remoteClusterUID": uid, "conditions": [
+        {"type": "Connected", "status": "True", "reason": "AsExpected", "message": "",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Ready", "status": "False", "reason": "DrainingBindings", "message": "waiting for 1 binding(s)",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    admin
+        .patch_status(
+            &connections,
+            None,
+            "acme",
+            &Patch::Merge(draining),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let still = registry.get("acme").expect("the bindings still need the provider");
+    assert!(Arc::ptr_eq(&engaged, &still) && !still.is_disengaged());
+
+    // Once the Connection is gone, so is the engagement.
+    let release = json!({"metadata": {"finalizers": null}});
+    admin
+        .patch(
+            &connections,
+            None,
+            "acme",
+            &Patch::Merge(release),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    wait_for("acme is disengaged", || registry.get("acme").is_none()).await;
+}

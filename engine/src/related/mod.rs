@@ -395,8 +395,9 @@ impl Pass<'_> {
         }
     }
 
-    /// This binding's copies on `side`, or `None` when the provider refuses to list them and
-    /// no rule needs them (a binding without related resources must not need the verb).
+    /// This binding's copies on `side`, or `None` when that side refuses to list them and no
+    /// rule needs them (a binding without related resources must not need the verb: the chart
+    /// grants the konnector Secrets only in its own namespace), or the provider refuses.
     async fn our_copies(
         &mut self,
         res: &ApiResource,
@@ -406,7 +407,9 @@ impl Pass<'_> {
         let reader = self.sides.reader(side).expect("a reconcile pass has both sides");
         match list_copies(reader, res, side, self.binding, &self.namespaces, &self.owner).await {
             Ok(copies) => Ok(Some(copies)),
-            Err(RelatedError::ListFailed { source, .. }) if side == Side::Provider && source.is_forbidden() => {
+            Err(RelatedError::ListFailed { source, .. })
+                if source.is_forbidden() && (side == Side::Provider || !needed) =>
+            {
                 if needed {
                     self.denied.extend(denial(&source));
                 }

@@ -193,3 +193,69 @@ async fn namespace_scoped_credentials_sync_their_namespace_and_report_the_other(
         "no cluster-wide watch the credentials may not have: {watched:?}"
     );
 }
+
+/// Found on real clusters: `kubectl delete -f` of the bundle (Secret, Connection, binding, in
+/// file order) converges with tenant credentials, which may not list Secrets or ConfigMaps on
+/// the provider; a binding without FromConsumer rules has no related copy there to look for.
+#[tokio::test(start_paused = true)]
+async fn the_bundle_deleted_with_namespace_scoped_credentials_converges() {
+    let mut world = World::builder()
+        .seed(seed_from_env(62))
+        .story("the_bundle_deleted_with_namespace_scoped_credentials_converges")
+        .provider("acme", ProviderOpts::default())
+        .build()
+        .await;
+    world.install_provider_crd("acme", widgets_crd()).await;
+    grant_team_a_only(&world).await;
+    let cred = world.mint_service_account("acme", "tenant", "kbind-tenant-base").await;
+    world.apply_bundle("acme", &cred, &[story::WIDGETS]).await;
+    world.start_konnector();
+    story::ensure_namespace(&world.consumer().admin_client(), "team-a").await;
+    world
+        .run_until_async("widgets are served on the consumer", 150, |w| {
+            async move {
+                w.consumer()
+                    .admin_client()
+                    .list(&widgets(), None, &Default::default())
+                    .await
+                    .is_ok()
+            }
+            .boxed()
+        })
+        .await;
+    world
+        .consumer()
+        .admin_client()
+        .create(
+            &widgets(),
+            Some("team-a"),
+            &widget("team-a", "w1", json!({"size": 1})),
+            &Default::default(),
+        )
+        .await
+        .expect("creating a widget");
+    story::wait_for_copy(&mut world, "acme", "team-a", "w1").await;
+    world.allow_konnector_delete(&story::crds(), None, story::WIDGETS);
+
+    world
+        .delete_on_consumer(&story::secrets(), Some(kbind_scenarios::world::NAMESPACE), "acme")
+        .await;
+    world.delete_on_consumer(&story::connections(), None, "acme").await;
+    world.delete_on_consumer(&story::cluster_bindings(), None, "acme").await;
+    world
+        .run_until_async("the copy is drained", 120, story::copy_gone("acme", "team-a", "w1"))
+        .await;
+    world
+        .run_until_async("the binding, Connection, Secret and CRD are gone", 120, |w| {
+            async move {
+                w.consumer_get(&story::cluster_bindings(), None, "acme").await.is_none()
+                    && w.consumer_get(&story::connections(), None, "acme").await.is_none()
+                    && w.consumer_get(&story::secrets(), Some(kbind_scenarios::world::NAMESPACE), "acme")
+                        .await
+                        .is_none()
+                    && w.consumer_get(&story::crds(), None, story::WIDGETS).await.is_none()
+            }
+            .boxed()
+        })
+        .await;
+}
