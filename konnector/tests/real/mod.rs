@@ -1,0 +1,561 @@
+//! What the real-cluster stories share: clusters from kbind-testenv, the chart installed on each consumer with a
+//! TokenRequest-minted ServiceAccount token as the konnector's only credential, the provider admin's part, and
+//! `konnector run` children.
+
+#![allow(dead_code)]
+
+pub use std::collections::BTreeMap;
+pub use std::net::SocketAddr;
+pub use std::path::{Path, PathBuf};
+pub use std::process::Stdio;
+pub use std::sync::{Arc, Mutex};
+pub use std::time::Duration;
+
+pub use k8s_openapi::ByteString;
+pub use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+pub use k8s_openapi::api::core::v1::ServiceAccount;
+pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+pub use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, KubeClusterClient, Patch, PatchParams,
+    PostParams,
+};
+pub use kbind_testenv::{Cluster, TestEnv, User};
+pub use konnector::demo::{provider_rbac, widgets, widgets_crd};
+pub use serde_json::{Value, json};
+pub use tokio::io::{AsyncBufReadExt, BufReader};
+pub use tokio::process::{Child, Command};
+
+/// Generous: real servers on a machine that may be compiling at the same time.
+pub const DEADLINE: Duration = Duration::from_secs(180);
+pub const POLL: Duration = Duration::from_millis(200);
+/// Keep in step with hack/helm/build.sh.
+pub const HELM_VERSION: &str = "v3.22.0";
+/// The chart's release name and namespace; the release's full name names its ServiceAccount.
+pub const RELEASE: &str = "konnector";
+pub const NAMESPACE: &str = "kbind";
+/// Where the provider admin keeps the consumers' ServiceAccounts.
+pub const PROVIDER_ACCOUNTS: &str = "kbind-consumers";
+
+/// One story at a time: each starts its own apiservers.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Every stderr line of the konnectors of one test, kept for failure messages.
+pub type Lines = Arc<Mutex<Vec<String>>>;
+
+pub fn dump(lines: &Lines) -> String {
+    let lines = lines.lock().unwrap();
+    let skip = lines.len().saturating_sub(200);
+    lines[skip..].join("\n")
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` and the konnectors' log.
+pub async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what}; konnector log:\n{}",
+            dump(lines)
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+pub fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+pub fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap()
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The helm binary, or `None` (after one line on stderr) when it is absent and not required; as in chart.rs.
+pub fn helm() -> Option<PathBuf> {
+    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
+            });
+        cache.join(format!("helm-{HELM_VERSION}/helm"))
+    });
+    if path.is_file() {
+        return Some(path);
+    }
+    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
+        path.display()
+    );
+    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
+    None
+}
+
+/// `helm template` of the chart, narrowed to the sample API's group as the README advises, CRDs included.
+pub fn render_chart(helm: &Path) -> Vec<Value> {
+    let output = std::process::Command::new(helm)
+        .arg("template")
+        .arg(RELEASE)
+        .arg(repo_root().join("deploy/charts/konnector"))
+        .args([
+            "--namespace",
+            NAMESPACE,
+            "--include-crds",
+            "--set",
+            "boundGroups={example.org}",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(output.stdout).unwrap()).unwrap();
+    documents.into_iter().filter(|doc| !doc.is_null()).collect()
+}
+
+pub fn kind_of(object: &Value) -> &str {
+    object["kind"].as_str().unwrap()
+}
+
+/// The resource of each kind the chart's install needs.
+pub fn resource_of(kind: &str) -> ApiResource {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    match kind {
+        "CustomResourceDefinition" => erase::<CustomResourceDefinition>(),
+        "ServiceAccount" => erase::<ServiceAccount>(),
+        "ClusterRole" => erase::<ClusterRole>(),
+        "ClusterRoleBinding" => erase::<ClusterRoleBinding>(),
+        "Role" => erase::<Role>(),
+        "RoleBinding" => erase::<RoleBinding>(),
+        other => panic!("the install does not create {other}"),
+    }
+}
+
+pub async fn create(client: &KubeClusterClient, value: Value) -> DynamicObject {
+    let kind = kind_of(&value).to_string();
+    let namespace = value["metadata"]["namespace"].as_str().map(str::to_string);
+    let res = match kind.as_str() {
+        "Namespace" => erase::<k8s_openapi::api::core::v1::Namespace>(),
+        "Secret" => erase::<k8s_openapi::api::core::v1::Secret>(),
+        "ConfigMap" => erase::<k8s_openapi::api::core::v1::ConfigMap>(),
+        "Connection" => erase::<kbind_api::Connection>(),
+        "ClusterBinding" => erase::<kbind_api::ClusterBinding>(),
+        "Widget" => widgets(),
+        other => resource_of(other),
+    };
+    let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    client
+        .create(&res, namespace.as_deref(), &object(value), &PostParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"))
+}
+
+pub fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// A client acting as `user` on `cluster`, through the same seam the konnector uses.
+pub async fn client_as(cluster: &Cluster, user: User) -> KubeClusterClient {
+    KubeClusterClient::from_config(cluster.config(user).await.unwrap()).unwrap()
+}
+
+/// Waits until `res` can be listed on `client`: a new CRD is served once it is Established.
+pub async fn served(client: &KubeClusterClient, res: &ApiResource, lines: &Lines) {
+    eventually(&format!("{} served", res.plural), lines, async || {
+        client.list(res, None, &Default::default()).await.ok().map(|_| ())
+    })
+    .await;
+}
+
+/// A TokenRequest-minted token for ServiceAccount `namespace/name`, asked for by the cluster's admin.
+pub async fn service_account_token(cluster: &Cluster, namespace: &str, name: &str) -> String {
+    let admin = cluster.client(User::Admin).await.unwrap();
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(admin, namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let minted = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    minted.status.expect("a TokenRequest answers with a status").token
+}
+
+/// A kubeconfig with inline credentials only (DESIGN.md §5): the cluster's server and CA, and `token`.
+pub fn inline_kubeconfig(cluster: &Cluster, user: &str, token: &str) -> String {
+    let admin = cluster.kubeconfig(User::Admin);
+    let ca_path = admin.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.certificate_authority.clone())
+        .expect("the harness names its CA file");
+    let ca = ByteString(std::fs::read(ca_path).unwrap());
+    let name = format!("kbind-cluster-{}", cluster.index());
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": cluster.server(), "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": name, "user": user}}],
+        "current-context": user,
+    });
+    serde_json::to_string_pretty(&kubeconfig).unwrap()
+}
+
+/// The provider admin's part: export the sample API and give each consumer its own ServiceAccount, bound to the
+/// demo's least-privilege ClusterRole. Returns one inline kubeconfig per consumer.
+pub async fn prepare_provider(cluster: &Cluster, consumers: usize, lines: &Lines) -> Vec<String> {
+    let admin = client_as(cluster, User::Admin).await;
+    create(&admin, widgets_crd()).await;
+    create(&admin, namespace(PROVIDER_ACCOUNTS)).await;
+    let names: Vec<String> = (1..=consumers).map(|i| format!("consumer-{i}")).collect();
+    for name in &names {
+        create(
+            &admin,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": name, "namespace": PROVIDER_ACCOUNTS}}),
+        )
+        .await;
+    }
+    for (res, mut rbac) in provider_rbac() {
+        if rbac["kind"] == "ClusterRoleBinding" {
+            let subjects: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"kind": "ServiceAccount", "name": n, "namespace": PROVIDER_ACCOUNTS}))
+                .collect();
+            rbac["subjects"] = Value::Array(subjects);
+        }
+        admin
+            .create(&res, None, &object(rbac), &PostParams::default())
+            .await
+            .unwrap();
+    }
+    served(&admin, &widgets(), lines).await;
+    let mut kubeconfigs = Vec::new();
+    for name in &names {
+        let token = service_account_token(cluster, PROVIDER_ACCOUNTS, name).await;
+        kubeconfigs.push(inline_kubeconfig(cluster, name, &token));
+    }
+    kubeconfigs
+}
+
+/// One consumer cluster with kbind installed from the chart and the bundle applied.
+pub struct Consumer {
+    pub admin: KubeClusterClient,
+    /// The konnector's own kubeconfig: the chart's ServiceAccount, never admin.
+    pub kubeconfig: PathBuf,
+    pub uid: String,
+}
+
+impl Consumer {
+    /// What `helm install` and the consumer admin do: CRDs, namespace, the chart's RBAC, then the one apply.
+    pub async fn install(
+        cluster: &Cluster,
+        chart: &[Value],
+        provider_kubeconfig: &str,
+        conflict_policy: &str,
+        dir: &Path,
+        lines: &Lines,
+    ) -> Self {
+        let admin = client_as(cluster, User::Admin).await;
+        let (crds, rest): (Vec<&Value>, Vec<&Value>) =
+            chart.iter().partition(|o| kind_of(o) == "CustomResourceDefinition");
+        assert!(!crds.is_empty(), "the chart renders its CRDs");
+        for crd in crds {
+            create(&admin, crd.clone()).await;
+        }
+        served(&admin, &erase::<kbind_api::Connection>(), lines).await;
+        served(&admin, &erase::<kbind_api::ClusterBinding>(), lines).await;
+        create(&admin, namespace(NAMESPACE)).await;
+        let rbac_kinds = [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ];
+        for kind in rbac_kinds {
+            let of_kind: Vec<&&Value> = rest.iter().filter(|o| kind_of(o) == kind).collect();
+            assert_eq!(of_kind.len(), 1, "one {kind} rendered");
+            create(&admin, (*of_kind[0]).clone()).await;
+        }
+        let token = service_account_token(cluster, NAMESPACE, RELEASE).await;
+        let kubeconfig = dir.join(format!("konnector-{}.kubeconfig", cluster.index()));
+        std::fs::write(&kubeconfig, inline_kubeconfig(cluster, "konnector", &token)).unwrap();
+
+        let bundle = [
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider", "namespace": NAMESPACE},
+                   "stringData": {"kubeconfig": provider_kubeconfig}}),
+            json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection", "metadata": {"name": "provider"},
+                   "spec": {"kubeconfigSecretRef": {"namespace": NAMESPACE, "name": "provider", "key": "kubeconfig"}}}),
+            json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "ClusterBinding", "metadata": {"name": "widgets"},
+                   "spec": {"connectionRef": {"name": "provider"}, "apis": [{"name": "widgets.example.org"}],
+                            "conflictPolicy": conflict_policy}}),
+        ];
+        for item in bundle {
+            create(&admin, item).await;
+        }
+        let uid = admin
+            .get(&erase::<k8s_openapi::api::core::v1::Namespace>(), None, "kube-system")
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap();
+        Self { admin, kubeconfig, uid }
+    }
+
+    /// Waits until the Connection and the ClusterBinding are Ready and the consumer serves the pulled widgets.
+    pub async fn wait_ready(&self, lines: &Lines) {
+        for (res, name) in [
+            (erase::<kbind_api::Connection>(), "provider"),
+            (erase::<kbind_api::ClusterBinding>(), "widgets"),
+        ] {
+            eventually(&format!("{} {name} Ready", res.kind), lines, async || {
+                let obj = self.admin.get_opt(&res, None, name).await.ok()??;
+                has_condition(&obj, "Ready", "True").then_some(())
+            })
+            .await;
+        }
+        served(&self.admin, &widgets(), lines).await;
+    }
+
+    pub async fn create_widget(&self, name: &str, size: i64) -> DynamicObject {
+        create(&self.admin, widget(name, size)).await
+    }
+
+    pub async fn resize_widget(&self, name: &str, size: i64) {
+        self.admin
+            .patch(
+                &widgets(),
+                Some("default"),
+                name,
+                &Patch::Merge(json!({"spec": {"size": size}})),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn delete_widget(&self, name: &str) {
+        self.admin
+            .delete(&widgets(), Some("default"), name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    pub async fn widget(&self, name: &str) -> Option<DynamicObject> {
+        self.admin.get_opt(&widgets(), Some("default"), name).await.unwrap()
+    }
+
+    pub async fn konnector(&self, identity: &str, lines: &Lines) -> Konnector {
+        Konnector::start(&self.kubeconfig, identity, lines.clone()).await
+    }
+}
+
+pub fn widget(name: &str, size: i64) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Widget",
+           "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size, "color": "blue"}})
+}
+
+pub fn conditions(obj: &DynamicObject) -> Vec<Condition> {
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default()
+}
+
+pub fn has_condition(obj: &DynamicObject, type_: &str, status: &str) -> bool {
+    conditions(obj).iter().any(|c| c.type_ == type_ && c.status == status)
+}
+
+pub fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    obj.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+pub fn spec(obj: &DynamicObject) -> &Value {
+    &obj.data["spec"]
+}
+
+/// Widgets in `default` by name, `None` if the list fails.
+pub async fn widgets_on(client: &KubeClusterClient) -> Option<BTreeMap<String, DynamicObject>> {
+    let list = client
+        .list(&widgets(), Some("default"), &Default::default())
+        .await
+        .ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .map(|w| (w.metadata.name.clone().unwrap_or_default(), w))
+            .collect(),
+    )
+}
+
+/// A started story: its clusters, the provider admin, the consumers and a folder for kubeconfigs.
+pub struct World {
+    // Why this order: fields drop in order, so the konnectors' clients go before the servers.
+    pub consumers: Vec<Consumer>,
+    pub provider: KubeClusterClient,
+    pub lines: Lines,
+    pub _dir: tempfile::TempDir,
+    pub _env: TestEnv,
+    pub started: std::time::Instant,
+    pub name: &'static str,
+}
+
+impl World {
+    /// Starts `1 + policies.len()` clusters (the provider first), or `None` when the binaries or helm are
+    /// missing and not required; one consumer per conflict policy.
+    pub async fn start(name: &'static str, policies: &[&str]) -> Option<Self> {
+        let started = std::time::Instant::now();
+        let helm = helm()?;
+        let env = TestEnv::start_or_skip(1 + policies.len()).await.unwrap()?;
+        eprintln!(
+            "{name}: {} clusters ready in {:.1?}",
+            1 + policies.len(),
+            env.startup_time()
+        );
+        let chart = render_chart(&helm);
+        let dir = tempfile::tempdir().unwrap();
+        let lines = Lines::default();
+        let kubeconfigs = prepare_provider(env.cluster(0), policies.len(), &lines).await;
+        let mut consumers = Vec::new();
+        for (i, (policy, kubeconfig)) in policies.iter().zip(&kubeconfigs).enumerate() {
+            consumers.push(Consumer::install(env.cluster(i + 1), &chart, kubeconfig, policy, dir.path(), &lines).await);
+        }
+        let provider = client_as(env.cluster(0), User::Admin).await;
+        Some(Self {
+            consumers,
+            provider,
+            lines,
+            _dir: dir,
+            _env: env,
+            started,
+            name,
+        })
+    }
+
+    pub fn consumer(&self) -> &Consumer {
+        &self.consumers[0]
+    }
+
+    pub async fn copy(&self, name: &str) -> Option<DynamicObject> {
+        self.provider.get_opt(&widgets(), Some("default"), name).await.unwrap()
+    }
+
+    /// Waits for the provider copy of `name` for which `holds` is true.
+    pub async fn copy_where(&self, what: &str, name: &str, holds: impl Fn(&DynamicObject) -> bool) -> DynamicObject {
+        eventually(what, &self.lines, async || {
+            let copy = self.provider.get_opt(&widgets(), Some("default"), name).await.ok()??;
+            holds(&copy).then_some(copy)
+        })
+        .await
+    }
+
+    /// Plays the provider's controller: a status for the copy's current generation.
+    pub async fn report_status(&self, name: &str, phase: &str) -> i64 {
+        let copy = self.copy(name).await.expect("the copy exists");
+        let generation = copy.metadata.generation.unwrap();
+        self.provider
+            .patch_status(
+                &widgets(),
+                Some("default"),
+                name,
+                &Patch::Merge(json!({"status": {"phase": phase, "observedGeneration": generation}})),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap();
+        generation
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        eprintln!("{}: finished in {:.1?}", self.name, self.started.elapsed());
+    }
+}
+
+/// A `konnector run` child process.
+pub struct Konnector {
+    pub child: Child,
+}
+
+impl Konnector {
+    pub async fn start(kubeconfig: &Path, identity: &str, lines: Lines) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--namespace=kbind",
+                "--leader-elect=true",
+                "--metrics-addr=127.0.0.1:0",
+                "--health-addr=127.0.0.1:0",
+                "--log-format=json",
+                "--log-level=info",
+                &format!("--identity={identity}"),
+            ])
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("konnector starts");
+        let listening = follow_stderr(&mut child, identity, lines.clone());
+        tokio::time::timeout(DEADLINE, listening)
+            .await
+            .unwrap_or_else(|_| panic!("konnector {identity} never logged its addresses:\n{}", dump(&lines)))
+            .unwrap_or_else(|_| panic!("konnector {identity} exited before listening:\n{}", dump(&lines)));
+        Self { child }
+    }
+
+    /// SIGKILL: no shutdown path runs, the leader Lease stays held.
+    pub async fn kill_hard(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+}
+
+/// Collects stderr lines (tagged with the konnector's identity); signals once both servers listen.
+pub fn follow_stderr(child: &mut Child, identity: &str, lines: Lines) -> tokio::sync::oneshot::Receiver<()> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let identity = identity.to_string();
+    tokio::spawn(async move {
+        let mut tx = Some(tx);
+        let mut servers = Vec::<SocketAddr>::new();
+        let mut reader = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            if let Ok(json) = serde_json::from_str::<Value>(&line)
+                && json["message"] == "listening"
+                && let Some(addr) = json["addr"].as_str()
+            {
+                servers.push(addr.parse().unwrap());
+                if servers.len() == 2
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(());
+                }
+            }
+            lines.lock().unwrap().push(format!("[{identity}] {line}"));
+        }
+    });
+    rx
+}
