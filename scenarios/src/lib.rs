@@ -7,8 +7,11 @@ pub mod client;
 pub mod connector;
 pub mod invariants;
 pub mod logcap;
+pub mod stage;
+pub mod told;
 pub mod world;
 
 pub use bundle::Credential;
 pub use connector::FakeConnector;
+pub use stage::{FakeStage, Stage};
 pub use world::{ProviderOpts, SharedProvider, World, WorldBuilder, seed_from_env};

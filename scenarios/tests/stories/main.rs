@@ -19,6 +19,7 @@ mod metadata;
 mod namespace_scoped_credentials;
 mod needs_connection_reconciler;
 mod observed_generation;
+mod on_any_stage;
 mod order_independent_apply;
 mod orphan;
 mod provider_namespaces;

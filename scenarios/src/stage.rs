@@ -1,0 +1,149 @@
+//! Where a story is told: the seeded fake world here, or real kube-apiservers with the konnector
+//! binary (konnector/tests/real). A story written against [`Stage`] runs on both, so the fake
+//! and the real backend are held to the same observable behaviour.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kbind_cluster::ClusterClient;
+
+use crate::invariants::Violation;
+use crate::world::World;
+
+/// Steps a fake stage waits for a condition before the story fails (at one second a step).
+const MAX_STEPS: u64 = 240;
+
+/// A consumer and one provider, the konnector running between them with the widgets API of
+/// `crate::apis` bound through Connection `acme`, and the faults a story may inject.
+pub trait Stage {
+    /// `fakeapi` or `real`, for messages.
+    fn backend(&self) -> &'static str;
+
+    /// The consumer cluster as its admin sees it.
+    fn consumer(&self) -> Arc<dyn ClusterClient>;
+
+    /// The provider cluster as its admin sees it (after [`Stage::replace_provider`], the new one).
+    fn provider(&self) -> Arc<dyn ClusterClient>;
+
+    /// Waits until `check` yields a value: the fake stage steps its paused clock, the real one
+    /// polls against a deadline. Fails the story with `what` when it never does.
+    fn eventually<T, F, Fut>(&mut self, what: &str, check: F) -> impl Future<Output = T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>;
+
+    /// Lets the konnector act on what it has seen, for a story that shows something does NOT
+    /// happen: two renewals of its leader Lease on the consumer (the konnector's own tick, which
+    /// both stages run with leader election on).
+    fn settle(&mut self) -> impl Future<Output = ()> {
+        async {
+            let consumer = self.consumer();
+            for _ in 0..2 {
+                let before = crate::told::leader_renewed_at(consumer.as_ref()).await;
+                let (watched, before) = (&consumer, &before);
+                self.eventually("the konnector renews its leader Lease", || async move {
+                    (crate::told::leader_renewed_at(watched.as_ref()).await != *before).then_some(())
+                })
+                .await;
+            }
+        }
+    }
+
+    /// Cuts the provider off from the konnector.
+    fn partition(&mut self) -> impl Future<Output = ()>;
+
+    /// Ends [`Stage::partition`].
+    fn heal(&mut self) -> impl Future<Output = ()>;
+
+    /// Replaces the provider with a fresh cluster (a new identity) at the same address, on which
+    /// the Connection's credential is valid and the widgets API is exported again.
+    fn replace_provider(&mut self) -> impl Future<Output = ()>;
+}
+
+/// The seeded fake world as a stage: provider `acme`, the binding Ready, §8 checked after
+/// every step.
+pub struct FakeStage {
+    /// The world, for story-specific checks (write logs) beyond the shared ones.
+    pub world: World,
+}
+
+impl FakeStage {
+    /// A world with provider `acme` exporting widgets, its bundle applied and the ClusterBinding
+    /// Ready.
+    pub async fn bound(story: &str, seed: u64) -> Self {
+        let mut world = World::builder()
+            .seed(seed)
+            .story(story)
+            .provider("acme", crate::ProviderOpts::default())
+            .build()
+            .await;
+        world.install_provider_crd("acme", crate::apis::widgets_crd()).await;
+        let cred = world.mint_admin_token("acme");
+        let kubeconfig = world.kubeconfig_for(&cred);
+        for obj in crate::bundle::bundle("acme", crate::world::NAMESPACE, &kubeconfig, &["widgets.example.org"]) {
+            world.apply_object(obj).await;
+        }
+        world.start_konnector();
+        let mut stage = Self { world };
+        let consumer = stage.consumer();
+        stage
+            .eventually("ClusterBinding acme is Ready", || {
+                let consumer = consumer.clone();
+                async move {
+                    crate::told::binding_ready(consumer.as_ref(), "acme")
+                        .await
+                        .then_some(())
+                }
+            })
+            .await;
+        stage
+    }
+}
+
+impl Stage for FakeStage {
+    fn backend(&self) -> &'static str {
+        "fakeapi"
+    }
+
+    fn consumer(&self) -> Arc<dyn ClusterClient> {
+        Arc::new(self.world.consumer().admin_client())
+    }
+
+    fn provider(&self) -> Arc<dyn ClusterClient> {
+        Arc::new(self.world.provider("acme").admin_client())
+    }
+
+    async fn eventually<T, F, Fut>(&mut self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        for _ in 0..=MAX_STEPS {
+            if let Some(value) = check().await {
+                return value;
+            }
+            self.world.step().await;
+        }
+        self.world.fail(&Violation {
+            invariant: "progress",
+            detail: format!("not true after {MAX_STEPS} steps: {what}"),
+        })
+    }
+
+    async fn partition(&mut self) {
+        self.world.partition("acme");
+    }
+
+    async fn heal(&mut self) {
+        self.world.heal("acme");
+    }
+
+    async fn replace_provider(&mut self) {
+        self.world.replace_provider("acme");
+        // The same static tokens are valid on the fresh cluster; the API must be exported again
+        // for the story to show that identity, not a missing API, stops the konnector.
+        self.world
+            .install_provider_crd("acme", crate::apis::widgets_crd())
+            .await;
+    }
+}
