@@ -14,10 +14,13 @@ use crate::world::World;
 const MAX_STEPS: u64 = 240;
 
 /// A consumer and one provider, the konnector running between them with the widgets API of
-/// `crate::apis` bound through Connection `acme`, and the faults a story may inject.
+/// `crate::apis` bound through one Connection, and the faults a story may inject.
 pub trait Stage {
     /// `fakeapi` or `real`, for messages.
     fn backend(&self) -> &'static str;
+
+    /// The name of the Connection (and of its ClusterBinding) the stage applied.
+    fn connection(&self) -> &'static str;
 
     /// The consumer cluster as its admin sees it.
     fn consumer(&self) -> Arc<dyn ClusterClient>;
@@ -103,6 +106,10 @@ impl FakeStage {
 impl Stage for FakeStage {
     fn backend(&self) -> &'static str {
         "fakeapi"
+    }
+
+    fn connection(&self) -> &'static str {
+        "acme"
     }
 
     fn consumer(&self) -> Arc<dyn ClusterClient> {

@@ -22,9 +22,9 @@ pub async fn binding_ready(consumer: &dyn ClusterClient, name: &str) -> bool {
         .is_some_and(|s| conditions::is_true(&s.conditions, condition::READY))
 }
 
-/// Connection `acme` as the consumer stores it.
-async fn connection(consumer: &dyn ClusterClient) -> Option<Connection> {
-    consumer.get_typed_opt(None, "acme").await.ok().flatten()
+/// Connection `name` as the consumer stores it.
+async fn connection(consumer: &dyn ClusterClient, name: &str) -> Option<Connection> {
+    consumer.get_typed_opt(None, name).await.ok().flatten()
 }
 
 /// When the konnector last renewed its leader Lease (`kbind/kbind-konnector`, the defaults).
@@ -37,9 +37,9 @@ pub async fn leader_renewed_at(consumer: &dyn ClusterClient) -> Option<String> {
     lease.data.pointer("/spec/renewTime").map(Value::to_string)
 }
 
-/// The reason of Connection `acme`'s condition `type_` when its status is `want`.
-async fn connection_reason(consumer: &dyn ClusterClient, type_: &str, want: &str) -> Option<String> {
-    let conn = connection(consumer).await?;
+/// The reason of Connection `name`'s condition `type_` when its status is `want`.
+async fn connection_reason(consumer: &dyn ClusterClient, name: &str, type_: &str, want: &str) -> Option<String> {
+    let conn = connection(consumer, name).await?;
     let found = conditions::find(&conn.status?.conditions, type_)?.clone();
     (found.status == want).then_some(found.reason)
 }
@@ -202,10 +202,10 @@ pub async fn identity_change(stage: &mut impl Stage) {
     widget_where(stage, "the copy arrives before the swap", &provider, "before", |_| true).await;
     stage.replace_provider().await;
     let what = format!("[{}] Connected=False with ClusterIdentityChanged", stage.backend());
-    let watched = &consumer;
+    let (watched, name) = (&consumer, stage.connection());
     stage
         .eventually(&what, || async move {
-            let why = connection_reason(watched.as_ref(), condition::CONNECTED, status::FALSE).await;
+            let why = connection_reason(watched.as_ref(), name, condition::CONNECTED, status::FALSE).await;
             (why.as_deref() == Some(reason::CLUSTER_IDENTITY_CHANGED)).then_some(())
         })
         .await;
@@ -243,10 +243,10 @@ pub async fn connection_loss(stage: &mut impl Stage) {
     widget_where(stage, "the copy arrives", &provider, "kept", |_| true).await;
     stage.partition().await;
     let what = format!("[{}] the Connection is not Ready", stage.backend());
-    let watched = &consumer;
+    let (watched, name) = (&consumer, stage.connection());
     stage
         .eventually(&what, || async move {
-            connection_reason(watched.as_ref(), condition::READY, status::FALSE)
+            connection_reason(watched.as_ref(), name, condition::READY, status::FALSE)
                 .await
                 .map(|_| ())
         })
