@@ -49,6 +49,7 @@ fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
 }
 
 struct World {
+    consumer_cluster: FakeCluster,
     consumer: Arc<dyn ClusterClient>,
     provider: Arc<dyn ClusterClient>,
     ctx: Context,
@@ -85,6 +86,7 @@ impl World {
         .engage(&consumer_cluster, &provider_cluster, clock)
         .await;
         Self {
+            consumer_cluster,
             consumer,
             provider,
             ctx,
@@ -683,4 +685,46 @@ async fn a_binding_without_related_resources_needs_no_consumer_secret_or_configm
     .await;
     assert!(refused.is_err(), "{refused:?}");
     assert!(w.on_provider(&secrets(), "team-a", "db").await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_just_created_crd_answering_429_has_no_instances_yet() {
+    // Real kube-apiservers answer the first list of a just-created CRD with 429 while its storage
+    // initialises, where fakeapi answers 404; both mean the API is not served yet.
+    let w = World::new().await;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org"},
+        "spec": {"group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    });
+    World::create(&w.consumer, &crds(), object(crd)).await;
+    eventually("widgets to be served", Duration::from_secs(60), || {
+        let consumer = w.consumer.clone();
+        async move { consumer.list(&widgets(), None, &Default::default()).await.is_ok() }
+    })
+    .await;
+    w.consumer_cluster.inject_error(
+        fakeapi::ErrorRule::new(
+            Some("list"),
+            Some("widgets"),
+            fakeapi::InjectedError::TooManyRequests { retry_after_seconds: 1 },
+        )
+        .times(1),
+    );
+    let apis = vec!["widgets.example.org".to_string()];
+    let in_use = related::namespaces_in_use(&w.ctx, &cluster_binding("b-1"), &apis)
+        .await
+        .expect("a 429 is not served yet, not a failure");
+    assert_eq!(in_use, BTreeSet::new());
+
+    w.consumer_cluster.inject_error(fakeapi::ErrorRule::new(
+        Some("list"),
+        Some("widgets"),
+        fakeapi::InjectedError::Internal,
+    ));
+    let failed = related::namespaces_in_use(&w.ctx, &cluster_binding("b-1"), &apis).await;
+    assert!(failed.is_err(), "other failures still fail the pass: {failed:?}");
 }

@@ -220,6 +220,17 @@ pub fn inline_kubeconfig(cluster: &Cluster, user: &str, token: &str) -> String {
 /// The provider admin's part: export the sample API and give each consumer its own ServiceAccount, bound to the
 /// demo's least-privilege ClusterRole. Returns one inline kubeconfig per consumer.
 pub async fn prepare_provider(cluster: &Cluster, consumers: usize, lines: &Lines) -> Vec<String> {
+    prepare_provider_with(cluster, consumers, true, lines).await
+}
+
+/// `prepare_provider`, binding `provider_rbac()`'s ClusterRole to the consumers only when `cluster_rbac`; without
+/// it the ServiceAccounts may do nothing until a story grants them something.
+pub async fn prepare_provider_with(
+    cluster: &Cluster,
+    consumers: usize,
+    cluster_rbac: bool,
+    lines: &Lines,
+) -> Vec<String> {
     let admin = client_as(cluster, User::Admin).await;
     create(&admin, widgets_crd()).await;
     create(&admin, namespace(PROVIDER_ACCOUNTS)).await;
@@ -232,7 +243,7 @@ pub async fn prepare_provider(cluster: &Cluster, consumers: usize, lines: &Lines
         )
         .await;
     }
-    for (res, mut rbac) in provider_rbac() {
+    for (res, mut rbac) in provider_rbac().into_iter().filter(|_| cluster_rbac) {
         if rbac["kind"] == "ClusterRoleBinding" {
             let subjects: Vec<Value> = names
                 .iter()
@@ -272,6 +283,15 @@ impl Consumer {
         dir: &Path,
         lines: &Lines,
     ) -> Self {
+        let consumer = Self::install_chart(cluster, chart, dir, lines).await;
+        for item in bundle(provider_kubeconfig, conflict_policy) {
+            create(&consumer.admin, item).await;
+        }
+        consumer
+    }
+
+    /// What `helm install` and the consumer admin do before the bundle: CRDs, namespace, the chart's RBAC.
+    pub async fn install_chart(cluster: &Cluster, chart: &[Value], dir: &Path, lines: &Lines) -> Self {
         let admin = client_as(cluster, User::Admin).await;
         let (crds, rest): (Vec<&Value>, Vec<&Value>) =
             chart.iter().partition(|o| kind_of(o) == "CustomResourceDefinition");
@@ -297,19 +317,6 @@ impl Consumer {
         let token = service_account_token(cluster, NAMESPACE, RELEASE).await;
         let kubeconfig = dir.join(format!("konnector-{}.kubeconfig", cluster.index()));
         std::fs::write(&kubeconfig, inline_kubeconfig(cluster, "konnector", &token)).unwrap();
-
-        let bundle = [
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider", "namespace": NAMESPACE},
-                   "stringData": {"kubeconfig": provider_kubeconfig}}),
-            json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection", "metadata": {"name": "provider"},
-                   "spec": {"kubeconfigSecretRef": {"namespace": NAMESPACE, "name": "provider", "key": "kubeconfig"}}}),
-            json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "ClusterBinding", "metadata": {"name": "widgets"},
-                   "spec": {"connectionRef": {"name": "provider"}, "apis": [{"name": "widgets.example.org"}],
-                            "conflictPolicy": conflict_policy}}),
-        ];
-        for item in bundle {
-            create(&admin, item).await;
-        }
         let uid = admin
             .get(&erase::<k8s_openapi::api::core::v1::Namespace>(), None, "kube-system")
             .await
@@ -368,6 +375,56 @@ impl Consumer {
     }
 }
 
+/// The one-apply bundle (DESIGN.md §1) in file order: Secret `provider`, Connection `provider`, ClusterBinding
+/// `widgets`.
+pub fn bundle(provider_kubeconfig: &str, conflict_policy: &str) -> [Value; 3] {
+    named_bundle("provider", "widgets", provider_kubeconfig, conflict_policy)
+}
+
+/// A bundle whose Secret and Connection are named `connection` and whose ClusterBinding is `binding`.
+pub fn named_bundle(connection: &str, binding: &str, provider_kubeconfig: &str, conflict_policy: &str) -> [Value; 3] {
+    [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": connection, "namespace": NAMESPACE},
+               "stringData": {"kubeconfig": provider_kubeconfig}}),
+        json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection", "metadata": {"name": connection},
+               "spec": {"kubeconfigSecretRef": {"namespace": NAMESPACE, "name": connection, "key": "kubeconfig"}}}),
+        json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "ClusterBinding", "metadata": {"name": binding},
+               "spec": {"connectionRef": {"name": connection}, "apis": [{"name": "widgets.example.org"}],
+                        "conflictPolicy": conflict_policy}}),
+    ]
+}
+
+/// RBAC objects giving `subject` `rules`: a Role and RoleBinding in `namespace`, or a ClusterRole and
+/// ClusterRoleBinding when it is `None`.
+pub fn grant(name: &str, namespace: Option<&str>, subject: Value, rules: Value) -> [Value; 2] {
+    let (role, binding) = match namespace {
+        Some(_) => ("Role", "RoleBinding"),
+        None => ("ClusterRole", "ClusterRoleBinding"),
+    };
+    let mut objects = [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": role, "metadata": {"name": name}, "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding, "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": name},
+               "subjects": [subject]}),
+    ];
+    if let Some(ns) = namespace {
+        for o in &mut objects {
+            o["metadata"]["namespace"] = json!(ns);
+        }
+    }
+    objects
+}
+
+/// The consumer's konnector: the chart's ServiceAccount.
+pub fn konnector_subject() -> Value {
+    json!({"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE})
+}
+
+/// Consumer `n`'s (from 1) ServiceAccount on the provider.
+pub fn provider_subject(n: usize) -> Value {
+    json!({"kind": "ServiceAccount", "name": format!("consumer-{n}"), "namespace": PROVIDER_ACCOUNTS})
+}
+
 pub fn widget(name: &str, size: i64) -> Value {
     json!({"apiVersion": "example.org/v1", "kind": "Widget",
            "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size, "color": "blue"}})
@@ -416,6 +473,8 @@ pub struct World {
     pub _env: TestEnv,
     pub started: std::time::Instant,
     pub name: &'static str,
+    /// Each consumer's provider kubeconfig, for bundles a story applies itself.
+    pub provider_kubeconfigs: Vec<String>,
 }
 
 impl World {
@@ -447,7 +506,41 @@ impl World {
             _env: env,
             started,
             name,
+            provider_kubeconfigs: kubeconfigs,
         })
+    }
+
+    /// Like `start` with `consumers` consumers, but no bundle applied: the story applies its own. The provider
+    /// ServiceAccounts get `provider_rbac()` only when `cluster_rbac`.
+    pub async fn start_bare(name: &'static str, consumers: usize, cluster_rbac: bool) -> Option<Self> {
+        let started = std::time::Instant::now();
+        let helm = helm()?;
+        let env = TestEnv::start_or_skip(1 + consumers).await.unwrap()?;
+        eprintln!("{name}: {} clusters ready in {:.1?}", 1 + consumers, env.startup_time());
+        let chart = render_chart(&helm);
+        let dir = tempfile::tempdir().unwrap();
+        let lines = Lines::default();
+        let kubeconfigs = prepare_provider_with(env.cluster(0), consumers, cluster_rbac, &lines).await;
+        let mut installed = Vec::new();
+        for i in 0..consumers {
+            installed.push(Consumer::install_chart(env.cluster(i + 1), &chart, dir.path(), &lines).await);
+        }
+        let provider = client_as(env.cluster(0), User::Admin).await;
+        Some(Self {
+            consumers: installed,
+            provider,
+            lines,
+            _dir: dir,
+            _env: env,
+            started,
+            name,
+            provider_kubeconfigs: kubeconfigs,
+        })
+    }
+
+    /// The provider's cluster, for clients acting as someone else.
+    pub fn provider_cluster(&self) -> &Cluster {
+        self._env.cluster(0)
     }
 
     pub fn consumer(&self) -> &Consumer {
