@@ -12,9 +12,9 @@
 //! What real kube-apiservers did differently from fakeapi, as far as these stories can tell:
 //! - The first list of a just-created CRD's resource answered 429 TooManyRequests (its storage still
 //!   initialising) where fakeapi answers 404 until the CRD is Established and then serves it. The engine's
-//!   `related::namespaces_in_use` treated only 404 as "not served yet", so the first binding pass logged "related
-//!   resources not converged" once and retried. It now treats 429 like 404 (regression test in
-//!   engine/tests/related.rs).
+//!   `related::namespaces_in_use` treats only 404 as "not served yet", so the first binding pass logs "related
+//!   resources not converged" once and retries. Deliberate: a 429 is also plain throttling, and reading it as
+//!   "no instances" would let a pass collect related copies in busy namespaces (engine/tests/related.rs).
 //! - Timing: the Connection reconciler's `Ready=False, DrainingBindings` on a deleted Connection reached the
 //!   provider loop before the binding drained, which disengaged the provider and left the binding in
 //!   `DeletionBlocked` for good; the fakeapi scenarios, which delete the bundle in every order, never hit it. Fixed in the engine (a draining

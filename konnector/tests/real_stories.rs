@@ -11,9 +11,8 @@
 //! `KBIND_REQUIRE_HELM=1`. The tests take turns (one lock).
 //!
 //! What real kube-apiservers did differently from fakeapi in these stories, and what was checked to be the same:
-//! - The 429 TooManyRequests on the first list of a just-created CRD (see real_clusters.rs) no longer costs a
-//!   binding pass: `related::namespaces_in_use` treats it like fakeapi's 404 (engine fix, regression test in
-//!   engine/tests/related.rs); no "related resources not converged" line appears in these runs.
+//! - The 429 TooManyRequests on the first list of a just-created CRD (see real_clusters.rs) costs one binding
+//!   pass, retried; deliberately not read as fakeapi's 404 (a 429 may be throttling of a busy API).
 //! - Orphan unbind: the konnector removes the consumer CRD with its last binding (DESIGN.md §4), and the real
 //!   apiserver's CRD finalizer then deletes every remaining consumer instance. The provider copies are untouched,
 //!   but the consumer objects do not survive an orphaned unbind of the API's only binding.
