@@ -6,8 +6,34 @@
 //! admin's own client goes straight to the apiserver. Skips like real_clusters.rs without the binaries or helm,
 //! unless `KBIND_REQUIRE_REAL_K8S=1` / `KBIND_REQUIRE_HELM=1`. One story at a time (the `SERIAL` lock).
 //!
-//! What real servers did differently from fakeapi's fault API, as far as these stories can tell:
-//! - (filled in from the runs; see the bottom of this header.)
+//! What real servers (behind the proxy) did differently from fakeapi's fault API, as far as these stories can tell:
+//! - Partition: fakeapi fails every request at once with `Error::Transport("... partitioned")` and ends each watch
+//!   with one Transport item. Through the proxy, new connections are closed before the TLS handshake, which hyper
+//!   reports as `client error (Connect)`; open watches end with rustls' UnexpectedEof ("peer closed connection
+//!   without sending TLS close_notify", logged by the watcher as `eof in poll`); requests in flight on a pooled
+//!   connection fail with `client error (SendRequest)`. All are transport errors to the engine: the reason is
+//!   `ProviderUnreachable`, as on fakeapi.
+//! - How quickly: the disengage is not driven by those watch or request errors but by the Connection's next
+//!   reconcile, which is due with the heartbeat (30 s by default): `Connected=False` came 26.6 s after the cut, and
+//!   `status-stale` on every synced widget in the same pass. Until then the binding's passes kept retrying (11x
+//!   "related resources not converged: failed to list secrets on the provider"); the identity guard holds writes.
+//!   On fakeapi's paused clock that window is invisible. Recovery after the heal took 10.4 s: the Connection
+//!   retries an unreachable provider every `RETRY_INTERVAL` (10 s), then the provider is engaged afresh, the held
+//!   changes (update, create, a deletion waiting on the syncer finalizer) go up and the annotation goes.
+//! - Dropped watches: fakeapi's `drop_watches` ends a watch cleanly (the stream just ends); a cut TCP connection
+//!   ends it with the UnexpectedEof error above, and also fails whatever unrelated request shared the connection
+//!   (`SendRequest`). The watcher re-lists and the syncers converge; no duplicate copy, Apply manager or Lease.
+//! - Latency: fakeapi adds it once before each answer; the proxy adds it to every chunk both ways, so the TLS
+//!   handshake and every watch event pay it too. 150 ms per chunk changed nothing but the pace.
+//! - Identity swap: the harness replaces a cluster behind the same address (fakeapi: `replace_with_fresh` behind
+//!   the same handle). As on fakeapi, ServiceAccount tokens die with their ServiceAccount: a TokenRequest token
+//!   carries the ServiceAccount's UID, so the rebuilt provider answers the old token with 401 until its admin
+//!   re-creates the ServiceAccount and mints a new one into the consumer's Secret. The Secret change made the
+//!   engager disengage ("the pinned identity or the kubeconfig Secret changed") and refuse to re-engage ("the
+//!   provider's identity ... differs from the pinned ..."); `ClusterIdentityChanged` came about 0.5 s later. A sweep
+//!   of every listable resource on the new cluster found nothing managed by `kbind-konnector`.
+//! - kill -9 during a partition: the restarted konnector reported `ProviderUnreachable` on its first pass (under
+//!   0.3 s), kept every copy on the provider and every object on the consumer, and converged after the heal.
 
 mod real;
 
@@ -166,6 +192,7 @@ async fn a_partition_disengages_marks_status_stale_deletes_nothing_and_heals() {
         "status survives the partition"
     );
     assert!(proxy.forwarded() > 0);
+    summarise("partition", &lines);
 }
 
 /// Cuts every open connection, then waits until the konnector has opened a new one through the proxy.
@@ -253,6 +280,7 @@ async fn latency_and_cut_watches_still_converge_without_duplicates() {
     );
     consumer.wait_ready(&lines).await;
     eprintln!("latency: {} connections forwarded", proxy.forwarded());
+    summarise("latency", &lines);
 }
 
 /// Every object on `client`'s cluster (every listable resource) that names `manager` in its managedFields.
@@ -306,6 +334,13 @@ async fn a_provider_rebuilt_with_another_identity_gets_no_write() {
         .as_str()
         .unwrap()
         .to_string();
+    let managers = [field_manager::KONNECTOR, field_manager::KONNECTOR_RELATED];
+    let written = objects_managed_by(world._env.cluster(0), &managers).await;
+    assert!(
+        written.iter().any(|o| o.starts_with("widgets/default"))
+            && written.iter().any(|o| o.starts_with("leases/kbind")),
+        "the sweep sees what the konnector wrote on the old provider: {written:?}"
+    );
 
     // The provider is rebuilt behind the same address; its admin makes the same credential valid there again:
     // the CRD, the ServiceAccount and its RBAC, and a token minted there, put into the consumer's Secret.
@@ -388,7 +423,7 @@ async fn a_provider_rebuilt_with_another_identity_gets_no_write() {
         .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with("consumer-")))
         .collect();
     assert!(heartbeats.is_empty(), "no heartbeat Lease on the new cluster");
-    let ours = objects_managed_by(fresh, &[field_manager::KONNECTOR, field_manager::KONNECTOR_RELATED]).await;
+    let ours = objects_managed_by(fresh, &managers).await;
     assert!(ours.is_empty(), "the konnector wrote to the new cluster: {ours:?}");
 
     let before = consumer
@@ -405,6 +440,7 @@ async fn a_provider_rebuilt_with_another_identity_gets_no_write() {
             .is_some(),
         "the pulled CRD stays"
     );
+    summarise("identity_swap", &lines);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,4 +521,30 @@ async fn a_konnector_killed_during_a_partition_converges_after_heal_and_restart(
         assert_eq!(originals[name].data.pointer("/spec/size"), Some(&json!(100)), "{name}");
     }
     consumer.wait_ready(&lines).await;
+    summarise("partition_restart", &lines);
+}
+
+/// Prints how often the konnectors logged each warning, error and engagement change: what the header's list of
+/// differences from fakeapi was read from.
+fn summarise(story: &str, lines: &Lines) {
+    let mut seen = BTreeMap::<String, usize>::new();
+    for line in lines.lock().unwrap().iter() {
+        let Some((_, text)) = line.split_once("] ") else {
+            continue;
+        };
+        let Ok(json) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        let level = json["level"].as_str().unwrap_or_default();
+        let message = json["message"].as_str().unwrap_or_default();
+        let engagement = message.contains("engage");
+        if level != "WARN" && level != "ERROR" && !engagement {
+            continue;
+        }
+        let detail = json["error"].as_str().or(json["reason"].as_str()).unwrap_or_default();
+        *seen.entry(format!("{level} {message}: {detail}")).or_default() += 1;
+    }
+    for (what, count) in seen {
+        eprintln!("{story}: {count}x {what}");
+    }
 }
