@@ -199,6 +199,11 @@ pub async fn service_account_token(cluster: &Cluster, namespace: &str, name: &st
 
 /// A kubeconfig with inline credentials only (DESIGN.md §5): the cluster's server and CA, and `token`.
 pub fn inline_kubeconfig(cluster: &Cluster, user: &str, token: &str) -> String {
+    inline_kubeconfig_at(cluster, &cluster.server(), user, token)
+}
+
+/// Like [`inline_kubeconfig`], but naming `server` (e.g. a [`FaultProxy`] in front of the cluster).
+pub fn inline_kubeconfig_at(cluster: &Cluster, server: &str, user: &str, token: &str) -> String {
     let admin = cluster.kubeconfig(User::Admin);
     let ca_path = admin.clusters[0]
         .cluster
@@ -209,7 +214,7 @@ pub fn inline_kubeconfig(cluster: &Cluster, user: &str, token: &str) -> String {
     let name = format!("kbind-cluster-{}", cluster.index());
     let kubeconfig = json!({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": cluster.server(), "certificate-authority-data": ca}}],
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": ca}}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": user, "context": {"cluster": name, "user": user}}],
         "current-context": user,
@@ -227,6 +232,22 @@ pub async fn prepare_provider(cluster: &Cluster, consumers: usize, lines: &Lines
 /// it the ServiceAccounts may do nothing until a story grants them something.
 pub async fn prepare_provider_with(
     cluster: &Cluster,
+    consumers: usize,
+    cluster_rbac: bool,
+    lines: &Lines,
+) -> Vec<String> {
+    provider_side(cluster, &cluster.server(), consumers, cluster_rbac, lines).await
+}
+
+/// Like [`prepare_provider`], but the kubeconfigs name `server`.
+pub async fn prepare_provider_at(cluster: &Cluster, server: &str, consumers: usize, lines: &Lines) -> Vec<String> {
+    provider_side(cluster, server, consumers, true, lines).await
+}
+
+/// The provider admin's part, with kubeconfigs naming `server`.
+async fn provider_side(
+    cluster: &Cluster,
+    server: &str,
     consumers: usize,
     cluster_rbac: bool,
     lines: &Lines,
@@ -260,7 +281,7 @@ pub async fn prepare_provider_with(
     let mut kubeconfigs = Vec::new();
     for name in &names {
         let token = service_account_token(cluster, PROVIDER_ACCOUNTS, name).await;
-        kubeconfigs.push(inline_kubeconfig(cluster, name, &token));
+        kubeconfigs.push(inline_kubeconfig_at(cluster, server, name, &token));
     }
     kubeconfigs
 }
@@ -651,4 +672,48 @@ pub fn follow_stderr(child: &mut Child, identity: &str, lines: Lines) -> tokio::
         }
     });
     rx
+}
+
+pub use kbind_testenv::FaultProxy;
+
+/// The apiserver address of `cluster`, for a [`FaultProxy`] to forward to.
+pub fn apiserver_addr(cluster: &Cluster) -> SocketAddr {
+    let server = cluster.server();
+    server.trim_start_matches("https://").parse().unwrap()
+}
+
+impl World {
+    /// Like [`World::start`], but the provider kubeconfig in every bundle names a [`FaultProxy`] in front of the
+    /// provider; the provider admin's own client goes straight to the cluster.
+    pub async fn start_behind_proxy(name: &'static str, policies: &[&str]) -> Option<(Self, FaultProxy)> {
+        let started = std::time::Instant::now();
+        let helm = helm()?;
+        let env = TestEnv::start_or_skip(1 + policies.len()).await.unwrap()?;
+        eprintln!(
+            "{name}: {} clusters ready in {:.1?}",
+            1 + policies.len(),
+            env.startup_time()
+        );
+        let proxy = FaultProxy::start(apiserver_addr(env.cluster(0))).await.unwrap();
+        let chart = render_chart(&helm);
+        let dir = tempfile::tempdir().unwrap();
+        let lines = Lines::default();
+        let kubeconfigs = prepare_provider_at(env.cluster(0), &proxy.server(), policies.len(), &lines).await;
+        let mut consumers = Vec::new();
+        for (i, (policy, kubeconfig)) in policies.iter().zip(&kubeconfigs).enumerate() {
+            consumers.push(Consumer::install(env.cluster(i + 1), &chart, kubeconfig, policy, dir.path(), &lines).await);
+        }
+        let provider = client_as(env.cluster(0), User::Admin).await;
+        let world = Self {
+            consumers,
+            provider,
+            provider_kubeconfigs: kubeconfigs,
+            lines,
+            _dir: dir,
+            _env: env,
+            started,
+            name,
+        };
+        Some((world, proxy))
+    }
 }

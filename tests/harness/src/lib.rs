@@ -17,6 +17,7 @@ mod etcd;
 mod net;
 mod pki;
 mod process;
+mod proxy;
 mod users;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use tokio::time::Instant;
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBE_VERSION, Missing, required, tools_cache};
 pub use cluster::{CONTROLLERS, Cluster};
+pub use proxy::FaultProxy;
 pub use users::User;
 
 use cluster::Shared;
