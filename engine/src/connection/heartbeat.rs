@@ -50,7 +50,7 @@ pub(crate) async fn renew(
                 spec.insert("renewTime".into(), micro_time(now));
             }
             provider
-                .replace(&res, Some(namespace), &name, &existing, &PostParams::default())
+                .replace(&res, Some(namespace), &name, &existing, &ours())
                 .await
                 .map(|_| ())
         }
@@ -77,16 +77,13 @@ async fn create(
         },
     }))?;
     let res = lease_resource();
-    match provider
-        .create(&res, Some(namespace), &lease, &PostParams::default())
-        .await
-    {
+    match provider.create(&res, Some(namespace), &lease, &ours()).await {
         Ok(_) => Ok(()),
         // The lease namespace is missing: create it (managed, like every namespace we create).
         Err(Error::NotFound { .. }) => {
             create_namespace(provider, namespace, local_uid).await?;
             provider
-                .create(&res, Some(namespace), &lease, &PostParams::default())
+                .create(&res, Some(namespace), &lease, &ours())
                 .await
                 .map(|_| ())
         }
@@ -105,15 +102,19 @@ async fn create_namespace(provider: &dyn ClusterClient, namespace: &str, local_u
         },
     }))?;
     match provider
-        .create(
-            &kbind_cluster::identity::namespace_resource(),
-            None,
-            &ns,
-            &PostParams::default(),
-        )
+        .create(&kbind_cluster::identity::namespace_resource(), None, &ns, &ours())
         .await
     {
         Ok(_) | Err(Error::AlreadyExists { .. }) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Writes named for the konnector, so `managedFields` on the provider say who keeps the heartbeat
+/// (an unnamed write shows as manager `unknown` on a real apiserver).
+fn ours() -> PostParams {
+    PostParams {
+        field_manager: Some(kbind_api::consts::field_manager::KONNECTOR.to_string()),
+        ..PostParams::default()
     }
 }
