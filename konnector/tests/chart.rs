@@ -4,6 +4,9 @@
 //! helm comes from `KBIND_HELM`, else from the folder `hack/helm/build.sh` builds it into. Without it these tests
 //! print one line and pass, unless `KBIND_REQUIRE_HELM=1` (CI), where they fail.
 
+mod child;
+
+use child::helm;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,8 +16,6 @@ use fakeapi::{FakeClient, FakeCluster, UserInfo};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Error, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-/// Keep in step with hack/helm/build.sh.
-const HELM_VERSION: &str = "v3.22.0";
 const RELEASE: &str = "konnector";
 const NAMESPACE: &str = "kbind";
 /// The release's full name, which names the ServiceAccount, the roles and the Deployment.
@@ -28,29 +29,6 @@ fn repo_root() -> PathBuf {
 
 fn chart_dir() -> PathBuf {
     repo_root().join("deploy/charts/konnector")
-}
-
-/// The helm binary, or `None` (after one line on stderr) when it is absent and not required.
-fn helm() -> Option<PathBuf> {
-    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
-            });
-        cache.join(format!("helm-{HELM_VERSION}/helm"))
-    });
-    if path.is_file() {
-        return Some(path);
-    }
-    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
-        path.display()
-    );
-    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
-    None
 }
 
 /// `helm template` of the chart with `--set` values, as one JSON value per non-empty document.

@@ -5,12 +5,15 @@
 //! it is looked up next to the konnector binary and built with `cargo build -p fakeapi --bin fakeapi`
 //! when missing.
 
+mod child;
+
+use child::*;
 use konnector::demo::{provider_rbac, widgets, widgets_crd};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,37 +23,11 @@ use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, KubeClusterClient, Patch, PatchParams,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
-/// Generous: the machine running the suite may be busy compiling.
-const DEADLINE: Duration = Duration::from_secs(120);
-const POLL: Duration = Duration::from_millis(100);
 const KONNECTOR_USER: &str = "kbind-konnector";
-
-/// Every stderr line of the konnectors of one test, kept for failure messages.
-type Lines = Arc<Mutex<Vec<String>>>;
-
-fn dump(lines: &Lines) -> String {
-    lines.lock().unwrap().join("\n")
-}
-
-/// Polls `check` until it returns `Some`, or fails with `what` and the konnectors' log.
-async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out waiting for {what}; konnector log:\n{}",
-            dump(lines)
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 /// The fakeapi binary, built once per test run if it is not there yet.
 fn fakeapi_binary() -> PathBuf {
@@ -393,38 +370,6 @@ impl Konnector {
     async fn scrape(&self) -> Option<String> {
         get(self.metrics, "/metrics").await
     }
-}
-
-/// Collects stderr lines (tagged with the konnector's identity); yields the listening addresses
-/// by server name once both are logged.
-fn follow_stderr(
-    child: &mut Child,
-    identity: &str,
-    lines: Lines,
-) -> tokio::sync::oneshot::Receiver<BTreeMap<String, SocketAddr>> {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let identity = identity.to_string();
-    tokio::spawn(async move {
-        let mut tx = Some(tx);
-        let mut addrs = BTreeMap::new();
-        let mut reader = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            if let Ok(json) = serde_json::from_str::<Value>(&line)
-                && json["message"] == "listening"
-                && let (Some(server), Some(addr)) = (json["server"].as_str(), json["addr"].as_str())
-            {
-                addrs.insert(server.to_string(), addr.parse().unwrap());
-                if addrs.len() == 2
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addrs.clone());
-                }
-            }
-            lines.lock().unwrap().push(format!("[{identity}] {line}"));
-        }
-    });
-    rx
 }
 
 /// A plain HTTP/1.1 GET of `path`: the body of a 200 answer.

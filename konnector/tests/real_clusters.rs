@@ -33,6 +33,7 @@
 //!   object naming the consumer's owner, and on the consumer deletes an owned Widget in the background, which the
 //!   syncer finalizer holds until the copy is gone.
 
+mod child;
 mod real;
 
 use real::*;

@@ -38,7 +38,10 @@
 //! - kill -9 during a partition: the restarted konnector reported `ProviderUnreachable` on its first pass (under
 //!   0.3 s), kept every copy on the provider and every object on the consumer, and converged after the heal.
 
+mod child;
 mod real;
+
+use std::time::Duration;
 
 use kbind_api::consts::{annotation, field_manager};
 use real::*;

@@ -2,6 +2,7 @@
 //! stage answers in scenarios/tests/stories/on_any_stage.rs, here against the konnector binary
 //! under the chart's least-privilege RBAC, with the provider behind a `FaultProxy`.
 
+mod child;
 mod real;
 
 use std::future::Future;

@@ -29,6 +29,7 @@
 //!   source = OpenAPI); namespace-scoped provider credentials give the binding `PermissionDenied=True, Forbidden`
 //!   ("may not: get widgets.example.org") while team-a syncs both ways and the Connection stays Ready.
 
+mod child;
 mod real;
 
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation as kbind_annotation, condition, reason};

@@ -2,11 +2,12 @@
 //! answers `/healthz`, `/readyz` and `/metrics`, counts Connections, and on SIGTERM releases
 //! its leader Lease and exits 0.
 
-use std::collections::BTreeMap;
+mod child;
+
+use child::*;
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use fakeapi::FakeCluster;
 use fakeapi::serve::{ClusterServeOptions, RunningServer, serve_cluster};
@@ -15,39 +16,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use kbind_api::Connection;
 use kbind_cluster::ClusterClientExt;
 use kube::api::ObjectMeta;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-const DEADLINE: Duration = Duration::from_secs(60);
 const IDENTITY: &str = "konnector-under-test";
-
-/// Every stderr line of the child, kept for failure messages.
-type Lines = Arc<Mutex<Vec<String>>>;
-
-fn dump(lines: &Lines) -> String {
-    lines.lock().unwrap().join("\n")
-}
-
-/// Polls `check` until it returns `Some`, or fails with `what` and the child's log.
-async fn eventually<T, F, Fut>(what: &str, lines: &Lines, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out waiting for {what}; konnector log:\n{}",
-            dump(lines)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A plain HTTP/1.1 GET: (status, body), `None` if the connection fails.
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
@@ -59,32 +32,6 @@ async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let status = response.split(' ').nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n")?.1.to_string();
     Some((status, body))
-}
-
-/// Collects stderr lines; returns the listening addresses by server name once both are logged.
-fn follow_stderr(child: &mut Child, lines: Lines) -> tokio::sync::oneshot::Receiver<BTreeMap<String, SocketAddr>> {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let mut tx = Some(tx);
-        let mut addrs = BTreeMap::new();
-        let mut reader = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line)
-                && json["message"] == "listening"
-                && let (Some(server), Some(addr)) = (json["server"].as_str(), json["addr"].as_str())
-            {
-                addrs.insert(server.to_string(), addr.parse().unwrap());
-                if addrs.len() == 2
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addrs.clone());
-                }
-            }
-            lines.lock().unwrap().push(line);
-        }
-    });
-    rx
 }
 
 fn connection(name: &str) -> Connection {
@@ -157,7 +104,7 @@ async fn run_serves_health_and_metrics_and_releases_its_lease_on_sigterm() {
         .spawn()
         .unwrap();
     let lines: Lines = Arc::default();
-    let addrs = follow_stderr(&mut child, lines.clone());
+    let addrs = follow_stderr(&mut child, IDENTITY, lines.clone());
     let addrs = tokio::time::timeout(DEADLINE, addrs)
         .await
         .unwrap_or_else(|_| panic!("konnector never logged its addresses:\n{}", dump(&lines)))

@@ -4,12 +4,11 @@
 
 #![allow(dead_code)]
 
+pub use crate::child::*;
 pub use std::collections::BTreeMap;
 pub use std::net::SocketAddr;
 pub use std::path::{Path, PathBuf};
 pub use std::process::Stdio;
-pub use std::sync::{Arc, Mutex};
-pub use std::time::Duration;
 
 pub use k8s_openapi::ByteString;
 pub use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -23,14 +22,8 @@ pub use kbind_cluster::{
 pub use kbind_testenv::{Cluster, TestEnv, User};
 pub use konnector::demo::{provider_rbac, widgets, widgets_crd};
 pub use serde_json::{Value, json};
-pub use tokio::io::{AsyncBufReadExt, BufReader};
 pub use tokio::process::{Child, Command};
 
-/// Generous: real servers on a machine that may be compiling at the same time.
-pub const DEADLINE: Duration = Duration::from_secs(180);
-pub const POLL: Duration = Duration::from_millis(200);
-/// Keep in step with hack/helm/build.sh.
-pub const HELM_VERSION: &str = "v3.22.0";
 /// The chart's release name and namespace; the release's full name names its ServiceAccount.
 pub const RELEASE: &str = "konnector";
 pub const NAMESPACE: &str = "kbind";
@@ -39,31 +32,6 @@ pub const PROVIDER_ACCOUNTS: &str = "kbind-consumers";
 
 /// One story at a time: each starts its own apiservers.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Every stderr line of the konnectors of one test, kept for failure messages.
-pub type Lines = Arc<Mutex<Vec<String>>>;
-
-pub fn dump(lines: &Lines) -> String {
-    let lines = lines.lock().unwrap();
-    let skip = lines.len().saturating_sub(200);
-    lines[skip..].join("\n")
-}
-
-/// Polls `check` until it returns `Some`, or fails with `what` and the konnectors' log.
-pub async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out waiting for {what}; konnector log:\n{}",
-            dump(lines)
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 pub fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
@@ -75,29 +43,6 @@ pub fn object(value: Value) -> DynamicObject {
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The helm binary, or `None` (after one line on stderr) when it is absent and not required; as in chart.rs.
-pub fn helm() -> Option<PathBuf> {
-    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
-            });
-        cache.join(format!("helm-{HELM_VERSION}/helm"))
-    });
-    if path.is_file() {
-        return Some(path);
-    }
-    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
-        path.display()
-    );
-    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
-    None
 }
 
 /// `helm template` of the chart, narrowed to the sample API's group as the README advises, CRDs included.
@@ -645,33 +590,6 @@ impl Konnector {
         self.child.start_kill().unwrap();
         self.child.wait().await.unwrap();
     }
-}
-
-/// Collects stderr lines (tagged with the konnector's identity); signals once both servers listen.
-pub fn follow_stderr(child: &mut Child, identity: &str, lines: Lines) -> tokio::sync::oneshot::Receiver<()> {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let identity = identity.to_string();
-    tokio::spawn(async move {
-        let mut tx = Some(tx);
-        let mut servers = Vec::<SocketAddr>::new();
-        let mut reader = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            if let Ok(json) = serde_json::from_str::<Value>(&line)
-                && json["message"] == "listening"
-                && let Some(addr) = json["addr"].as_str()
-            {
-                servers.push(addr.parse().unwrap());
-                if servers.len() == 2
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(());
-                }
-            }
-            lines.lock().unwrap().push(format!("[{identity}] {line}"));
-        }
-    });
-    rx
 }
 
 pub use kbind_testenv::FaultProxy;

@@ -1,0 +1,105 @@
+//! What every test that runs `konnector` as a child process shares: its stderr kept for failure
+//! messages, the listening addresses it logs, waiting on a condition with a deadline, and helm.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+/// Generous: the machine running the suite may be compiling, or running real apiservers.
+pub const DEADLINE: Duration = Duration::from_secs(180);
+/// How often a condition is polled.
+pub const POLL: Duration = Duration::from_millis(100);
+/// Keep in step with hack/helm/build.sh.
+pub const HELM_VERSION: &str = "v3.22.0";
+
+/// Every stderr line of the konnectors of one test, kept for failure messages.
+pub type Lines = Arc<Mutex<Vec<String>>>;
+
+/// The collected lines, for a failure message.
+pub fn dump(lines: &Lines) -> String {
+    lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` and the konnectors' log.
+pub async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what}; konnector log:\n{}",
+            dump(lines)
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Collects the child's stderr lines (prefixed with `identity`); resolves with the listening
+/// addresses by server name (`metrics`, `health`) once both are logged.
+pub fn follow_stderr(
+    child: &mut Child,
+    identity: &str,
+    lines: Lines,
+) -> tokio::sync::oneshot::Receiver<BTreeMap<String, SocketAddr>> {
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let identity = identity.to_string();
+    tokio::spawn(async move {
+        let mut tx = Some(tx);
+        let mut addrs = BTreeMap::new();
+        let mut reader = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            if let Ok(json) = serde_json::from_str::<Value>(&line)
+                && json["message"] == "listening"
+                && let (Some(server), Some(addr)) = (json["server"].as_str(), json["addr"].as_str())
+                && let Ok(addr) = addr.parse()
+            {
+                addrs.insert(server.to_string(), addr);
+                if addrs.len() == 2
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addrs.clone());
+                }
+            }
+            lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("[{identity}] {line}"));
+        }
+    });
+    rx
+}
+
+/// The helm binary (`KBIND_HELM`, else where hack/helm/build.sh puts it), or `None` after one
+/// line on stderr when it is absent and not required (`KBIND_REQUIRE_HELM=1` in CI).
+pub fn helm() -> Option<PathBuf> {
+    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
+            });
+        cache.join(format!("helm-{HELM_VERSION}/helm"))
+    });
+    if path.is_file() {
+        return Some(path);
+    }
+    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
+        path.display()
+    );
+    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
+    None
+}
