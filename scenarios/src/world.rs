@@ -38,6 +38,29 @@ pub fn seed_from_env(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Runs `schedule` once per seed on a fresh paused-clock runtime: `KBIND_SEED` replays one seed,
+/// `KBIND_SEEDS=N` runs seeds `0..N`, else `0..default_count`.
+pub fn for_each_seed<Fut: std::future::Future<Output = ()>>(default_count: u64, schedule: impl Fn(u64) -> Fut) {
+    let seeds: Vec<u64> = match std::env::var("KBIND_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => {
+            let n = std::env::var("KBIND_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(default_count);
+            (0..n).collect()
+        }
+    };
+    for seed in seeds {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a current-thread runtime");
+        runtime.block_on(schedule(seed));
+    }
+}
+
 /// How a provider cluster is built.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderOpts {

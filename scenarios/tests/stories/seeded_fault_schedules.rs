@@ -77,22 +77,5 @@ async fn run_schedule(seed: u64) {
 
 #[test]
 fn seeded_fault_schedules_keep_the_invariants() {
-    let seeds: Vec<u64> = match std::env::var("KBIND_SEED").ok().and_then(|s| s.parse().ok()) {
-        Some(seed) => vec![seed],
-        None => {
-            let n = std::env::var("KBIND_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(200u64);
-            (0..n).collect()
-        }
-    };
-    for seed in seeds {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(run_schedule(seed));
-    }
+    kbind_scenarios::world::for_each_seed(200, run_schedule);
 }
