@@ -131,6 +131,17 @@ async fn set_ready(consumer: &FakeCluster, ready: bool, uid: &str) {
         .unwrap();
 }
 
+/// The bundle applied, the provider loop running, the Connection Ready with the provider's
+/// identity pinned, and provider `acme` engaged.
+async fn engaged(s: &Setup) -> ProviderRegistry {
+    apply_bundle(&s.consumer, "https://acme.fake").await;
+    let registry = ProviderRegistry::new();
+    tokio::spawn(run(s.ctx.clone(), registry.clone()));
+    set_ready(&s.consumer, true, &s.provider.identity_uid()).await;
+    wait_for("acme is engaged", || registry.get("acme").is_some()).await;
+    registry
+}
+
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while !done() {
@@ -204,12 +215,8 @@ async fn connection_with_wrong_pinned_identity_is_not_engaged() {
 #[tokio::test(start_paused = true)]
 async fn not_ready_disengages_and_recovery_builds_a_fresh_client() {
     let s = setup().await;
-    apply_bundle(&s.consumer, "https://acme.fake").await;
-    let registry = ProviderRegistry::new();
-    tokio::spawn(run(s.ctx.clone(), registry.clone()));
+    let registry = engaged(&s).await;
     let uid = s.provider.identity_uid();
-    set_ready(&s.consumer, true, &uid).await;
-    wait_for("acme is engaged", || registry.get("acme").is_some()).await;
     let first = registry.get("acme").unwrap();
     first.cache.store(&configmaps());
     let connects_before = s.connector.connects.load(Ordering::SeqCst);
@@ -243,11 +250,7 @@ async fn not_ready_disengages_and_recovery_builds_a_fresh_client() {
 #[tokio::test(start_paused = true)]
 async fn deleted_connection_is_disengaged_and_nothing_is_deleted() {
     let s = setup().await;
-    apply_bundle(&s.consumer, "https://acme.fake").await;
-    let registry = ProviderRegistry::new();
-    tokio::spawn(run(s.ctx.clone(), registry.clone()));
-    set_ready(&s.consumer, true, &s.provider.identity_uid()).await;
-    wait_for("acme is engaged", || registry.get("acme").is_some()).await;
+    let registry = engaged(&s).await;
     s.consumer
         .admin_client()
         .delete(
@@ -272,11 +275,7 @@ async fn deleted_connection_is_disengaged_and_nothing_is_deleted() {
 #[tokio::test(start_paused = true)]
 async fn swapped_secret_reengages_with_the_new_kubeconfig() {
     let s = setup().await;
-    apply_bundle(&s.consumer, "https://acme.fake").await;
-    let registry = ProviderRegistry::new();
-    tokio::spawn(run(s.ctx.clone(), registry.clone()));
-    set_ready(&s.consumer, true, &s.provider.identity_uid()).await;
-    wait_for("acme is engaged", || registry.get("acme").is_some()).await;
+    let registry = engaged(&s).await;
     let first = registry.get("acme").unwrap();
     let patch = json!({"stringData": {"kubeconfig": kubeconfig("https://elsewhere.fake")}});
     s.consumer
@@ -345,12 +344,8 @@ async fn guarded_client_reverifies_after_a_transport_error() {
 #[tokio::test(start_paused = true)]
 async fn a_deleted_connection_draining_its_bindings_stays_engaged() {
     let s = setup().await;
-    apply_bundle(&s.consumer, "https://acme.fake").await;
-    let registry = ProviderRegistry::new();
-    tokio::spawn(run(s.ctx.clone(), registry.clone()));
+    let registry = engaged(&s).await;
     let uid = s.provider.identity_uid();
-    set_ready(&s.consumer, true, &uid).await;
-    wait_for("acme is engaged", || registry.get("acme").is_some()).await;
     let engaged = registry.get("acme").unwrap();
     let admin = s.consumer.admin_client();
     let connections = ApiResource::erase::<Connection>(&());
