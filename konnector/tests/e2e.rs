@@ -302,71 +302,7 @@ async fn ready(client: &KubeClusterClient, res: &ApiResource, name: &str) -> boo
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-/// A `konnector run` child process.
-struct Konnector {
-    child: Child,
-    metrics: SocketAddr,
-}
-
 impl Konnector {
-    async fn start(kubeconfig: &Path, identity: &str, extra: &[&str], lines: Lines) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--namespace=kbind",
-                "--leader-elect=true",
-                "--metrics-addr=127.0.0.1:0",
-                "--health-addr=127.0.0.1:0",
-                "--log-format=json",
-                "--log-level=info",
-                &format!("--identity={identity}"),
-            ])
-            .args(extra)
-            .env_remove("KUBECONFIG")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("konnector starts");
-        let addrs = follow_stderr(&mut child, identity, lines.clone());
-        let addrs = tokio::time::timeout(DEADLINE, addrs)
-            .await
-            .unwrap_or_else(|_| panic!("konnector {identity} never logged its addresses:\n{}", dump(&lines)))
-            .unwrap_or_else(|_| panic!("konnector {identity} exited before listening:\n{}", dump(&lines)));
-        Self {
-            child,
-            metrics: addrs["metrics"],
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("still running").to_string();
-        let sent = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap();
-        assert!(sent.success(), "kill {signal} {pid}");
-    }
-
-    /// SIGKILL: no shutdown path runs, the leader Lease stays held.
-    async fn kill_hard(mut self) {
-        self.child.start_kill().unwrap();
-        self.child.wait().await.unwrap();
-    }
-
-    /// SIGTERM, then the exit code.
-    async fn terminate(mut self, lines: &Lines) -> Option<i32> {
-        self.signal("-TERM");
-        let status = tokio::time::timeout(DEADLINE, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("konnector did not stop on SIGTERM:\n{}", dump(lines)))
-            .unwrap();
-        status.code()
-    }
-
     async fn scrape(&self) -> Option<String> {
         get(self.metrics, "/metrics").await
     }

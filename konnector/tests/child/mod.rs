@@ -5,13 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
+use tokio::process::{Child, Command};
 
 /// Generous: the machine running the suite may be compiling, or running real apiservers.
 pub const DEADLINE: Duration = Duration::from_secs(180);
@@ -102,4 +103,74 @@ pub fn helm() -> Option<PathBuf> {
     );
     eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
     None
+}
+
+/// A `konnector run` child process.
+pub struct Konnector {
+    /// The process.
+    pub child: Child,
+    /// Where it serves `/metrics`.
+    pub metrics: SocketAddr,
+}
+
+impl Konnector {
+    /// Starts `konnector run` with the tests' flags plus `extra`; returns once it listens.
+    pub async fn start(kubeconfig: &Path, identity: &str, extra: &[&str], lines: Lines) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--namespace=kbind",
+                "--leader-elect=true",
+                "--metrics-addr=127.0.0.1:0",
+                "--health-addr=127.0.0.1:0",
+                "--log-format=json",
+                "--log-level=info",
+                &format!("--identity={identity}"),
+            ])
+            .args(extra)
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("konnector starts");
+        let addrs = follow_stderr(&mut child, identity, lines.clone());
+        let addrs = tokio::time::timeout(DEADLINE, addrs)
+            .await
+            .unwrap_or_else(|_| panic!("konnector {identity} never logged its addresses:\n{}", dump(&lines)))
+            .unwrap_or_else(|_| panic!("konnector {identity} exited before listening:\n{}", dump(&lines)));
+        Self {
+            child,
+            metrics: addrs["metrics"],
+        }
+    }
+
+    /// Sends `signal` with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("still running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+
+    /// SIGKILL: no shutdown path runs, the leader Lease stays held.
+    pub async fn kill_hard(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    /// SIGTERM, then the exit code.
+    pub async fn terminate(mut self, lines: &Lines) -> Option<i32> {
+        self.signal("-TERM");
+        let status = tokio::time::timeout(DEADLINE, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("konnector did not stop on SIGTERM:\n{}", dump(lines)))
+            .unwrap();
+        status.code()
+    }
 }

@@ -8,7 +8,6 @@ pub use crate::child::*;
 pub use std::collections::BTreeMap;
 pub use std::net::SocketAddr;
 pub use std::path::{Path, PathBuf};
-pub use std::process::Stdio;
 
 pub use k8s_openapi::ByteString;
 pub use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -22,7 +21,6 @@ pub use kbind_cluster::{
 pub use kbind_testenv::{Cluster, TestEnv, User};
 pub use konnector::demo::{provider_rbac, widgets, widgets_crd};
 pub use serde_json::{Value, json};
-pub use tokio::process::{Child, Command};
 
 /// The chart's release name and namespace; the release's full name names its ServiceAccount.
 pub const RELEASE: &str = "konnector";
@@ -337,7 +335,7 @@ impl Consumer {
     }
 
     pub async fn konnector(&self, identity: &str, lines: &Lines) -> Konnector {
-        Konnector::start(&self.kubeconfig, identity, lines.clone()).await
+        Konnector::start(&self.kubeconfig, identity, &[], lines.clone()).await
     }
 }
 
@@ -547,48 +545,6 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         eprintln!("{}: finished in {:.1?}", self.name, self.started.elapsed());
-    }
-}
-
-/// A `konnector run` child process.
-pub struct Konnector {
-    pub child: Child,
-}
-
-impl Konnector {
-    pub async fn start(kubeconfig: &Path, identity: &str, lines: Lines) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args([
-                "--namespace=kbind",
-                "--leader-elect=true",
-                "--metrics-addr=127.0.0.1:0",
-                "--health-addr=127.0.0.1:0",
-                "--log-format=json",
-                "--log-level=info",
-                &format!("--identity={identity}"),
-            ])
-            .env_remove("KUBECONFIG")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("konnector starts");
-        let listening = follow_stderr(&mut child, identity, lines.clone());
-        tokio::time::timeout(DEADLINE, listening)
-            .await
-            .unwrap_or_else(|_| panic!("konnector {identity} never logged its addresses:\n{}", dump(&lines)))
-            .unwrap_or_else(|_| panic!("konnector {identity} exited before listening:\n{}", dump(&lines)));
-        Self { child }
-    }
-
-    /// SIGKILL: no shutdown path runs, the leader Lease stays held.
-    pub async fn kill_hard(mut self) {
-        self.child.start_kill().unwrap();
-        self.child.wait().await.unwrap();
     }
 }
 
