@@ -93,6 +93,7 @@ impl FakeClusterBuilder {
             kcp_like: self.kcp_like,
             bookmark_interval: self.bookmark_interval,
             tokens: Mutex::new(BTreeMap::new()),
+            requests: Mutex::new(Vec::new()),
             incarnation: std::sync::atomic::AtomicU64::new(0),
         });
         let cluster = FakeCluster { inner };
@@ -118,6 +119,8 @@ pub(crate) struct Inner {
     /// Bumped by `replace_with_fresh`: a request sent to an earlier incarnation never lands
     /// on the fresh cluster (its connection is reset, as with a rebuilt server).
     pub(crate) incarnation: std::sync::atomic::AtomicU64,
+    /// Every request the fault gate answered, in order.
+    pub(crate) requests: Mutex<Vec<crate::faults::RequestRecord>>,
 }
 
 impl Inner {
@@ -219,6 +222,17 @@ impl FakeCluster {
     /// Every successful write so far.
     pub fn write_log(&self) -> Vec<WriteRecord> {
         self.inner.lock().write_log.clone()
+    }
+
+    /// Every request so far, admitted or refused, in the order they were answered.
+    pub fn request_log(&self) -> Vec<crate::faults::RequestRecord> {
+        self.inner.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The requests after the first `from` (what a check after every step reads).
+    pub fn request_log_from(&self, from: usize) -> Vec<crate::faults::RequestRecord> {
+        let log = self.inner.requests.lock().unwrap_or_else(|p| p.into_inner());
+        log.get(from..).map(<[_]>::to_vec).unwrap_or_default()
     }
 
     /// The retained event history (what a determinism check compares).

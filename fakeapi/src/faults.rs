@@ -50,6 +50,28 @@ impl ErrorRule {
     }
 }
 
+/// One request as the fault gate answered it (the request log invariant §8.9 reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// Position in one process-wide order, so requests to two clusters of one world compare.
+    pub seq: u64,
+    /// When it was answered, on the cluster's clock (one pass of a controller shares an instant
+    /// on a paused clock).
+    pub at: jiff::Timestamp,
+    /// The caller.
+    pub user: String,
+    /// get, list, watch, create, update, patch, delete; `discovery` and `openapi` for those reads.
+    pub verb: String,
+    /// `resource.group` (empty for discovery and OpenAPI).
+    pub resource: String,
+    /// Namespace, empty for cluster-scoped or all namespaces.
+    pub namespace: String,
+    /// Object name, empty for lists, watches and discovery.
+    pub name: String,
+    /// Why it was refused (fault, RBAC, not served), `None` when it was admitted.
+    pub error: Option<String>,
+}
+
 /// The faults currently switched on.
 #[derive(Debug, Clone, Default)]
 pub struct FaultState {

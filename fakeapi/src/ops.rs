@@ -56,8 +56,31 @@ impl Caller {
 const CUSTOM_RESOURCE_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 impl FakeCluster {
-    /// Faults, RBAC and routing for one request; the resource's served info on success.
+    /// Faults, RBAC and routing for one request (recorded in the request log); the resource's
+    /// served info on success.
     pub(crate) async fn admit(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        subresource: &str,
+    ) -> Result<ResourceInfo> {
+        let answer = self
+            .admit_unrecorded(caller, verb, res, namespace, name, subresource)
+            .await;
+        let resource = if res.group.is_empty() {
+            format!("{}.", res.plural)
+        } else {
+            format!("{}.{}", res.plural, res.group)
+        };
+        self.inner
+            .record_request(caller, verb, resource, namespace, name, answer.as_ref().err());
+        answer
+    }
+
+    async fn admit_unrecorded(
         &self,
         caller: &Caller,
         verb: &str,
@@ -526,14 +549,20 @@ impl FakeCluster {
     }
 
     /// What the cluster serves.
-    pub async fn discovery(&self, _caller: &Caller) -> Result<Discovery> {
-        self.inner.fault_gate("get", "").await?;
+    pub async fn discovery(&self, caller: &Caller) -> Result<Discovery> {
+        let gate = self.inner.fault_gate("get", "").await;
+        self.inner
+            .record_request(caller, "discovery", String::new(), None, None, gate.as_ref().err());
+        gate?;
         Ok(self.inner.lock().registry.discovery())
     }
 
     /// The OpenAPI v3 document of one group-version.
-    pub async fn openapi_v3(&self, _caller: &Caller, group: &str, version: &str) -> Result<Value> {
-        self.inner.fault_gate("get", "").await?;
+    pub async fn openapi_v3(&self, caller: &Caller, group: &str, version: &str) -> Result<Value> {
+        let gate = self.inner.fault_gate("get", "").await;
+        self.inner
+            .record_request(caller, "openapi", String::new(), None, None, gate.as_ref().err());
+        gate?;
         let state = self.inner.lock();
         let resources: Vec<_> = state
             .registry
@@ -572,6 +601,31 @@ impl Inner {
             }
         }
         self.faults().check(&self.name, verb, resource)
+    }
+
+    /// Appends one answered request to the request log.
+    pub(crate) fn record_request(
+        &self,
+        caller: &Caller,
+        verb: &str,
+        resource: String,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        error: Option<&kbind_cluster::Error>,
+    ) {
+        // One order across every cluster of the process: a world's clusters share it.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let record = crate::faults::RequestRecord {
+            seq: SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            at: self.clock.now(),
+            user: caller.user.name.clone(),
+            verb: verb.to_string(),
+            resource,
+            namespace: namespace.unwrap_or("").to_string(),
+            name: name.unwrap_or("").to_string(),
+            error: error.map(ToString::to_string),
+        };
+        self.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
     }
 
     /// The create pipeline, under the lock. `applied`: managedFields were set by apply already.

@@ -185,6 +185,7 @@ impl WorldBuilder {
             config: self.config,
             log,
             _log_guard: log_guard,
+            checked: std::sync::Mutex::new(Checked::default()),
         };
         world.install_kbind().await;
         world
@@ -239,6 +240,15 @@ pub struct World {
     config: EngineConfig,
     log: LogCapture,
     _log_guard: tracing::subscriber::DefaultGuard,
+    /// Where the previous check left off in each log (invariants 8 and 9 judge one step).
+    checked: std::sync::Mutex<Checked>,
+}
+
+/// How far the previous invariant check read each log.
+#[derive(Debug, Default)]
+struct Checked {
+    window: invariants::Window,
+    reads: invariants::ReadMemory,
 }
 
 impl World {
@@ -638,27 +648,6 @@ impl World {
         } else {
             format!("{}.{}", res.plural, res.group)
         };
-        // Deleting a binding asks for its consumer CRDs to go (DESIGN.md §4 "unbind").
-        if res.group == kbind_api::consts::GROUP && res.plural.ends_with("bindings") {
-            let binding = self
-                .consumer
-                .admin_client()
-                .get_opt(res, namespace, name)
-                .await
-                .ok()
-                .flatten();
-            let apis = binding
-                .and_then(|b| b.data.pointer("/spec/apis").cloned())
-                .and_then(|a| a.as_array().cloned())
-                .unwrap_or_default();
-            for api in apis.iter().filter_map(|a| a.get("name").and_then(Value::as_str)) {
-                self.story_deleted.insert((
-                    "customresourcedefinitions.apiextensions.k8s.io".to_string(),
-                    String::new(),
-                    api.to_string(),
-                ));
-            }
-        }
         self.story_deleted
             .insert((resource, namespace.unwrap_or("").to_string(), name.to_string()));
         let _ = self
@@ -809,17 +798,48 @@ impl World {
         self.credentials.iter().map(|c| c.user.clone()).collect()
     }
 
-    /// The first broken invariant, if any.
+    /// The first broken invariant, if any (invariants 8 and 9 judge what happened since the
+    /// previous check).
     pub async fn check_invariants(&self) -> Option<Violation> {
+        let consumer = invariants::Logs::of(&self.consumer);
+        let providers: Vec<invariants::Logs> = self
+            .providers
+            .values()
+            .map(|p| invariants::Logs::of(&p.cluster))
+            .collect();
+        let konnector_users = self.konnector_users();
+        let provider_users = self.konnector_provider_users();
+        let consumer_uid = self.consumer.identity_uid();
+        let (window, stepwise) = {
+            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            let mut window = checked.window.clone();
+            window.consumer_to = self.consumer.resource_version();
+            checked.window = invariants::Window {
+                consumer_from: window.consumer_to,
+                consumer_to: window.consumer_to,
+                provider_writes_from: providers.iter().map(|p| (p.name.clone(), p.writes.len())).collect(),
+                consumer_writes_from: consumer.writes.len(),
+            };
+            let clusters: Vec<&FakeCluster> = self.providers.values().map(|p| &p.cluster).collect();
+            let reads = invariants::deletions_rest_on_complete_reads(
+                &self.consumer,
+                &clusters,
+                &konnector_users,
+                &provider_users,
+                &mut checked.reads,
+            );
+            (window, reads)
+        };
+        let crd_verdicts = invariants::crd_delete_verdicts(&consumer, &konnector_users);
         if let Some(v) =
-            invariants::nothing_deleted_on_consumer(&self.consumer, &self.konnector_users(), &self.story_deleted)
+            invariants::nothing_deleted_on_consumer(&consumer, &konnector_users, &self.story_deleted, &crd_verdicts)
         {
             return Some(v);
         }
         // §8.2 binds a Connection pinned to the identity that was replaced; one that first met
         // the provider after the replacement pinned the new identity, legitimately.
         let pinned = self.pinned_identities().await;
-        for (name, provider) in &self.providers {
+        for ((name, provider), logs) in self.providers.iter().zip(&providers) {
             let users: BTreeSet<String> = self
                 .credentials
                 .iter()
@@ -827,7 +847,7 @@ impl World {
                 .map(|c| c.user.clone())
                 .collect();
             for (rv, old) in provider.replacements.iter().filter(|(_, old)| pinned.contains(old)) {
-                if let Some(v) = invariants::no_write_after_identity_change(name, &provider.cluster, *rv, &users) {
+                if let Some(v) = invariants::no_write_after_identity_change(name, logs, *rv, &users) {
                     return Some(Violation {
                         detail: format!("{} (the Connection is pinned to {old})", v.detail),
                         ..v
@@ -835,24 +855,34 @@ impl World {
                 }
             }
         }
-        let users = self.konnector_provider_users();
-        let consumer_uid = self.consumer.identity_uid();
-        for (name, provider) in &self.providers {
-            if let Some(v) = invariants::no_write_to_foreign_copies(name, &provider.cluster, &users, &consumer_uid) {
+        for (name, logs) in self.providers.keys().zip(&providers) {
+            if let Some(v) = invariants::no_write_to_foreign_copies(name, logs, &provider_users, &consumer_uid) {
                 return Some(v);
             }
         }
-        if let Some(v) = invariants::no_overwrite_of_foreign_crds(&self.consumer, &self.konnector_users()) {
+        if let Some(v) = invariants::no_overwrite_of_foreign_crds(&consumer, &konnector_users) {
             return Some(v);
         }
-        let providers: Vec<(&str, &FakeCluster)> =
-            self.providers.iter().map(|(n, p)| (n.as_str(), &p.cluster)).collect();
-        if let Some(v) = invariants::deleted_objects_leave_no_copies(&self.consumer, &providers, &self.story_deleted) {
+        if let Some(v) = invariants::deleted_objects_leave_no_copies(&consumer, &providers, &consumer_uid) {
             return Some(v);
         }
-        let secrets: Vec<String> = self.credentials.iter().map(|c| c.token.clone()).collect();
+        if let Some(v) = invariants::unbind_keeps_served_copies(
+            &consumer,
+            &providers,
+            &konnector_users,
+            &provider_users,
+            &consumer_uid,
+            &window,
+        ) {
+            return Some(v);
+        }
+        if let Some(v) = stepwise {
+            return Some(v);
+        }
+        let mut secrets: Vec<String> = self.credentials.iter().map(|c| c.token.clone()).collect();
+        secrets.extend(invariants::credential_material(&consumer));
         let surfaces = invariants::consumer_surfaces(&self.consumer).await;
-        invariants::no_credentials_in("consumer events or Connection status", &surfaces, &secrets)
+        invariants::no_credentials_in("consumer events or Connection or binding status", &surfaces, &secrets)
             .or_else(|| invariants::no_credentials_in("the konnector log", &self.log.text(), &secrets))
     }
 

@@ -2,8 +2,9 @@
 //! provider replacement, Secret swaps, replica crashes, restarts and isolation) with a
 //! syncer-like writer on every engaged provider keeps the §8 invariants after every step.
 //!
-//! `KBIND_SEEDS=N` runs N seeds (default 200); `KBIND_SEED=S` runs only seed S. The real
-//! Connection reconciler drives every transition (pinning, refusals, heartbeat, Ready).
+//! `KBIND_SEEDS=N` runs N seeds (default 200; CI runs 1,000, `.ci/run`); `KBIND_SEED=S` runs
+//! only seed S. The real Connection reconciler drives every transition (pinning, refusals,
+//! heartbeat, Ready).
 
 use crate::common;
 
