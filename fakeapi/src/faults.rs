@@ -55,6 +55,8 @@ impl ErrorRule {
 pub struct RequestRecord {
     /// Position in one process-wide order, so requests to two clusters of one world compare.
     pub seq: u64,
+    /// The cluster's resourceVersion when it was answered (before any write it makes).
+    pub rv: u64,
     /// When it was answered, on the cluster's clock (one pass of a controller shares an instant
     /// on a paused clock).
     pub at: jiff::Timestamp,

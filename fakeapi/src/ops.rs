@@ -617,6 +617,7 @@ impl Inner {
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let record = crate::faults::RequestRecord {
             seq: SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            rv: self.lock().rv,
             at: self.clock.now(),
             user: caller.user.name.clone(),
             verb: verb.to_string(),

@@ -595,7 +595,8 @@ fn konnector_caused_deletes<'a>(
 /// Checked per step (the `window`): a provider copy of this consumer cluster that the konnector
 /// deleted (itself, or through a namespace it deleted) while its consumer object was not being
 /// deleted, and while a binding of the copy's API through the CRD's Connection that covers the
-/// object's namespace was live both when the step began and when it ended, is a violation. A
+/// object's namespace was live (the same binding, not being deleted, at consumer rvs that
+/// bracket the delete in the request log) is a violation. A
 /// copy is re-created only after a delete, so a UID change of a served copy shows up here as
 /// the delete that preceded it. During a step in which a binding or Connection with
 /// `deletion-policy: Orphan` was being deleted, any konnector delete other than its own Leases,
@@ -607,6 +608,7 @@ pub fn unbind_keeps_served_copies(
     provider_users: &BTreeSet<String>,
     consumer_cluster_uid: &str,
     window: &Window,
+    requests: &[Request],
 ) -> Option<Violation> {
     let start = BindingsAt::at(consumer, window.consumer_from);
     let end = BindingsAt::at(consumer, window.consumer_to);
@@ -695,10 +697,13 @@ pub fn unbind_keeps_served_copies(
             else {
                 continue;
             };
-            let served_throughout =
-                start
+            let (lo, hi) = consumer_rvs_around(&provider.name, cause, requests, window);
+            let (before, after) = (BindingsAt::at(consumer, lo), BindingsAt::at(consumer, hi));
+            let served_throughout = before.serving(&api, connection, mine.namespace()).filter(|b| {
+                after
                     .serving(&api, connection, mine.namespace())
-                    .and(end.serving(&api, connection, mine.namespace()));
+                    .is_some_and(|a| same_object(a, b))
+            });
             if let Some(binding) = served_throughout {
                 let how = if cause.rv == w.rv {
                     String::new()
@@ -708,7 +713,7 @@ pub fn unbind_keeps_served_copies(
                 return Some(Violation {
                     invariant: "§8.8",
                     detail: format!(
-                        "{} deleted {} {}/{} on {} at rv {}{how}, a copy {} (rv {}) still serves",
+                        "{} deleted {} {}/{} on {} at rv {}{how}, a copy that {} (rv {}) still serves",
                         cause.user,
                         w.resource,
                         w.namespace,
@@ -725,6 +730,40 @@ pub fn unbind_keeps_served_copies(
     None
 }
 
+fn same_object(a: &HistoryEvent, b: &HistoryEvent) -> bool {
+    let uid = |e: &HistoryEvent| e.object.pointer("/metadata/uid").cloned();
+    uid(a).is_some() && uid(a) == uid(b)
+}
+
+/// Consumer resourceVersions that bracket the moment `delete` was sent to `provider`: the
+/// consumer's rv at its last request before the delete's request and at its first one after
+/// (the step's bounds where the request log has none), so a binding live at both was live then.
+fn consumer_rvs_around(provider: &str, delete: &WriteRecord, requests: &[Request], window: &Window) -> (u64, u64) {
+    let sent = requests.iter().rposition(|(c, _, r)| {
+        c == provider
+            && r.verb == "delete"
+            && r.error.is_none()
+            && r.user == delete.user
+            && r.resource == delete.resource
+            && r.namespace == delete.namespace
+            && r.name == delete.name
+            && r.rv < delete.rv
+    });
+    let Some(sent) = sent else {
+        return (window.consumer_from, window.consumer_to);
+    };
+    let lo = requests[..sent]
+        .iter()
+        .rev()
+        .find(|(_, is_consumer, _)| *is_consumer)
+        .map_or(window.consumer_from, |(_, _, r)| r.rv);
+    let hi = requests[sent..]
+        .iter()
+        .find(|(_, is_consumer, _)| *is_consumer)
+        .map_or(window.consumer_to, |(_, _, r)| r.rv);
+    (lo.max(window.consumer_from), hi)
+}
+
 /// Whether `ev` (the last state of a binding or Connection, or one event of it) shows an Orphan
 /// escape hatch at work after consumer rv `since`: terminating with Orphan, or deleted with it
 /// after `since`.
@@ -738,10 +777,27 @@ fn orphan_in_effect(ev: &HistoryEvent, since: u64) -> bool {
     }
 }
 
+/// One answered request of a world cluster: the cluster's name, whether it is the consumer, and
+/// the record.
+pub type Request = (String, bool, RequestRecord);
+
+/// The requests the world's clusters answered since the previous check, in process-wide order.
+pub fn new_requests(consumer: &FakeCluster, providers: &[&FakeCluster], memory: &mut ReadMemory) -> Vec<Request> {
+    let mut new: Vec<Request> = Vec::new();
+    for (cluster, is_consumer) in std::iter::once((consumer, true)).chain(providers.iter().map(|p| (*p, false))) {
+        let from = memory.checked.get(cluster.name()).copied().unwrap_or(0);
+        let log = cluster.request_log_from(from);
+        memory.checked.insert(cluster.name().to_string(), from + log.len());
+        new.extend(log.into_iter().map(|r| (cluster.name().to_string(), is_consumer, r)));
+    }
+    new.sort_by_key(|(_, _, r)| r.seq);
+    new
+}
+
 /// The request-log side of §8.9, carried from one check to the next.
 #[derive(Debug, Clone, Default)]
 pub struct ReadMemory {
-    /// Per cluster: how many requests were already checked.
+    /// Per cluster: how many requests were already read.
     pub checked: BTreeMap<String, usize>,
     /// Failed reads of the latest instant seen (a pass can straddle two checks).
     pub failed: Vec<(String, RequestRecord)>,
@@ -773,30 +829,22 @@ const BINDING_LISTS: [&str; 2] = ["clusterbindings.core.kbind.io", "bindings.cor
 /// delete (injected latency, a retry backoff), since its reads and delete no longer share an
 /// instant.
 pub fn deletions_rest_on_complete_reads(
-    consumer: &FakeCluster,
-    providers: &[&FakeCluster],
+    consumer_name: &str,
+    requests: &[Request],
     konnector_users: &BTreeSet<String>,
     provider_users: &BTreeSet<String>,
     memory: &mut ReadMemory,
 ) -> Option<Violation> {
-    let mut new: Vec<(String, bool, RequestRecord)> = Vec::new();
-    for (cluster, is_consumer) in std::iter::once((consumer, true)).chain(providers.iter().map(|p| (*p, false))) {
-        let from = memory.checked.get(cluster.name()).copied().unwrap_or(0);
-        let log = cluster.request_log_from(from);
-        memory.checked.insert(cluster.name().to_string(), from + log.len());
-        new.extend(log.into_iter().map(|r| (cluster.name().to_string(), is_consumer, r)));
-    }
-    new.sort_by_key(|(_, _, r)| r.seq);
-    let consumer_name = consumer.name();
-    for (cluster, is_consumer, r) in new {
+    for (cluster, is_consumer, r) in requests {
+        let (cluster, is_consumer) = (cluster.clone(), *is_consumer);
         if let Some(latest) = memory.failed.last().map(|(_, f)| f.at)
             && latest != r.at
         {
             memory.failed.clear();
         }
         if r.error.is_some() {
-            if is_read_of_the_whole(&r) {
-                memory.failed.push((cluster, r));
+            if is_read_of_the_whole(r) {
+                memory.failed.push((cluster, r.clone()));
             }
             continue;
         }

@@ -810,7 +810,7 @@ impl World {
         let konnector_users = self.konnector_users();
         let provider_users = self.konnector_provider_users();
         let consumer_uid = self.consumer.identity_uid();
-        let (window, stepwise) = {
+        let (window, requests, stepwise) = {
             let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
             let mut window = checked.window.clone();
             window.consumer_to = self.consumer.resource_version();
@@ -821,14 +821,15 @@ impl World {
                 consumer_writes_from: consumer.writes.len(),
             };
             let clusters: Vec<&FakeCluster> = self.providers.values().map(|p| &p.cluster).collect();
+            let requests = invariants::new_requests(&self.consumer, &clusters, &mut checked.reads);
             let reads = invariants::deletions_rest_on_complete_reads(
-                &self.consumer,
-                &clusters,
+                self.consumer.name(),
+                &requests,
                 &konnector_users,
                 &provider_users,
                 &mut checked.reads,
             );
-            (window, reads)
+            (window, requests, reads)
         };
         let crd_verdicts = invariants::crd_delete_verdicts(&consumer, &konnector_users);
         if let Some(v) =
@@ -873,6 +874,7 @@ impl World {
             &provider_users,
             &consumer_uid,
             &window,
+            &requests,
         ) {
             return Some(v);
         }

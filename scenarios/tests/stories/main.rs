@@ -13,6 +13,7 @@ mod deletion;
 mod determinism;
 mod drift;
 mod identity_changes;
+mod invariants_are_live;
 mod leader_hand_over;
 mod main_flow;
 mod metadata;
