@@ -153,7 +153,10 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool)
     }
     // Another binding keeps serving these objects: their finalizers and copies stay.
     let keep = match successors(shared, view, api, namespaced) {
-        Successors::All(_) => return Ok(Drain::Done),
+        Successors::All(by) => {
+            tracing::debug!(binding = %view.display(), api, successor = %by, "nothing to drain: another binding serves these objects");
+            return Ok(Drain::Done);
+        }
         Successors::Namespaces(keep) => keep,
     };
     let connection = view.spec.connection_ref.name.clone();
