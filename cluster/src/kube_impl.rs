@@ -142,9 +142,11 @@ impl KubeClusterClient {
                 {
                     Ok(list) => add_legacy_resources(&mut discovery, &group.name, &gv.version, list),
                     // An unavailable aggregated APIService must not hide every other group
-                    // (client-go reports these as partial discovery failures, kubectl goes on).
+                    // (client-go reports these as partial discovery failures, kubectl goes on),
+                    // but the answer says it is partial: nobody may read it as "nothing else".
                     Err(e) if !matches!(e, Error::Unauthorized { .. }) => {
                         tracing::warn!(group_version = %gv.group_version, error = %e, "skipping undiscoverable group version");
+                        discovery.unavailable.push(gv.group_version.clone());
                     }
                     Err(e) => return Err(e),
                 }
@@ -981,6 +983,12 @@ mod tests {
         assert!(widgets.has_status());
         assert_eq!(discovery.groups[1].preferred_version, "v1");
         assert_eq!(discovery.groups[1].versions, ["v1beta1", "v1"]);
+        assert_eq!(
+            discovery.unavailable,
+            ["example.org/v1beta1"],
+            "the skipped version is reported"
+        );
+        assert!(!discovery.is_complete());
     }
 
     #[tokio::test]
