@@ -27,11 +27,17 @@ pub enum Plant {
     OverwriteForeignRelated,
     /// Status comes down without translating observedGeneration.
     SkipObservedGenerationTranslation,
+    /// Provider namespace removal reads a partial discovery as complete.
+    NamespaceRemovalOnPartialDiscovery,
+    /// The first write of a provider copy is a forced apply, without the create-if-absent guard.
+    FirstWriteForcedApply,
+    /// autoBind drops an API the provider stopped exporting from its managed binding.
+    AutobindDropsUnexported,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 14] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -43,6 +49,9 @@ impl Plant {
         Plant::DeleteCrdWhenUnexported,
         Plant::OverwriteForeignRelated,
         Plant::SkipObservedGenerationTranslation,
+        Plant::NamespaceRemovalOnPartialDiscovery,
+        Plant::FirstWriteForcedApply,
+        Plant::AutobindDropsUnexported,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -59,6 +68,9 @@ impl Plant {
             Plant::DeleteCrdWhenUnexported => "delete-crd-when-unexported",
             Plant::OverwriteForeignRelated => "overwrite-foreign-related",
             Plant::SkipObservedGenerationTranslation => "skip-observed-generation-translation",
+            Plant::NamespaceRemovalOnPartialDiscovery => "namespace-removal-on-partial-discovery",
+            Plant::FirstWriteForcedApply => "first-write-forced-apply",
+            Plant::AutobindDropsUnexported => "autobind-drops-unexported",
         }
     }
 }
