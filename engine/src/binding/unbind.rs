@@ -62,7 +62,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
             .and_then(|c| c.status.clone())
             .and_then(|s| s.local_cluster_uid)
             .unwrap_or_default();
-        super::namespaces::remove_empty(&provider, &uid).await;
+        super::namespaces::remove_unused(view, shared, &provider, &uid).await;
     }
     for api in &view.spec.apis {
         remove_crd_if_unused(view, shared, &api.name).await?;

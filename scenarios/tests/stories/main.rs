@@ -22,6 +22,7 @@ mod observed_generation;
 mod on_any_stage;
 mod order_independent_apply;
 mod orphan;
+mod provider_namespace_removal;
 mod provider_namespaces;
 mod provider_replaced_by_a_fresh_cluster;
 mod provider_side_changes;
