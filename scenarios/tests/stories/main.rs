@@ -34,3 +34,4 @@ mod secret_swapped_to_an_untrusted_ca;
 mod seeded_fault_schedules;
 mod seeded_sync_schedules;
 mod two_consumers;
+mod write_races;
