@@ -4,6 +4,7 @@
 mod common;
 mod story;
 
+mod autobind_keeps_unexported_apis;
 mod conflicts;
 mod connection_events;
 mod connection_loss;
