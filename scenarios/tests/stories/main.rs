@@ -21,6 +21,7 @@ mod namespace_scoped_credentials;
 mod needs_connection_reconciler;
 mod observed_generation;
 mod on_any_stage;
+mod one_connection_claims_a_user_crd;
 mod order_independent_apply;
 mod orphan;
 mod provider_namespace_removal;
