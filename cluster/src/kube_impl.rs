@@ -383,6 +383,15 @@ fn add_aggregated_group(discovery: &mut Discovery, group: APIGroupDiscovery) {
         let Some(version_name) = version.version else {
             continue;
         };
+        // The aggregator could not refresh this group-version (its APIService is unavailable):
+        // what it lists may be out of date, so the answer is partial.
+        if version.freshness.as_deref() == Some("Stale") {
+            discovery.unavailable.push(if name.is_empty() {
+                version_name.clone()
+            } else {
+                format!("{name}/{version_name}")
+            });
+        }
         for resource in version.resources {
             // Without a kind the resource cannot become an `ApiResource`; the apiserver always
             // sends one for top-level resources.
@@ -879,7 +888,7 @@ mod tests {
                     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
                     "items": [{"metadata": {"name": "example.org"}, "versions": [
                         {"version": "v1", "resources": [w1, gadgets]},
-                        {"version": "v1beta1", "resources": [w0]},
+                        {"version": "v1beta1", "resources": [w0], "freshness": "Stale"},
                     ]}]}),
                 )
             }
@@ -931,6 +940,11 @@ mod tests {
                 .has_status()
         );
         assert!(!discovery.find("example.org", "gadgets").unwrap().namespaced);
+        assert_eq!(
+            discovery.unavailable,
+            ["example.org/v1beta1"],
+            "a stale group-version makes it partial"
+        );
     }
 
     fn legacy(request: &Seen) -> Answer {
