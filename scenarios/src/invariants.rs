@@ -475,6 +475,9 @@ pub fn no_overwrite_of_foreign_crds(consumer: &Logs, konnector_users: &BTreeSet<
             .pointer("/metadata/labels")
             .and_then(|l| l.get(label::MANAGED))
             .and_then(Value::as_str);
+        if ev.kind == EventType::Modified && is_connection_claim(old, &ev.object) {
+            return None;
+        }
         (managed != Some("true")).then(|| Violation {
             invariant: "§8.3",
             detail: format!(
@@ -483,6 +486,29 @@ pub fn no_overwrite_of_foreign_crds(consumer: &Logs, konnector_users: &BTreeSet<
             ),
         })
     })
+}
+
+/// Whether `new` is `old` with a new `core.kbind.io/connection` claim and nothing else: the one
+/// write kbind makes to a CRD it did not create (pullPolicy None, docs/decisions.md), which
+/// records which Connection serves the API without touching the schema.
+fn is_connection_claim(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            for volatile in ["resourceVersion", "managedFields", "generation"] {
+                meta.remove(volatile);
+            }
+            if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                annotations.remove(annotation::CONNECTION);
+                if annotations.is_empty() {
+                    meta.remove("annotations");
+                }
+            }
+        }
+        v
+    };
+    let claimed = annotation_of(new, annotation::CONNECTION);
+    claimed.is_some() && annotation_of(old, annotation::CONNECTION) != claimed && strip(old) == strip(new)
 }
 
 /// The APIs an Orphan unbind released: every API of a binding deleted with `Orphan` (on itself

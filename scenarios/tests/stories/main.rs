@@ -6,8 +6,8 @@ mod story;
 
 mod binding_kit;
 
-mod cluster_scoped_api_in_binding;
 mod autobind_keeps_unexported_apis;
+mod cluster_scoped_api_in_binding;
 mod conflicts;
 mod connection_events;
 mod connection_loss;
