@@ -27,11 +27,14 @@ pub enum Plant {
     OverwriteForeignRelated,
     /// Status comes down without translating observedGeneration.
     SkipObservedGenerationTranslation,
+    /// A 404 that is not a Kubernetes `NotFound` Status (a proxy's text) reads as "absent"
+    /// (switched in kbind-cluster, which cannot see this enum: `cluster/src/planted.rs`).
+    NonStatus404IsAbsent,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 12] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -43,6 +46,7 @@ impl Plant {
         Plant::DeleteCrdWhenUnexported,
         Plant::OverwriteForeignRelated,
         Plant::SkipObservedGenerationTranslation,
+        Plant::NonStatus404IsAbsent,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -59,6 +63,7 @@ impl Plant {
             Plant::DeleteCrdWhenUnexported => "delete-crd-when-unexported",
             Plant::OverwriteForeignRelated => "overwrite-foreign-related",
             Plant::SkipObservedGenerationTranslation => "skip-observed-generation-translation",
+            Plant::NonStatus404IsAbsent => "non-status-404-is-absent",
         }
     }
 }
