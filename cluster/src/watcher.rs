@@ -221,7 +221,7 @@ enum State {
     /// Listed (or resuming): the next step opens a watch from `resource_version`.
     InitListed { resource_version: String },
     /// Watching; `resource_version` is the last one seen, where a new watch resumes;
-    /// `heard` says whether this watch delivered an object event yet.
+    /// `heard` says whether this watch delivered anything yet (an object event or a bookmark).
     Watching {
         resource_version: String,
         stream: WatchStream,
@@ -434,7 +434,11 @@ async fn step_watching(
     let Some(item) = next_with_idle_timeout(&mut stream, scope.config.timeout_seconds).await else {
         // A watch that answers 200 and ends without an event (a proxy closing it, a broken
         // server) would otherwise be reopened at once, for ever: back off as after an error.
-        if !heard && let Some(delay) = backoff.next() {
+        // One that delivered something (a quiet watch timing out after its bookmarks) is
+        // healthy and resumes at once.
+        if heard {
+            backoff.reset();
+        } else if let Some(delay) = backoff.next() {
             tracing::debug!(resource = %scope.res.plural, ?delay, "watch ended without an event; backing off");
             tokio::time::sleep(delay).await;
         }
@@ -448,7 +452,7 @@ async fn step_watching(
             State::Watching {
                 resource_version: bookmark.metadata.resource_version,
                 stream,
-                heard,
+                heard: true,
             },
         ),
         Ok(WatchEvent::Error(status)) => {
@@ -954,6 +958,31 @@ mod tests {
             ["5", "6"],
             "resumed within a second, no backoff"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_watch_that_only_sent_bookmarks_is_resumed_at_once_and_resets_the_backoff() {
+        let cluster = ScriptedCluster::new(
+            vec![page(vec![], "5", None)],
+            vec![
+                WatchScript::Close(vec![]),
+                WatchScript::Close(vec![bookmark("9")]),
+                WatchScript::Close(vec![]),
+                WatchScript::Hang(vec![]),
+            ],
+        );
+        let config = WatcherConfig::default().backoff(BackoffPolicy::Exponential {
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(600),
+            factor: 2.0,
+        });
+        let mut events = start(&cluster, config);
+        assert_eq!(next_n(&mut events, 2).await, ["Init", "InitDone"]);
+        // 10 s after the first empty watch, none after the bookmark, 10 s (not 20) after the
+        // next empty one: all four watches within 25 s.
+        let quiet = tokio::time::timeout(Duration::from_secs(25), events.next());
+        assert!(quiet.await.is_err(), "nothing to yield");
+        assert_eq!(cluster.watch_versions(), ["5", "5", "9", "9"]);
     }
 
     #[tokio::test(start_paused = true)]
