@@ -148,6 +148,8 @@ pub mod reason {
     pub const CRD_NOT_MANAGED: &str = "CRDNotManaged";
     /// *(ours)* An incompatible schema change waits for a user to accept it.
     pub const SCHEMA_UPDATE_BLOCKED: &str = "SchemaUpdateBlocked";
+    /// *(ours)* The provider's OpenAPI schema is too deep or too large to inline into a CRD.
+    pub const SCHEMA_TOO_COMPLEX: &str = "SchemaTooComplex";
     /// *(ours)* Deletion waits because the provider is unreachable.
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 }

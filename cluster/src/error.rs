@@ -250,7 +250,14 @@ impl Error {
             })
             .unwrap_or_default();
         match (status.code, status.reason.as_str()) {
-            (404, _) => Error::NotFound { message },
+            (404, reason) if reason == "NotFound" || crate::planted::non_status_404_is_absent() => {
+                Error::NotFound { message }
+            }
+            // A 404 without the apiserver's NotFound reason did not come from a resource handler
+            // (kube reconstructs one as "Failed to parse error data" from a proxy's text body):
+            // it says nothing about the object, and treating it as "absent" would let finalize
+            // and drain release finalizers while the copy lives on.
+            (404, _) => Error::Transport(not_a_status_404(&message)),
             (409, "AlreadyExists") => Error::AlreadyExists { message },
             (409, _) => Error::Conflict { message, causes },
             (403, _) => {
@@ -337,6 +344,20 @@ impl Error {
     }
 }
 
+/// The error text of a 404 that is not a Kubernetes `NotFound` Status (the body is cut short:
+/// it comes from whatever answered in front of the server).
+pub(crate) fn not_a_status_404(body: &str) -> String {
+    const MAX: usize = 200;
+    let mut end = body.len().min(MAX);
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "the server answered 404 without a Kubernetes NotFound Status (a proxy or ingress in front of the API server?): {}",
+        &body[..end]
+    )
+}
+
 fn empty_details() -> StatusDetails {
     StatusDetails {
         name: String::new(),
@@ -375,6 +396,9 @@ fn parse_forbidden_verb(message: &str) -> Option<String> {
 
 impl From<kube::Error> for Error {
     fn from(err: kube::Error) -> Self {
+        if let Some(too_large) = too_large(&err) {
+            return Error::Transport(too_large.to_string());
+        }
         match err {
             kube::Error::Api(status) => Error::from_status(&status),
             kube::Error::SerdeError(e) => Error::Decode(e.to_string()),
@@ -390,6 +414,19 @@ impl From<kube::Error> for Error {
             }
         }
     }
+}
+
+/// The response cap a kube error comes from, if any (it arrives wrapped as a service or
+/// watch-read error).
+fn too_large(err: &kube::Error) -> Option<crate::limit::ResponseTooLarge> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(found) = e.downcast_ref::<crate::limit::ResponseTooLarge>() {
+            return Some(found.clone());
+        }
+        source = e.source();
+    }
+    None
 }
 
 #[cfg(test)]

@@ -49,11 +49,20 @@ impl KubeClusterClient {
     /// Builds a client from a `kube::Config` with kube's silent retries of 429/503/504 switched
     /// off: kube 5 retries up to 15 times with delays up to 1000 s, which would hide an
     /// unreachable provider from the engine, whose reconcilers own every backoff.
-    pub fn from_config(mut config: kube::Config) -> Result<Self, Error> {
+    /// Response bodies are capped at [`DEFAULT_MAX_RESPONSE_BYTES`](crate::limit::DEFAULT_MAX_RESPONSE_BYTES).
+    pub fn from_config(config: kube::Config) -> Result<Self, Error> {
+        Self::from_config_with_limit(config, crate::limit::DEFAULT_MAX_RESPONSE_BYTES)
+    }
+
+    /// [`from_config`](Self::from_config) with response bodies capped at `max_response_bytes`
+    /// (per event for watches): a server cannot make the client buffer without end.
+    pub fn from_config_with_limit(mut config: kube::Config, max_response_bytes: u64) -> Result<Self, Error> {
         config.default_retry = false;
-        Client::try_from(config)
-            .map(Self::new)
-            .map_err(|e| Error::Transport(e.to_string()))
+        let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| Error::Transport(e.to_string()))?;
+        let client = builder
+            .with_layer(&crate::limit::ResponseLimitLayer::new(max_response_bytes))
+            .build();
+        Ok(Self::new(client))
     }
 
     /// The underlying `kube::Client`.
@@ -347,6 +356,11 @@ fn retry_after_seconds(headers: &HeaderMap) -> Option<u32> {
 
 /// The typed error for an error answer: its `Status` body if it has one, else its code and text.
 fn error_from_response(code: StatusCode, retry_after: Option<u32>, body: &[u8]) -> Error {
+    // Only the apiserver's own `Status` can say "absent": a proxy's `404 page not found` (or
+    // any other body) must not release a finalizer whose provider copy still exists.
+    if code == StatusCode::NOT_FOUND && !is_status_object(body) && !crate::planted::non_status_404_is_absent() {
+        return Error::Transport(crate::error::not_a_status_404(String::from_utf8_lossy(body).trim()));
+    }
     let mut status = match serde_json::from_slice::<Status>(body) {
         Ok(status) if status.code != 0 || !status.message.is_empty() => status,
         // Plain-text answers come from filters in front of the handlers (priority and
@@ -370,6 +384,12 @@ fn error_from_response(code: StatusCode, retry_after: Option<u32>, body: &[u8]) 
         *retry_after_seconds = retry_after;
     }
     err
+}
+
+/// Whether `body` is a Kubernetes `Status` object (`kind: Status`), as every apiserver handler answers errors.
+fn is_status_object(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.get("kind").and_then(serde_json::Value::as_str) == Some("Status"))
 }
 
 /// Folds one aggregated-discovery group into `discovery` (versions arrive in preference order).

@@ -220,10 +220,12 @@ enum State {
     },
     /// Listed (or resuming): the next step opens a watch from `resource_version`.
     InitListed { resource_version: String },
-    /// Watching; `resource_version` is the last one seen, where a new watch resumes.
+    /// Watching; `resource_version` is the last one seen, where a new watch resumes;
+    /// `heard` says whether this watch delivered anything yet (an object event or a bookmark).
     Watching {
         resource_version: String,
         stream: WatchStream,
+        heard: bool,
     },
 }
 
@@ -253,7 +255,7 @@ pub fn watcher(
             if failed && let Some(delay) = backoff.next() {
                 tokio::time::sleep(delay).await;
             }
-            let (item, state) = step(&scope, state).await;
+            let (item, state) = step(&scope, state, backoff.as_mut()).await;
             match &item {
                 Err(_) => {}
                 // `Init` alone proves nothing (it precedes the list call); anything after it
@@ -298,10 +300,11 @@ fn from_kube_error(err: kube::Error) -> Error {
     }
 }
 
-/// Advances until the protocol has something to say.
-async fn step(scope: &Scope, mut state: State) -> (WatcherItem, State) {
+/// Advances until the protocol has something to say. `backoff` paces watches that end
+/// without a single event, which never yield an item to pace them by.
+async fn step(scope: &Scope, mut state: State, backoff: &mut dyn Backoff) -> (WatcherItem, State) {
     loop {
-        match step_trampolined(scope, state).await {
+        match step_trampolined(scope, state, backoff).await {
             (Some(item), next) => return (item, next),
             (None, next) => state = next,
         }
@@ -309,7 +312,7 @@ async fn step(scope: &Scope, mut state: State) -> (WatcherItem, State) {
 }
 
 /// One transition of the ListWatch protocol: maybe an item, and the next state.
-async fn step_trampolined(scope: &Scope, state: State) -> (Option<WatcherItem>, State) {
+async fn step_trampolined(scope: &Scope, state: State, backoff: &mut dyn Backoff) -> (Option<WatcherItem>, State) {
     match state {
         State::Empty => (
             Some(Ok(Event::Init)),
@@ -328,7 +331,8 @@ async fn step_trampolined(scope: &Scope, state: State) -> (Option<WatcherItem>, 
         State::Watching {
             resource_version,
             stream,
-        } => step_watching(scope, resource_version, stream).await,
+            heard,
+        } => step_watching(scope, resource_version, stream, heard, backoff).await,
     }
 }
 
@@ -400,6 +404,7 @@ async fn step_watch_start(scope: &Scope, resource_version: String) -> (Option<Wa
             State::Watching {
                 resource_version,
                 stream,
+                heard: false,
             },
         ),
         // A real apiserver reports a too-old version as an ERROR event, but a seam
@@ -423,8 +428,20 @@ async fn step_watching(
     scope: &Scope,
     resource_version: String,
     mut stream: WatchStream,
+    heard: bool,
+    backoff: &mut dyn Backoff,
 ) -> (Option<WatcherItem>, State) {
     let Some(item) = next_with_idle_timeout(&mut stream, scope.config.timeout_seconds).await else {
+        // A watch that answers 200 and ends without an event (a proxy closing it, a broken
+        // server) would otherwise be reopened at once, for ever: back off as after an error.
+        // One that delivered something (a quiet watch timing out after its bookmarks) is
+        // healthy and resumes at once.
+        if heard {
+            backoff.reset();
+        } else if let Some(delay) = backoff.next() {
+            tracing::debug!(resource = %scope.res.plural, ?delay, "watch ended without an event; backing off");
+            tokio::time::sleep(delay).await;
+        }
         return (None, State::InitListed { resource_version });
     };
     match item {
@@ -435,6 +452,7 @@ async fn step_watching(
             State::Watching {
                 resource_version: bookmark.metadata.resource_version,
                 stream,
+                heard: true,
             },
         ),
         Ok(WatchEvent::Error(status)) => {
@@ -444,6 +462,7 @@ async fn step_watching(
                 State::Watching {
                     resource_version,
                     stream,
+                    heard,
                 }
             };
             (Some(Err(WatcherError::WatchError(status))), next)
@@ -457,6 +476,7 @@ async fn step_watching(
             let next = State::Watching {
                 resource_version,
                 stream,
+                heard,
             };
             (Some(Err(WatcherError::WatchFailed(to_kube_error(e)))), next)
         }
@@ -475,6 +495,7 @@ fn applied(
             State::Watching {
                 resource_version,
                 stream,
+                heard: true,
             },
         ),
         None => (Some(Err(WatcherError::NoResourceVersion)), State::Empty),
@@ -881,6 +902,87 @@ mod tests {
             ["Init", "InitDone", "Apply(a@6)", "Apply(a@7)", "Delete(a@8)"]
         );
         assert_eq!(cluster.watch_versions(), ["5"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_ends_without_an_event_is_reopened_with_backoff() {
+        // A server (or a proxy) answering every watch with 200 and an empty body.
+        let empties = (0..1000).map(|_| WatchScript::Close(vec![])).collect();
+        let cluster = ScriptedCluster::new(vec![page(vec![], "5", None)], empties);
+        let config = WatcherConfig::default().backoff(BackoffPolicy::Exponential {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+            factor: 2.0,
+        });
+        let mut events = start(&cluster, config);
+        assert_eq!(next_n(&mut events, 2).await, ["Init", "InitDone"]);
+        let started = Instant::now();
+        let drained = tokio::time::timeout(Duration::from_secs(30), async {
+            while events.next().await.is_some() {}
+        });
+        assert!(drained.await.is_err(), "the watcher never ends by itself");
+        let watches = cluster.watch_versions();
+        // Reopened after 1, 2, 4 and 8 s: five watches in 30 s, not a thousand at once.
+        assert_eq!(
+            watches.len(),
+            5,
+            "watches in {:?}: {}",
+            started.elapsed(),
+            watches.len()
+        );
+        assert!(
+            watches.iter().all(|rv| rv == "5"),
+            "every retry resumes where the list ended"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_delivered_events_is_resumed_at_once() {
+        let cluster = ScriptedCluster::new(
+            vec![page(vec![], "5", None)],
+            vec![
+                WatchScript::Close(vec![Ok(WatchEvent::Added(widget("a", "6")))]),
+                WatchScript::Hang(vec![]),
+            ],
+        );
+        let config = WatcherConfig::default().backoff(BackoffPolicy::Exponential {
+            initial: Duration::from_secs(60),
+            max: Duration::from_secs(60),
+            factor: 2.0,
+        });
+        let mut events = start(&cluster, config);
+        assert_eq!(next_n(&mut events, 3).await, ["Init", "InitDone", "Apply(a@6)"]);
+        settle(&mut events).await;
+        assert_eq!(
+            cluster.watch_versions(),
+            ["5", "6"],
+            "resumed within a second, no backoff"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_watch_that_only_sent_bookmarks_is_resumed_at_once_and_resets_the_backoff() {
+        let cluster = ScriptedCluster::new(
+            vec![page(vec![], "5", None)],
+            vec![
+                WatchScript::Close(vec![]),
+                WatchScript::Close(vec![bookmark("9")]),
+                WatchScript::Close(vec![]),
+                WatchScript::Hang(vec![]),
+            ],
+        );
+        let config = WatcherConfig::default().backoff(BackoffPolicy::Exponential {
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(600),
+            factor: 2.0,
+        });
+        let mut events = start(&cluster, config);
+        assert_eq!(next_n(&mut events, 2).await, ["Init", "InitDone"]);
+        // 10 s after the first empty watch, none after the bookmark, 10 s (not 20) after the
+        // next empty one: all four watches within 25 s.
+        let quiet = tokio::time::timeout(Duration::from_secs(25), events.next());
+        assert!(quiet.await.is_err(), "nothing to yield");
+        assert_eq!(cluster.watch_versions(), ["5", "5", "9", "9"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -123,7 +123,8 @@ impl Recorder {
             Some(event) => {
                 let count = series_count(&event) + 1;
                 let patch = json!({
-                    "note": note,
+                    // The same 1 kB limit as on create: a repeat must not fail where the first succeeded.
+                    "note": truncate(note),
                     "series": {"count": count, "lastObservedTime": micro(&now)},
                 });
                 self.client
@@ -244,6 +245,38 @@ mod tests {
         let cut = truncate(&note);
         assert!(cut.len() <= 1024);
         assert!(note.starts_with(&cut));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeated_event_with_a_long_note_is_truncated_too() {
+        let cluster = fakeapi::FakeCluster::builder("events").seed(4).build();
+        let client: Arc<dyn ClusterClient> = Arc::new(cluster.admin_client());
+        let clock: SharedClock = Arc::new(kbind_cluster::TokioClock::fixed());
+        let recorder = Recorder::new(client.clone(), clock, "test");
+        let regarding: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": "default", "uid": "uid-1"},
+        }))
+        .unwrap();
+        let res = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let long = "x".repeat(5000);
+        for _ in 0..2 {
+            recorder
+                .publish(&res, &regarding, EventType::Warning, "OwnedByAnother", "Sync", &long)
+                .await
+                .unwrap();
+        }
+        let event = client
+            .get(
+                &event_resource(),
+                Some("default"),
+                &event_name("cm", "uid-1", "OwnedByAnother"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(series_count(&event), 2, "the repeat was counted");
+        let note = event.data["note"].as_str().unwrap_or_default();
+        assert_eq!(note.len(), 1024, "the repeat's note is cut like the first one's");
     }
 
     #[test]

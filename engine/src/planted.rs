@@ -39,11 +39,14 @@ pub enum Plant {
     FirstWriteForcedApply,
     /// autoBind drops an API the provider stopped exporting from its managed binding.
     AutobindDropsUnexported,
+    /// A 404 that is not a Kubernetes `NotFound` Status (a proxy's text) reads as "absent"
+    /// (switched in kbind-cluster, which cannot see this enum: `cluster/src/planted.rs`).
+    NonStatus404IsAbsent,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 17] = [
+    pub const ALL: [Plant; 18] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -61,6 +64,7 @@ impl Plant {
         Plant::NamespaceRemovalOnPartialDiscovery,
         Plant::FirstWriteForcedApply,
         Plant::AutobindDropsUnexported,
+        Plant::NonStatus404IsAbsent,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -83,6 +87,7 @@ impl Plant {
             Plant::NamespaceRemovalOnPartialDiscovery => "namespace-removal-on-partial-discovery",
             Plant::FirstWriteForcedApply => "first-write-forced-apply",
             Plant::AutobindDropsUnexported => "autobind-drops-unexported",
+            Plant::NonStatus404IsAbsent => "non-status-404-is-absent",
         }
     }
 }

@@ -112,6 +112,11 @@ pub struct RunArgs {
     /// DEVELOPMENT ONLY: accept providers over plain http:// or with insecure-skip-tls-verify.
     #[arg(long)]
     pub allow_insecure_providers: bool,
+    /// Largest response body read from a cluster, in bytes (per event for watches); a larger one
+    /// is refused with an error instead of being buffered.
+    #[arg(long, value_name = "BYTES", default_value_t = kbind_cluster::limit::DEFAULT_MAX_RESPONSE_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_response_bytes: u64,
 }
 
 /// The heartbeat interval must stay under the heartbeat Lease's duration, or the Lease lapses
@@ -263,5 +268,13 @@ mod tests {
         assert!(run(&["--heartbeat-interval", "60s"]).validate().is_err());
         assert!(run(&["--resync", "0s"]).validate().is_err());
         RunArgs::defaults().validate().unwrap();
+    }
+
+    #[test]
+    fn response_bodies_are_capped_at_64_mib_unless_told_otherwise() {
+        assert_eq!(RunArgs::defaults().max_response_bytes, 64 * 1024 * 1024);
+        assert_eq!(run(&["--max-response-bytes", "1048576"]).max_response_bytes, 1 << 20);
+        let argv = ["konnector", "run", "--max-response-bytes", "0"];
+        assert!(Cli::try_parse_from(argv).is_err(), "a zero cap would refuse everything");
     }
 }

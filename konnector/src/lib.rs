@@ -194,8 +194,10 @@ impl Konnector {
             .config(args.context.as_deref())
             .await?;
         let telemetry = telemetry::Telemetry::default();
-        let consumer: Arc<dyn ClusterClient> =
-            Arc::new(KubeClusterClient::from_config(config).map_err(Error::ConsumerClientFailed)?);
+        let consumer: Arc<dyn ClusterClient> = Arc::new(
+            KubeClusterClient::from_config_with_limit(config, args.max_response_bytes)
+                .map_err(Error::ConsumerClientFailed)?,
+        );
         let consumer: Arc<dyn ClusterClient> = Arc::new(telemetry::CountErrors::new(
             consumer,
             telemetry::CONSUMER,
@@ -203,6 +205,7 @@ impl Konnector {
         ));
         let connector = Arc::new(KubeConnector {
             allow_insecure: args.allow_insecure_providers,
+            max_response_bytes: args.max_response_bytes,
         });
         let ctx = Context {
             consumer: consumer.clone(),

@@ -310,7 +310,9 @@ fn values_reach_the_image_and_the_flags() {
         &[
             "image.tag=v9",
             "image.repository=registry.example/konnector",
+            // Without leader election one replica (the chart refuses more).
             "leaderElection.enabled=false",
+            "replicas=1",
             "log.level=debug",
             "heartbeat.leaseNamespace=kbind-heartbeats",
         ],
@@ -380,6 +382,39 @@ fn empty_bound_groups_fail_to_render() {
         String::from_utf8_lossy(&output.stderr).contains("boundGroups must name at least one API group"),
         "{}",
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn several_replicas_without_leader_election_fail_to_render() {
+    let Some(helm) = helm() else { return };
+    let template = |sets: &[&str]| {
+        let mut command = Command::new(&helm);
+        command
+            .arg("template")
+            .arg(RELEASE)
+            .arg(chart_dir())
+            .args(["--namespace", NAMESPACE]);
+        for set in sets {
+            command.args(["--set", set]);
+        }
+        command.output().unwrap()
+    };
+    let output = template(&["leaderElection.enabled=false", "replicas=2"]);
+    assert!(
+        !output.status.success(),
+        "two replicas without leader election rendered"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("replicas > 1 needs leaderElection.enabled=true"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let single = render(&helm, &["leaderElection.enabled=false", "replicas=1"]);
+    let deployment = the(&single, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert!(
+        strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]).contains(&"--leader-elect=false")
     );
 }
 

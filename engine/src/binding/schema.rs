@@ -60,22 +60,34 @@ async fn desired_crd(
     conn: &Connection,
     api: &ExportedApi,
     provider: &EngagedProvider,
-) -> Result<Result<CustomResourceDefinition, String>, Error> {
+) -> Result<Result<CustomResourceDefinition, Delivery>, Error> {
     let connection = conn.metadata.name.clone().unwrap_or_default();
     match source_of(conn) {
         SchemaSource::OpenApi => {
             let discovery = provider.reader.discovery().await?;
             let Some(found) = discovery.find(&api.group, &api.resource) else {
-                return Ok(Err(format!("the provider's discovery does not list {}", api.name)));
+                return Ok(Err(Delivery::Waiting(format!(
+                    "the provider's discovery does not list {}",
+                    api.name
+                ))));
             };
             let version = found.api_resource().version;
             let doc = provider.reader.openapi_v3(&api.group, &version).await?;
-            Ok(openapi::crd_from_openapi(found, &doc, &connection).map_err(|e| e.to_string()))
+            Ok(openapi::crd_from_openapi(found, &doc, &connection).map_err(|e| {
+                if e.is_over_budget() {
+                    Delivery::Refused {
+                        reason: reason::SCHEMA_TOO_COMPLEX,
+                        message: format!("the provider's OpenAPI schema of {}: {e}", api.name),
+                    }
+                } else {
+                    Delivery::Waiting(e.to_string())
+                }
+            }))
         }
         SchemaSource::Crd | SchemaSource::Auto => {
             let crd = provider.reader.get(&crd_resource(), None, &api.name).await?;
             let crd: CustomResourceDefinition = from_dynamic(crd)?;
-            Ok(crdpull::consumer_crd_from_provider(&crd, &connection).map_err(|e| e.to_string()))
+            Ok(crdpull::consumer_crd_from_provider(&crd, &connection).map_err(|e| Delivery::Waiting(e.to_string())))
         }
     }
 }
@@ -93,7 +105,7 @@ pub(crate) async fn deliver(
     if conn.spec.schema.pull_policy != PullPolicy::None {
         let desired = match desired_crd(conn, api, provider).await? {
             Ok(crd) => crd,
-            Err(message) => return Ok(Delivery::Waiting(message)),
+            Err(not_yet_or_refused) => return Ok(not_yet_or_refused),
         };
         match crdpull::ensure_consumer_crd(consumer, desired, conn.spec.schema.update_policy).await? {
             CrdOutcome::Created | CrdOutcome::Updated | CrdOutcome::Unchanged | CrdOutcome::Held => {}

@@ -43,6 +43,13 @@ impl LeaderConfig {
             retry_period: Duration::from_secs(2),
         }
     }
+
+    /// How long one acquire or renew attempt may take: half the renew deadline, so a hung
+    /// request leaves room for another attempt before stepping down, and a write that lands late
+    /// can never carry a renewTime older than the deadline allows.
+    pub fn request_timeout(&self) -> Duration {
+        self.renew_deadline / 2
+    }
 }
 
 /// What the elector last saw of someone else's Lease record, and when (on the local clock:
@@ -105,16 +112,16 @@ impl LeaderElector {
     {
         tokio::pin!(shutdown);
         loop {
-            tokio::select! {
-                _ = self.acquire() => {}
+            let acquired = tokio::select! {
+                at = self.acquire() => at,
                 _ = &mut shutdown => return,
-            }
+            };
             tracing::info!(lease = %self.config.name, identity = %self.config.identity, "became leader");
             self.leading.send_replace(true);
             let gated = on_elected(self.leading.subscribe());
             let stop = tokio::select! {
                 _ = gated => Stop::WorkEnded,
-                _ = self.keep_renewing() => Stop::Lost,
+                _ = self.keep_renewing(acquired) => Stop::Lost,
                 _ = &mut shutdown => Stop::Shutdown,
             };
             // The gated future is dropped here, before anything else can happen.
@@ -129,30 +136,37 @@ impl LeaderElector {
         }
     }
 
-    /// Retries until the Lease is ours.
-    async fn acquire(&mut self) {
+    /// Retries until the Lease is ours; returns when the successful attempt started (the
+    /// renewTime it wrote), which is where the renew deadline counts from.
+    async fn acquire(&mut self) -> Instant {
         loop {
-            if self.try_acquire_or_renew().await == Attempt::Held {
-                return;
+            // Taken before the request: the renewTime written cannot precede it, while a time
+            // taken after would stretch the first term by the request's latency.
+            let started = Instant::now();
+            let attempt = tokio::time::timeout(self.config.request_timeout(), self.try_acquire_or_renew()).await;
+            if matches!(attempt, Ok(Attempt::Held)) {
+                return started;
             }
             tokio::time::sleep(self.config.retry_period).await;
         }
     }
 
-    /// Renews every retry period; returns when no renewal succeeded within the renew deadline.
-    async fn keep_renewing(&mut self) {
-        let mut last_renewal = Instant::now();
+    /// Renews every retry period from the renewal at `last_renewal`; returns when no renewal
+    /// succeeded within the renew deadline.
+    async fn keep_renewing(&mut self, mut last_renewal: Instant) {
         loop {
             tokio::time::sleep(self.config.retry_period).await;
             let deadline = last_renewal + self.config.renew_deadline;
             // Counted from before the request: the written renewTime cannot precede it, so
             // stepping down at this deadline is strictly before anyone may take over.
             let started = Instant::now();
-            let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
+            let bound = deadline.min(started + self.config.request_timeout());
+            let attempt = tokio::time::timeout_at(bound, self.try_acquire_or_renew()).await;
             match attempt {
                 Ok(Attempt::Held) => last_renewal = started,
                 Ok(Attempt::HeldByAnother) => return,
-                Ok(Attempt::Failed) if Instant::now() < deadline => {}
+                // A failed or timed-out attempt is retried while the deadline allows.
+                Ok(Attempt::Failed) | Err(_) if Instant::now() < deadline => {}
                 Ok(Attempt::Failed) | Err(_) => return,
             }
         }

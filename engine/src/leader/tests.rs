@@ -228,3 +228,50 @@ async fn lost_write_race_is_not_leadership() {
         "a stale resourceVersion is a 409"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_renew_deadline_counts_from_before_the_acquiring_request() {
+    let (consumer, clock) = consumer().await;
+    // Every request takes 2 s: the acquiring get + create take 4 s.
+    consumer.set_latency(Some(Duration::from_secs(2)));
+    let a = replica(&consumer, &clock, "a");
+    let config = a.config.clone();
+    let mut a_leads = a.leading();
+    tokio::spawn(a.run(std::future::pending(), |_| std::future::pending()));
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(10)).await;
+    consumer.inject_error(ErrorRule::new(Some("update"), Some("leases"), InjectedError::Internal));
+    wait_for("a steps down", &mut a_leads, false, Duration::from_secs(60)).await;
+    let stepped_down = clock.now();
+    consumer.set_latency(None);
+    let written = lease(&consumer).await.unwrap().renew_time.unwrap().0;
+    let deadline = written + jiff::SignedDuration::try_from(config.renew_deadline).unwrap();
+    assert!(
+        stepped_down <= deadline,
+        "stepped down at {stepped_down}, after the renew deadline {deadline} of the renewTime it wrote ({written})"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_that_hangs_is_abandoned_instead_of_writing_a_stale_lease() {
+    let (consumer, clock) = consumer().await;
+    // The consumer hangs for a minute on every request, then recovers.
+    consumer.set_latency(Some(Duration::from_secs(60)));
+    let a = replica(&consumer, &clock, "a");
+    let config = a.config.clone();
+    let mut a_leads = a.leading();
+    tokio::spawn(a.run(std::future::pending(), |_| std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    consumer.set_latency(None);
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(300)).await;
+    let led_at = clock.now();
+    let written = lease(&consumer).await.unwrap().renew_time.unwrap().0;
+    let age = led_at.duration_since(written);
+    assert!(
+        age < jiff::SignedDuration::try_from(config.lease_duration).unwrap(),
+        "leading on a Lease whose renewTime is {age:?} old: others may already hold it"
+    );
+    assert!(
+        age <= jiff::SignedDuration::try_from(config.request_timeout()).unwrap(),
+        "the acquiring request is bounded by the request timeout, took {age:?}"
+    );
+}

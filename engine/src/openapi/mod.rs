@@ -15,6 +15,9 @@
 //!   validates and never prunes it there anyway).
 //! - A `$ref` cycle (recursive built-in types) becomes an object preserving unknown fields;
 //!   CRD schemas cannot be recursive.
+//! - Inlining is bounded (depth, counting `$ref`s followed, and node count; shared references
+//!   are memoized): an over-budget schema is refused as [`SchemaError::TooDeep`] or
+//!   [`SchemaError::TooLarge`], never expanded until the konnector runs out of stack or memory.
 //! - The scale subresource and printer columns are not in discovery or OpenAPI and are left out.
 
 mod structural;
@@ -53,9 +56,33 @@ pub enum SchemaError {
     /// A `$ref` names a schema the document does not have.
     #[error("unresolved $ref {0}")]
     UnresolvedRef(String),
+    /// Inlining the schema's `$ref`s nests deeper than `limit` levels.
+    #[error(
+        "the published schema nests deeper than {limit} levels once its $refs are inlined; kbind does not synthesize a CRD from it"
+    )]
+    TooDeep {
+        /// The depth limit.
+        limit: usize,
+    },
+    /// Inlining the schema's `$ref`s gives more than `limit` schema nodes.
+    #[error(
+        "the published schema grows beyond {limit} schema nodes once its $refs are inlined; kbind does not synthesize a CRD from it"
+    )]
+    TooLarge {
+        /// The node limit.
+        limit: usize,
+    },
     /// The synthesized schema is not a valid JSONSchemaProps.
     #[error("synthesized schema does not decode: {0}")]
     Decode(String),
+}
+
+impl SchemaError {
+    /// Whether the schema was refused for its size or depth (a lasting verdict on what the
+    /// provider publishes, unlike a document that is not there yet).
+    pub fn is_over_budget(&self) -> bool {
+        matches!(self, SchemaError::TooDeep { .. } | SchemaError::TooLarge { .. })
+    }
 }
 
 /// The consumer CRD for a discovered resource, its schema taken from the OpenAPI v3 document of

@@ -2,6 +2,8 @@
 //! (bare or `allOf`-wrapped) resolved, keys CRDs do not accept dropped, and what the CRD OpenAPI
 //! builder injects (group-version-kind, ObjectMeta, embedded type meta) taken back out.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value, json};
 
 use super::SchemaError;
@@ -61,9 +63,24 @@ enum Position {
     Validation,
 }
 
+/// How deep the inlined schema may nest, counting every `$ref` followed: serde_json refuses to
+/// parse a document deeper than 128 levels, so a schema that only `$ref` chains make deeper is
+/// not one a CRD could carry, and recursing further would risk the konnector's stack.
+pub const MAX_DEPTH: usize = 128;
+
+/// How many schema nodes the inlined schema may have: a CRD object is at most a few MiB, and
+/// `$ref` fan-out (each level naming the next twice) would otherwise grow exponentially.
+pub const MAX_NODES: usize = 100_000;
+
 /// The inline CRD `openAPIV3Schema` for a published resource schema.
 pub fn structural_schema(published: &Value, schemas: &Map<String, Value>) -> Result<Value, SchemaError> {
-    let inlined = Resolver { schemas }.inline(published, &mut Vec::new())?;
+    let mut resolver = Resolver {
+        schemas,
+        nodes: 0,
+        cuts: 0,
+        memo: HashMap::new(),
+    };
+    let inlined = resolver.inline(published, &mut Vec::new(), 0)?;
     let mut root = to_crd_node(inlined, Position::Structural);
     if let Some(Value::Object(props)) = root.get_mut("properties")
         && props.contains_key("metadata")
@@ -73,24 +90,64 @@ pub fn structural_schema(published: &Value, schemas: &Map<String, Value>) -> Res
     Ok(root)
 }
 
-/// Resolves `$ref`s against `components.schemas`.
+/// Resolves `$ref`s against `components.schemas`, within [`MAX_DEPTH`] and [`MAX_NODES`].
 struct Resolver<'a> {
     schemas: &'a Map<String, Value>,
+    /// Nodes produced so far (a memoized subtree counts with all its nodes).
+    nodes: usize,
+    /// Recursive placeholders produced so far: a subtree that made one depends on the
+    /// components being expanded around it and is not memoized.
+    cuts: usize,
+    /// A bare `{"$ref": name}` already inlined, with its node count.
+    memo: HashMap<String, (Value, usize)>,
 }
 
 impl Resolver<'_> {
     /// `node` with every reference replaced by its target; `stack` holds the components being
-    /// expanded, to cut cycles.
-    fn inline(&self, node: &Value, stack: &mut Vec<String>) -> Result<Value, SchemaError> {
+    /// expanded, to cut cycles; `depth` counts nesting and references followed.
+    fn inline(&mut self, node: &Value, stack: &mut Vec<String>, depth: usize) -> Result<Value, SchemaError> {
+        if depth > MAX_DEPTH {
+            return Err(SchemaError::TooDeep { limit: MAX_DEPTH });
+        }
+        self.count(1)?;
         let Value::Object(map) = node else {
             return Ok(node.clone());
         };
-        let mut map = map.clone();
-        let depth = stack.len();
+        if let Some(name) = bare_reference(map)
+            && !stack.contains(&name)
+        {
+            if let Some((value, size)) = self.memo.get(&name) {
+                let (value, size) = (value.clone(), *size);
+                self.count(size)?;
+                return Ok(value);
+            }
+            let (nodes, cuts) = (self.nodes, self.cuts);
+            let value = self.expand(map.clone(), stack, depth)?;
+            if self.cuts == cuts {
+                self.memo.insert(name, (value.clone(), self.nodes - nodes));
+            }
+            return Ok(value);
+        }
+        self.expand(map.clone(), stack, depth)
+    }
+
+    fn expand(
+        &mut self,
+        mut map: Map<String, Value>,
+        stack: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<Value, SchemaError> {
+        let base = stack.len();
+        let mut depth = depth;
         while let Some(name) = take_reference(&mut map) {
             if stack.contains(&name) {
-                stack.truncate(depth);
+                stack.truncate(base);
+                self.cuts += 1;
                 return Ok(recursive_placeholder(&map));
+            }
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(SchemaError::TooDeep { limit: MAX_DEPTH });
             }
             // Siblings of a reference (description, default) override the target's.
             for (key, value) in self.target(&name)? {
@@ -98,27 +155,47 @@ impl Resolver<'_> {
             }
             stack.push(name);
         }
+        let result = self.children(&mut map, stack, depth + 1);
+        stack.truncate(base);
+        result?;
+        Ok(Value::Object(map))
+    }
+
+    /// Inlines the subschemas of `map` in place.
+    fn children(
+        &mut self,
+        map: &mut Map<String, Value>,
+        stack: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<(), SchemaError> {
         for key in ["properties", "patternProperties"] {
             if let Some(Value::Object(children)) = map.get_mut(key) {
                 for child in children.values_mut() {
-                    *child = self.inline(child, stack)?;
+                    *child = self.inline(child, stack, depth)?;
                 }
             }
         }
         for key in ["items", "additionalProperties", "not"] {
             if let Some(child @ Value::Object(_)) = map.get_mut(key) {
-                *child = self.inline(child, stack)?;
+                *child = self.inline(child, stack, depth)?;
             }
         }
         for key in ["allOf", "anyOf", "oneOf"] {
             if let Some(Value::Array(children)) = map.get_mut(key) {
                 for child in children.iter_mut() {
-                    *child = self.inline(child, stack)?;
+                    *child = self.inline(child, stack, depth)?;
                 }
             }
         }
-        stack.truncate(depth);
-        Ok(Value::Object(map))
+        Ok(())
+    }
+
+    fn count(&mut self, nodes: usize) -> Result<(), SchemaError> {
+        self.nodes = self.nodes.saturating_add(nodes);
+        if self.nodes > MAX_NODES {
+            return Err(SchemaError::TooLarge { limit: MAX_NODES });
+        }
+        Ok(())
     }
 
     /// The fields of a referenced component; ObjectMeta is just an object in a CRD.
@@ -130,6 +207,14 @@ impl Resolver<'_> {
             Some(Value::Object(target)) => Ok(target.clone()),
             _ => Err(SchemaError::UnresolvedRef(format!("{REF_PREFIX}{name}"))),
         }
+    }
+}
+
+/// The component a node names when it is nothing but `{"$ref": …}` (what a memo can stand for).
+fn bare_reference(map: &Map<String, Value>) -> Option<String> {
+    match (map.len(), map.get("$ref")) {
+        (1, Some(Value::String(target))) => Some(component_name(target)),
+        _ => None,
     }
 }
 

@@ -152,3 +152,108 @@ proptest! {
         prop_assert_eq!(schema_of(&crd), stored(&original));
     }
 }
+
+/// A document publishing Gadget with `spec` as given and `components` beside it.
+fn hostile_doc(spec: Value, components: Map<String, Value>) -> (DiscoveredResource, Value) {
+    let served = fakeapi::crd::served_resources(&gadget_crd(&rooted(json!({"type": "object"})), "Namespaced", true));
+    let mut doc = fakeapi::openapi::group_version_document("example.org", "v1", &served);
+    let resource = served[0].0.clone();
+    let schemas = doc["components"]["schemas"].as_object_mut().unwrap();
+    let gadget = schemas
+        .values_mut()
+        .find(|s| s["x-kubernetes-group-version-kind"].to_string().contains("\"Gadget\""))
+        .unwrap();
+    gadget["properties"]["spec"] = spec;
+    schemas.extend(components);
+    (resource, doc)
+}
+
+/// Runs `work` on a thread with a tokio worker's 2 MiB stack and fails if it does not finish within a few seconds.
+fn quickly<T: Send + 'static>(what: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            let _ = done.send(work());
+        })
+        .unwrap();
+    result
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what} did not finish (or overflowed its stack)"))
+}
+
+#[test]
+fn a_ten_thousand_long_ref_chain_is_refused_quickly() {
+    let mut components = Map::new();
+    for i in 0..10_000 {
+        components.insert(
+            format!("io.example.C{i}"),
+            json!({"type": "object", "properties": {"next": {"$ref": format!("#/components/schemas/io.example.C{}", i + 1)}}}),
+        );
+    }
+    components.insert("io.example.C10000".into(), json!({"type": "string"}));
+    let (resource, doc) = hostile_doc(json!({"$ref": "#/components/schemas/io.example.C0"}), components);
+    let err = quickly("a nested chain", move || {
+        crd_from_openapi(&resource, &doc, "prod").unwrap_err()
+    });
+    assert_eq!(err, SchemaError::TooDeep { limit: 128 });
+    assert!(err.is_over_budget());
+    assert!(err.to_string().contains("nests deeper than 128 levels"), "{err}");
+
+    // A bare chain (each component only a $ref to the next) is just as deep.
+    let mut components = Map::new();
+    for i in 0..10_000 {
+        components.insert(
+            format!("io.example.B{i}"),
+            json!({"$ref": format!("#/components/schemas/io.example.B{}", i + 1)}),
+        );
+    }
+    components.insert("io.example.B10000".into(), json!({"type": "string"}));
+    let (resource, doc) = hostile_doc(json!({"$ref": "#/components/schemas/io.example.B0"}), components);
+    let err = quickly("a bare chain", move || {
+        crd_from_openapi(&resource, &doc, "prod").unwrap_err()
+    });
+    assert_eq!(err, SchemaError::TooDeep { limit: 128 });
+}
+
+#[test]
+fn a_two_to_the_fortieth_fan_out_is_refused_quickly() {
+    let mut components = Map::new();
+    for i in 0..40 {
+        let next = format!("#/components/schemas/io.example.L{}", i + 1);
+        components.insert(
+            format!("io.example.L{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+        );
+    }
+    components.insert("io.example.L40".into(), json!({"type": "string"}));
+    let (resource, doc) = hostile_doc(json!({"$ref": "#/components/schemas/io.example.L0"}), components);
+    let err = quickly("a fan-out", move || {
+        crd_from_openapi(&resource, &doc, "prod").unwrap_err()
+    });
+    assert_eq!(err, SchemaError::TooLarge { limit: 100_000 });
+    assert!(err.is_over_budget());
+}
+
+#[test]
+fn shared_references_within_budget_are_inlined_everywhere() {
+    // 2^10 leaves: shared references expand in full (memoized, not recomputed).
+    let mut components = Map::new();
+    for i in 0..10 {
+        let next = format!("#/components/schemas/io.example.L{}", i + 1);
+        components.insert(
+            format!("io.example.L{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}, "b": {"$ref": next}}}),
+        );
+    }
+    components.insert("io.example.L10".into(), json!({"type": "string", "maxLength": 3}));
+    let (resource, doc) = hostile_doc(json!({"$ref": "#/components/schemas/io.example.L0"}), components);
+    let crd = crd_from_openapi(&resource, &doc, "prod").unwrap();
+    let schema = schema_of(&crd);
+    let mut leaf = &schema["properties"]["spec"];
+    for _ in 0..10 {
+        leaf = &leaf["properties"]["b"];
+    }
+    assert_eq!(leaf, &json!({"type": "string", "maxLength": 3}));
+    assert!(!SchemaError::NoComponents.is_over_budget());
+}

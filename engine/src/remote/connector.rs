@@ -11,11 +11,23 @@ use secrecy::SecretString;
 use super::{Connector, Credentials, ProviderKubeconfig};
 
 /// Connects to real providers through the `kube` crate.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct KubeConnector {
     /// Development only: accept `http://` and `insecure-skip-tls-verify` (re-checked here, so a
     /// kubeconfig parsed elsewhere cannot smuggle them in).
     pub allow_insecure: bool,
+    /// The largest response body read from a provider (per event for watches): a provider is
+    /// untrusted and must not make the konnector buffer without end.
+    pub max_response_bytes: u64,
+}
+
+impl Default for KubeConnector {
+    fn default() -> Self {
+        Self {
+            allow_insecure: false,
+            max_response_bytes: kbind_cluster::limit::DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
 }
 
 #[async_trait]
@@ -23,7 +35,7 @@ impl Connector for KubeConnector {
     async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
         let config = self.config(kubeconfig)?;
         // from_config turns kube's silent 429/503 retries off, so an unreachable provider shows.
-        let client = KubeClusterClient::from_config(config)
+        let client = KubeClusterClient::from_config_with_limit(config, self.max_response_bytes)
             .map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
         Ok(Arc::new(client))
     }
@@ -110,10 +122,13 @@ mod tests {
 
     #[test]
     fn insecure_transport_needs_the_development_flag() {
-        let secure = KubeConnector { allow_insecure: false };
+        let secure = KubeConnector::default();
         assert!(secure.config(&kubeconfig("http://provider.example", false)).is_err());
         assert!(secure.config(&kubeconfig("https://provider.example", true)).is_err());
-        let dev = KubeConnector { allow_insecure: true };
+        let dev = KubeConnector {
+            allow_insecure: true,
+            ..KubeConnector::default()
+        };
         assert!(
             dev.config(&kubeconfig("https://provider.example", true))
                 .unwrap()

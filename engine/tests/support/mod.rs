@@ -212,10 +212,21 @@ impl Engagement {
     /// namespace `kbind` must exist), marks it Ready with the provider's identity as the
     /// Connection reconciler would, runs `provider::run` and waits until it engages the provider.
     pub async fn engage(self, consumer: &FakeCluster, provider: &FakeCluster, clock: SharedClock) -> Engaged {
-        let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
-        provider.add_token(KONNECTOR_TOKEN, self.provider_user);
         let connector = Arc::new(FakeConnector::default());
         connector.route(SERVER, provider, CA);
+        self.engage_through(consumer, provider, clock, connector).await
+    }
+
+    /// [`Engagement::engage`] with the provider reached through `connector`.
+    pub async fn engage_through(
+        self,
+        consumer: &FakeCluster,
+        provider: &FakeCluster,
+        clock: SharedClock,
+        connector: Arc<dyn Connector>,
+    ) -> Engaged {
+        let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
+        provider.add_token(KONNECTOR_TOKEN, self.provider_user);
         let ctx = Context {
             consumer: Arc::new(consumer.client(self.consumer_user)),
             connector,

@@ -35,9 +35,10 @@ struct ServeArgs {
     /// Serve plain HTTP instead of HTTPS (development only).
     #[arg(long)]
     insecure_http: bool,
-    /// Seed of the cluster's randomness (uids, generated names).
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the cluster's randomness (uids, generated names); without it each start picks a
+    /// random one (two servers are two clusters) and prints it, so the run can be replayed.
+    #[arg(long)]
+    seed: Option<u64>,
     /// Serve kcp's LogicalCluster API and identity object.
     #[arg(long)]
     kcp_like: bool,
@@ -65,8 +66,11 @@ async fn main() -> Result<()> {
 }
 
 async fn run_serve(args: ServeArgs) -> Result<()> {
+    let seed = args.seed.unwrap_or_else(random_seed);
+    // On stderr, whatever the log filter: stdout's first line stays the "listening on" line.
+    eprintln!("fakeapi: seed {seed} (replay with --seed {seed})");
     let cluster = FakeCluster::builder(&args.name)
-        .seed(args.seed)
+        .seed(seed)
         .kcp_like(args.kcp_like)
         .garbage_collector(!args.no_gc)
         .build();
@@ -90,6 +94,14 @@ async fn run_serve(args: ServeArgs) -> Result<()> {
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// A seed from the process's randomly keyed hasher: no two starts share a cluster identity.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// Writes the users' kubeconfigs first, so the admin one appearing means all are there.
