@@ -396,31 +396,24 @@ fn kubeconfig_material(text: &str, found: &mut BTreeSet<String>) {
     }
 }
 
-/// Every Event on the consumer and the status of every Connection, ClusterBinding and Binding,
-/// as one text to scan.
-pub async fn consumer_surfaces(consumer: &FakeCluster) -> String {
-    use kbind_cluster::{ApiResource, ClusterClient};
-    let admin = consumer.admin_client();
-    let resources = [
-        ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&()),
-        ApiResource::erase::<k8s_openapi::api::events::v1::Event>(&()),
-        ApiResource::erase::<kbind_api::Connection>(&()),
-        ApiResource::erase::<kbind_api::ClusterBinding>(&()),
-        ApiResource::erase::<kbind_api::Binding>(&()),
-    ];
+/// Every version of every Event on the consumer and of the status of every Connection,
+/// ClusterBinding and Binding written after consumer rv `after`, as one text to scan: a leak
+/// overwritten within a step is still seen.
+pub fn consumer_surfaces(consumer: &Logs, after: u64) -> String {
     let mut text = String::new();
-    for res in &resources {
-        if let Ok(list) = admin.list(res, None, &Default::default()).await {
-            for item in list.items {
-                let value = serde_json::to_value(&item).unwrap_or(Value::Null);
-                let relevant = if res.group == GROUP {
-                    value.get("status").cloned().unwrap_or(Value::Null)
-                } else {
-                    value
-                };
-                text.push_str(&relevant.to_string());
-                text.push('\n');
-            }
+    for ev in consumer
+        .events
+        .iter()
+        .filter(|e| e.rv > after && e.kind != EventType::Deleted)
+    {
+        let relevant = match (ev.gr.group.as_str(), ev.gr.resource.as_str()) {
+            ("" | "events.k8s.io", "events") => Some(&*ev.object),
+            (GROUP, "connections" | "clusterbindings" | "bindings") => ev.object.get("status"),
+            _ => None,
+        };
+        if let Some(value) = relevant {
+            text.push_str(&value.to_string());
+            text.push('\n');
         }
     }
     text

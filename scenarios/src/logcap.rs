@@ -15,6 +15,14 @@ impl LogCapture {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
     }
 
+    /// The log from byte `from` on (with the log's length now), so a check after every step
+    /// scans only what the step added instead of copying the whole log each time.
+    pub fn text_from(&self, from: usize) -> (String, usize) {
+        let log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let tail = log.get(from..).unwrap_or_default();
+        (String::from_utf8_lossy(tail).into_owned(), log.len())
+    }
+
     /// The last `n` lines.
     pub fn tail(&self, n: usize) -> Vec<String> {
         let text = self.text();
