@@ -99,6 +99,14 @@ pub enum Error {
         /// Server message.
         message: String,
     },
+    /// 404 without a Kubernetes `Status`: the path is not served — an API group the server does
+    /// not have (kube-apiserver's own `404 page not found`) or something in front of the server
+    /// (a proxy, an ingress). Never proof that an object is absent.
+    #[error("{message}")]
+    NotServed {
+        /// What answered, cut short.
+        message: String,
+    },
     /// The server could not be reached or the connection broke.
     #[error("transport error: {0}")]
     Transport(String),
@@ -114,7 +122,7 @@ impl Error {
     /// The HTTP code this error carries on the wire (0 for client-side failures).
     pub fn code(&self) -> u16 {
         match self {
-            Error::NotFound { .. } => 404,
+            Error::NotFound { .. } | Error::NotServed { .. } => 404,
             Error::AlreadyExists { .. } | Error::Conflict { .. } => 409,
             Error::Forbidden { .. } => 403,
             Error::Unauthorized { .. } => 401,
@@ -151,7 +159,7 @@ impl Error {
     /// Whether the failure says nothing about the object and a retry may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Transport(_) | Error::Timeout(_) | Error::TooManyRequests { .. } => true,
+            Error::Transport(_) | Error::NotServed { .. } | Error::Timeout(_) | Error::TooManyRequests { .. } => true,
             Error::Server { code, .. } => *code >= 500,
             _ => false,
         }
@@ -257,7 +265,9 @@ impl Error {
             // (kube reconstructs one as "Failed to parse error data" from a proxy's text body):
             // it says nothing about the object, and treating it as "absent" would let finalize
             // and drain release finalizers while the copy lives on.
-            (404, _) => Error::Transport(not_a_status_404(&message)),
+            (404, _) => Error::NotServed {
+                message: not_a_status_404(&message),
+            },
             (409, "AlreadyExists") => Error::AlreadyExists { message },
             (409, _) => Error::Conflict { message, causes },
             (403, _) => {
@@ -332,7 +342,7 @@ impl Error {
             ),
             Error::Server { reason, .. } => (reason.as_str(), None),
             Error::Timeout(_) => ("Timeout", None),
-            Error::Transport(_) | Error::Decode(_) => ("InternalError", None),
+            Error::Transport(_) | Error::Decode(_) | Error::NotServed { .. } => ("InternalError", None),
         };
         let code = match self.code() {
             0 => 500,

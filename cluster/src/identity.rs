@@ -51,8 +51,9 @@ pub async fn read_identity<C: ClusterClient + ?Sized>(client: &C) -> Result<Clus
         Ok(obj) => return uid_of(obj.metadata.uid, IdentitySource::LogicalCluster),
         Err(Error::NotFound { .. }) => {}
         // RBAC is checked before routing, so a restricted caller gets 403 even where the
-        // resource is not served: only discovery can tell the two apart.
-        Err(e @ Error::Forbidden { .. }) => {
+        // resource is not served; and kube-apiserver answers a group it does not have with a
+        // plain `404 page not found`, which a proxy could also send: only discovery can tell.
+        Err(e @ (Error::Forbidden { .. } | Error::NotServed { .. })) => {
             let lc = logical_cluster_resource();
             if client
                 .discovery()

@@ -359,7 +359,9 @@ fn error_from_response(code: StatusCode, retry_after: Option<u32>, body: &[u8]) 
     // Only the apiserver's own `Status` can say "absent": a proxy's `404 page not found` (or
     // any other body) must not release a finalizer whose provider copy still exists.
     if code == StatusCode::NOT_FOUND && !is_status_object(body) && !crate::planted::non_status_404_is_absent() {
-        return Error::Transport(crate::error::not_a_status_404(String::from_utf8_lossy(body).trim()));
+        return Error::NotServed {
+            message: crate::error::not_a_status_404(String::from_utf8_lossy(body).trim()),
+        };
     }
     let mut status = match serde_json::from_slice::<Status>(body) {
         Ok(status) if status.code != 0 || !status.message.is_empty() => status,

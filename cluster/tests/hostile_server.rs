@@ -151,7 +151,7 @@ async fn plain_text_404_is_not_absent() {
     let err = read.expect_err("a proxy's 404 must not read as an absent object");
     assert!(!err.is_not_found(), "{err:?}");
     assert!(
-        matches!(&err, Error::Transport(text) if text.contains("without a Kubernetes NotFound Status") && text.contains("404 page not found")),
+        matches!(&err, Error::NotServed { message } if message.contains("without a Kubernetes NotFound Status") && message.contains("404 page not found")),
         "{err:?}"
     );
     assert!(err.is_transient(), "whatever is in front of the server may route again");

@@ -157,6 +157,11 @@ fn classify(e: &Error) -> Failure {
             Failure::Unreachable("the provider cannot be reached (transport error); retrying".into())
         }
         Error::Timeout(_) => Failure::Unreachable("a request to the provider timed out; retrying".into()),
+        Error::NotServed { .. } => Failure::Unreachable(
+            "the provider answered 404 without a Kubernetes Status (a proxy or ingress in front of the API server?); \
+             retrying"
+                .into(),
+        ),
         other => Failure::Unreachable(format!(
             "the provider answered with an error (HTTP {}); retrying",
             other.code()

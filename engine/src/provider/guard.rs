@@ -166,7 +166,7 @@ impl Layer for GuardedClient {
 
     /// A transport failure means the next write must re-verify who is on the other end.
     fn observe(&self, error: &Error) {
-        if let Error::Transport(_) | Error::Timeout(_) = error {
+        if let Error::Transport(_) | Error::NotServed { .. } | Error::Timeout(_) = error {
             self.mark_unverified();
         }
     }
