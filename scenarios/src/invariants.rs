@@ -115,11 +115,11 @@ fn describe(ev: &HistoryEvent) -> String {
 
 /// The last event (up to and including `rv`) of every object `keep` selects, by (resource,
 /// namespace, name); Deleted ones included, so a gone object's last state can be read.
-fn last_events_until<'a>(
-    events: &'a [HistoryEvent],
+fn last_events_until(
+    events: &[HistoryEvent],
     rv: u64,
     keep: impl Fn(&HistoryEvent) -> bool,
-) -> BTreeMap<(String, String, String), &'a HistoryEvent> {
+) -> BTreeMap<(String, String, String), &HistoryEvent> {
     let mut last = BTreeMap::new();
     for ev in events.iter().take_while(|e| e.rv <= rv).filter(|e| keep(e)) {
         last.insert(
