@@ -9,12 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use fakeapi::{FakeCluster, UserInfo};
+use fakeapi::FakeCluster;
 use http_body_util::{BodyExt, Full};
 use kbind_api::ConflictPolicy;
-use kbind_cluster::{
-    ClusterClient, ClusterClientExt, DynamicObject, Error, KubeClusterClient, PostParams, SharedClock, TokioClock,
-};
+use kbind_cluster::{ClusterClient, ClusterClientExt, Error, KubeClusterClient, PostParams, SharedClock, TokioClock};
 use kbind_engine::mapper::Identity;
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
 use kbind_engine::sync::{BindingKind, BindingRef, SyncerSpec, Syncers};
@@ -73,40 +71,6 @@ impl Connector for ProxiedConnector {
         });
         Ok(Arc::new(KubeClusterClient::new(kube::Client::new(service, "default"))))
     }
-}
-
-fn konnector() -> UserInfo {
-    UserInfo {
-        name: "konnector".into(),
-        groups: vec!["system:masters".into()],
-    }
-}
-
-fn widget_crd() -> DynamicObject {
-    object(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org"},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}],
-        },
-    }))
-}
-
-async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
-    client
-        .create(&crds(), None, &widget_crd(), &PostParams::default())
-        .await
-        .unwrap();
-    eventually("widgets to be served", Duration::from_secs(120), || {
-        let client = client.clone();
-        async move { client.list(&widgets(), None, &Default::default()).await.is_ok() }
-    })
-    .await;
 }
 
 #[tokio::test(start_paused = true)]

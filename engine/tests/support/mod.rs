@@ -285,3 +285,40 @@ impl Engagement {
         Engaged { ctx, engaged, task }
     }
 }
+
+/// The konnector's identity on the provider in most tests.
+pub fn konnector() -> UserInfo {
+    UserInfo {
+        name: "konnector".into(),
+        groups: vec!["system:masters".into()],
+    }
+}
+
+/// The `widgets.example.org` CRD (namespaced, status subresource, schemaless spec and status).
+pub fn widget_crd() -> DynamicObject {
+    object(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org"},
+        "spec": {
+            "group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}],
+        },
+    }))
+}
+
+/// Installs `widgets.example.org` through `client` and waits until it is served.
+pub async fn serve_widgets(client: &Arc<dyn ClusterClient>) {
+    client
+        .create(&crds(), None, &widget_crd(), &PostParams::default())
+        .await
+        .unwrap();
+    eventually("widgets to be served", Duration::from_secs(120), || {
+        let client = client.clone();
+        async move { client.list(&widgets(), None, &Default::default()).await.is_ok() }
+    })
+    .await;
+}
