@@ -634,7 +634,8 @@ async fn forbidden_namespace_is_reported_and_the_other_keeps_syncing() {
     let report = syncers.report(&key).unwrap();
     assert_eq!(
         report.denied.into_iter().collect::<Vec<_>>(),
-        vec!["patch widgets.example.org".to_string()]
+        // The first write of a copy is a create (create-if-absent, docs/decisions.md).
+        vec!["create widgets.example.org".to_string()]
     );
 }
 
