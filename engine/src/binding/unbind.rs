@@ -119,6 +119,15 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
         }) if source.is_forbidden() && !from_consumer => {
             remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), true).await?
         }
+        // Likewise on the consumer: the chart lets the konnector read Secrets only in its own
+        // namespace, and a binding without related rules holds no copy (removing a rule collects
+        // its copies), so a refused list of a Binding's namespace must not block the unbind
+        // (found on real clusters: a namespaced Binding could never be deleted).
+        Err(RelatedError::ListFailed {
+            side: Side::Consumer,
+            source,
+            ..
+        }) if source.is_forbidden() && view.spec.related_resources.is_empty() => return Ok(None),
         removed => removed?,
     };
     if removed {

@@ -433,7 +433,8 @@ impl Shared {
                 )
                 .await
                 .map_err(|source| self.write_failed("apply", target, source))?;
-            return Ok(Written::Copy(Box::new(copy)));
+            // Checked after every apply, so a pass that lost the race to another writer heals later.
+            return Ok(Written::Copy(Box::new(self.drop_create_entry(target, copy).await?)));
         }
         Ok(Written::Not(Action::requeue(WAIT)))
     }
@@ -459,6 +460,43 @@ impl Shared {
                 Ok(None)
             }
             Err(source) => Err(self.write_failed("create", target, source)),
+        }
+    }
+
+    /// Removes the `Update` entry our create left in the copy's managedFields. kube-apiserver
+    /// keeps it beside the apply's entry (both managers set the same values, so both own the
+    /// fields), and a field the consumer later removes would stay owned by it and never be
+    /// pruned. The patch is guarded by the copy's resourceVersion; a copy that changed since is
+    /// left for the next pass, and a server that moved the fields already (fakeapi) has no entry.
+    async fn drop_create_entry(&self, target: &ObjectKey, copy: DynamicObject) -> Result<DynamicObject, SyncError> {
+        let manager = kbind_api::consts::field_manager::KONNECTOR;
+        let Some(index) = copy.metadata.managed_fields.iter().flatten().position(|entry| {
+            entry.manager.as_deref() == Some(manager)
+                && entry.operation.as_deref() == Some("Update")
+                && entry.subresource.is_none()
+        }) else {
+            return Ok(copy);
+        };
+        let rv = copy.metadata.resource_version.clone().unwrap_or_default();
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "remove", "path": format!("/metadata/managedFields/{index}")},
+        ]))
+        .map_err(|e| self.write_failed("patch", target, kbind_cluster::Error::Decode(e.to_string())))?;
+        let params = PatchParams {
+            field_manager: Some(manager.to_string()),
+            ..PatchParams::default()
+        };
+        match self
+            .provider
+            .client
+            .patch(self.res(), target.namespace.as_deref(), &target.name, &Patch::Json(patch), &params)
+            .await
+        {
+            Ok(patched) => Ok(patched),
+            // Changed since our apply (the next pass re-applies) or a test that failed: keep ours.
+            Err(kbind_cluster::Error::Conflict { .. } | kbind_cluster::Error::Invalid { .. }) => Ok(copy),
+            Err(source) => Err(self.write_failed("patch", target, source)),
         }
     }
 
