@@ -48,6 +48,10 @@ impl Stage for RealStage {
         "provider"
     }
 
+    fn cluster_binding(&self) -> &'static str {
+        "widgets"
+    }
+
     fn consumer(&self) -> Arc<dyn ClusterClient> {
         Arc::new(self.world.consumer().admin.clone())
     }
@@ -62,6 +66,44 @@ impl Stage for RealStage {
         Fut: Future<Output = Option<T>>,
     {
         eventually(what, &self.world.lines, async || check().await).await
+    }
+
+    async fn delete(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
+        self.world
+            .consumer()
+            .admin
+            .delete(res, namespace, name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting {} {name}: {e}", res.kind));
+    }
+
+    async fn export_api(&mut self, crd: Value) {
+        let spec = &crd["spec"];
+        let (group, version) = (
+            spec["group"].as_str().unwrap(),
+            spec["versions"][0]["name"].as_str().unwrap(),
+        );
+        let res = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: spec["names"]["kind"].as_str().unwrap().into(),
+            plural: spec["names"]["plural"].as_str().unwrap().into(),
+        };
+        create(&self.world.provider, crd).await;
+        served(&self.world.provider, &res, &self.world.lines).await;
+    }
+
+    async fn allow_namespace_removal(&mut self) {
+        // Telling an emptied namespace from a used one takes listing every namespaced resource in
+        // it; the demo's least-privilege ClusterRole grants neither that nor deleting namespaces.
+        let rules = json!([
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"]},
+        ]);
+        for rbac in grant("kbind-namespace-removal", None, provider_subject(1), rules) {
+            create(&self.world.provider, rbac).await;
+        }
     }
 
     async fn partition(&mut self) {
@@ -131,4 +173,58 @@ async fn connection_loss() {
         return;
     };
     told::connection_loss(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_deletes_nothing() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_orphan_deletes_nothing").await else {
+        return;
+    };
+    told::orphan_deletes_nothing(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_cluster_binding_to_binding() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_hand_over_cluster_binding_to_binding").await else {
+        return;
+    };
+    told::hand_over_cluster_binding_to_binding(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_binding_to_cluster_binding() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_hand_over_binding_to_cluster_binding").await else {
+        return;
+    };
+    told::hand_over_binding_to_cluster_binding(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_binding_to_binding() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_hand_over_binding_to_binding").await else {
+        return;
+    };
+    told::hand_over_binding_to_binding(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_naming_a_cluster_scoped_api() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_binding_naming_a_cluster_scoped_api").await else {
+        return;
+    };
+    told::binding_naming_a_cluster_scoped_api(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_namespace_removal() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_provider_namespace_removal").await else {
+        return;
+    };
+    told::provider_namespace_removal(&mut stage).await;
 }
