@@ -27,7 +27,10 @@ impl RealStage {
     async fn start(name: &'static str) -> Option<Self> {
         let (world, proxy) = World::start_behind_proxy(name, &["Fail"]).await?;
         let lines = world.lines.clone();
-        let konnector = world.consumer().konnector(name, &lines).await;
+        // An API exported after the Connection engaged is found by rediscovery only (10 min by
+        // default); the fake world's konnector rediscovers every 60 s of its paused clock.
+        let resync = ["--resync", "15s"];
+        let konnector = Konnector::start(&world.consumer().kubeconfig, name, &resync, lines.clone()).await;
         world.consumer().wait_ready(&lines).await;
         let provider: Arc<dyn ClusterClient> = Arc::new(world.provider.clone());
         Some(Self {
@@ -79,19 +82,24 @@ impl Stage for RealStage {
 
     async fn export_api(&mut self, crd: Value) {
         let spec = &crd["spec"];
-        let (group, version) = (
-            spec["group"].as_str().unwrap(),
-            spec["versions"][0]["name"].as_str().unwrap(),
-        );
+        let group = spec["group"].as_str().unwrap().to_string();
+        let version = spec["versions"][0]["name"].as_str().unwrap().to_string();
         let res = ApiResource {
-            group: group.into(),
-            version: version.into(),
+            group: group.clone(),
+            version: version.clone(),
             api_version: format!("{group}/{version}"),
             kind: spec["names"]["kind"].as_str().unwrap().into(),
             plural: spec["names"]["plural"].as_str().unwrap().into(),
         };
         create(&self.world.provider, crd).await;
         served(&self.world.provider, &res, &self.world.lines).await;
+        // A CRD is exported only when the credential can read it (DESIGN.md §2): the provider admin
+        // grants the konnector the new API as the demo's ClusterRole grants widgets.
+        let rules = json!([{"apiGroups": [group], "resources": [res.plural, format!("{}/status", res.plural)],
+                            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]);
+        for rbac in grant(&format!("kbind-{}", res.plural), None, provider_subject(1), rules) {
+            create(&self.world.provider, rbac).await;
+        }
     }
 
     async fn allow_namespace_removal(&mut self) {
