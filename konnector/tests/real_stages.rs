@@ -1,6 +1,11 @@
 //! The stories of `kbind_scenarios::told` on real kube-apiservers: the same assertions the fake
 //! stage answers in scenarios/tests/stories/on_any_stage.rs, here against the konnector binary
 //! under the chart's least-privilege RBAC, with the provider behind a `FaultProxy`.
+//!
+//! What real servers did differently from fakeapi: the konnector is not an admin on either side,
+//! so a read the chart's RBAC does not grant (Secrets outside the konnector's namespace, a
+//! provider API nobody granted) fails here and passes on the fake stage; and the konnector binary
+//! rediscovers exported APIs every `--resync` (10 min by default), so the stage passes 15 s.
 
 mod child;
 mod real;
