@@ -27,11 +27,17 @@ pub enum Plant {
     OverwriteForeignRelated,
     /// Status comes down without translating observedGeneration.
     SkipObservedGenerationTranslation,
+    /// Unbinding with the Orphan escape hatch still removes the consumer CRD.
+    OrphanUnbindRemovesCrd,
+    /// A ClusterBinding's drain ignores the Bindings that take over their namespaces.
+    DrainIgnoresNamespacedSuccessors,
+    /// Unbinding decides before the binding and Connection stores have synced.
+    UnbindDecidesOnUnsyncedStore,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 14] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -43,6 +49,9 @@ impl Plant {
         Plant::DeleteCrdWhenUnexported,
         Plant::OverwriteForeignRelated,
         Plant::SkipObservedGenerationTranslation,
+        Plant::OrphanUnbindRemovesCrd,
+        Plant::DrainIgnoresNamespacedSuccessors,
+        Plant::UnbindDecidesOnUnsyncedStore,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -59,6 +68,9 @@ impl Plant {
             Plant::DeleteCrdWhenUnexported => "delete-crd-when-unexported",
             Plant::OverwriteForeignRelated => "overwrite-foreign-related",
             Plant::SkipObservedGenerationTranslation => "skip-observed-generation-translation",
+            Plant::OrphanUnbindRemovesCrd => "orphan-unbind-removes-crd",
+            Plant::DrainIgnoresNamespacedSuccessors => "drain-ignores-namespaced-successors",
+            Plant::UnbindDecidesOnUnsyncedStore => "unbind-decides-on-unsynced-store",
         }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
 use kbind_api::{Binding, ClusterBinding, Connection, ExportedApi, ResourceScope, conditions};
@@ -69,6 +70,31 @@ impl Shared {
         let namespaced = self.bindings.state().into_iter().map(|b| BindingView::from(b.as_ref()));
         cluster.chain(namespaced).collect()
     }
+
+    /// Whether every store an unbind decision reads (Connections and both binding kinds) has
+    /// finished its first list: an empty store that has not synced yet would read as "no other
+    /// binding serves this", and that answer deletes (DESIGN.md §8.9).
+    pub(crate) fn stores_ready(&self) -> bool {
+        fn synced<K>(store: &Store<K>) -> bool
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            store.wait_until_ready().now_or_never().is_some_and(|r| r.is_ok())
+        }
+        synced(&self.connections) && synced(&self.cluster_bindings) && synced(&self.bindings)
+    }
+
+    /// Whether `b` may serve anything: a Binding only when its Connection (as cached) allows its
+    /// namespace (DESIGN.md §2); a ClusterBinding always.
+    pub(crate) fn may_serve(&self, b: &BindingView) -> bool {
+        match b.namespace() {
+            None => true,
+            Some(ns) => self
+                .connection(&b.spec.connection_ref.name)
+                .is_some_and(|c| namespace_allowed(&c, &ns)),
+        }
+    }
 }
 
 /// Whether the Connection lets Bindings of namespace `ns` use it (DESIGN.md §2).
@@ -105,9 +131,46 @@ pub(crate) fn served_by_other(shared: &Shared, view: &BindingView, api: &str) ->
         .filter(|b| !b.is_deleting() && &b.spec.connection_ref.name == connection)
         .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
         .filter(|b| b.kind == BindingKind::Cluster || b.namespace() == view.namespace())
+        .filter(|b| shared.may_serve(b))
         .min_by_key(rank)
         .filter(|winner| winner.reference() != view.reference())
         .map(|winner| winner.display())
+}
+
+/// What a drain of `view`'s objects of `api` must leave alone because another live binding
+/// serves it (DESIGN.md §4 "unbind", §8.8: a hand-over keeps every copy with its UID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Successors {
+    /// Another binding serves everything `view` covers (named for logs).
+    All(String),
+    /// Live Bindings serve these namespaces; the rest is `view`'s to drain.
+    Namespaces(BTreeSet<String>),
+}
+
+/// Who takes over `view`'s objects of `api` once `view` is gone: another ClusterBinding, or a
+/// Binding of `view`'s namespace, takes everything; for a ClusterBinding, every live Binding of
+/// the API through the same Connection in a namespace that Connection allows takes its
+/// namespace. Only a namespaced API can be served by a Binding.
+pub(crate) fn successors(shared: &Shared, view: &BindingView, api: &str, namespaced: bool) -> Successors {
+    if let Some(other) = served_by_other(shared, view, api) {
+        return Successors::All(other);
+    }
+    if view.kind != BindingKind::Cluster
+        || !namespaced
+        || crate::planted::planted(crate::planted::Plant::DrainIgnoresNamespacedSuccessors)
+    {
+        return Successors::Namespaces(BTreeSet::new());
+    }
+    let connection = &view.spec.connection_ref.name;
+    let namespaces = shared
+        .all_bindings()
+        .into_iter()
+        .filter(|b| b.kind == BindingKind::Namespaced && !b.is_deleting())
+        .filter(|b| &b.spec.connection_ref.name == connection && b.spec.apis.iter().any(|a| a.name == api))
+        .filter(|b| shared.may_serve(b))
+        .filter_map(|b| b.namespace())
+        .collect();
+    Successors::Namespaces(namespaces)
 }
 
 /// Reconciles one binding of either kind.
@@ -153,7 +216,14 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engaged: bool) -> R
         let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, &api.name).await? else {
             continue;
         };
-        let Some((res, _, _)) = resource_of(&crd) else { continue };
+        let Some((res, namespaced, _)) = resource_of(&crd) else {
+            continue;
+        };
+        // A Binding serves nothing of a cluster-scoped API (ClusterScopedAPIInBinding), and a
+        // namespaced list of one is a 404 that would fail the reconcile and freeze the status.
+        if view.kind == BindingKind::Namespaced && !namespaced {
+            continue;
+        }
         let ns = view.namespace();
         if engaged {
             stale::clear(consumer, &res, ns.as_deref()).await?;

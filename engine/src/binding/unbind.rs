@@ -1,22 +1,25 @@
-//! Unbinding (DESIGN.md §4 "unbind"): drain the binding's objects (provider copies removed
-//! unless Orphan, finalizers released), then remove the consumer CRD if no other binding of
-//! the Connection uses the API, then let the binding go. The Orphan escape hatch releases
-//! everything at once without touching the provider. While the provider is unreachable and
-//! copies must go, deletion waits with `DeletionBlocked`: nothing is lost.
+//! Unbinding (DESIGN.md §4 "unbind"): drain the binding's objects that no other live binding
+//! serves (provider copies removed unless Orphan, finalizers released), then remove the consumer
+//! CRD if no other binding of the Connection uses the API, then let the binding go. The Orphan
+//! escape hatch (on the binding or its Connection) releases the finalizers at once and deletes
+//! nothing on either side: provider copies, consumer CRD, consumer objects and related copies
+//! all stay. While the provider is unreachable and copies must go, deletion waits with
+//! `DeletionBlocked`: nothing is lost. No decision is taken before the binding and Connection
+//! stores have synced (§8.9): an unsynced store reads as "nobody else serves this".
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::RelatedResourceDirection;
 use kbind_api::consts::{annotation, reason};
 use kube::runtime::controller::Action;
 
-use super::reconcile::{BindingError, REPORT_INTERVAL, Shared, WAIT_INTERVAL, served_by_other};
+use super::reconcile::{BindingError, REPORT_INTERVAL, Shared, Successors, WAIT_INTERVAL, successors};
 use super::schema::{our_crd, resource_of};
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
-use crate::connection::finalize::{has_cleanup, remove_cleanup};
+use crate::connection::finalize::{has_cleanup, is_orphan as connection_is_orphan, remove_cleanup};
 use crate::crdpull::{crd_resource, is_managed};
 use crate::related::{RelatedError, Side, remove_copies};
-use crate::sync::{SyncError, SyncerSpec};
+use crate::sync::{BindingKind, SyncError, SyncerSpec};
 
 /// What happened to one API of a binding being deleted.
 enum Drain {
@@ -33,11 +36,16 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     if !has_cleanup(&view.meta) {
         return Ok(Action::await_change());
     }
+    if !shared.stores_ready() && !crate::planted::planted(crate::planted::Plant::UnbindDecidesOnUnsyncedStore) {
+        tracing::debug!(binding = %view.display(), "unbind waits for the binding and Connection caches to sync");
+        return Ok(Action::requeue(WAIT_INTERVAL));
+    }
     let consumer = shared.ctx.consumer.as_ref();
+    let orphan = orphaned(view, shared);
     let mut blocked = Vec::new();
     let mut in_progress = false;
     for api in &view.spec.apis {
-        match drain_api(view, shared, &api.name).await? {
+        match drain_api(view, shared, &api.name, orphan).await? {
             Drain::Done => {}
             Drain::InProgress => in_progress = true,
             Drain::Blocked(message) => blocked.push((api.name.clone(), message)),
@@ -50,13 +58,12 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     if in_progress {
         return Ok(Action::requeue(WAIT_INTERVAL));
     }
-    if let Some(action) = remove_related(view, shared).await? {
+    // Orphan deletes nothing on either side: related copies stay where they are.
+    if !orphan && let Some(action) = remove_related(view, shared).await? {
         return Ok(action);
     }
     // Orphan never touches the provider; without an engagement the tidy-up is skipped.
-    if !view.is_orphan()
-        && let Some(provider) = shared.registry.get(&view.spec.connection_ref.name)
-    {
+    if !orphan && let Some(provider) = shared.registry.get(&view.spec.connection_ref.name) {
         let uid = shared
             .connection(&view.spec.connection_ref.name)
             .and_then(|c| c.status.clone())
@@ -64,17 +71,29 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
             .unwrap_or_default();
         super::namespaces::remove_empty(&provider, &uid).await;
     }
-    for api in &view.spec.apis {
-        remove_crd_if_unused(view, shared, &api.name).await?;
+    // Removing the CRD deletes every instance with it: after an Orphan release the consumer
+    // may hold the only copy.
+    if !orphan || crate::planted::planted(crate::planted::Plant::OrphanUnbindRemovesCrd) {
+        for api in &view.spec.apis {
+            remove_crd_if_unused(view, shared, &api.name).await?;
+        }
     }
     remove_cleanup(consumer, &view.resource(), view.namespace().as_deref(), &view.name()).await?;
-    tracing::info!(binding = %view.display(), orphan = view.is_orphan(), "binding released");
+    tracing::info!(binding = %view.display(), orphan, "binding released");
     Ok(Action::await_change())
+}
+
+/// Whether the Orphan escape hatch is on the binding or on its Connection (DESIGN.md §4).
+fn orphaned(view: &BindingView, shared: &Shared) -> bool {
+    view.is_orphan()
+        || shared
+            .connection(&view.spec.connection_ref.name)
+            .is_some_and(|c| connection_is_orphan(&c))
 }
 
 /// Removes the related copies the binding owns (DESIGN.md §4 "unbind"); `Some` while some remain.
 /// Without `FromConsumer` rules no provider copy can be left (removing a rule collects its
-/// copies), so a missing provider does not block; Orphan never touches the provider.
+/// copies), so a missing provider does not block. Never called for Orphan.
 async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Action>, BindingError> {
     let connection = &view.spec.connection_ref.name;
     let uid = shared
@@ -88,8 +107,8 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
         .related_resources
         .iter()
         .any(|r| r.direction == RelatedResourceDirection::FromConsumer);
-    let orphan = view.is_orphan() || (provider.is_none() && !from_consumer);
-    let removed = match remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), orphan).await {
+    let skip_provider = provider.is_none() && !from_consumer;
+    let removed = match remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), skip_provider).await {
         // Provider credentials that may not list Secrets or ConfigMaps (the usual least privilege,
         // found on real clusters) never held a copy of ours: without FromConsumer rules there is
         // nothing to look for, so the refusal must not block the unbind.
@@ -105,7 +124,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
     if removed {
         return Ok(None);
     }
-    if provider.is_none() && !orphan {
+    if provider.is_none() && !skip_provider {
         let message = format!(
             "related copies on the provider must be deleted but the provider of Connection {connection} is not \
              reachable; deletion waits (nothing is lost). To let go without touching the provider, annotate the \
@@ -118,11 +137,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
     Ok(Some(Action::requeue(WAIT_INTERVAL)))
 }
 
-async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Drain, BindingError> {
-    // Another binding keeps serving these objects: their finalizers and copies stay.
-    if served_by_other(shared, view, api).is_some() {
-        return Ok(Drain::Done);
-    }
+async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool) -> Result<Drain, BindingError> {
     let consumer = shared.ctx.consumer.as_ref();
     // No CRD of ours: no instances, or they belong to another Connection's binding.
     let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, api).await? else {
@@ -130,6 +145,19 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Dra
     };
     let Some((resource, namespaced, status_subresource)) = resource_of(&crd) else {
         return Ok(Drain::Done);
+    };
+    // A Binding never served a cluster-scoped API (ClusterScopedAPIInBinding); listing one
+    // under a namespace is a 404 that would keep the binding forever.
+    if view.kind == BindingKind::Namespaced && !namespaced {
+        return Ok(Drain::Done);
+    }
+    // Another binding keeps serving these objects: their finalizers and copies stay.
+    let keep = match successors(shared, view, api, namespaced) {
+        Successors::All(by) => {
+            tracing::debug!(binding = %view.display(), api, successor = %by, "nothing to drain: another binding serves these objects");
+            return Ok(Drain::Done);
+        }
+        Successors::Namespaces(keep) => keep,
     };
     let connection = view.spec.connection_ref.name.clone();
     let consumer_cluster_uid = shared
@@ -149,7 +177,7 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str) -> Result<Dra
         status_subresource,
     };
     let provider = shared.registry.get(&connection);
-    match shared.syncers.drain(&spec, provider, view.is_orphan()).await {
+    match shared.syncers.drain_keeping(&spec, provider, orphan, &keep).await {
         Ok(drained) if drained.is_complete() => Ok(Drain::Done),
         Ok(_) => Ok(Drain::InProgress),
         Err(SyncError::ProviderUnavailable { waiting }) => Ok(Drain::Blocked(format!(
@@ -182,7 +210,8 @@ async fn report_blocked(view: &BindingView, shared: &Shared, blocked: &[(String,
 }
 
 /// Deletes the consumer CRD of `api` if kbind pulled it through this binding's Connection and
-/// no other binding of that Connection names the API.
+/// no other binding of that Connection, of either kind, names the API. A Binding leaves the CRD
+/// of a cluster-scoped API alone: it never served it.
 async fn remove_crd_if_unused(view: &BindingView, shared: &Shared, api: &str) -> Result<(), BindingError> {
     let others = shared.all_bindings().into_iter().any(|b| {
         b.reference() != view.reference()
@@ -197,7 +226,7 @@ async fn remove_crd_if_unused(view: &BindingView, shared: &Shared, api: &str) ->
     let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, api).await? else {
         return Ok(());
     };
-    if !is_managed(&crd) {
+    if !is_managed(&crd) || (view.kind == BindingKind::Namespaced && crd.spec.scope != "Namespaced") {
         return Ok(());
     }
     match consumer.delete(&crd_resource(), None, api, &Default::default()).await {

@@ -20,7 +20,7 @@
 //!   consumer objects because of a provider-side change, so a source deleted or relabelled on
 //!   the provider leaves the last copy in place.
 //! - Unbind ([`remove_copies`]): every copy this binding owns goes, on both sides. With the
-//!   Orphan escape hatch nothing is touched on the provider; the consumer copies still go.
+//!   Orphan escape hatch it is not called at all: every copy stays, in both directions.
 //! - Secret content is never logged and never part of an error, condition or report: errors
 //!   name the resource, namespace and name only.
 //! - A binding without related resources still lists its managed copies each reconcile, so
@@ -488,15 +488,16 @@ async fn delete_copy(
 }
 
 /// Unbind: deletes every related copy `binding` owns, on the consumer always and on the
-/// provider unless `orphan` (the escape hatch never touches the provider). Returns whether
-/// nothing of ours is left; `false` while copies terminate or while provider copies must go
-/// and no provider is engaged (call again).
+/// provider unless `skip_provider` (no provider copy can exist, or it may not be listed).
+/// Returns whether nothing of ours is left; `false` while copies terminate or while provider
+/// copies must go and no provider is engaged (call again). The Orphan escape hatch does not
+/// call it: Orphan deletes nothing on either side.
 pub async fn remove_copies(
     ctx: &Context,
     binding: &BindingRef,
     consumer_cluster_uid: &str,
     provider: Option<&EngagedProvider>,
-    orphan: bool,
+    skip_provider: bool,
 ) -> Result<bool, RelatedError> {
     let owner = Owner {
         binding_uid: binding.uid.clone(),
@@ -508,7 +509,7 @@ pub async fn remove_copies(
     };
     let mut complete = true;
     let mut targets = vec![Side::Consumer];
-    if !orphan {
+    if !skip_provider {
         targets.push(Side::Provider);
     }
     for side in targets {

@@ -1,11 +1,14 @@
 //! Unbind: delete the provider copies a binding's objects own, then release their finalizers
 //! (DESIGN.md §4 "unbind"); the orphan escape hatch releases everything without the provider.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use kbind_cluster::{ClusterClient, ClusterClientExt, DeleteParams, DynamicObject};
 
 use super::meta;
 use super::syncer::release_finalizer;
-use super::{SyncError, SyncerSpec};
+use super::{SyncError, SyncerSpec, Syncers};
 use crate::context::Context;
 use crate::mapper::{Mapper, ObjectKey};
 use crate::provider::EngagedProvider;
@@ -36,12 +39,38 @@ enum CopyFate {
     Pending,
 }
 
+impl Syncers {
+    /// [`Syncers::drain`], leaving alone (copy and finalizer) every object in `keep`: the
+    /// namespaces another live binding serves, so a hand-over keeps every copy with its UID.
+    pub async fn drain_keeping(
+        &self,
+        spec: &SyncerSpec,
+        provider: Option<Arc<EngagedProvider>>,
+        orphan: bool,
+        keep: &BTreeSet<String>,
+    ) -> Result<Drained, SyncError> {
+        self.stop(&spec.key());
+        drain_except(&self.ctx, self.mapper.as_ref(), spec, provider.as_deref(), orphan, keep).await
+    }
+}
+
 pub(super) async fn drain(
     ctx: &Context,
     mapper: &dyn Mapper,
     spec: &SyncerSpec,
     provider: Option<&EngagedProvider>,
     orphan: bool,
+) -> Result<Drained, SyncError> {
+    drain_except(ctx, mapper, spec, provider, orphan, &BTreeSet::new()).await
+}
+
+async fn drain_except(
+    ctx: &Context,
+    mapper: &dyn Mapper,
+    spec: &SyncerSpec,
+    provider: Option<&EngagedProvider>,
+    orphan: bool,
+    keep: &BTreeSet<String>,
 ) -> Result<Drained, SyncError> {
     let res = &spec.resource;
     let objects = ctx
@@ -54,7 +83,8 @@ pub(super) async fn drain(
         })?;
     let mut drained = Drained::default();
     let mut blocked = 0;
-    for obj in objects.items.iter().filter(|o| meta::has_finalizer(o)) {
+    let kept = |o: &DynamicObject| o.metadata.namespace.as_ref().is_some_and(|ns| keep.contains(ns));
+    for obj in objects.items.iter().filter(|o| meta::has_finalizer(o) && !kept(o)) {
         let Some(key) = ObjectKey::of(obj) else { continue };
         if !orphan && !meta::is_orphan(obj) {
             let Some(provider) = provider else {

@@ -4,6 +4,9 @@
 mod common;
 mod story;
 
+mod binding_kit;
+
+mod cluster_scoped_api_in_binding;
 mod conflicts;
 mod connection_events;
 mod connection_loss;
@@ -12,6 +15,7 @@ mod credentials_stay_secret;
 mod deletion;
 mod determinism;
 mod drift;
+mod hand_overs;
 mod identity_changes;
 mod leader_hand_over;
 mod main_flow;
@@ -31,5 +35,7 @@ mod schema_policies;
 mod schema_sources;
 mod secret_swapped_to_an_untrusted_ca;
 mod seeded_fault_schedules;
+mod seeded_hand_overs;
 mod seeded_sync_schedules;
 mod two_consumers;
+mod unbind_on_cold_caches;
