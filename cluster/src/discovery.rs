@@ -72,9 +72,19 @@ pub struct Discovery {
     pub groups: Vec<ApiGroupInfo>,
     /// Resources of every served group-version (subresources folded into their parent).
     pub resources: Vec<DiscoveredResource>,
+    /// Group-versions the server listed but whose resources could not be read (an unavailable
+    /// aggregated APIService, a 429 or 5xx): their resources are missing from `resources`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<String>,
 }
 
 impl Discovery {
+    /// Whether every listed group-version answered: only a complete discovery may stand for
+    /// "nothing else is there" (DESIGN.md §8.9).
+    pub fn is_complete(&self) -> bool {
+        self.unavailable.is_empty()
+    }
+
     /// The resource with this group and plural, in the group's preferred version.
     pub fn find(&self, group: &str, plural: &str) -> Option<&DiscoveredResource> {
         let preferred = self

@@ -142,9 +142,11 @@ impl KubeClusterClient {
                 {
                     Ok(list) => add_legacy_resources(&mut discovery, &group.name, &gv.version, list),
                     // An unavailable aggregated APIService must not hide every other group
-                    // (client-go reports these as partial discovery failures, kubectl goes on).
+                    // (client-go reports these as partial discovery failures, kubectl goes on),
+                    // but the answer says it is partial: nobody may read it as "nothing else".
                     Err(e) if !matches!(e, Error::Unauthorized { .. }) => {
                         tracing::warn!(group_version = %gv.group_version, error = %e, "skipping undiscoverable group version");
+                        discovery.unavailable.push(gv.group_version.clone());
                     }
                     Err(e) => return Err(e),
                 }
@@ -381,6 +383,15 @@ fn add_aggregated_group(discovery: &mut Discovery, group: APIGroupDiscovery) {
         let Some(version_name) = version.version else {
             continue;
         };
+        // The aggregator could not refresh this group-version (its APIService is unavailable):
+        // what it lists may be out of date, so the answer is partial.
+        if version.freshness.as_deref() == Some("Stale") {
+            discovery.unavailable.push(if name.is_empty() {
+                version_name.clone()
+            } else {
+                format!("{name}/{version_name}")
+            });
+        }
         for resource in version.resources {
             // Without a kind the resource cannot become an `ApiResource`; the apiserver always
             // sends one for top-level resources.
@@ -877,7 +888,7 @@ mod tests {
                     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
                     "items": [{"metadata": {"name": "example.org"}, "versions": [
                         {"version": "v1", "resources": [w1, gadgets]},
-                        {"version": "v1beta1", "resources": [w0]},
+                        {"version": "v1beta1", "resources": [w0], "freshness": "Stale"},
                     ]}]}),
                 )
             }
@@ -929,6 +940,11 @@ mod tests {
                 .has_status()
         );
         assert!(!discovery.find("example.org", "gadgets").unwrap().namespaced);
+        assert_eq!(
+            discovery.unavailable,
+            ["example.org/v1beta1"],
+            "a stale group-version makes it partial"
+        );
     }
 
     fn legacy(request: &Seen) -> Answer {
@@ -981,6 +997,12 @@ mod tests {
         assert!(widgets.has_status());
         assert_eq!(discovery.groups[1].preferred_version, "v1");
         assert_eq!(discovery.groups[1].versions, ["v1beta1", "v1"]);
+        assert_eq!(
+            discovery.unavailable,
+            ["example.org/v1beta1"],
+            "the skipped version is reported"
+        );
+        assert!(!discovery.is_complete());
     }
 
     #[tokio::test]

@@ -33,11 +33,17 @@ pub enum Plant {
     DrainIgnoresNamespacedSuccessors,
     /// Unbinding decides before the binding and Connection stores have synced.
     UnbindDecidesOnUnsyncedStore,
+    /// Provider namespace removal reads a partial discovery as complete.
+    NamespaceRemovalOnPartialDiscovery,
+    /// The first write of a provider copy is a forced apply, without the create-if-absent guard.
+    FirstWriteForcedApply,
+    /// autoBind drops an API the provider stopped exporting from its managed binding.
+    AutobindDropsUnexported,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 14] = [
+    pub const ALL: [Plant; 17] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -52,6 +58,9 @@ impl Plant {
         Plant::OrphanUnbindRemovesCrd,
         Plant::DrainIgnoresNamespacedSuccessors,
         Plant::UnbindDecidesOnUnsyncedStore,
+        Plant::NamespaceRemovalOnPartialDiscovery,
+        Plant::FirstWriteForcedApply,
+        Plant::AutobindDropsUnexported,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -71,6 +80,9 @@ impl Plant {
             Plant::OrphanUnbindRemovesCrd => "orphan-unbind-removes-crd",
             Plant::DrainIgnoresNamespacedSuccessors => "drain-ignores-namespaced-successors",
             Plant::UnbindDecidesOnUnsyncedStore => "unbind-decides-on-unsynced-store",
+            Plant::NamespaceRemovalOnPartialDiscovery => "namespace-removal-on-partial-discovery",
+            Plant::FirstWriteForcedApply => "first-write-forced-apply",
+            Plant::AutobindDropsUnexported => "autobind-drops-unexported",
         }
     }
 }

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::faults::{ErrorRule, FaultState};
+use crate::faults::{ErrorRule, FaultState, Interloper};
 use crate::rbac::UserInfo;
 use crate::registry::{GroupResource, Registry};
 use crate::store::{EventType, HistoryEvent, State, WriteRecord};
@@ -290,6 +290,22 @@ impl FakeCluster {
     /// Removes every injected error.
     pub fn clear_errors(&self) {
         self.inner.faults().errors.clear();
+    }
+
+    /// Makes discovery unable (`true`) or able again to read `group_version` (`v1`,
+    /// `batch/v1`), as an unavailable aggregated APIService would.
+    pub fn set_undiscoverable(&self, group_version: &str, undiscoverable: bool) {
+        let mut faults = self.inner.faults();
+        if undiscoverable {
+            faults.undiscoverable.insert(group_version.to_string());
+        } else {
+            faults.undiscoverable.remove(group_version);
+        }
+    }
+
+    /// Lets another client's write land just before the next matching request (used once).
+    pub fn interlope(&self, interloper: Interloper) {
+        self.inner.faults().interlopers.push(interloper);
     }
 
     /// Ends every open watch (as a dropped connection would); clients must re-watch.

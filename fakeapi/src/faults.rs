@@ -1,9 +1,12 @@
 //! Faults a test switches on and off: partition, latency, injected errors per verb and
-//! resource, dropped watches, forced compaction and (through the cluster) replacement.
+//! resource, group-versions discovery cannot read, another client's write racing ours, dropped
+//! watches, forced compaction and (through the cluster) replacement.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kbind_cluster::Error;
+use serde_json::Value;
 
 /// Which error an injected fault answers with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +53,32 @@ impl ErrorRule {
     }
 }
 
+/// Another client's write that lands just before one of ours: the window between a client's
+/// read and its write, which a real server never closes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interloper {
+    /// The write it lands before (`create`, `update`, `patch`, `delete`); `None`: any of them.
+    pub verb: Option<String>,
+    /// Plural resource of the object.
+    pub resource: String,
+    /// Namespace of the object, `None` when cluster-scoped.
+    pub namespace: Option<String>,
+    /// Name of the object.
+    pub name: String,
+    /// What the other client puts there, replacing whatever was there (a new UID).
+    pub object: Value,
+}
+
+impl Interloper {
+    /// Whether it lands before a `verb` request on `resource` `namespace/name`.
+    pub fn matches(&self, verb: &str, resource: &str, namespace: Option<&str>, name: Option<&str>) -> bool {
+        self.verb.as_deref().is_none_or(|v| v == verb)
+            && self.resource == resource
+            && self.namespace.as_deref() == namespace
+            && Some(self.name.as_str()) == name
+    }
+}
+
 /// The faults currently switched on.
 #[derive(Debug, Clone, Default)]
 pub struct FaultState {
@@ -59,9 +88,29 @@ pub struct FaultState {
     pub latency: Option<Duration>,
     /// Injected errors, first match wins.
     pub errors: Vec<ErrorRule>,
+    /// Group-versions (`v1`, `batch/v1`) discovery cannot read, as with an unavailable
+    /// APIService: left out of discovery's resources and reported as unavailable.
+    pub undiscoverable: BTreeSet<String>,
+    /// Writes of other clients waiting for the request they race, each used once.
+    pub interlopers: Vec<Interloper>,
 }
 
 impl FaultState {
+    /// The interloper racing a `verb` request on `resource` `namespace/name`, taken out.
+    pub fn take_interloper(
+        &mut self,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Option<Interloper> {
+        let idx = self
+            .interlopers
+            .iter()
+            .position(|i| i.matches(verb, resource, namespace, name))?;
+        Some(self.interlopers.remove(idx))
+    }
+
     /// The error a request gets, consuming one use of a limited rule.
     pub fn check(&mut self, cluster: &str, verb: &str, resource: &str) -> Result<(), Error> {
         if self.partitioned {
@@ -98,5 +147,72 @@ impl FaultState {
                 message: format!("{resource} is forbidden: injected fault: cannot {verb} resource \"{resource}\""),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
+    use serde_json::json;
+
+    use super::*;
+    use crate::FakeCluster;
+
+    fn configmaps() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+    }
+
+    fn configmap(who: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"who": who}})
+    }
+
+    #[tokio::test]
+    async fn an_undiscoverable_group_version_is_left_out_and_reported() {
+        let cluster = FakeCluster::builder("t").build();
+        let client = cluster.admin_client();
+        cluster.set_undiscoverable("rbac.authorization.k8s.io/v1", true);
+        let partial = client.discovery().await.unwrap();
+        assert!(partial.find("rbac.authorization.k8s.io", "roles").is_none());
+        assert!(
+            partial.find("", "configmaps").is_some(),
+            "the other groups are still there"
+        );
+        assert_eq!(partial.unavailable, ["rbac.authorization.k8s.io/v1"]);
+        assert!(!partial.is_complete());
+        cluster.set_undiscoverable("rbac.authorization.k8s.io/v1", false);
+        assert!(client.discovery().await.unwrap().is_complete());
+    }
+
+    #[tokio::test]
+    async fn an_interloper_lands_once_just_before_the_matching_write() {
+        let cluster = FakeCluster::builder("t").build();
+        let client = cluster.admin_client();
+        cluster.interlope(Interloper {
+            verb: Some("create".into()),
+            resource: "configmaps".into(),
+            namespace: Some("default".into()),
+            name: "c".into(),
+            object: configmap("them"),
+        });
+        let mine: DynamicObject = serde_json::from_value(configmap("us")).unwrap();
+        let refused = client
+            .create(&configmaps(), Some("default"), &mine, &Default::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, Error::AlreadyExists { .. }), "{refused}");
+        let live = client.get(&configmaps(), Some("default"), "c").await.unwrap();
+        assert_eq!(live.data["data"]["who"], "them");
+        client
+            .delete(&configmaps(), Some("default"), "c", &Default::default())
+            .await
+            .unwrap();
+        assert!(
+            client
+                .get_opt(&configmaps(), Some("default"), "c")
+                .await
+                .unwrap()
+                .is_none(),
+            "used once: the next write is not raced"
+        );
     }
 }

@@ -25,7 +25,7 @@ pub mod watch;
 
 pub use client::FakeClient;
 pub use cluster::{FakeCluster, FakeClusterBuilder};
-pub use faults::{ErrorRule, InjectedError};
+pub use faults::{ErrorRule, InjectedError, Interloper};
 pub use ops::{Caller, Subresource};
 pub use rbac::UserInfo;
 pub use store::{EventType, HistoryEvent, WriteRecord};

@@ -99,7 +99,56 @@ impl FakeCluster {
                 message: "the server could not find the requested resource".into(),
             });
         }
+        drop(state);
+        if subresource.is_empty() {
+            self.land_interloper(verb, &info, namespace, name);
+        }
         Ok(info)
+    }
+
+    /// Lands another client's write queued for this request first (see [`crate::Interloper`]):
+    /// whatever is at the object's key goes, the interloper's object takes its place.
+    fn land_interloper(&self, verb: &str, info: &ResourceInfo, namespace: Option<&str>, name: Option<&str>) {
+        if !matches!(verb, "create" | "update" | "patch" | "delete") {
+            return;
+        }
+        let Some(interloper) = self
+            .inner
+            .faults()
+            .take_interloper(verb, &info.resource.plural, namespace, name)
+        else {
+            return;
+        };
+        let gr = info.group_resource();
+        let mut state = self.inner.lock();
+        let key = (namespace.unwrap_or("").to_string(), interloper.name.clone());
+        if let Some(old) = state.get(&gr, &key).cloned() {
+            let mut gone = (*old).clone();
+            let rv = state.next_rv();
+            meta::set(&mut gone, "resourceVersion", Some(json!(rv.to_string())));
+            state.put(&gr, gone, EventType::Deleted);
+        }
+        let mut obj = interloper.object;
+        if let Some(ns) = namespace {
+            meta::set(&mut obj, "namespace", Some(json!(ns)));
+        }
+        meta::set(&mut obj, "name", Some(json!(interloper.name)));
+        meta::set(&mut obj, "resourceVersion", None);
+        // The test wrote an object the server accepts; one it refuses is a broken test.
+        if let Err(e) = self.inner.create_locked(
+            &mut state,
+            &UserInfo::user("interloper"),
+            info,
+            obj,
+            "interloper",
+            false,
+            false,
+        ) {
+            panic!("fakeapi: the interloper's object was refused: {e}");
+        }
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
     }
 
     /// Reads one object.
@@ -528,7 +577,22 @@ impl FakeCluster {
     /// What the cluster serves.
     pub async fn discovery(&self, _caller: &Caller) -> Result<Discovery> {
         self.inner.fault_gate("get", "").await?;
-        Ok(self.inner.lock().registry.discovery())
+        let mut discovery = self.inner.lock().registry.discovery();
+        let hidden = self.inner.faults().undiscoverable.clone();
+        let group_version = |group: &str, version: &str| match group {
+            "" => version.to_string(),
+            g => format!("{g}/{version}"),
+        };
+        discovery
+            .resources
+            .retain(|r| !hidden.contains(&group_version(&r.group, &r.version)));
+        discovery.unavailable = discovery
+            .groups
+            .iter()
+            .flat_map(|g| g.versions.iter().map(|v| group_version(&g.name, v)))
+            .filter(|gv| hidden.contains(gv))
+            .collect();
+        Ok(discovery)
     }
 
     /// The OpenAPI v3 document of one group-version.

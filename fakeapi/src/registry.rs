@@ -190,6 +190,7 @@ impl Registry {
         Discovery {
             groups,
             resources: self.all().map(|r| r.resource.clone()).collect(),
+            unavailable: Vec::new(),
         }
     }
 }

@@ -3,8 +3,8 @@
 //! exported API.
 //!
 //! Choices recorded here: the autoBind binding is named `autobind-<connection>`, labelled
-//! `core.kbind.io/managed`; an API that stops being exported leaves its list (its syncer stops
-//! with a per-API condition, nothing is deleted); an empty export list leaves the binding as it
+//! `core.kbind.io/managed`; an API that stops being exported stays in its list (its syncer
+//! stops with the per-API `APINotExported` condition, nothing is deleted); an empty export list leaves the binding as it
 //! is; turning autoBind off leaves the binding in place for the user to keep or delete (deleting
 //! it drains, so that stays a user's decision).
 
@@ -44,16 +44,24 @@ pub(crate) async fn reconcile_connection(shared: &Shared, conn: &Connection) -> 
         }
     }
     if conn.spec.auto_bind && !exported.is_empty() {
-        let mut apis: Vec<String> = exported.iter().map(|a| a.name.clone()).collect();
-        apis.sort();
-        ensure_autobind(shared.ctx.consumer.as_ref(), &name, &apis).await?;
+        let apis: Vec<String> = exported.iter().map(|a| a.name.clone()).collect();
+        ensure_autobind(shared.ctx.consumer.as_ref(), &name, apis).await?;
     }
     Ok(())
 }
 
-async fn ensure_autobind(consumer: &dyn ClusterClient, connection: &str, apis: &[String]) -> Result<(), BindingError> {
+/// Keeps the managed binding listing every exported API and every API it listed before: an API
+/// that stops being exported stays, with its per-API `APINotExported` condition, so its objects
+/// are served (or held) like those of any other binding; removing it would leave them with no
+/// binding at all (DESIGN.md §4 "provider-side changes").
+async fn ensure_autobind(
+    consumer: &dyn ClusterClient,
+    connection: &str,
+    exported: Vec<String>,
+) -> Result<(), BindingError> {
     let res = ApiResource::erase::<ClusterBinding>(&());
     let name = autobind_name(connection);
+    let mut current = Vec::new();
     if let Some(existing) = consumer.get_opt(&res, None, &name).await? {
         let managed = existing
             .metadata
@@ -65,7 +73,7 @@ async fn ensure_autobind(consumer: &dyn ClusterClient, connection: &str, apis: &
             tracing::warn!(binding = %name, "a ClusterBinding kbind did not create has the autoBind name; leaving it alone");
             return Ok(());
         }
-        let current: Vec<String> = existing
+        current = existing
             .data
             .pointer("/spec/apis")
             .and_then(|a| a.as_array())
@@ -75,9 +83,10 @@ async fn ensure_autobind(consumer: &dyn ClusterClient, connection: &str, apis: &
                     .collect()
             })
             .unwrap_or_default();
-        if current == apis {
-            return Ok(());
-        }
+    }
+    let apis = listed(exported, &current);
+    if current == apis {
+        return Ok(());
     }
     let body = json!({
         "apiVersion": kbind_api::consts::API_VERSION, "kind": "ClusterBinding",
@@ -89,4 +98,30 @@ async fn ensure_autobind(consumer: &dyn ClusterClient, connection: &str, apis: &
     consumer.patch(&res, None, &name, &Patch::Apply(body), &params).await?;
     tracing::info!(binding = %name, apis = apis.len(), "autoBind binding updated");
     Ok(())
+}
+
+/// The sorted list the managed binding should carry.
+fn listed(exported: Vec<String>, current: &[String]) -> Vec<String> {
+    let mut apis = exported;
+    if !crate::planted::planted(crate::planted::Plant::AutobindDropsUnexported) {
+        apis.extend(current.iter().cloned());
+    }
+    apis.sort();
+    apis.dedup();
+    apis
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listed;
+
+    #[test]
+    fn an_api_no_longer_exported_stays_listed_and_a_newly_exported_one_joins() {
+        let exported = vec!["widgets.example.org".to_string(), "gizmos.example.org".to_string()];
+        let current = ["gadgets.example.org".to_string(), "widgets.example.org".to_string()];
+        assert_eq!(
+            listed(exported, &current),
+            ["gadgets.example.org", "gizmos.example.org", "widgets.example.org"]
+        );
+    }
 }

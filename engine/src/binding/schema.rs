@@ -5,7 +5,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::{annotation, reason};
 use kbind_api::{Connection, ExportedApi, PullPolicy, SchemaSource};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Error, from_dynamic};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, from_dynamic};
 
 use crate::crdpull::{self, CrdOutcome, crd_resource};
 use crate::openapi;
@@ -111,20 +111,71 @@ pub(crate) async fn deliver(
             CrdOutcome::OtherConnection(other) => return Ok(another_connection(&api.name, &other)),
         }
     }
-    let Some(crd) = consumer.get_opt(&crd_resource(), None, &api.name).await? else {
+    let Some(raw) = consumer.get_opt(&crd_resource(), None, &api.name).await? else {
         return Ok(Delivery::Waiting(format!(
             "schema.pullPolicy is None: install CustomResourceDefinition {} on this cluster",
             api.name
         )));
     };
-    let crd: CustomResourceDefinition = from_dynamic(crd)?;
-    if conn.spec.schema.pull_policy == PullPolicy::None
-        && let Some(other) = annotation_of(&crd, annotation::CONNECTION)
-        && other != connection
-    {
-        return Ok(another_connection(&api.name, other));
+    let mut crd: CustomResourceDefinition = from_dynamic(raw.clone())?;
+    let claimed_by = annotation_of(&crd, annotation::CONNECTION);
+    if conn.spec.schema.pull_policy == PullPolicy::None && claimed_by != Some(connection.as_str()) {
+        if let Some(other) = claimed_by
+            && claimant_exists(consumer, other).await?
+        {
+            return Ok(another_connection(&api.name, other));
+        }
+        match claim(consumer, raw, &connection).await? {
+            Some(claimed) => crd = claimed,
+            None => {
+                return Ok(Delivery::Waiting(format!(
+                    "CustomResourceDefinition {} changed while Connection {connection} claimed it; looking again",
+                    api.name
+                )));
+            }
+        }
     }
     Ok(served(&crd, blocked))
+}
+
+/// Whether the Connection a CRD's claim names still exists (a claim outlives nothing else:
+/// once that Connection is gone another may take the API over).
+async fn claimant_exists(consumer: &dyn ClusterClient, connection: &str) -> Result<bool, Error> {
+    let res = kbind_cluster::ApiResource::erase::<Connection>(&());
+    Ok(consumer.get_opt(&res, None, connection).await?.is_some())
+}
+
+/// Records that `connection` serves a CRD kbind did not create (`pullPolicy: None`): the
+/// `core.kbind.io/connection` annotation, added to the object exactly as read and written back
+/// with a replace that must find the resourceVersion that was read (the konnector's RBAC
+/// updates CRDs, it does not patch them), so of two Connections racing exactly one claims it
+/// and the other reads the claim. Nothing but that annotation changes. `None` when the CRD
+/// changed since the read.
+async fn claim(
+    consumer: &dyn ClusterClient,
+    mut raw: DynamicObject,
+    connection: &str,
+) -> Result<Option<CustomResourceDefinition>, Error> {
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    if raw.metadata.deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    raw.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(annotation::CONNECTION.to_string(), connection.to_string());
+    let params = kbind_cluster::PostParams {
+        field_manager: Some(kbind_api::consts::field_manager::KONNECTOR.to_string()),
+        ..Default::default()
+    };
+    match consumer.replace(&crd_resource(), None, &name, &raw, &params).await {
+        Ok(claimed) => {
+            tracing::info!(crd = %name, connection, "claimed the CustomResourceDefinition for this Connection");
+            from_dynamic(claimed).map(Some)
+        }
+        Err(e) if e.is_conflict() || e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn another_connection(api: &str, other: &str) -> Delivery {

@@ -69,7 +69,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
             .and_then(|c| c.status.clone())
             .and_then(|s| s.local_cluster_uid)
             .unwrap_or_default();
-        super::namespaces::remove_empty(&provider, &uid).await;
+        super::namespaces::remove_unused(view, shared, &provider, &uid).await;
     }
     // Removing the CRD deletes every instance with it: after an Orphan release the consumer
     // may hold the only copy.

@@ -135,18 +135,15 @@ async fn delete_copy(
         return Ok(CopyFate::Pending);
     }
     let client: &dyn ClusterClient = provider.client.as_ref();
+    let exactly_this_copy: DeleteParams = meta::delete_exactly(&copy);
     match client
-        .delete(
-            res,
-            target.namespace.as_deref(),
-            &target.name,
-            &DeleteParams::background(),
-        )
+        .delete(res, target.namespace.as_deref(), &target.name, &exactly_this_copy)
         .await
     {
         Ok(None) => Ok(CopyFate::Gone { deleted: true }),
         Err(kbind_cluster::Error::NotFound { .. }) => Ok(CopyFate::Gone { deleted: false }),
-        Ok(Some(_)) => Ok(CopyFate::Pending),
+        // Replaced or changed since the read: the next pass looks again.
+        Ok(Some(_)) | Err(kbind_cluster::Error::Conflict { .. }) => Ok(CopyFate::Pending),
         Err(source) => Err(SyncError::ProviderWriteFailed {
             step: "delete",
             object: target.clone(),

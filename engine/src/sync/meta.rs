@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use kbind_api::ConflictPolicy;
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, finalizer, label, reason};
-use kbind_cluster::{ApiResource, DynamicObject};
+use kbind_cluster::{ApiResource, DeleteParams, DynamicObject};
+use kube::api::Preconditions;
 use serde_json::{Map, Value, json};
 
 use crate::mapper::ObjectKey;
@@ -105,6 +106,18 @@ fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
 pub(crate) fn is_ours(copy: &DynamicObject, consumer_cluster_uid: &str, object_uid: &str) -> bool {
     annotation_of(copy, annotation::CONSUMER_CLUSTER_UID) == Some(consumer_cluster_uid)
         && annotation_of(copy, annotation::CONSUMER_OBJECT_UID) == Some(object_uid)
+}
+
+/// Background deletion of exactly `copy`: its UID and resourceVersion are preconditions, so an
+/// object replaced or changed since it was read (perhaps someone else's by now) is never deleted.
+pub(crate) fn delete_exactly(copy: &DynamicObject) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: copy.metadata.uid.clone(),
+            resource_version: copy.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::background()
+    }
 }
 
 /// Classifies the provider target before any write to it.
@@ -291,6 +304,19 @@ mod tests {
             classify(Some(&stale), &no_readopt, "cl-1", &adopt),
             Verdict::Conflict(reason::OWNED_BY_ANOTHER)
         );
+    }
+
+    #[test]
+    fn a_copy_is_deleted_only_as_it_was_judged() {
+        let mut ours = copy(Some("cl-1"), Some("obj-1"));
+        ours.metadata.uid = Some("copy-uid".into());
+        let params = delete_exactly(&ours);
+        let pre = params.preconditions.expect("preconditions");
+        assert_eq!(
+            (pre.uid.as_deref(), pre.resource_version.as_deref()),
+            (Some("copy-uid"), Some("7"))
+        );
+        assert_eq!(params.propagation_policy, DeleteParams::background().propagation_policy);
     }
 
     #[test]

@@ -265,6 +265,11 @@ impl Syncers {
         }
     }
 
+    /// The mapper every syncer maps keys with.
+    pub(crate) fn mapper(&self) -> &dyn Mapper {
+        self.mapper.as_ref()
+    }
+
     /// Reports sync latencies of the syncers started from now on to `observer`.
     #[must_use]
     pub fn with_observer(mut self, observer: Arc<dyn SyncObserver>) -> Self {

@@ -9,9 +9,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use kbind_api::consts::{TRUE, annotation, finalizer, label, reason};
 use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherError, watcher};
-use kbind_cluster::{
-    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
-};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use serde_json::{Value, json};
@@ -48,6 +46,14 @@ const STATUS_STEP: &str = "write the status of";
 /// the next poll is still noticed.
 type Seen = BTreeMap<(Option<String>, String), (Option<String>, Arc<DynamicObject>)>;
 type SharedSeen = Arc<Mutex<Seen>>;
+
+/// What writing the copy came to.
+enum Written {
+    /// The copy as the provider holds it after our write.
+    Copy(Box<DynamicObject>),
+    /// Not written (conflict, terminating copy, a lost race): what the reconcile answers.
+    Not(Action),
+}
 
 /// What every reconcile of one syncer shares.
 pub(crate) struct Shared {
@@ -336,59 +342,10 @@ impl Shared {
             owned = self.add_finalizer(obj, key).await?;
             &owned
         };
-        let live = self.read_target(&target).await?;
-        let verdict = meta::classify(
-            live.as_ref(),
-            obj,
-            &self.spec.consumer_cluster_uid,
-            &self.spec.conflict_policy,
-        );
-        let precondition = match verdict {
-            Verdict::Terminating => {
-                // The change still waits for the old copy to go: measured until it is applied.
-                if let Some(since) = since {
-                    self.pending.retry(key.clone(), since);
-                }
-                return Ok(Action::requeue(WAIT));
-            }
-            Verdict::Conflict(why) => {
-                self.signal_conflict(obj, key, &target, why).await?;
-                return Ok(Action::requeue(CONFLICT_RECHECK));
-            }
-            Verdict::Create => None,
-            Verdict::Update { precondition } => precondition,
+        let copy = match self.write_copy(obj, key, &target, since).await? {
+            Written::Copy(copy) => *copy,
+            Written::Not(action) => return Ok(action),
         };
-        self.clear_conflict(obj, key).await?;
-        self.ensure_namespace(&target).await?;
-        let body = meta::apply_body(
-            self.res(),
-            obj,
-            &target,
-            &self.spec.consumer_cluster_uid,
-            precondition.as_deref(),
-        );
-        let copy = self
-            .provider
-            .client
-            .apply(
-                self.res(),
-                target.namespace.as_deref(),
-                &target.name,
-                body,
-                kbind_api::consts::field_manager::KONNECTOR,
-                true,
-            )
-            .await
-            .map_err(|source| {
-                // The namespace may have been deleted out of band since it was last seen: the
-                // retry looks again (and re-creates it) instead of trusting the memo for ever.
-                self.forget_namespace(&target);
-                SyncError::ProviderWriteFailed {
-                    step: "apply",
-                    object: target.clone(),
-                    source,
-                }
-            })?;
         if let Some(since) = since {
             self.observer.spec_up(&self.spec.api, since.elapsed());
         }
@@ -407,6 +364,114 @@ impl Shared {
             self.observer.status_down(&self.spec.api, since.elapsed());
         }
         Ok(Action::requeue(RESYNC))
+    }
+
+    /// Classifies the provider target and writes the copy where that is allowed (DESIGN.md §4
+    /// "conflicts"). A target that was absent is created with a plain create, never a forced
+    /// apply: an object someone else made since the read answers AlreadyExists and is
+    /// classified again, so it is never taken over.
+    async fn write_copy(
+        &self,
+        obj: &DynamicObject,
+        key: &ObjectKey,
+        target: &ObjectKey,
+        since: Option<Instant>,
+    ) -> Result<Written, SyncError> {
+        // The second pass classifies what won the race against our create.
+        for _ in 0..2 {
+            let live = self.read_target(target).await?;
+            let verdict = meta::classify(
+                live.as_ref(),
+                obj,
+                &self.spec.consumer_cluster_uid,
+                &self.spec.conflict_policy,
+            );
+            let creating = verdict == Verdict::Create;
+            let mut precondition = match verdict {
+                Verdict::Terminating => {
+                    // The change still waits for the old copy to go: measured until it is applied.
+                    if let Some(since) = since {
+                        self.pending.retry(key.clone(), since);
+                    }
+                    return Ok(Written::Not(Action::requeue(WAIT)));
+                }
+                Verdict::Conflict(why) => {
+                    self.signal_conflict(obj, key, target, why).await?;
+                    return Ok(Written::Not(Action::requeue(CONFLICT_RECHECK)));
+                }
+                Verdict::Create => None,
+                Verdict::Update { precondition } => precondition,
+            };
+            self.clear_conflict(obj, key).await?;
+            self.ensure_namespace(target).await?;
+            if creating && !crate::planted::planted(crate::planted::Plant::FirstWriteForcedApply) {
+                let Some(created) = self.create_copy(obj, target).await? else {
+                    continue;
+                };
+                // The apply below moves the created fields to the apply manager (a create
+                // records them under an Update entry, which a later apply would never prune);
+                // it must find exactly what was created.
+                precondition = created.metadata.resource_version;
+            }
+            let body = meta::apply_body(
+                self.res(),
+                obj,
+                target,
+                &self.spec.consumer_cluster_uid,
+                precondition.as_deref(),
+            );
+            let copy = self
+                .provider
+                .client
+                .apply(
+                    self.res(),
+                    target.namespace.as_deref(),
+                    &target.name,
+                    body,
+                    kbind_api::consts::field_manager::KONNECTOR,
+                    true,
+                )
+                .await
+                .map_err(|source| self.write_failed("apply", target, source))?;
+            return Ok(Written::Copy(Box::new(copy)));
+        }
+        Ok(Written::Not(Action::requeue(WAIT)))
+    }
+
+    /// Creates the provider copy if nothing is there; `None` when something is (AlreadyExists).
+    async fn create_copy(&self, obj: &DynamicObject, target: &ObjectKey) -> Result<Option<DynamicObject>, SyncError> {
+        let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
+        let body: DynamicObject = serde_json::from_value(body)
+            .map_err(|e| self.write_failed("create", target, kbind_cluster::Error::Decode(e.to_string())))?;
+        let params = PostParams {
+            field_manager: Some(kbind_api::consts::field_manager::KONNECTOR.to_string()),
+            ..PostParams::default()
+        };
+        match self
+            .provider
+            .client
+            .create(self.res(), target.namespace.as_deref(), &body, &params)
+            .await
+        {
+            Ok(created) => Ok(Some(created)),
+            Err(kbind_cluster::Error::AlreadyExists { .. }) => {
+                tracing::info!(object = %target, "the provider object appeared before our create; classifying it again");
+                Ok(None)
+            }
+            Err(source) => Err(self.write_failed("create", target, source)),
+        }
+    }
+
+    /// A failed write of the copy.
+    fn write_failed(&self, step: &'static str, target: &ObjectKey, source: kbind_cluster::Error) -> SyncError {
+        // The namespace may have been deleted out of band since it was last seen: the retry
+        // looks again (and re-creates it) instead of trusting the memo for ever.
+        self.forget_namespace(target);
+        SyncError::ProviderWriteFailed {
+            step,
+            object: target.clone(),
+            source,
+        }
     }
 
     async fn read_target(&self, target: &ObjectKey) -> Result<Option<DynamicObject>, SyncError> {
@@ -443,12 +508,13 @@ impl Shared {
                         self.res(),
                         target.namespace.as_deref(),
                         &target.name,
-                        &DeleteParams::background(),
+                        &meta::delete_exactly(&copy),
                     )
                     .await;
                 match remaining {
                     Ok(None) | Err(kbind_cluster::Error::NotFound { .. }) => {}
-                    Ok(Some(_)) => return Ok(Action::requeue(WAIT)),
+                    // Replaced or changed since the read: look again before deleting anything.
+                    Ok(Some(_)) | Err(kbind_cluster::Error::Conflict { .. }) => return Ok(Action::requeue(WAIT)),
                     Err(source) => {
                         return Err(SyncError::ProviderWriteFailed {
                             step: "delete",

@@ -91,7 +91,22 @@ async fn discovery_document(
         }
         (Target::Groups, None) => json_body(&discovery::group_list(&found)),
         (Target::Group(name), _) => json_body(&discovery::group(&found, &name)?),
-        (Target::Resources { group, version }, _) => json_body(&discovery::resource_list(&found, &group, &version)?),
+        (Target::Resources { group, version }, _) => {
+            let group_version = if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            };
+            if found.unavailable.contains(&group_version) {
+                return Err(Error::Server {
+                    code: 503,
+                    reason: "ServiceUnavailable".into(),
+                    message: format!("the server is currently unable to handle the request ({group_version})"),
+                }
+                .into());
+            }
+            json_body(&discovery::resource_list(&found, &group, &version)?)
+        }
         (Target::Resource(_) | Target::Unknown, _) => return Err(not_found()),
     };
     Ok(response)

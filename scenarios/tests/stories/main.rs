@@ -6,6 +6,7 @@ mod story;
 
 mod binding_kit;
 
+mod autobind_keeps_unexported_apis;
 mod cluster_scoped_api_in_binding;
 mod conflicts;
 mod connection_events;
@@ -24,8 +25,10 @@ mod namespace_scoped_credentials;
 mod needs_connection_reconciler;
 mod observed_generation;
 mod on_any_stage;
+mod one_connection_claims_a_user_crd;
 mod order_independent_apply;
 mod orphan;
+mod provider_namespace_removal;
 mod provider_namespaces;
 mod provider_replaced_by_a_fresh_cluster;
 mod provider_side_changes;
@@ -39,3 +42,4 @@ mod seeded_hand_overs;
 mod seeded_sync_schedules;
 mod two_consumers;
 mod unbind_on_cold_caches;
+mod write_races;

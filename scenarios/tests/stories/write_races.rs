@@ -1,0 +1,113 @@
+//! DESIGN.md §4 "conflicts" and "deletion", §8.3: another client's write can land between the
+//! syncer's read of the provider target and its write. The first write of a copy is a create,
+//! so an object that appeared meanwhile is classified (and left alone), never taken over; the
+//! delete of a copy carries its UID and resourceVersion, so an object that replaced it meanwhile
+//! is never deleted.
+
+use crate::story;
+
+use futures::FutureExt;
+use kbind_api::consts::{annotation, label, reason};
+use kbind_scenarios::apis::{widget, widgets};
+use serde_json::{Value, json};
+use story::{WIDGETS, at, bound_world, create_widget, meta_key, wait_for_copy, widget_has};
+
+/// A widget someone else made on the provider: no kbind markers.
+fn foreign_widget(ns: &str, name: &str, size: i64) -> Value {
+    let mut obj = serde_json::to_value(widget(ns, name, json!({"size": size}))).expect("a widget");
+    obj["metadata"]["labels"] = json!({"owner": "provider-team"});
+    obj
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_object_made_on_the_provider_just_before_the_first_write_is_never_taken_over() {
+    let (mut world, _cred) = bound_world(
+        "an_object_made_on_the_provider_just_before_the_first_write_is_never_taken_over",
+        611,
+    )
+    .await;
+    // The provider team creates default/w1 after the syncer saw nothing there, before it writes.
+    world.provider("acme").interlope(fakeapi::Interloper {
+        verb: None,
+        resource: "widgets".into(),
+        namespace: Some("default".into()),
+        name: "w1".into(),
+        object: foreign_widget("default", "w1", 9),
+    });
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    world
+        .run_until_async(
+            "the consumer object reports ForeignObjectExists",
+            90,
+            widget_has(
+                "default",
+                "w1",
+                &meta_key("annotations", annotation::CONFLICT),
+                json!(reason::FOREIGN_OBJECT_EXISTS),
+            ),
+        )
+        .await;
+    world
+        .run_until_async("the binding counts the conflict", 60, |w| {
+            async move {
+                story::bound_api(w, "acme", WIDGETS)
+                    .await
+                    .is_some_and(|b| b.conflict_count == 1)
+            }
+            .boxed()
+        })
+        .await;
+    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    world.steps_for(30).await;
+    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "their spec stays");
+    assert_eq!(story::label(&now, "owner").as_deref(), Some("provider-team"));
+    assert_eq!(
+        story::label(&now, label::MANAGED),
+        None,
+        "no marker of ours is stamped on it"
+    );
+    assert_eq!(story::annotation(&now, annotation::CONSUMER_CLUSTER_UID), None);
+    assert_eq!(story::annotation(&now, annotation::CONSUMER_OBJECT_UID), None);
+    assert_eq!(
+        now.and_then(|o| o.metadata.resource_version),
+        theirs.and_then(|o| o.metadata.resource_version),
+        "their object is not written at all"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_object_that_replaced_a_copy_just_before_its_delete_is_left_alone() {
+    let (mut world, _cred) = bound_world(
+        "an_object_that_replaced_a_copy_just_before_its_delete_is_left_alone",
+        612,
+    )
+    .await;
+    create_widget(&world, "default", "w2", json!({"size": 2})).await;
+    let copy = wait_for_copy(&mut world, "acme", "default", "w2").await;
+    // Between the syncer's read of the copy and its delete, the copy is replaced by someone
+    // else's object of the same name.
+    world.provider("acme").interlope(fakeapi::Interloper {
+        verb: Some("delete".into()),
+        resource: "widgets".into(),
+        namespace: Some("default".into()),
+        name: "w2".into(),
+        object: foreign_widget("default", "w2", 7),
+    });
+    world.delete_on_consumer(&widgets(), Some("default"), "w2").await;
+    world
+        .run_until_async(
+            "the consumer object's deletion completes",
+            90,
+            story::consumer_widget_gone("default", "w2"),
+        )
+        .await;
+    world.steps_for(20).await;
+    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w2").await;
+    assert!(
+        theirs.as_ref().and_then(|o| o.metadata.uid.clone()) != copy.metadata.uid && theirs.is_some(),
+        "the object that replaced our copy is still there"
+    );
+    assert_eq!(at(&theirs, "/spec/size"), Some(json!(7)));
+    assert_eq!(story::label(&theirs, "owner").as_deref(), Some("provider-team"));
+}
