@@ -1,6 +1,11 @@
 //! The stories of `kbind_scenarios::told` on real kube-apiservers: the same assertions the fake
 //! stage answers in scenarios/tests/stories/on_any_stage.rs, here against the konnector binary
 //! under the chart's least-privilege RBAC, with the provider behind a `FaultProxy`.
+//!
+//! What real servers did differently from fakeapi: the konnector is not an admin on either side,
+//! so a read the chart's RBAC does not grant (Secrets outside the konnector's namespace, a
+//! provider API nobody granted) fails here and passes on the fake stage; and the konnector binary
+//! rediscovers exported APIs every `--resync` (10 min by default), so the stage passes 15 s.
 
 mod child;
 mod real;
@@ -27,7 +32,10 @@ impl RealStage {
     async fn start(name: &'static str) -> Option<Self> {
         let (world, proxy) = World::start_behind_proxy(name, &["Fail"]).await?;
         let lines = world.lines.clone();
-        let konnector = world.consumer().konnector(name, &lines).await;
+        // An API exported after the Connection engaged is found by rediscovery only (10 min by
+        // default); the fake world's konnector rediscovers every 60 s of its paused clock.
+        let resync = ["--resync", "15s"];
+        let konnector = Konnector::start(&world.consumer().kubeconfig, name, &resync, lines.clone()).await;
         world.consumer().wait_ready(&lines).await;
         let provider: Arc<dyn ClusterClient> = Arc::new(world.provider.clone());
         Some(Self {
@@ -48,6 +56,10 @@ impl Stage for RealStage {
         "provider"
     }
 
+    fn cluster_binding(&self) -> &'static str {
+        "widgets"
+    }
+
     fn consumer(&self) -> Arc<dyn ClusterClient> {
         Arc::new(self.world.consumer().admin.clone())
     }
@@ -62,6 +74,49 @@ impl Stage for RealStage {
         Fut: Future<Output = Option<T>>,
     {
         eventually(what, &self.world.lines, async || check().await).await
+    }
+
+    async fn delete(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
+        self.world
+            .consumer()
+            .admin
+            .delete(res, namespace, name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting {} {name}: {e}", res.kind));
+    }
+
+    async fn export_api(&mut self, crd: Value) {
+        let spec = &crd["spec"];
+        let group = spec["group"].as_str().unwrap().to_string();
+        let version = spec["versions"][0]["name"].as_str().unwrap().to_string();
+        let res = ApiResource {
+            group: group.clone(),
+            version: version.clone(),
+            api_version: format!("{group}/{version}"),
+            kind: spec["names"]["kind"].as_str().unwrap().into(),
+            plural: spec["names"]["plural"].as_str().unwrap().into(),
+        };
+        create(&self.world.provider, crd).await;
+        served(&self.world.provider, &res, &self.world.lines).await;
+        // A CRD is exported only when the credential can read it (DESIGN.md §2): the provider admin
+        // grants the konnector the new API as the demo's ClusterRole grants widgets.
+        let rules = json!([{"apiGroups": [group], "resources": [res.plural, format!("{}/status", res.plural)],
+                            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]);
+        for rbac in grant(&format!("kbind-{}", res.plural), None, provider_subject(1), rules) {
+            create(&self.world.provider, rbac).await;
+        }
+    }
+
+    async fn allow_namespace_removal(&mut self) {
+        // Telling an emptied namespace from a used one takes listing every namespaced resource in
+        // it; the demo's least-privilege ClusterRole grants neither that nor deleting namespaces.
+        let rules = json!([
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"]},
+        ]);
+        for rbac in grant("kbind-namespace-removal", None, provider_subject(1), rules) {
+            create(&self.world.provider, rbac).await;
+        }
     }
 
     async fn partition(&mut self) {
@@ -131,4 +186,58 @@ async fn connection_loss() {
         return;
     };
     told::connection_loss(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_deletes_nothing() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_orphan_deletes_nothing").await else {
+        return;
+    };
+    told::orphan_deletes_nothing(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_cluster_binding_to_binding() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_hand_over_cluster_binding_to_binding").await else {
+        return;
+    };
+    told::hand_over_cluster_binding_to_binding(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_binding_to_cluster_binding() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_hand_over_binding_to_cluster_binding").await else {
+        return;
+    };
+    told::hand_over_binding_to_cluster_binding(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_over_binding_to_binding() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_hand_over_binding_to_binding").await else {
+        return;
+    };
+    told::hand_over_binding_to_binding(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_naming_a_cluster_scoped_api() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_binding_naming_a_cluster_scoped_api").await else {
+        return;
+    };
+    told::binding_naming_a_cluster_scoped_api(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_namespace_removal() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_provider_namespace_removal").await else {
+        return;
+    };
+    told::provider_namespace_removal(&mut stage).await;
 }

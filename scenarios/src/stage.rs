@@ -5,7 +5,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use kbind_cluster::ClusterClient;
+use kbind_cluster::{ApiResource, ClusterClient};
+use serde_json::Value;
 
 use crate::invariants::Violation;
 use crate::world::World;
@@ -19,8 +20,11 @@ pub trait Stage {
     /// `fakeapi` or `real`, for messages.
     fn backend(&self) -> &'static str;
 
-    /// The name of the Connection (and of its ClusterBinding) the stage applied.
+    /// The name of the Connection the stage applied.
     fn connection(&self) -> &'static str;
+
+    /// The name of the ClusterBinding the stage applied (widgets through [`Stage::connection`]).
+    fn cluster_binding(&self) -> &'static str;
 
     /// The consumer cluster as its admin sees it.
     fn consumer(&self) -> Arc<dyn ClusterClient>;
@@ -51,6 +55,18 @@ pub trait Stage {
             }
         }
     }
+
+    /// Deletes an object on the consumer as its admin, as a user does; the fake stage records it
+    /// so §8.1 counts what kbind deletes because of it (a binding's CRD) as asked for.
+    fn delete(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) -> impl Future<Output = ()>;
+
+    /// The provider admin exports one more API: installs `crd` (labelled exported) and waits
+    /// until it is served.
+    fn export_api(&mut self, crd: Value) -> impl Future<Output = ()>;
+
+    /// Lets the konnector's provider credential do what removing an emptied provider namespace
+    /// takes (read every namespaced resource, delete namespaces); least privilege leaves it out.
+    fn allow_namespace_removal(&mut self) -> impl Future<Output = ()>;
 
     /// Cuts the provider off from the konnector.
     fn partition(&mut self) -> impl Future<Output = ()>;
@@ -112,6 +128,10 @@ impl Stage for FakeStage {
         "acme"
     }
 
+    fn cluster_binding(&self) -> &'static str {
+        "acme"
+    }
+
     fn consumer(&self) -> Arc<dyn ClusterClient> {
         Arc::new(self.world.consumer().admin_client())
     }
@@ -135,6 +155,18 @@ impl Stage for FakeStage {
             invariant: "progress",
             detail: format!("not true after {MAX_STEPS} steps: {what}"),
         })
+    }
+
+    async fn delete(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
+        self.world.delete_on_consumer(res, namespace, name).await;
+    }
+
+    async fn export_api(&mut self, crd: Value) {
+        self.world.install_provider_crd("acme", crd).await;
+    }
+
+    async fn allow_namespace_removal(&mut self) {
+        // The fake stage's credential is the provider's admin token already.
     }
 
     async fn partition(&mut self) {

@@ -1,7 +1,14 @@
 //! Stories told on any [`Stage`]: the main flow, a conflict, an identity change and a connection
-//! loss, asserted only through what a user can read on the two clusters. The fake world runs
-//! them in scenarios/tests/stories/on_any_stage.rs, real clusters in
-//! konnector/tests/real_stages.rs.
+//! loss here, the unbind stories in [`unbind`], asserted only through what a user can read on the
+//! two clusters. The fake world runs them in scenarios/tests/stories/on_any_stage.rs, real
+//! clusters in konnector/tests/real_stages.rs.
+
+mod unbind;
+
+pub use unbind::{
+    binding_naming_a_cluster_scoped_api, hand_over_binding_to_binding, hand_over_binding_to_cluster_binding,
+    hand_over_cluster_binding_to_binding, orphan_deletes_nothing, provider_namespace_removal,
+};
 
 use kbind_api::consts::{annotation, condition, reason, status};
 use kbind_api::{ClusterBinding, Connection, conditions};

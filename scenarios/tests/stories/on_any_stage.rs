@@ -26,3 +26,42 @@ async fn connection_loss() {
     let mut stage = FakeStage::bound("on_any_stage::connection_loss", seed_from_env(74)).await;
     told::connection_loss(&mut stage).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn orphan_deletes_nothing() {
+    let mut stage = FakeStage::bound("on_any_stage::orphan_deletes_nothing", seed_from_env(75)).await;
+    told::orphan_deletes_nothing(&mut stage).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_over_cluster_binding_to_binding() {
+    let story = "on_any_stage::hand_over_cluster_binding_to_binding";
+    let mut stage = FakeStage::bound(story, seed_from_env(76)).await;
+    told::hand_over_cluster_binding_to_binding(&mut stage).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_over_binding_to_cluster_binding() {
+    let story = "on_any_stage::hand_over_binding_to_cluster_binding";
+    let mut stage = FakeStage::bound(story, seed_from_env(77)).await;
+    told::hand_over_binding_to_cluster_binding(&mut stage).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_over_binding_to_binding() {
+    let mut stage = FakeStage::bound("on_any_stage::hand_over_binding_to_binding", seed_from_env(78)).await;
+    told::hand_over_binding_to_binding(&mut stage).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn binding_naming_a_cluster_scoped_api() {
+    let story = "on_any_stage::binding_naming_a_cluster_scoped_api";
+    let mut stage = FakeStage::bound(story, seed_from_env(79)).await;
+    told::binding_naming_a_cluster_scoped_api(&mut stage).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn provider_namespace_removal() {
+    let mut stage = FakeStage::bound("on_any_stage::provider_namespace_removal", seed_from_env(80)).await;
+    told::provider_namespace_removal(&mut stage).await;
+}
