@@ -490,7 +490,13 @@ impl Shared {
         match self
             .provider
             .client
-            .patch(self.res(), target.namespace.as_deref(), &target.name, &Patch::Json(patch), &params)
+            .patch(
+                self.res(),
+                target.namespace.as_deref(),
+                &target.name,
+                &Patch::Json(patch),
+                &params,
+            )
             .await
         {
             Ok(patched) => Ok(patched),
