@@ -13,9 +13,9 @@
 //! What real kube-apiservers did differently from fakeapi in these stories, and what was checked to be the same:
 //! - The 429 TooManyRequests on the first list of a just-created CRD (see real_clusters.rs) costs one binding
 //!   pass, retried; deliberately not read as fakeapi's 404 (a 429 may be throttling of a busy API).
-//! - Orphan unbind: the konnector removes the consumer CRD with its last binding (DESIGN.md §4), and the real
-//!   apiserver's CRD finalizer then deletes every remaining consumer instance. The provider copies are untouched,
-//!   but the consumer objects do not survive an orphaned unbind of the API's only binding.
+//! - Orphan unbind deletes nothing on either side (DESIGN.md §4, issue 12): the consumer CRD and objects stay, the
+//!   provider copies are untouched. (Before, the CRD went with its last binding and the real apiserver's CRD
+//!   finalizer deleted every consumer object.)
 //! - OpenAPI source: the real `/openapi/v3/apis/example.org/v1` publishes defaults, enums,
 //!   `x-kubernetes-int-or-string` (with its `anyOf`), `x-kubernetes-preserve-unknown-fields` and
 //!   `x-kubernetes-validations`, and the synthesized consumer CRD keeps all of them; the consumer's apiserver
@@ -319,17 +319,28 @@ async fn orphan_on_an_object_and_on_a_binding_leaves_the_provider_copies() {
             .then_some(())
     })
     .await;
-    // The CRD goes with its last binding (DESIGN.md §4 "unbind"), and with it the real apiserver deletes the
-    // consumer's instances: their finalizers were released, so nothing holds them.
-    eventually("the consumer CRD and its instances gone", &lines, async || {
-        let crd = consumer
+    // Orphan deletes nothing on either side (DESIGN.md §4 "unbind"): the consumer CRD stays, and with it every
+    // consumer object (before issue 12 the CRD went with its last binding and the apiserver deleted the objects).
+    let consumer_before: BTreeMap<String, Option<String>> = widgets_on(&consumer.admin)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(n, w)| (n, w.metadata.uid))
+        .collect();
+    assert!(
+        consumer
             .admin
             .get_opt(&crds(), None, "widgets.example.org")
             .await
-            .ok()?;
-        crd.is_none().then_some(())
-    })
-    .await;
+            .unwrap()
+            .is_some_and(|crd| crd.metadata.deletion_timestamp.is_none()),
+        "Orphan keeps the consumer CRD"
+    );
+    assert_eq!(
+        consumer_before.keys().collect::<Vec<_>>(),
+        ["w1", "w2"],
+        "Orphan keeps the consumer objects"
+    );
     let after: BTreeMap<String, Option<String>> = widgets_on(&world.provider)
         .await
         .unwrap()
