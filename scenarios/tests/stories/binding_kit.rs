@@ -11,11 +11,11 @@ use futures::future::BoxFuture;
 use kbind_api::consts::{annotation, condition};
 use kbind_api::{Binding, conditions};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
-use kbind_scenarios::apis::{widgets, widgets_crd};
-use kbind_scenarios::{ProviderOpts, World, seed_from_env};
+use kbind_scenarios::World;
+use kbind_scenarios::apis::widgets;
 use serde_json::{Value, json};
 
-use crate::story::{WIDGETS, ensure_namespace};
+use crate::story::{WIDGETS, ensure_namespace, world_with_bundle};
 
 /// The Binding resource.
 pub fn bindings() -> ApiResource {
@@ -30,25 +30,7 @@ pub fn allow_binding_namespaces(objects: &mut [Value], namespaces: &str) {
 /// A world with provider `acme` exporting widgets, a Connection that allows Bindings in every
 /// namespace and no ClusterBinding, konnector-0 running and the Connection Ready.
 pub async fn connected_for_bindings(story: &str, seed: u64) -> World {
-    let mut world = World::builder()
-        .seed(seed_from_env(seed))
-        .story(story)
-        .provider("acme", ProviderOpts::default())
-        .build()
-        .await;
-    world.install_provider_crd("acme", widgets_crd()).await;
-    let cred = world.mint_admin_token("acme");
-    let mut objects = kbind_scenarios::bundle::bundle(
-        "acme",
-        kbind_scenarios::world::NAMESPACE,
-        &world.kubeconfig_for(&cred),
-        &[],
-    );
-    allow_binding_namespaces(&mut objects, "*");
-    for obj in objects {
-        world.apply_object(obj).await;
-    }
-    world.start_konnector();
+    let (mut world, _) = world_with_bundle(story, seed, &[], |objects| allow_binding_namespaces(objects, "*")).await;
     world
         .run_until_connection("acme", "Ready", 120, |c| {
             conditions::is_true(c.conditions(), condition::READY)

@@ -58,10 +58,15 @@ pub fn label(obj: &Option<DynamicObject>, key: &str) -> Option<String> {
     obj.as_ref()?.metadata.labels.as_ref()?.get(key).cloned()
 }
 
-/// A world with provider `acme` (widgets CRD installed, admin token), konnector-0 running and
-/// the ClusterBinding `acme` Ready; `customise` edits the bundle's objects before they are
-/// applied (Connection at index 1, ClusterBinding at index 2).
-pub async fn bound_world_with(story: &str, seed: u64, customise: impl FnOnce(&mut [Value])) -> (World, Credential) {
+/// A world with provider `acme` (widgets CRD installed, admin token) and the bundle for `apis`
+/// applied (Connection at index 1, a ClusterBinding at index 2 when `apis` is not empty), edited
+/// first by `customise`; konnector-0 started, nothing waited for.
+pub async fn world_with_bundle(
+    story: &str,
+    seed: u64,
+    apis: &[&str],
+    customise: impl FnOnce(&mut [Value]),
+) -> (World, Credential) {
     let mut world = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
@@ -74,13 +79,21 @@ pub async fn bound_world_with(story: &str, seed: u64, customise: impl FnOnce(&mu
         "acme",
         kbind_scenarios::world::NAMESPACE,
         &world.kubeconfig_for(&cred),
-        &[WIDGETS],
+        apis,
     );
     customise(&mut objects);
     for obj in objects {
         world.apply_object(obj).await;
     }
     world.start_konnector();
+    (world, cred)
+}
+
+/// A world with provider `acme` (widgets CRD installed, admin token), konnector-0 running and
+/// the ClusterBinding `acme` Ready; `customise` edits the bundle's objects before they are
+/// applied (Connection at index 1, ClusterBinding at index 2).
+pub async fn bound_world_with(story: &str, seed: u64, customise: impl FnOnce(&mut [Value])) -> (World, Credential) {
+    let (mut world, cred) = world_with_bundle(story, seed, &[WIDGETS], customise).await;
     world
         .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
         .await;
