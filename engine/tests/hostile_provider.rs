@@ -25,8 +25,15 @@ use support::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The paths the proxy answers with a plain-text 404 instead of passing them on.
-type Blocked = Arc<Mutex<BTreeSet<String>>>;
+/// The paths the proxy answers with a plain-text 404 instead of passing them on, and how many
+/// such answers it gave.
+#[derive(Default)]
+struct Blocking {
+    paths: BTreeSet<String>,
+    answered: usize,
+}
+
+type Blocked = Arc<Mutex<Blocking>>;
 
 /// Connects to `provider` through `kube::Client` over fakeapi's router, behind a proxy that
 /// answers `404 page not found` (text/plain) for the paths in `blocked`.
@@ -51,7 +58,12 @@ impl Connector for ProxiedConnector {
         let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
             let router = router.clone();
             let bearer = bearer.clone();
-            let hit = blocked.lock().unwrap().contains(request.uri().path());
+            let hit = {
+                let mut blocking = blocked.lock().unwrap();
+                let hit = blocking.paths.contains(request.uri().path());
+                blocking.answered += usize::from(hit);
+                hit
+            };
             async move {
                 if hit {
                     let text = Full::new(Bytes::from_static(b"404 page not found\n"))
@@ -151,12 +163,20 @@ async fn plain_text_404_for_the_copy_keeps_the_finalizer() {
     blocked
         .lock()
         .unwrap()
+        .paths
         .insert("/apis/example.org/v1/namespaces/team-a/widgets/w1".to_string());
     admin
         .delete(&widgets(), Some("team-a"), "w1", &Default::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(300)).await;
+    // The konnector has acted on the delete once the proxy answered it a few times (it retries
+    // while the finalizer is held), or once it let the object go.
+    eventually("the delete acted on", Duration::from_secs(300), || {
+        let answered = blocked.lock().unwrap().answered;
+        let gone = consumer_w1();
+        async move { answered >= 3 || gone.await.unwrap().is_none() }
+    })
+    .await;
     let held = consumer_w1().await.unwrap();
     assert!(
         held.as_ref().is_some_and(|o| o
@@ -173,7 +193,7 @@ async fn plain_text_404_for_the_copy_keeps_the_finalizer() {
     );
 
     // Once the provider answers again, the deletion completes as usual.
-    blocked.lock().unwrap().clear();
+    blocked.lock().unwrap().paths.clear();
     eventually(
         "the copy and then the object to go",
         Duration::from_secs(600),
