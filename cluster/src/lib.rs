@@ -10,7 +10,7 @@ pub mod identity;
 pub mod kube_impl;
 pub mod layer;
 pub mod limit;
-mod planted;
+pub mod planted;
 pub mod watcher;
 
 pub use client::{ClusterClient, ClusterClientExt, WatchStream, from_dynamic, to_dynamic};
