@@ -5,10 +5,12 @@
 //! - The consumer CRD carries only the provider's storage version (served and storage), with
 //!   conversion `None`: the consumer never runs the provider's conversion webhook, and one
 //!   version is what the provider copy is written in.
-//! - Provider labels and annotations are copied except kbind's own (`core.kbind.io/*`, which
-//!   describe the provider's relationship, not ours), `kubectl.kubernetes.io/last-applied-configuration`
-//!   (it would mislead `kubectl apply` on the consumer) and cert-manager's CA injection requests
-//!   (there is no webhook to inject into).
+//! - Provider labels and annotations are copied except those that never cross
+//!   ([`crate::ownership::crosses`]): kbind's own (`core.kbind.io/*`, which describe the
+//!   provider's relationship, not ours), kubectl's (`last-applied-configuration` would mislead
+//!   `kubectl apply` on the consumer), other tools' ownership and tracking keys (Helm, Argo CD,
+//!   Flux would act on a CRD they never made) and cert-manager's CA injection requests (there is
+//!   no webhook to inject into).
 //! - The schema hash covers exactly the consumer spec, so only a change of what the consumer
 //!   would serve is an update.
 
@@ -21,22 +23,18 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceConversion, CustomResourceDefinition, CustomResourceDefinitionSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kbind_api::consts::{KEY_PREFIX, SCHEMA_HASH_PREFIX, TRUE, annotation, label};
+use kbind_api::consts::{SCHEMA_HASH_PREFIX, TRUE, annotation, label};
 use serde_json::Value;
 
 pub use classify::{UpdateKind, classify_update};
+
+use crate::ownership::{self, Copied};
 pub use ensure::{CrdOutcome, crd_resource, ensure_consumer_crd};
 
 /// Conversion strategy of every consumer CRD.
 const CONVERSION_NONE: &str = "None";
 /// Hex characters of the SHA-256 digest kept in a schema hash.
 const HASH_HEX_LEN: usize = 16;
-/// Provider annotations that must not follow the CRD to the consumer.
-const DROPPED_ANNOTATION_PREFIXES: &[&str] = &[
-    "kubectl.kubernetes.io/last-applied-configuration",
-    "cert-manager.io/inject-ca-from",
-];
-
 /// Why a provider CRD cannot become a consumer CRD.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
@@ -116,10 +114,10 @@ pub fn consumer_crd_from_provider(
     };
     let metadata = ObjectMeta {
         name: Some(name),
-        labels: Some(copied(provider.metadata.labels.as_ref(), &[])),
-        annotations: Some(copied(
+        labels: Some(ownership::crossing(Copied::Crd, provider.metadata.labels.as_ref())),
+        annotations: Some(ownership::crossing(
+            Copied::Crd,
             provider.metadata.annotations.as_ref(),
-            DROPPED_ANNOTATION_PREFIXES,
         )),
         ..ObjectMeta::default()
     };
@@ -131,15 +129,6 @@ pub fn consumer_crd_from_provider(
         },
         connection,
     ))
-}
-
-/// Provider labels or annotations without kbind's own keys and the `dropped` prefixes.
-fn copied(from: Option<&BTreeMap<String, String>>, dropped: &[&str]) -> BTreeMap<String, String> {
-    from.into_iter()
-        .flatten()
-        .filter(|(key, _)| !key.starts_with(KEY_PREFIX) && !dropped.iter().any(|p| key.starts_with(p)))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// Stamps the managed label, the connection and the schema hash of its current spec on `crd`.
@@ -157,16 +146,12 @@ pub(crate) fn mark_managed(mut crd: CustomResourceDefinition, connection: &str) 
 
 /// An annotation of `crd`, if set.
 pub(crate) fn annotation_of<'a>(crd: &'a CustomResourceDefinition, key: &str) -> Option<&'a str> {
-    crd.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    ownership::annotation_of(&crd.metadata, key)
 }
 
 /// Whether kbind created `crd` (it carries `core.kbind.io/managed: "true"`).
 pub fn is_managed(crd: &CustomResourceDefinition) -> bool {
-    crd.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(label::MANAGED))
-        .is_some_and(|v| v == TRUE)
+    ownership::is_managed(&crd.metadata)
 }
 
 #[cfg(test)]

@@ -1,11 +1,14 @@
-//! One related copy: its ownership markers, how a target is classified before any write
-//! (DESIGN.md §4 "conflicts"), and the server-side apply body (content only, never logged).
+//! One related copy: its owner, how a target is classified before any write (DESIGN.md §4
+//! "conflicts", by the rules of [`crate::ownership`]), and the server-side apply body (content
+//! only, never logged).
 
 use std::collections::BTreeMap;
 
-use kbind_api::consts::{KEY_PREFIX, TRUE, annotation, label, reason};
+use kbind_api::consts::{TRUE, annotation, label};
 use kbind_cluster::{ApiResource, DynamicObject};
 use serde_json::{Map, Value, json};
+
+use crate::ownership::{self, Copied, Takeover};
 
 /// Who a copy belongs to: one binding on one consumer cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,76 +19,48 @@ pub(crate) struct Owner {
     pub consumer_cluster_uid: String,
 }
 
-/// What may be done with the target of one source object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Nothing there: create it.
-    Create,
-    /// Ours (or adoptable): write it; `precondition` is the resourceVersion an adoption must
-    /// still find.
-    Update {
-        /// resourceVersion the takeover must still find.
-        precondition: Option<String>,
-    },
-    /// Ours and being deleted: wait until it is gone.
-    Terminating,
-    /// Someone else's: leave it alone, with this reason.
-    Conflict(&'static str),
+
+impl Owner {
+    /// This owner in the terms of [`crate::ownership`].
+    fn as_owner(&self) -> ownership::Owner<'_> {
+        ownership::Owner::related(&self.consumer_cluster_uid, &self.binding_uid)
+    }
 }
 
-fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
-    obj.metadata.annotations.as_ref()?.get(key).map(String::as_str)
-}
+/// What may be done with the target of one source object.
+pub(crate) use crate::ownership::Verdict;
 
 /// Whether `obj` carries kbind's related-copy markers of exactly `owner`.
 pub(crate) fn is_ours(obj: &DynamicObject, owner: &Owner) -> bool {
-    annotation_of(obj, annotation::RELATED_BINDING) == Some(owner.binding_uid.as_str())
-        && annotation_of(obj, annotation::CONSUMER_CLUSTER_UID) == Some(owner.consumer_cluster_uid.as_str())
+    ownership::is_ours(&obj.metadata, &owner.as_owner())
 }
 
 /// Whether `obj` is some binding's related copy (ours or not): never a source itself, which
 /// keeps two directions over one kind from copying copies back and forth.
 pub(crate) fn is_related_copy(obj: &DynamicObject) -> bool {
-    annotation_of(obj, annotation::RELATED_BINDING).is_some()
+    ownership::annotation_of(&obj.metadata, annotation::RELATED_BINDING).is_some()
 }
 
 /// Classifies a target before any write. Unmarked targets are adopted only when `adopt`
 /// (policy `Adopt`, provider side only); any other owner's markers are `OwnedByAnother`.
 pub(crate) fn classify(live: Option<&DynamicObject>, owner: &Owner, adopt: bool) -> Verdict {
-    let Some(live) = live else {
-        return Verdict::Create;
-    };
-    let unmarked = [
-        annotation::RELATED_BINDING,
-        annotation::CONSUMER_CLUSTER_UID,
-        annotation::CONSUMER_OBJECT_UID,
-    ]
-    .iter()
-    .all(|k| annotation_of(live, k).is_none());
-    let verdict = if is_ours(live, owner) || crate::planted::planted(crate::planted::Plant::OverwriteForeignRelated) {
-        Verdict::Update { precondition: None }
-    } else if unmarked && adopt {
-        Verdict::Update {
-            precondition: live.metadata.resource_version.clone(),
-        }
-    } else if unmarked {
-        Verdict::Conflict(reason::FOREIGN_OBJECT_EXISTS)
-    } else {
-        Verdict::Conflict(reason::OWNED_BY_ANOTHER)
-    };
-    if live.metadata.deletion_timestamp.is_some() && !matches!(verdict, Verdict::Conflict(_)) {
-        return Verdict::Terminating;
+    if crate::planted::planted(crate::planted::Plant::OverwriteForeignRelated)
+        && let Some(live) = live
+    {
+        return if live.metadata.deletion_timestamp.is_some() {
+            Verdict::Terminating
+        } else {
+            Verdict::Update { precondition: None }
+        };
     }
-    verdict
+    let takeover = Takeover { adopt, readopt: false };
+    ownership::classify(live, &owner.as_owner(), takeover)
 }
 
-/// Labels or annotations of a source without kbind's own keys (those belong to the copy).
-pub(crate) fn without_kbind_keys(map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
-    map.into_iter()
-        .flatten()
-        .filter(|(k, _)| !k.starts_with(KEY_PREFIX) && !k.starts_with("kubectl.kubernetes.io/"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+/// Labels or annotations of a source that its copy carries (without kbind's keys and other
+/// tools' markers, [`ownership::crosses`]).
+pub(crate) fn copied_metadata(map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    ownership::crossing(Copied::Object, map)
 }
 
 /// The content fields of a Secret or ConfigMap (everything but metadata that a copy carries).
@@ -97,20 +72,20 @@ fn content_fields(res: &ApiResource) -> &'static [&'static str] {
     }
 }
 
-/// The server-side apply body of the copy of `source`: its labels and annotations (without
-/// kbind's keys), its content, and `owner`'s markers.
+/// The server-side apply body of the copy of `source`: its labels and annotations that cross,
+/// its content, and `owner`'s markers.
 pub(crate) fn apply_body(
     res: &ApiResource,
     source: &DynamicObject,
     owner: &Owner,
     precondition: Option<&str>,
 ) -> Value {
-    let mut labels: Map<String, Value> = without_kbind_keys(source.metadata.labels.as_ref())
+    let mut labels: Map<String, Value> = copied_metadata(source.metadata.labels.as_ref())
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
     labels.insert(label::MANAGED.into(), json!(TRUE));
-    let mut annotations: Map<String, Value> = without_kbind_keys(source.metadata.annotations.as_ref())
+    let mut annotations: Map<String, Value> = copied_metadata(source.metadata.annotations.as_ref())
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
@@ -163,6 +138,7 @@ pub(crate) fn up_to_date(res: &ApiResource, live: &DynamicObject, body: &Value) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kbind_api::consts::reason;
     use kube::ResourceExt;
 
     fn secrets() -> ApiResource {

@@ -290,7 +290,7 @@ impl Pass<'_> {
     /// its name and copied labels).
     fn still_selected(&self, copy: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
         let (ns, name) = key_of(copy);
-        let labels = copy::without_kbind_keys(copy.metadata.labels.as_ref());
+        let labels = copy::copied_metadata(copy.metadata.labels.as_ref());
         self.namespaces.contains(&ns) && selectors.iter().any(|s| selects(s, &name, &labels))
     }
 

@@ -1,44 +1,21 @@
-//! What goes up and how a provider target is classified (DESIGN.md §4 "spec up", "conflicts").
+//! What goes up and how a provider target is classified (DESIGN.md §4 "spec up", "conflicts"),
+//! by the rules of [`crate::ownership`].
 
 use std::collections::BTreeMap;
 
 use kbind_api::ConflictPolicy;
-use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, finalizer, label, reason};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, finalizer, label};
 use kbind_cluster::{ApiResource, DeleteParams, DynamicObject};
 use kube::api::Preconditions;
 use serde_json::{Map, Value, json};
 
 use crate::mapper::ObjectKey;
-
-/// Label and annotation keys (and prefixes, ending in `/`) that never go up.
-const EXCLUDED_PREFIXES: &[&str] = &[
-    "core.kbind.io/",
-    "kubectl.kubernetes.io/",
-    "meta.helm.sh/",
-    "helm.sh/",
-    "argocd.argoproj.io/",
-];
-/// Keys excluded exactly.
-const EXCLUDED_KEYS: &[&str] = &["app.kubernetes.io/managed-by"];
-/// Key prefixes excluded by their domain suffix (`*.fluxcd.io/…`).
-const EXCLUDED_DOMAIN_SUFFIXES: &[&str] = &[".fluxcd.io"];
-
-/// Whether a consumer label or annotation key goes up to the provider.
-pub(crate) fn goes_up(key: &str) -> bool {
-    if EXCLUDED_KEYS.contains(&key) || EXCLUDED_PREFIXES.iter().any(|p| key.starts_with(p)) {
-        return false;
-    }
-    match key.split_once('/') {
-        Some((domain, _)) => !EXCLUDED_DOMAIN_SUFFIXES.iter().any(|s| domain.ends_with(s)),
-        None => true,
-    }
-}
+use crate::ownership::{self, Copied, Owner, Takeover};
 
 fn filtered(map: Option<&BTreeMap<String, String>>) -> Map<String, Value> {
-    map.into_iter()
-        .flatten()
-        .filter(|(k, _)| goes_up(k))
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+    ownership::crossing(Copied::Object, map)
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
         .collect()
 }
 
@@ -82,30 +59,15 @@ pub(crate) fn apply_body(
 }
 
 /// What may be done with the provider target of one consumer object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Nothing there: create it.
-    Create,
-    /// Ours (or adoptable): write it; `precondition` is the resourceVersion that was classified
-    /// when taking over a copy that did not carry our markers for this object yet.
-    Update {
-        /// resourceVersion the takeover must still find.
-        precondition: Option<String>,
-    },
-    /// Being deleted: wait until it is gone.
-    Terminating,
-    /// Someone else's: leave it alone, with this reason.
-    Conflict(&'static str),
-}
+pub(crate) use crate::ownership::Verdict;
 
 fn annotation_of<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
-    obj.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    ownership::annotation_of(&obj.metadata, key)
 }
 
 /// Whether the provider copy carries both of our markers for this consumer object.
 pub(crate) fn is_ours(copy: &DynamicObject, consumer_cluster_uid: &str, object_uid: &str) -> bool {
-    annotation_of(copy, annotation::CONSUMER_CLUSTER_UID) == Some(consumer_cluster_uid)
-        && annotation_of(copy, annotation::CONSUMER_OBJECT_UID) == Some(object_uid)
+    ownership::is_ours(&copy.metadata, &Owner::object(consumer_cluster_uid, object_uid))
 }
 
 /// Background deletion of exactly `copy`: its UID and resourceVersion are preconditions, so an
@@ -134,25 +96,11 @@ pub(crate) fn classify(
         return Verdict::Update { precondition: None };
     }
     let object_uid = consumer.metadata.uid.as_deref().unwrap_or_default();
-    let cluster = annotation_of(live, annotation::CONSUMER_CLUSTER_UID);
-    let object = annotation_of(live, annotation::CONSUMER_OBJECT_UID);
-    let verdict = match (cluster, object) {
-        (Some(c), Some(o)) if c == consumer_cluster_uid && o == object_uid => Verdict::Update { precondition: None },
-        (None, None) => match policy {
-            ConflictPolicy::Fail => Verdict::Conflict(reason::FOREIGN_OBJECT_EXISTS),
-            ConflictPolicy::Adopt => Verdict::Update {
-                precondition: live.metadata.resource_version.clone(),
-            },
-        },
-        (Some(c), Some(_)) if c == consumer_cluster_uid && wants_readopt(consumer) => Verdict::Update {
-            precondition: live.metadata.resource_version.clone(),
-        },
-        _ => Verdict::Conflict(reason::OWNED_BY_ANOTHER),
+    let takeover = Takeover {
+        adopt: *policy == ConflictPolicy::Adopt,
+        readopt: wants_readopt(consumer),
     };
-    if live.metadata.deletion_timestamp.is_some() && !matches!(verdict, Verdict::Conflict(_)) {
-        return Verdict::Terminating;
-    }
-    verdict
+    ownership::classify(Some(live), &Owner::object(consumer_cluster_uid, object_uid), takeover)
 }
 
 /// `core.kbind.io/readopt: "true"` on the consumer object.
@@ -181,6 +129,7 @@ pub(crate) fn has_finalizer(obj: &DynamicObject) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kbind_api::consts::reason;
 
     fn object(value: Value) -> DynamicObject {
         serde_json::from_value(value).unwrap()
@@ -243,14 +192,6 @@ mod tests {
                 "spec": {"size": 1},
             })
         );
-    }
-
-    #[test]
-    fn filter_keeps_lookalike_keys() {
-        assert!(goes_up("fluxcd.io.example.com/x"));
-        assert!(goes_up("app.kubernetes.io/name"));
-        assert!(goes_up("plain"));
-        assert!(!goes_up("source.toolkit.fluxcd.io/name"));
     }
 
     #[test]
