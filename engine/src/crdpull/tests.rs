@@ -195,3 +195,35 @@ fn a_similar_named_sibling_does_not_hide_a_removal() {
     };
     assert_eq!(message, "field spec.size is removed; field spec.sizeLimit is removed");
 }
+
+#[test]
+fn other_tools_markers_stay_on_the_provider_crd() {
+    // Until the strip list was one (docs/decisions.md), a pulled CRD kept these: Helm, Argo CD
+    // or Flux on the consumer would then take the CRD for one of their own.
+    let mut provider = provider_crd(widget_schema());
+    let tools = [
+        ("app.kubernetes.io/managed-by", "Helm"),
+        ("helm.sh/chart", "widgets-1.0.0"),
+        ("argocd.argoproj.io/instance", "platform"),
+        ("kustomize.toolkit.fluxcd.io/name", "platform"),
+    ];
+    let notes = [
+        ("meta.helm.sh/release-name", "widgets"),
+        ("argocd.argoproj.io/tracking-id", "platform:apiextensions.k8s.io/CustomResourceDefinition:/widgets"),
+        ("kubectl.kubernetes.io/description", "widgets"),
+        ("cert-manager.io/inject-ca-from-secret", "ns/ca"),
+    ];
+    let labels = provider.metadata.labels.get_or_insert_with(Default::default);
+    labels.extend(tools.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let annotations = provider.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.extend(notes.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let crd = consumer_crd_from_provider(&provider, "prod").unwrap();
+    assert_eq!(
+        crd.metadata.labels.unwrap().into_keys().collect::<Vec<_>>(),
+        ["app", label::MANAGED]
+    );
+    assert_eq!(
+        crd.metadata.annotations.unwrap().into_keys().collect::<Vec<_>>(),
+        [annotation::CONNECTION, annotation::SCHEMA_HASH, "team"]
+    );
+}

@@ -246,6 +246,32 @@ mod tests {
     }
 
     #[test]
+    fn other_tools_markers_stay_on_the_source() {
+        // Until the strip list was one (docs/decisions.md), a related copy kept these: Helm,
+        // Argo CD or Flux on the other cluster would then manage (or prune) a copy they never made.
+        let mut source = secret(json!({"note": "n", "meta.helm.sh/release-name": "shop",
+            "argocd.argoproj.io/tracking-id": "shop:/Secret:team/db", "helm.sh/resource-policy": "keep"}));
+        source.labels_mut().extend([
+            ("app.kubernetes.io/managed-by".to_string(), "Helm".to_string()),
+            ("kustomize.toolkit.fluxcd.io/name".to_string(), "shop".to_string()),
+            ("app.kubernetes.io/name".to_string(), "db".to_string()),
+        ]);
+        let body = apply_body(&secrets(), &source, &owner(), None);
+        assert_eq!(
+            body["metadata"]["annotations"],
+            json!({"note": "n", "core.kbind.io/related-binding": "b-1", "core.kbind.io/consumer-cluster-uid": "cl-1"})
+        );
+        assert_eq!(
+            body["metadata"]["labels"],
+            json!({"app": "web", "app.kubernetes.io/name": "db", "core.kbind.io/managed": "true"})
+        );
+        assert_eq!(
+            copied_metadata(source.metadata.labels.as_ref()).into_keys().collect::<Vec<_>>(),
+            ["app", "app.kubernetes.io/name"]
+        );
+    }
+
+    #[test]
     fn a_copy_is_up_to_date_only_with_the_same_content_and_markers() {
         let source = secret(json!({}));
         let body = apply_body(&secrets(), &source, &owner(), None);

@@ -248,6 +248,25 @@ mod tests {
     }
 
     #[test]
+    fn a_related_copy_is_never_adopted_as_a_provider_copy() {
+        // Until the marker rule was one (docs/decisions.md), a target marked only as some
+        // binding's related copy counted as unmarked here, and `Adopt` took it over.
+        let mut related = copy(None, None);
+        related
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(annotation::RELATED_BINDING.into(), "b-1".into());
+        for policy in [ConflictPolicy::Fail, ConflictPolicy::Adopt] {
+            assert_eq!(
+                classify(Some(&related), &consumer(), "cl-1", &policy),
+                Verdict::Conflict(reason::OWNED_BY_ANOTHER),
+                "{policy:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_copy_is_deleted_only_as_it_was_judged() {
         let mut ours = copy(Some("cl-1"), Some("obj-1"));
         ours.metadata.uid = Some("copy-uid".into());
