@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use kbind_api::consts;
-use kbind_engine::context::EngineConfig;
-use kbind_engine::leader::LeaderConfig;
+use kbind_engine::{EngineConfig, LeaderConfig};
 
 use crate::Error;
 
@@ -30,10 +29,12 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Start a provider and a consumer fake cluster in this process, bind a sample API, sync an
     /// object both ways, print what to try with kubectl, and run until Ctrl-C.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
 }
 
 /// Flags of `konnector demo`.
+#[cfg(feature = "demo")]
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DemoArgs {
     /// Where to write the clusters' kubeconfigs (default: a new folder under the temp dir).
@@ -224,6 +225,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "demo")]
     fn demo_takes_a_folder_and_once() {
         let parsed = Cli::try_parse_from(["konnector", "demo", "--once", "--dir", "/tmp/x"]).unwrap();
         let Command::Demo(args) = parsed.command else {
@@ -236,6 +238,13 @@ mod tests {
             plain.command,
             Command::Demo(DemoArgs { once: false, dir: None })
         ));
+    }
+
+    #[test]
+    #[cfg(not(feature = "demo"))]
+    fn demo_is_no_subcommand_without_the_demo_feature() {
+        let err = Cli::try_parse_from(["konnector", "demo"]).expect_err("demo must not parse");
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidSubcommand);
     }
 
     #[test]

@@ -25,6 +25,7 @@
 
 pub mod cli;
 pub mod consumer;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod http;
 pub mod logging;
@@ -39,9 +40,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use kbind_cluster::{ClusterClient, KubeClusterClient, SystemClock};
-use kbind_engine::context::Context;
-use kbind_engine::engine::Engine;
-use kbind_engine::remote::KubeConnector;
+use kbind_engine::{Context, Engine, KubeConnector};
 use tokio::sync::watch;
 
 pub use cli::{Cli, Command, LogFormat, RunArgs};
@@ -49,7 +48,7 @@ pub use consumer::ConsumerSource;
 /// The resource type in [`Mapper`]'s signature, so a custom mapper needs no other kbind crate.
 pub use kbind_cluster::ApiResource;
 /// What a custom mapper implements.
-pub use kbind_engine::mapper::{Mapper, ObjectKey};
+pub use kbind_engine::{Mapper, ObjectKey};
 
 /// Errors of the konnector; [`Error::exit_code`] tells configuration mistakes (2) from
 /// failures at run time (1).
@@ -90,6 +89,7 @@ pub enum Error {
     #[error("failed to install the SIGTERM handler")]
     SignalFailed(#[source] std::io::Error),
     /// A step of `konnector demo` was not observed.
+    #[cfg(feature = "demo")]
     #[error("the demo failed: {0:#}")]
     Demo(anyhow::Error),
 }
@@ -99,7 +99,9 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::NoKubeconfig | Error::ConsumerConfig { .. } | Error::InvalidFlags(_) => 2,
-            Error::ConsumerClientFailed(_) | Error::Bind { .. } | Error::SignalFailed(_) | Error::Demo(_) => 1,
+            Error::ConsumerClientFailed(_) | Error::Bind { .. } | Error::SignalFailed(_) => 1,
+            #[cfg(feature = "demo")]
+            Error::Demo(_) => 1,
         }
     }
 }
@@ -145,8 +147,8 @@ impl Konnector {
         self
     }
 
-    /// Runs `konnector crds` or `konnector run` until shutdown; bad flags on the command line
-    /// print clap's message and exit with code 2.
+    /// Runs `konnector crds`, `konnector run` or (feature `demo`) `konnector demo` until
+    /// shutdown; bad flags on the command line print clap's message and exit with code 2.
     pub async fn run(self) -> Result<(), Error> {
         let args = match self.args.clone() {
             Some(args) => args,
@@ -156,6 +158,7 @@ impl Konnector {
                     return Ok(());
                 }
                 Command::Run(args) => *args,
+                #[cfg(feature = "demo")]
                 Command::Demo(args) => {
                     // The demo narrates on stdout; kube's per-request errors during a cut would drown it.
                     logging::init(LogFormat::Text, "warn,kube_client=off")?;

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use kbind_api::consts::{condition, status};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, ListParams};
-use kbind_engine::provider::ProviderRegistry;
-use kbind_engine::sync::Syncers;
+use kbind_engine::{ProviderRegistry, Syncers};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

@@ -1,5 +1,6 @@
 //! The dependency rule of DESIGN.md §6 over the workspace's crate graph (normal and build
-//! dependencies; dev-dependencies are test scaffolding and may reach anything).
+//! dependencies; dev-dependencies are test scaffolding and may reach anything), and what a
+//! production build may not carry (`cargo tree` of its features).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,6 +32,35 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &["kbind-engine", "fakeapi", "kbind-backend", "kbind-cli", "konnector"],
     ),
 ];
+
+/// A production build and the crates it must never carry.
+pub struct ProductionBuild {
+    /// The package built.
+    pub package: &'static str,
+    /// The cargo feature flags it is built with.
+    pub flags: &'static [&'static str],
+    /// Crates that must not be in its normal dependency tree.
+    pub forbidden: &'static [&'static str],
+}
+
+/// The konnector's image and chart binary are built without the demo, so without the fake.
+pub const PRODUCTION_BUILDS: &[ProductionBuild] = &[ProductionBuild {
+    package: "konnector",
+    flags: &["--no-default-features"],
+    forbidden: &["fakeapi"],
+}];
+
+/// The forbidden crates named in `cargo tree --prefix none` output (`name vX.Y.Z (…)` lines),
+/// each once, as `package (flags) carries crate`.
+pub fn carried(build: &ProductionBuild, tree: &str) -> Vec<String> {
+    let names: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    build
+        .forbidden
+        .iter()
+        .filter(|f| names.contains(**f))
+        .map(|f| format!("{} ({}) carries {f}", build.package, build.flags.join(" ")))
+        .collect()
+}
 
 /// The graph among workspace members, from `cargo metadata` output.
 pub fn workspace_graph(metadata: &Value) -> Graph {
@@ -130,6 +160,18 @@ mod tests {
         assert_eq!(
             violations(&g),
             vec!["kbind-backend depends on kbind-engine".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_production_build_carrying_the_fake_is_caught() {
+        let build = &PRODUCTION_BUILDS[0];
+        let clean = "konnector v0.1.0 (/w/konnector)\nkbind-engine v0.1.0 (/w/engine)\nfakeapi-like v1.0.0\n";
+        assert!(carried(build, clean).is_empty());
+        let dirty = format!("{clean}fakeapi v0.1.0 (/w/fakeapi)\nfakeapi v0.1.0 (/w/fakeapi)\n");
+        assert_eq!(
+            carried(build, &dirty),
+            vec!["konnector (--no-default-features) carries fakeapi".to_string()]
         );
     }
 

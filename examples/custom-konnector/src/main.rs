@@ -1,7 +1,7 @@
 //! A konnector whose provider copies are named `c1-<consumer name>`; it takes the same
 //! subcommands and flags as `konnector` (`cargo run -- run --help`).
 
-use kbind_engine::mapper::{Mapper, ObjectKey};
+use kbind_engine::{Mapper, ObjectKey};
 use konnector::{ApiResource, Konnector};
 
 /// Prefixes provider names; provider objects without the prefix map to no consumer object.
