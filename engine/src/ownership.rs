@@ -285,7 +285,11 @@ mod tests {
             ("only our object marker", json!({OBJ: "o-1"}), all(ANOTHER)),
             // A related copy is marked: never adopted as a provider copy.
             ("a related copy", json!({REL: "b-1"}), all(ANOTHER)),
-            ("a related copy of this cluster", json!({REL: "b-1", CL: "cl-1"}), all(ANOTHER)),
+            (
+                "a related copy of this cluster",
+                json!({REL: "b-1", CL: "cl-1"}),
+                all(ANOTHER),
+            ),
             ("an empty marker is a marker", json!({OBJ: ""}), all(ANOTHER)),
         ]
     }
@@ -294,7 +298,11 @@ mod tests {
     fn related_table() -> Vec<(&'static str, Value, [Verdict; 2])> {
         vec![
             ("ours", json!({REL: "b-1", CL: "cl-1"}), [UPDATE, UPDATE]),
-            ("ours, with an object marker", json!({REL: "b-1", CL: "cl-1", OBJ: "o"}), [UPDATE, UPDATE]),
+            (
+                "ours, with an object marker",
+                json!({REL: "b-1", CL: "cl-1", OBJ: "o"}),
+                [UPDATE, UPDATE],
+            ),
             ("unmarked", json!({"note": "x"}), [FOREIGN, take()]),
             ("another binding's", json!({REL: "b-2", CL: "cl-1"}), [ANOTHER, ANOTHER]),
             ("another cluster's", json!({REL: "b-1", CL: "cl-2"}), [ANOTHER, ANOTHER]),

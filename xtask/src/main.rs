@@ -54,7 +54,11 @@ fn normal_tree(build: &deps::ProductionBuild) -> anyhow::Result<String> {
         .output()
         .context("failed to run cargo tree")?;
     if !out.status.success() {
-        bail!("cargo tree -p {} failed: {}", build.package, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "cargo tree -p {} failed: {}",
+            build.package,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     String::from_utf8(out.stdout).context("cargo tree printed invalid UTF-8")
 }

@@ -115,10 +115,7 @@ pub fn consumer_crd_from_provider(
     let metadata = ObjectMeta {
         name: Some(name),
         labels: Some(ownership::crossing(Copied::Crd, provider.metadata.labels.as_ref())),
-        annotations: Some(ownership::crossing(
-            Copied::Crd,
-            provider.metadata.annotations.as_ref(),
-        )),
+        annotations: Some(ownership::crossing(Copied::Crd, provider.metadata.annotations.as_ref())),
         ..ObjectMeta::default()
     };
     Ok(mark_managed(

@@ -209,7 +209,10 @@ fn other_tools_markers_stay_on_the_provider_crd() {
     ];
     let notes = [
         ("meta.helm.sh/release-name", "widgets"),
-        ("argocd.argoproj.io/tracking-id", "platform:apiextensions.k8s.io/CustomResourceDefinition:/widgets"),
+        (
+            "argocd.argoproj.io/tracking-id",
+            "platform:apiextensions.k8s.io/CustomResourceDefinition:/widgets",
+        ),
         ("kubectl.kubernetes.io/description", "widgets"),
         ("cert-manager.io/inject-ca-from-secret", "ns/ca"),
     ];

@@ -19,7 +19,6 @@ pub(crate) struct Owner {
     pub consumer_cluster_uid: String,
 }
 
-
 impl Owner {
     /// This owner in the terms of [`crate::ownership`].
     fn as_owner(&self) -> ownership::Owner<'_> {
@@ -266,7 +265,9 @@ mod tests {
             json!({"app": "web", "app.kubernetes.io/name": "db", "core.kbind.io/managed": "true"})
         );
         assert_eq!(
-            copied_metadata(source.metadata.labels.as_ref()).into_keys().collect::<Vec<_>>(),
+            copied_metadata(source.metadata.labels.as_ref())
+                .into_keys()
+                .collect::<Vec<_>>(),
             ["app", "app.kubernetes.io/name"]
         );
     }
