@@ -26,15 +26,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kbind_api::consts::{SCHEMA_HASH_PREFIX, TRUE, annotation, label};
 use serde_json::Value;
 
-pub use classify::{UpdateKind, classify_update};
-
 use crate::ownership::{self, Copied};
+
+pub use classify::{UpdateKind, classify_update};
 pub use ensure::{CrdOutcome, crd_resource, ensure_consumer_crd};
 
 /// Conversion strategy of every consumer CRD.
 const CONVERSION_NONE: &str = "None";
 /// Hex characters of the SHA-256 digest kept in a schema hash.
 const HASH_HEX_LEN: usize = 16;
+
 /// Why a provider CRD cannot become a consumer CRD.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {

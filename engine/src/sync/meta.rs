@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use crate::mapper::ObjectKey;
 use crate::ownership::{self, Copied, Owner, Takeover};
 
+/// The consumer labels or annotations that go up, as the JSON map of an apply body.
 fn filtered(map: Option<&BTreeMap<String, String>>) -> Map<String, Value> {
     ownership::crossing(Copied::Object, map)
         .into_iter()
