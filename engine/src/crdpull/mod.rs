@@ -6,7 +6,7 @@
 //!   conversion `None`: the consumer never runs the provider's conversion webhook, and one
 //!   version is what the provider copy is written in.
 //! - Provider labels and annotations are copied except those that never cross
-//!   ([`crate::ownership::crosses`]): kbind's own (`core.kbind.io/*`, which describe the
+//!   (`ownership::crosses`): kbind's own (`core.kbind.io/*`, which describe the
 //!   provider's relationship, not ours), kubectl's (`last-applied-configuration` would mislead
 //!   `kubectl apply` on the consumer), other tools' ownership and tracking keys (Helm, Argo CD,
 //!   Flux would act on a CRD they never made) and cert-manager's CA injection requests (there is
