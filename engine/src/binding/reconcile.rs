@@ -479,7 +479,9 @@ async fn observe_api(
     let seen = shared.syncers.report(&key).unwrap_or_default();
     let synced = match &served.blocked {
         Some(message) => Observed::not(reason::SCHEMA_UPDATE_BLOCKED, message.clone()),
-        None => Observed::ok(format!("{api} is syncing ({} object(s) synced)", seen.synced)),
+        // No count in the message: a condition that changes with every synced object rewrites
+        // the binding's status after every restart and every create (metrics carry the count).
+        None => Observed::ok(format!("{api} is syncing")),
     };
     let report = ApiReport {
         name: api.to_string(),
