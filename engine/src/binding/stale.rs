@@ -93,7 +93,12 @@ pub(crate) async fn clear(
     res: &ApiResource,
     namespace: Option<&str>,
 ) -> kbind_cluster::Result<bool> {
-    let list = consumer.list(res, namespace, &Default::default()).await?;
+    let list = match consumer.list(res, namespace, &Default::default()).await {
+        Ok(list) => list,
+        // Not served yet (a CRD just created): no object to carry a mark.
+        Err(e) if e.is_not_found() => return Ok(true),
+        Err(e) => return Err(e),
+    };
     let mut complete = true;
     for obj in list.items.iter().filter(|o| is_stale(o)) {
         complete &= annotate(consumer, res, obj, Value::Null).await?;
