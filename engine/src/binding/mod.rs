@@ -33,8 +33,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 
-use crate::connection::watcher_config;
 use crate::connection::stores::{Change, ConsumerStores};
+use crate::connection::watcher_config;
 use crate::context::Context;
 use crate::provider::ProviderRegistry;
 use crate::sync::Syncers;

@@ -34,13 +34,7 @@ struct Remembered {
 
 fn key(view: &BindingView) -> String {
     let r = view.reference();
-    format!(
-        "{:?}/{}/{}/{}",
-        r.kind,
-        r.namespace.unwrap_or_default(),
-        r.name,
-        r.uid
-    )
+    format!("{:?}/{}/{}/{}", r.kind, r.namespace.unwrap_or_default(), r.name, r.uid)
 }
 
 impl Recall {
@@ -122,7 +116,10 @@ mod tests {
         assert!(recall.may_be_stale(&v, "widgets.example.org"));
         recall.swept(&v, "widgets.example.org");
         assert!(!recall.may_be_stale(&v, "widgets.example.org"));
-        assert!(recall.may_be_stale(&view("u2"), "widgets.example.org"), "a new UID starts over");
+        assert!(
+            recall.may_be_stale(&view("u2"), "widgets.example.org"),
+            "a new UID starts over"
+        );
         recall.marked(&v, "widgets.example.org");
         assert!(recall.may_be_stale(&v, "widgets.example.org"));
     }

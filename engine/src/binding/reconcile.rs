@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
 use kbind_api::conditions::ConditionStatus;
+use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
 use kbind_api::{Binding, ClusterBinding, Connection, ExportedApi, ResourceScope, conditions};
 use kbind_cluster::Error;
 use kube::runtime::controller::Action;

@@ -340,7 +340,9 @@ async fn drive(
     }
     shared.pin(&name, &identity.uid, local_uid);
     // The engager engages through this client without reading the identity again.
-    shared.registry.verified(&name, &link.client, Some(identity.uid.clone()));
+    shared
+        .registry
+        .verified(&name, &link.client, Some(identity.uid.clone()));
     report.remote_uid = Some(identity.uid.clone());
     let lease_uid = pinned_local.unwrap_or_else(|| local_uid.to_string());
 

@@ -64,9 +64,9 @@ where
         futures::FutureExt::now_or_never(self.store.wait_until_ready()).is_some_and(|r| r.is_ok())
     }
 
-    /// The changes from now on; a subscriber that lags gets every cached object as `Applied`
-    /// (then `Synced`) instead of what it missed. Starts with every cached object (and `Synced` once the store synced), so a subscriber
-    /// that starts late misses nothing.
+    /// The changes from now on, starting with every cached object (and `Synced` once the store
+    /// synced) so a subscriber that starts late misses nothing; one that lags gets every cached
+    /// object as `Applied` (then `Synced`) instead of what it missed.
     pub fn changes(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
         let store = self.store.clone();
         let rx = self.changes.subscribe();
@@ -77,16 +77,14 @@ where
         let following = futures::stream::unfold(rx, move |mut rx| {
             let store = store.clone();
             async move {
-                loop {
-                    match rx.recv().await {
-                        Ok(change) => return Some((vec![change], rx)),
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let mut all: Vec<Change<K>> = store.state().into_iter().map(Change::Applied).collect();
-                            all.push(Change::Synced);
-                            return Some((all, rx));
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
+                match rx.recv().await {
+                    Ok(change) => Some((vec![change], rx)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let mut all: Vec<Change<K>> = store.state().into_iter().map(Change::Applied).collect();
+                        all.push(Change::Synced);
+                        Some((all, rx))
                     }
+                    Err(broadcast::error::RecvError::Closed) => None,
                 }
             }
         })
@@ -164,5 +162,6 @@ impl ConsumerStores {
 
 /// The Secret resource's dynamic type (for keys into the Secret store).
 pub(crate) fn secret_key(namespace: &str, name: &str) -> reflector::ObjectRef<DynamicObject> {
-    reflector::ObjectRef::new_with(name, ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())).within(namespace)
+    reflector::ObjectRef::new_with(name, ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()))
+        .within(namespace)
 }

@@ -25,8 +25,8 @@ pub use guard::{GuardedClient, IdentityState};
 
 use crate::connection::stores::{ConsumerStores, secret_key};
 use crate::context::Context;
-use crate::remote::ProviderKubeconfig;
 use crate::planted::{Plant, planted};
+use crate::remote::ProviderKubeconfig;
 
 /// How often engagements that failed (provider unreachable, Secret missing) are retried.
 const ENGAGE_RETRY: Duration = Duration::from_secs(5);
@@ -262,7 +262,11 @@ impl ProviderRegistry {
     }
 
     /// The shared client of `name` for `kubeconfig` and the identity last verified through it.
-    fn shared_client(&self, name: &str, kubeconfig: &ProviderKubeconfig) -> Option<(Arc<dyn ClusterClient>, Option<String>)> {
+    fn shared_client(
+        &self,
+        name: &str,
+        kubeconfig: &ProviderKubeconfig,
+    ) -> Option<(Arc<dyn ClusterClient>, Option<String>)> {
         self.clients
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -401,7 +405,9 @@ async fn engage_loop(ctx: Context, registry: ProviderRegistry, stores: ConsumerS
         if !stores.connections.is_synced() || !stores.secrets.is_synced() {
             continue;
         }
-        engager.reconcile_all(stores.connections.store(), stores.secrets.store()).await;
+        engager
+            .reconcile_all(stores.connections.store(), stores.secrets.store())
+            .await;
     }
 }
 
@@ -501,9 +507,8 @@ impl Engager {
             Some(old) if planted(Plant::ReuseClientAfterDisengage) => Some(old.clone()),
             _ => None,
         };
-        let own_check = reused.is_some()
-            || self.check == IdentityCheck::Own
-            || conn.metadata.deletion_timestamp.is_some();
+        let own_check =
+            reused.is_some() || self.check == IdentityCheck::Own || conn.metadata.deletion_timestamp.is_some();
         let raw = match reused {
             Some(old) => old,
             None => {

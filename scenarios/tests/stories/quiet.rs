@@ -75,7 +75,16 @@ fn assert_quiet(world: &World, what: &str, writes: &BTreeMap<(String, String), u
     let loud: Vec<String> = writes
         .iter()
         .filter(|((res, sub), _)| !ALLOWED_QUIET_WRITES.contains(&(res.as_str(), sub.as_str())))
-        .map(|((res, sub), n)| format!("{n} × {res}{}", if sub.is_empty() { String::new() } else { format!("/{sub}") }))
+        .map(|((res, sub), n)| {
+            format!(
+                "{n} × {res}{}",
+                if sub.is_empty() {
+                    String::new()
+                } else {
+                    format!("/{sub}")
+                }
+            )
+        })
         .collect();
     assert!(
         loud.is_empty(),
@@ -129,7 +138,12 @@ async fn a_clean_restart_of_a_konnector_with_a_thousand_synced_objects_writes_no
     world.steps_for(120).await;
     let writes = konnector_writes(&world, from);
     assert_quiet(&world, "a clean restart", &writes);
-    assert_eq!(stale_widgets(&world).await, 0, "seed {}: no widget is marked", world.seed());
+    assert_eq!(
+        stale_widgets(&world).await,
+        0,
+        "seed {}: no widget is marked",
+        world.seed()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -166,7 +180,12 @@ async fn a_metadata_only_change_of_the_credential_secret_neither_disengages_nor_
     );
     let writes = konnector_writes(&world, from);
     assert_quiet(&world, "a metadata-only Secret change", &writes);
-    assert_eq!(stale_widgets(&world).await, 0, "seed {}: no widget is marked", world.seed());
+    assert_eq!(
+        stale_widgets(&world).await,
+        0,
+        "seed {}: no widget is marked",
+        world.seed()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -262,7 +281,10 @@ fn assert_flat(small: &Idle, large: &Idle) {
         "seed {seed}\nengaged, 100 objects: {:#?}\nengaged, 1000 objects: {:#?}",
         small.engaged, large.engaged
     );
-    println!("down, 100 objects: {:#?}\ndown, 1000 objects: {:#?}", small.down, large.down);
+    println!(
+        "down, 100 objects: {:#?}\ndown, 1000 objects: {:#?}",
+        small.down, large.down
+    );
     assert_eq!(
         small.engaged, large.engaged,
         "seed {seed}: idle requests while engaged grow with the number of objects"
@@ -287,7 +309,10 @@ async fn ten_idle_minutes_of_bindings_and_connections_cost_the_same_with_a_hundr
                 .iter()
                 .any(|r| k.ends_with(r))
     });
-    assert_eq!(engaged_lists, 0, "seed {seed}: healthy binding passes list instances or copies");
+    assert_eq!(
+        engaged_lists, 0,
+        "seed {seed}: healthy binding passes list instances or copies"
+    );
     // While disengaged the binding backs off to the resync interval (2, 4, … 256, 300 s): at
     // most a dozen passes, each listing the widgets once, in ten minutes, not one every 2 s.
     let widget_lists = total(&large.down, |k| k == "consumer list widgets.example.org");
@@ -334,7 +359,11 @@ async fn one_watch_of_connections_and_of_secrets_and_one_provider_client_per_eng
         count("list", "connections"),
         count("list", "secrets")
     );
-    assert_eq!(count("watch", "connections"), 1, "seed {seed}: one watch of Connections");
+    assert_eq!(
+        count("watch", "connections"),
+        1,
+        "seed {seed}: one watch of Connections"
+    );
     assert_eq!(count("watch", "secrets"), 1, "seed {seed}: one watch of Secrets");
     assert_eq!(
         world.connector().connects("acme") - connects,
@@ -409,5 +438,10 @@ async fn a_leader_hand_over_writes_none_of_the_synced_objects() {
     world.steps_for(120).await;
     let writes = writes_by(&world, "b", from);
     assert_quiet(&world, "a leader hand-over", &writes);
-    assert_eq!(stale_widgets(&world).await, 0, "seed {}: no widget is marked", world.seed());
+    assert_eq!(
+        stale_widgets(&world).await,
+        0,
+        "seed {}: no widget is marked",
+        world.seed()
+    );
 }
