@@ -1,6 +1,11 @@
-//! Engaged providers: a Ready Connection becomes an engaged cluster (a fresh, identity-guarded
+//! Engaged providers: a Ready Connection becomes an engaged cluster (an identity-guarded
 //! client, a direct reader and one shared watch cache per GVR), and is disengaged when it stops
 //! being Ready or is deleted. Nothing is deleted anywhere on disengage (DESIGN.md §4).
+//!
+//! The registry also holds the one provider client per Connection and kubeconfig that the
+//! Connection reconciler and the engager share: the Connection reconciler's identity read
+//! through it is the check an engagement relies on, and a disengage drops it, so recovery
+//! connects afresh.
 
 mod cache;
 mod guard;
