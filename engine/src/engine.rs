@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::connection::stores::ConsumerStores;
 use crate::context::Context;
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::mapper::{Identity, Mapper};
@@ -131,10 +132,13 @@ impl Engine {
         let registry = self.registry.clone();
         let syncers = self.syncers.clone();
         async move {
+            // One watch per thing: one Connection and one Secret store for all three.
+            let (stores, feed) = ConsumerStores::new(&ctx);
             tokio::join!(
-                crate::connection::run(ctx.clone()),
-                crate::provider::run(ctx.clone(), registry.clone()),
-                crate::binding::run(ctx, registry, syncers),
+                feed,
+                crate::connection::run_shared(ctx.clone(), stores.clone(), registry.clone()),
+                crate::provider::run_shared(ctx.clone(), registry.clone(), stores.clone()),
+                crate::binding::run_shared(ctx, registry, syncers, stores),
             );
         }
     }

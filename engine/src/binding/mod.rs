@@ -17,6 +17,7 @@
 
 mod extras;
 mod namespaces;
+mod recall;
 mod reconcile;
 mod schema;
 mod stale;
@@ -27,12 +28,12 @@ mod view;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use kbind_api::{Binding, ClusterBinding, Connection};
+use kbind_api::{Binding, ClusterBinding};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::Event;
 
+use crate::connection::stores::{Change, ConsumerStores};
 use crate::connection::watcher_config;
 use crate::context::Context;
 use crate::provider::ProviderRegistry;
@@ -54,17 +55,20 @@ impl Drop for StopSyncersOnDrop {
     }
 }
 
-/// Runs the ClusterBinding and Binding reconcilers until the future is dropped.
+/// Runs the ClusterBinding and Binding reconcilers until the future is dropped, over a
+/// Connection store of their own.
 pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
+    let (stores, feed) = ConsumerStores::new(&ctx);
+    tokio::join!(feed, run_shared(ctx, registry, syncers, stores));
+}
+
+/// [`run`] over the engine's shared Connection store.
+pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Syncers, stores: ConsumerStores) {
     let _stop = StopSyncersOnDrop(syncers.clone());
-    let (connections, connections_writer) = reflector::store::<Connection>();
+    let connections = stores.connections.store().clone();
     let (cluster_bindings, cluster_writer) = reflector::store::<ClusterBinding>();
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let client = ctx.consumer.clone();
-    let connection_events = reflector::reflector(
-        connections_writer,
-        typed_watcher::<Connection>(client.clone(), None, watcher_config()),
-    );
     let cluster_stream = reflector::reflector(
         cluster_writer,
         typed_watcher::<ClusterBinding>(client.clone(), None, watcher_config()),
@@ -80,6 +84,7 @@ pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
         connections: connections.clone(),
         cluster_bindings: cluster_bindings.clone(),
         bindings: bindings.clone(),
+        recall: Default::default(),
     });
 
     let shared_for_extras = shared.clone();
@@ -87,8 +92,8 @@ pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
     let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let forward = {
         let changed_tx = changed_tx.clone();
-        connection_events.for_each(move |event| {
-            if let Ok(Event::Apply(conn) | Event::Delete(conn) | Event::InitApply(conn)) = &event {
+        stores.connections.changes().for_each(move |change| {
+            if let Change::Applied(conn) | Change::Deleted(conn) = &change {
                 let _ = changed_tx.send(conn.metadata.name.clone().unwrap_or_default());
             }
             async {}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kbind_api::conditions::ConditionStatus;
 use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
 use kbind_api::{Binding, ClusterBinding, Connection, ExportedApi, ResourceScope, conditions};
 use kbind_cluster::Error;
@@ -52,6 +53,8 @@ pub struct Shared {
     pub(crate) connections: Store<Connection>,
     pub(crate) cluster_bindings: Store<ClusterBinding>,
     pub(crate) bindings: Store<Binding>,
+    /// What earlier passes found out, so healthy passes do not ask again.
+    pub(crate) recall: super::recall::Recall,
 }
 
 impl Shared {
@@ -181,26 +184,68 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     ensure_cleanup(shared.ctx.consumer.as_ref(), &view.resource(), &view.dynamic()).await?;
     let (report, served) = observe(&view, &shared).await?;
     stop_unserved(&shared, &view, &served);
-    mark_staleness(
-        &view,
-        &shared,
-        report.connected.status == kbind_api::conditions::ConditionStatus::True,
-    )
-    .await?;
+    let engagement = engagement(&view, &shared, report.connected.status == ConditionStatus::True);
+    mark_staleness(&view, &shared, engagement).await?;
     let now = Time(shared.ctx.clock.now());
     let waiting = report.apis.iter().any(|a| a.synced.reason == reason::PENDING);
-    write_status(
-        shared.ctx.consumer.as_ref(),
-        &view,
-        desired_status(&view, &report, &now),
-    )
-    .await?;
-    Ok(Action::requeue(if waiting { WAIT_INTERVAL } else { REPORT_INTERVAL }))
+    // Until the engagement is known (a restart, a leader hand-over), the last status stands:
+    // writing "waiting for the provider" and then the same status again is two needless writes.
+    if engagement != Engagement::Unknown || view.status.is_none() {
+        write_status(
+            shared.ctx.consumer.as_ref(),
+            &view,
+            desired_status(&view, &report, &now),
+        )
+        .await?;
+    }
+    let next = match engagement {
+        Engagement::Engaged => {
+            shared.recall.engaged(&view);
+            if waiting { WAIT_INTERVAL } else { REPORT_INTERVAL }
+        }
+        // Engagement and Connection changes trigger a pass at once; until one comes there is
+        // nothing new to look at, so the waits grow instead of relisting every few seconds.
+        Engagement::Down | Engagement::Unknown => shared.recall.next_down_delay(&view, WAIT_INTERVAL),
+    };
+    Ok(Action::requeue(next))
 }
 
-/// While the provider is not engaged, the objects this binding serves get `status-stale`; once
-/// it is, the mark goes.
-async fn mark_staleness(view: &BindingView, shared: &Shared, engaged: bool) -> Result<(), BindingError> {
+/// What a binding knows about its provider's engagement, for `status-stale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engagement {
+    /// Engaged and the Connection Ready: marks go.
+    Engaged,
+    /// Known down: the Connection is gone or not Ready, or engaging it failed. Objects are marked.
+    Down,
+    /// Not engaged yet, and nothing says the provider is down (a restart or a leader hand-over
+    /// before the engager's first pass, or caches not synced): nothing is written either way.
+    Unknown,
+}
+
+fn engagement(view: &BindingView, shared: &Shared, connected: bool) -> Engagement {
+    if connected {
+        return Engagement::Engaged;
+    }
+    if !shared.stores_ready() {
+        return Engagement::Unknown;
+    }
+    let name = &view.spec.connection_ref.name;
+    let Some(conn) = shared.connection(name) else {
+        return Engagement::Down;
+    };
+    if !conditions::is_true(conn.conditions(), condition::READY) || shared.registry.engagement_failed(name) {
+        Engagement::Down
+    } else {
+        Engagement::Unknown
+    }
+}
+
+/// While the provider is known to be down, the objects this binding serves get `status-stale`;
+/// once it is engaged, the mark goes (swept only while some object may still carry it).
+async fn mark_staleness(view: &BindingView, shared: &Shared, engagement: Engagement) -> Result<(), BindingError> {
+    if engagement == Engagement::Unknown {
+        return Ok(());
+    }
     if view.namespace().is_some_and(|ns| {
         shared
             .connection(&view.spec.connection_ref.name)
@@ -211,6 +256,9 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engaged: bool) -> R
     let consumer = shared.ctx.consumer.as_ref();
     for api in &view.spec.apis {
         if served_by_other(shared, view, &api.name).is_some() {
+            continue;
+        }
+        if engagement == Engagement::Engaged && !shared.recall.may_be_stale(view, &api.name) {
             continue;
         }
         let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, &api.name).await? else {
@@ -225,9 +273,12 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engaged: bool) -> R
             continue;
         }
         let ns = view.namespace();
-        if engaged {
-            stale::clear(consumer, &res, ns.as_deref()).await?;
+        if engagement == Engagement::Engaged {
+            if stale::clear(consumer, &res, ns.as_deref()).await? {
+                shared.recall.swept(view, &api.name);
+            }
         } else {
+            shared.recall.marked(view, &api.name);
             let recorder = Recorder::new(
                 shared.ctx.consumer.clone(),
                 shared.ctx.clock.clone(),
@@ -335,6 +386,10 @@ async fn observe_related(
     if uid.is_empty() {
         return Default::default();
     }
+    // No rule and none of its copies left: nothing to copy or collect, so nothing to list.
+    if shared.recall.related_idle(view) {
+        return Default::default();
+    }
     let binding = view.reference();
     let apis: Vec<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
     let (ctx, rules, policy) = (&shared.ctx, &view.spec.related_resources, view.spec.conflict_policy);
@@ -342,10 +397,16 @@ async fn observe_related(
         let namespaces = related::namespaces_in_use(ctx, &binding, &apis).await?;
         related::reconcile(ctx, &binding, rules, policy, provider, &uid, &namespaces).await
     };
-    converged.await.unwrap_or_else(|e| {
-        tracing::warn!(binding = %view.display(), error = %e, "related resources not converged; retrying");
-        Default::default()
-    })
+    match converged.await {
+        Ok(report) => {
+            shared.recall.related_done(view, report.owned);
+            report
+        }
+        Err(e) => {
+            tracing::warn!(binding = %view.display(), error = %e, "related resources not converged; retrying");
+            Default::default()
+        }
+    }
 }
 
 /// One API of the binding: its report, and the key of the syncer running for it.
@@ -418,7 +479,9 @@ async fn observe_api(
     let seen = shared.syncers.report(&key).unwrap_or_default();
     let synced = match &served.blocked {
         Some(message) => Observed::not(reason::SCHEMA_UPDATE_BLOCKED, message.clone()),
-        None => Observed::ok(format!("{api} is syncing ({} object(s) synced)", seen.synced)),
+        // No count in the message: a condition that changes with every synced object rewrites
+        // the binding's status after every restart and every create (metrics carry the count).
+        None => Observed::ok(format!("{api} is syncing")),
     };
     let report = ApiReport {
         name: api.to_string(),

@@ -22,7 +22,7 @@ async fn annotate(
     res: &ApiResource,
     obj: &DynamicObject,
     value: Value,
-) -> kbind_cluster::Result<()> {
+) -> kbind_cluster::Result<bool> {
     let params = PatchParams {
         field_manager: Some(field_manager::KONNECTOR.to_string()),
         ..PatchParams::default()
@@ -43,8 +43,8 @@ async fn annotate(
         .await
     {
         // Changed or gone meanwhile: the next reconcile looks again.
-        Err(e) if e.is_conflict() || e.is_not_found() => Ok(()),
-        other => other.map(|_| ()),
+        Err(e) if e.is_conflict() || e.is_not_found() => Ok(false),
+        other => other.map(|_| true),
     }
 }
 
@@ -86,17 +86,22 @@ fn has_syncer_finalizer(obj: &DynamicObject) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
 }
 
-/// Removes the mark from every object of `res` in scope.
+/// Removes the mark from every object of `res` in scope; `true` when no object of the list
+/// still carries it (one that changed meanwhile is left for the next sweep).
 pub(crate) async fn clear(
     consumer: &dyn ClusterClient,
     res: &ApiResource,
     namespace: Option<&str>,
-) -> kbind_cluster::Result<usize> {
-    let list = consumer.list(res, namespace, &Default::default()).await?;
-    let mut cleared = 0;
+) -> kbind_cluster::Result<bool> {
+    let list = match consumer.list(res, namespace, &Default::default()).await {
+        Ok(list) => list,
+        // Not served yet (a CRD just created): no object to carry a mark.
+        Err(e) if e.is_not_found() => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let mut complete = true;
     for obj in list.items.iter().filter(|o| is_stale(o)) {
-        annotate(consumer, res, obj, Value::Null).await?;
-        cleared += 1;
+        complete &= annotate(consumer, res, obj, Value::Null).await?;
     }
-    Ok(cleared)
+    Ok(complete)
 }

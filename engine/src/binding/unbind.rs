@@ -79,6 +79,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
         }
     }
     remove_cleanup(consumer, &view.resource(), view.namespace().as_deref(), &view.name()).await?;
+    shared.recall.forget(view);
     tracing::info!(binding = %view.display(), orphan, "binding released");
     Ok(Action::await_change())
 }

@@ -1,11 +1,12 @@
 //! The Connection reconciler: SecretValid, Connected, PermissionDenied, discovery into
 //! `exportedAPIs`, the heartbeat Lease, Ready, and the cleanup finalizers (DESIGN.md §2, §4, §5).
 //!
-//! Machinery: the seam's watcher streams feed a kube-runtime reflector `Store` of Connections
-//! and `Controller::for_stream` (kube's `unstable-runtime` feature, enabled in the engine's
-//! Cargo.toml); Secrets in the konnector namespace are only a trigger (`watches_stream`) mapped
-//! to the Connections that reference them, and are stripped of their data before the mapping,
-//! so no credentials are cached. Each reconcile reads the Secret fresh.
+//! Machinery: the engine's one Connection store and one Secret store ([`stores`], shared with
+//! the engager and the binding reconciler) feed `Controller::for_stream` (kube's
+//! `unstable-runtime` feature, enabled in the engine's Cargo.toml); Secrets in the konnector
+//! namespace are only a trigger (`watches_stream`) mapped to the Connections that reference
+//! them, and are stripped of their data before the mapping, so the trigger queue holds no
+//! credentials. Each reconcile reads the Secret fresh.
 //!
 //! Choices recorded here (see also docs/decisions.md):
 //! - `SchemaInSync` is True once `exportedAPIs` were discovered from the connected provider
@@ -25,42 +26,55 @@ pub(crate) mod finalize;
 mod heartbeat;
 mod reconcile;
 mod status;
+pub mod stores;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kbind_api::Connection;
-use kbind_cluster::watcher::{BackoffPolicy, WatchStreamExt, WatcherConfig, watcher};
+use kbind_cluster::watcher::{BackoffPolicy, WatcherConfig};
 use kbind_cluster::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 
 use crate::context::Context;
+use crate::provider::ProviderRegistry;
+use stores::{Change, ConsumerStores};
 
 pub use reconcile::{ReconcileError, reconcile};
 
 /// How long to wait before retrying after a failed reconcile or an unreachable provider.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Runs the Connection reconciler until the future is dropped.
+/// Runs the Connection reconciler until the future is dropped, over stores of its own.
 pub async fn run(ctx: Context) {
-    let (store, writer) = reflector::store::<Connection>();
-    let connections = crate::typed::typed_watcher::<Connection>(ctx.consumer.clone(), None, watcher_config());
-    let connections = reflector::reflector(writer, connections).applied_objects();
+    let (stores, feed) = ConsumerStores::new(&ctx);
+    tokio::join!(feed, run_shared(ctx, stores, ProviderRegistry::new()));
+}
 
+/// Runs the Connection reconciler over the engine's shared consumer stores until the future is
+/// dropped.
+pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: ProviderRegistry) {
+    let store = stores.connections.store().clone();
+    let connections = stores.connections.changes().filter_map(|change| async move {
+        match change {
+            Change::Applied(conn) => Some(Ok::<_, kube::runtime::watcher::Error>(conn.as_ref().clone())),
+            Change::Deleted(_) | Change::Synced => None,
+        }
+    });
     let secret_res = secret_resource();
-    let secrets = watcher(
-        ctx.consumer.clone(),
-        secret_res.clone(),
-        Some(ctx.config.namespace.clone()),
-        watcher_config(),
-    )
-    .touched_objects::<DynamicObject>()
-    .map(|item| item.map(strip_secret_data));
+    let secrets = stores.secrets.changes().filter_map(|change| async move {
+        match change {
+            Change::Applied(secret) | Change::Deleted(secret) => Some(Ok::<_, kube::runtime::watcher::Error>(
+                strip_secret_data(secret.as_ref().clone()),
+            )),
+            Change::Synced => None,
+        }
+    });
 
     let mapper_store = store.clone();
-    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone()));
+    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone(), registry));
     Controller::for_stream(connections, store)
         .watches_stream_with(
             secrets,

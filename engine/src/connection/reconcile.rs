@@ -26,6 +26,7 @@ use super::status::{Observed, Report, desired_status, draining_status, write_sta
 use super::{RETRY_INTERVAL, connection_resource, heartbeat, secret_resource};
 use crate::context::Context;
 use crate::events::Recorder;
+use crate::provider::ProviderRegistry;
 use crate::remote::{ProviderKubeconfig, parse_kubeconfig, provider_identity};
 
 /// Why a reconcile failed (consumer-side writes; provider trouble is reported in conditions).
@@ -57,6 +58,8 @@ struct Link {
 pub struct Shared {
     ctx: Context,
     store: Store<Connection>,
+    /// Holds the one provider client per Connection, shared with the engager.
+    registry: ProviderRegistry,
     links: Mutex<BTreeMap<String, Link>>,
     /// UIDs pinned by this process, so a reconcile running on a stale cached Connection
     /// (pin written, watch event not yet seen) still compares against the pin.
@@ -71,8 +74,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Shared state over `ctx`, with the reflector's Connection cache.
-    pub fn new(ctx: Context, store: Store<Connection>) -> Self {
+    /// Shared state over `ctx`, with the reflector's Connection cache and the registry whose
+    /// provider clients it shares with the engager.
+    pub fn new(ctx: Context, store: Store<Connection>, registry: ProviderRegistry) -> Self {
         let recorder = Recorder::new(
             ctx.consumer.clone(),
             ctx.clock.clone(),
@@ -83,6 +87,7 @@ impl Shared {
             recorder,
             announced: Mutex::new(BTreeMap::new()),
             store,
+            registry,
             links: Mutex::new(BTreeMap::new()),
             pinned: Mutex::new(BTreeMap::new()),
             local_uid: tokio::sync::OnceCell::new(),
@@ -97,6 +102,13 @@ impl Shared {
 
     fn take_link(&self, name: &str) -> Option<Link> {
         self.links.lock().unwrap_or_else(|p| p.into_inner()).remove(name)
+    }
+
+    /// Drops the link of `name` and, if no one else replaced it, its shared client.
+    fn drop_link(&self, name: &str) {
+        if let Some(link) = self.take_link(name) {
+            self.registry.drop_client(name, &link.client);
+        }
     }
 
     fn put_link(&self, name: &str, link: Link) {
@@ -120,6 +132,7 @@ impl Shared {
 
     fn forget(&self, name: &str) {
         self.take_link(name);
+        self.registry.forget_client(name);
         self.announced.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
         self.pinned.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
@@ -233,7 +246,7 @@ async fn observe(conn: &Connection, shared: &Shared, report: &mut Report) -> Res
         Err(observed) => {
             report.secret_valid = observed;
             // Nothing is run or sent to the provider for a refused or missing kubeconfig.
-            shared.take_link(&name);
+            shared.drop_link(&name);
             return Ok(None);
         }
     };
@@ -249,8 +262,12 @@ async fn observe(conn: &Connection, shared: &Shared, report: &mut Report) -> Res
     report.local_uid = Some(local_uid.clone());
 
     let mut link = match shared.take_link(&name) {
-        Some(link) if link.kubeconfig == kubeconfig => link,
-        _ => match shared.ctx.connector.connect(&kubeconfig).await {
+        Some(link) if link.kubeconfig == kubeconfig && shared.registry.holds_client(&name, &link.client) => link,
+        _ => match shared
+            .registry
+            .client(&name, &kubeconfig, || shared.ctx.connector.connect(&kubeconfig))
+            .await
+        {
             Ok(client) => Link {
                 kubeconfig,
                 client,
@@ -269,6 +286,8 @@ async fn observe(conn: &Connection, shared: &Shared, report: &mut Report) -> Res
     let requeue = drive(conn, shared, &mut link, &local_uid, report).await;
     if requeue.1 {
         shared.put_link(&name, link);
+    } else {
+        shared.registry.drop_client(&name, &link.client);
     }
     Ok(Some(requeue.0))
 }
@@ -287,6 +306,7 @@ async fn drive(
     let identity = match provider_identity(link.client.as_ref()).await {
         Ok(identity) => identity,
         Err(e) => {
+            shared.registry.verified(&name, &link.client, None);
             report_failure(report, &e);
             return (RETRY_INTERVAL, false);
         }
@@ -298,6 +318,7 @@ async fn drive(
     let remote_changed = pinned_remote.as_deref().is_some_and(|uid| uid != identity.uid);
     let local_changed = pinned_local.as_deref().is_some_and(|uid| uid != local_uid);
     if remote_changed || local_changed {
+        shared.registry.verified(&name, &link.client, None);
         let which = if remote_changed { "provider" } else { "consumer" };
         report.connected = Observed::not(
             reason::CLUSTER_IDENTITY_CHANGED,
@@ -318,6 +339,10 @@ async fn drive(
         return (config.rediscovery_interval.min(RETRY_INTERVAL), false);
     }
     shared.pin(&name, &identity.uid, local_uid);
+    // The engager engages through this client without reading the identity again.
+    shared
+        .registry
+        .verified(&name, &link.client, Some(identity.uid.clone()));
     report.remote_uid = Some(identity.uid.clone());
     let lease_uid = pinned_local.unwrap_or_else(|| local_uid.to_string());
 

@@ -1,30 +1,37 @@
-//! Engaged providers: a Ready Connection becomes an engaged cluster (a fresh, identity-guarded
+//! Engaged providers: a Ready Connection becomes an engaged cluster (an identity-guarded
 //! client, a direct reader and one shared watch cache per GVR), and is disengaged when it stops
 //! being Ready or is deleted. Nothing is deleted anywhere on disengage (DESIGN.md §4).
+//!
+//! The registry also holds the one provider client per Connection and kubeconfig that the
+//! Connection reconciler and the engager share: the Connection reconciler's identity read
+//! through it is the check an engagement relies on, and a disengage drops it, so recovery
+//! connects afresh.
 
 mod cache;
 mod guard;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::{StreamExt, future::Either};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kbind_api::Connection;
 use kbind_api::conditions;
 use kbind_api::consts::{condition, reason};
-use kbind_cluster::watcher::{BackoffPolicy, Event, WatcherConfig, watcher};
+use kbind_cluster::watcher::{BackoffPolicy, WatcherConfig};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
 use kube::ResourceExt;
-use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
 pub use cache::ProviderCache;
 pub use guard::{GuardedClient, IdentityState};
 
+use crate::connection::stores::{ConsumerStores, secret_key};
 use crate::context::Context;
 use crate::planted::{Plant, planted};
+use crate::remote::ProviderKubeconfig;
 
 /// How often engagements that failed (provider unreachable, Secret missing) are retried.
 const ENGAGE_RETRY: Duration = Duration::from_secs(5);
@@ -52,6 +59,9 @@ pub enum EngageError {
     /// The connector or the identity read failed.
     #[error("failed to reach the provider: {0}")]
     Unreachable(String),
+    /// The Connection reconciler has not verified the identity through the shared client yet.
+    #[error("waiting for the Connection reconciler to verify the provider's identity")]
+    AwaitingIdentity,
     /// The provider's identity is not the pinned one.
     #[error("the provider's identity {found} differs from the pinned {pinned}")]
     IdentityMismatch {
@@ -75,7 +85,9 @@ pub struct EngagedProvider {
     /// One shared watch per GVR.
     pub cache: ProviderCache,
     guarded: GuardedClient,
-    secret_version: Option<String>,
+    /// SHA-256 of the kubeconfig bytes it was built from: only new bytes re-engage, not a new
+    /// resourceVersion of the Secret (a label or annotation change).
+    kubeconfig_digest: Vec<u8>,
     raw: Arc<dyn ClusterClient>,
 }
 
@@ -109,6 +121,12 @@ impl EngagedProvider {
 #[derive(Clone)]
 pub struct ProviderRegistry {
     engaged: Arc<RwLock<BTreeMap<String, Arc<EngagedProvider>>>>,
+    /// Connections whose last engagement attempt failed (and none succeeded since).
+    failed: Arc<RwLock<BTreeSet<String>>>,
+    /// The one provider client per Connection, shared by the Connection reconciler and the engager.
+    clients: Arc<RwLock<BTreeMap<String, ProviderClient>>>,
+    /// Bumped whenever an identity is verified through a shared client (the engager waits on it).
+    verifications: Arc<watch::Sender<u64>>,
     changes: Arc<watch::Sender<u64>>,
 }
 
@@ -131,6 +149,9 @@ impl ProviderRegistry {
     pub fn new() -> Self {
         Self {
             engaged: Arc::new(RwLock::new(BTreeMap::new())),
+            failed: Arc::new(RwLock::new(BTreeSet::new())),
+            clients: Arc::new(RwLock::new(BTreeMap::new())),
+            verifications: Arc::new(watch::channel(0).0),
             changes: Arc::new(watch::channel(0).0),
         }
     }
@@ -143,6 +164,28 @@ impl ProviderRegistry {
     /// Names of the engaged Connections, sorted.
     pub fn engaged(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
+    }
+
+    /// Whether the last attempt to engage Connection `name` failed (its provider is known to be
+    /// down, not merely "not engaged yet", as right after a restart or a leader hand-over).
+    pub fn engagement_failed(&self, name: &str) -> bool {
+        self.failed.read().unwrap_or_else(|p| p.into_inner()).contains(name)
+    }
+
+    /// Records a failed engagement; a first failure counts as a change (bindings look again).
+    fn record_failure(&self, name: &str) {
+        let new = self
+            .failed
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string());
+        if new {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn clear_failure(&self, name: &str) {
+        self.failed.write().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 
     /// A receiver that changes whenever a provider is engaged or disengaged.
@@ -159,6 +202,7 @@ impl ProviderRegistry {
     }
 
     fn insert(&self, provider: Arc<EngagedProvider>) {
+        self.clear_failure(&provider.name);
         self.write().insert(provider.name.clone(), provider);
         self.changes.send_modify(|n| *n += 1);
     }
@@ -177,6 +221,113 @@ impl ProviderRegistry {
         for name in names {
             self.remove(&name);
         }
+    }
+}
+
+/// The provider client of one Connection for one accepted kubeconfig, and the identity the
+/// Connection reconciler last read through it (DESIGN.md §2 "Identity").
+#[derive(Clone)]
+struct ProviderClient {
+    kubeconfig: ProviderKubeconfig,
+    raw: Arc<dyn ClusterClient>,
+    verified: Option<String>,
+}
+
+impl ProviderRegistry {
+    /// The shared client of Connection `name` for `kubeconfig`, built with `connect` when there
+    /// is none for it yet (one client per Connection and kubeconfig, whoever asks first).
+    pub(crate) async fn client<F, Fut>(
+        &self,
+        name: &str,
+        kubeconfig: &ProviderKubeconfig,
+        connect: F,
+    ) -> kbind_cluster::Result<Arc<dyn ClusterClient>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = kbind_cluster::Result<Arc<dyn ClusterClient>>>,
+    {
+        if let Some((raw, _)) = self.shared_client(name, kubeconfig) {
+            return Ok(raw);
+        }
+        let raw = connect().await?;
+        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        // Someone else may have connected meanwhile: theirs stays, so there is one.
+        if let Some(existing) = clients.get(name).filter(|c| &c.kubeconfig == kubeconfig) {
+            return Ok(existing.raw.clone());
+        }
+        clients.insert(
+            name.to_string(),
+            ProviderClient {
+                kubeconfig: kubeconfig.clone(),
+                raw: raw.clone(),
+                verified: None,
+            },
+        );
+        Ok(raw)
+    }
+
+    /// The shared client of `name` for `kubeconfig` and the identity last verified through it.
+    fn shared_client(
+        &self,
+        name: &str,
+        kubeconfig: &ProviderKubeconfig,
+    ) -> Option<(Arc<dyn ClusterClient>, Option<String>)> {
+        self.clients
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .filter(|c| &c.kubeconfig == kubeconfig)
+            .map(|c| (c.raw.clone(), c.verified.clone()))
+    }
+
+    /// Records the identity just read through `raw` (`None`: the read failed or did not match).
+    pub(crate) fn verified(&self, name: &str, raw: &Arc<dyn ClusterClient>, uid: Option<String>) {
+        let news = {
+            let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+            match clients.get_mut(name).filter(|c| Arc::ptr_eq(&c.raw, raw)) {
+                Some(c) if c.verified != uid => {
+                    c.verified = uid;
+                    c.verified.is_some()
+                }
+                _ => false,
+            }
+        };
+        if news {
+            self.verifications.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The identity last verified through the shared client `raw` of `name`.
+    fn verified_uid(&self, name: &str, raw: &Arc<dyn ClusterClient>) -> Option<String> {
+        self.clients
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .filter(|c| Arc::ptr_eq(&c.raw, raw))
+            .and_then(|c| c.verified.clone())
+    }
+
+    /// Drops the shared client of `name` if it is `raw` (a failed link: recovery starts fresh).
+    pub(crate) fn drop_client(&self, name: &str, raw: &Arc<dyn ClusterClient>) {
+        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        if clients.get(name).is_some_and(|c| Arc::ptr_eq(&c.raw, raw)) {
+            clients.remove(name);
+        }
+    }
+
+    /// Whether `raw` is still the shared client of `name` (a disengage drops it: recovery
+    /// connects afresh).
+    pub(crate) fn holds_client(&self, name: &str, raw: &Arc<dyn ClusterClient>) -> bool {
+        self.clients
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .is_some_and(|c| Arc::ptr_eq(&c.raw, raw))
+    }
+
+    /// Forgets the client of a Connection that is gone.
+    pub(crate) fn forget_client(&self, name: &str) {
+        self.clients.write().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 }
 
@@ -205,55 +356,63 @@ fn wanted_identity(conn: &Connection) -> Option<String> {
         .filter(|uid| !uid.is_empty())
 }
 
+/// Who reads a provider's identity before it is engaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdentityCheck {
+    /// The engager reads it itself (no Connection reconciler runs beside it).
+    Own,
+    /// The Connection reconciler reads it through the shared client; the engager engages only
+    /// a client it verified (one identity check per Connection and kubeconfig), except for a
+    /// deleted Connection whose bindings drain (its reconciler no longer checks).
+    ConnectionReconciler,
+}
+
 /// Engages and disengages providers as Connections change, until the future is dropped
-/// (which disengages everything).
+/// (which disengages everything); over consumer stores of its own, reading identities itself.
 pub async fn run(ctx: Context, registry: ProviderRegistry) {
+    let (stores, feed) = ConsumerStores::new(&ctx);
+    tokio::join!(feed, engage_loop(ctx, registry, stores, IdentityCheck::Own));
+}
+
+/// [`run`] over the engine's shared Connection and Secret stores, engaging the provider clients
+/// the Connection reconciler verified.
+pub async fn run_shared(ctx: Context, registry: ProviderRegistry, stores: ConsumerStores) {
+    engage_loop(ctx, registry, stores, IdentityCheck::ConnectionReconciler).await
+}
+
+async fn engage_loop(ctx: Context, registry: ProviderRegistry, stores: ConsumerStores, check: IdentityCheck) {
     let _disengage_all = DisengageAllOnDrop(registry.clone());
-    let conn_res = ApiResource::erase::<Connection>(&());
-    let conn_writer: Writer<DynamicObject> = Writer::new(conn_res.clone());
-    let connections = conn_writer.as_reader();
-    let conn_events = reflector::reflector(
-        conn_writer,
-        watcher(ctx.consumer.clone(), conn_res, None, watcher_config()),
-    );
-    let secret_res = ApiResource::erase::<Secret>(&());
-    let secret_writer: Writer<DynamicObject> = Writer::new(secret_res.clone());
-    let secrets = secret_writer.as_reader();
-    let secret_events = reflector::reflector(
-        secret_writer,
-        watcher(
-            ctx.consumer.clone(),
-            secret_res,
-            Some(ctx.config.namespace.clone()),
-            watcher_config(),
-        ),
-    );
+    let verifications = futures::stream::unfold(registry.verifications.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
     let mut events = std::pin::pin!(futures::stream::select(
-        conn_events.map(Either::Left),
-        secret_events.map(Either::Right),
+        futures::stream::select(
+            stores.connections.changes().map(|_| ()),
+            stores.secrets.changes().map(|_| ()),
+        ),
+        verifications,
     ));
     let mut retry = tokio::time::interval(ENGAGE_RETRY);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut engager = Engager {
         ctx,
         registry,
+        check,
         previous: BTreeMap::new(),
     };
     loop {
         tokio::select! {
-            event = events.next() => match event {
-                Some(Either::Left(Err(e)) | Either::Right(Err(e))) => {
-                    tracing::debug!(error = %kbind_cluster::into_seam_error(e), "consumer watch failed; it retries");
-                    continue;
-                }
-                // Wait for complete lists: a half-listed store would look like deletions.
-                Some(Either::Left(Ok(Event::Init | Event::InitApply(_))) | Either::Right(Ok(Event::Init | Event::InitApply(_)))) => continue,
-                Some(_) => {}
-                None => return,
-            },
+            event = events.next() => if event.is_none() { return },
             _ = retry.tick() => {}
         }
-        engager.reconcile_all(&connections, &secrets).await;
+        // Wait for complete lists: a half-listed store would look like deletions.
+        if !stores.connections.is_synced() || !stores.secrets.is_synced() {
+            continue;
+        }
+        engager
+            .reconcile_all(stores.connections.store(), stores.secrets.store())
+            .await;
     }
 }
 
@@ -261,21 +420,23 @@ pub async fn run(ctx: Context, registry: ProviderRegistry) {
 struct Engager {
     ctx: Context,
     registry: ProviderRegistry,
+    check: IdentityCheck,
     /// Raw clients of past engagements: only the planted bug ever reads this.
     previous: BTreeMap<String, Arc<dyn ClusterClient>>,
 }
 
 impl Engager {
-    async fn reconcile_all(&mut self, connections: &Store<DynamicObject>, secrets: &Store<DynamicObject>) {
-        let mut wanted: BTreeMap<String, Connection> = BTreeMap::new();
-        for obj in connections.state() {
-            match kbind_cluster::from_dynamic::<Connection>((*obj).clone()) {
-                Ok(conn) => {
-                    wanted.insert(conn.name_any(), conn);
-                }
-                Err(e) => tracing::debug!(error = %e, "skipping an undecodable Connection"),
-            }
-        }
+    async fn reconcile_all(&mut self, connections: &Store<Connection>, secrets: &Store<DynamicObject>) {
+        let wanted: BTreeMap<String, Connection> = connections
+            .state()
+            .iter()
+            .map(|conn| (conn.name_any(), conn.as_ref().clone()))
+            .collect();
+        self.registry
+            .failed
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name| wanted.contains_key(name));
         for name in self.registry.engaged() {
             let keep = wanted.get(&name).and_then(wanted_identity);
             if keep.is_none() {
@@ -283,10 +444,17 @@ impl Engager {
             }
         }
         for (name, conn) in &wanted {
-            let Some(pinned) = wanted_identity(conn) else { continue };
-            let secret_version = self.secret_of(conn, secrets).and_then(|s| s.resource_version());
+            let Some(pinned) = wanted_identity(conn) else {
+                // Not wanted is not failed: the Connection's own status says why.
+                self.registry.clear_failure(name);
+                continue;
+            };
+            let digest = self.secret_of(conn, secrets).and_then(|s| kubeconfig_digest(conn, &s));
             if let Some(current) = self.registry.get(name) {
-                if current.identity == pinned && current.secret_version == secret_version && !current.is_disengaged() {
+                if current.identity == pinned
+                    && Some(&current.kubeconfig_digest) == digest.as_ref()
+                    && !current.is_disengaged()
+                {
                     continue;
                 }
                 self.disengage(name, "the pinned identity or the kubeconfig Secret changed")
@@ -297,8 +465,17 @@ impl Engager {
                     tracing::info!(connection = %name, identity = %pinned, "engaged provider");
                     self.registry.insert(Arc::new(provider));
                 }
-                Ok(Err(e)) => tracing::info!(connection = %name, error = %e, "provider not engaged yet"),
-                Err(_) => tracing::info!(connection = %name, "provider engagement timed out"),
+                Ok(Err(EngageError::AwaitingIdentity)) => {
+                    tracing::debug!(connection = %name, "waiting for the identity check");
+                }
+                Ok(Err(e)) => {
+                    tracing::info!(connection = %name, error = %e, "provider not engaged yet");
+                    self.registry.record_failure(name);
+                }
+                Err(_) => {
+                    tracing::info!(connection = %name, "provider engagement timed out");
+                    self.registry.record_failure(name);
+                }
             }
         }
     }
@@ -308,9 +485,8 @@ impl Engager {
         if r.namespace != self.ctx.config.namespace {
             return None;
         }
-        let key = reflector::ObjectRef::new_with(&r.name, ApiResource::erase::<Secret>(&())).within(&r.namespace);
         secrets
-            .get(&key)
+            .get(&secret_key(&r.namespace, &r.name))
             .and_then(|obj| kbind_cluster::from_dynamic((*obj).clone()).ok())
     }
 
@@ -332,23 +508,38 @@ impl Engager {
             .ok_or(EngageError::SecretNotFound(secret_name))?;
         let kubeconfig = crate::remote::parse_kubeconfig(&bytes.0, self.ctx.config.allow_insecure_providers)?;
         let name = conn.name_any();
-        let raw = match self.previous.get(&name) {
-            Some(old) if planted(Plant::ReuseClientAfterDisengage) => old.clone(),
-            _ => self
-                .ctx
-                .connector
-                .connect(&kubeconfig)
-                .await
-                .map_err(|e| EngageError::Unreachable(e.to_string()))?,
+        let reused = match self.previous.get(&name) {
+            Some(old) if planted(Plant::ReuseClientAfterDisengage) => Some(old.clone()),
+            _ => None,
         };
-        let identity = kbind_cluster::identity::read_identity(raw.as_ref())
-            .await
-            .map_err(|e| EngageError::Unreachable(e.to_string()))?;
-        if identity.uid != pinned {
-            return Err(EngageError::IdentityMismatch {
-                pinned: pinned.to_string(),
-                found: identity.uid,
-            });
+        let own_check =
+            reused.is_some() || self.check == IdentityCheck::Own || conn.metadata.deletion_timestamp.is_some();
+        let raw = match reused {
+            Some(old) => old,
+            None => {
+                let (connector, config) = (self.ctx.connector.clone(), kubeconfig.clone());
+                self.registry
+                    .client(&name, &kubeconfig, || async move { connector.connect(&config).await })
+                    .await
+                    .map_err(|e| EngageError::Unreachable(e.to_string()))?
+            }
+        };
+        // One identity check per Connection and kubeconfig: the Connection reconciler reads it
+        // through this very client before it reports Ready.
+        if self.registry.verified_uid(&name, &raw).as_deref() != Some(pinned) {
+            if !own_check {
+                return Err(EngageError::AwaitingIdentity);
+            }
+            let identity = kbind_cluster::identity::read_identity(raw.as_ref())
+                .await
+                .map_err(|e| EngageError::Unreachable(e.to_string()))?;
+            if identity.uid != pinned {
+                return Err(EngageError::IdentityMismatch {
+                    pinned: pinned.to_string(),
+                    found: identity.uid,
+                });
+            }
+            self.registry.verified(&name, &raw, Some(identity.uid));
         }
         let guarded = GuardedClient::new(raw.clone(), pinned);
         let client: Arc<dyn ClusterClient> = Arc::new(guarded.clone());
@@ -359,7 +550,7 @@ impl Engager {
             cache: ProviderCache::new(client.clone()),
             client,
             guarded,
-            secret_version: secret.resource_version(),
+            kubeconfig_digest: digest(&bytes.0),
             raw,
         })
     }
@@ -369,6 +560,8 @@ impl Engager {
             return;
         };
         tracing::info!(connection = %name, reason = why, "disengaged provider");
+        // Recovery builds a fresh client (DESIGN.md §4 "connection loss").
+        self.registry.drop_client(name, &provider.raw);
         if planted(Plant::ReuseClientAfterDisengage) {
             self.previous.insert(name.to_string(), provider.raw.clone());
         }
@@ -376,6 +569,16 @@ impl Engager {
             planted_delete_pulled_crds(&self.ctx, name).await;
         }
     }
+}
+
+/// SHA-256 of the kubeconfig bytes `conn` uses from `secret`, if the key is there.
+fn kubeconfig_digest(conn: &Connection, secret: &Secret) -> Option<Vec<u8>> {
+    let bytes = secret.data.as_ref()?.get(&conn.spec.kubeconfig_secret_ref.key)?;
+    Some(digest(&bytes.0))
+}
+
+fn digest(bytes: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().to_vec()
 }
 
 /// The planted bug: "cleans up" the consumer CRDs pulled through this Connection on

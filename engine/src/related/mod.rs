@@ -23,7 +23,8 @@
 //!   Orphan escape hatch it is not called at all: every copy stays, in both directions.
 //! - Secret content is never logged and never part of an error, condition or report: errors
 //!   name the resource, namespace and name only.
-//! - A binding without related resources still lists its managed copies each reconcile, so
+//! - A binding without related resources lists its managed copies until a pass finds none
+//!   (the binding reconciler remembers that and skips the pass until a rule comes back), so
 //!   removing the last rule collects them; a provider refusal of that list is ignored.
 
 mod copy;
@@ -75,6 +76,9 @@ pub struct RelatedReport {
     pub denied: Vec<String>,
     /// Copies deleted because nothing selects their source any more.
     pub removed: usize,
+    /// Copies of this binding that the pass found (before collecting), on both sides; a side
+    /// that may not be listed counts none (nothing there is collected either).
+    pub owned: usize,
 }
 
 /// Errors of related-resource copying; they name objects, never their content.
@@ -268,6 +272,7 @@ impl Pass<'_> {
         let Some(copies) = self.our_copies(&res, target_side, !selectors.is_empty()).await? else {
             return Ok(());
         };
+        self.report.owned += copies.len();
         for copy in copies {
             let key = key_of(&copy);
             if sources.contains_key(&key) || copy.metadata.deletion_timestamp.is_some() {

@@ -33,6 +33,7 @@ mod provider_namespace_removal;
 mod provider_namespaces;
 mod provider_replaced_by_a_fresh_cluster;
 mod provider_side_changes;
+mod quiet;
 mod related_resources;
 mod resync_forever;
 mod schema_policies;
