@@ -70,8 +70,7 @@ async fn main() -> anyhow::Result<()> {
             .compare
             .iter()
             .map(|path| {
-                let text =
-                    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
                 serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
             })
             .collect::<anyhow::Result<Vec<Value>>>()?;
@@ -136,7 +135,8 @@ async fn measure(args: &Args) -> anyhow::Result<Value> {
             "max_le_ms": h.quantile_bound(1.0).map(|s| 1000.0 * s),
         })
     };
-    let requests = |r: Requests| json!({"all_per_minute": per_minute(r.all), "watches_per_minute": per_minute(r.watches)});
+    let requests =
+        |r: Requests| json!({"all_per_minute": per_minute(r.all), "watches_per_minute": per_minute(r.watches)});
     Ok(json!({
         "label": args.label,
         "binary": binary.display().to_string(),
@@ -209,6 +209,8 @@ async fn changes(bench: &Bench, args: &Args) -> anyhow::Result<(Vec<Duration>, V
     ));
     // Both watches are open once a change made now reaches them: a probe per side.
     wait_watching(bench, &status_pending, &spec_pending).await?;
+    lock(&status_seen).clear();
+    lock(&spec_seen).clear();
 
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -270,9 +272,12 @@ async fn changes(bench: &Bench, args: &Args) -> anyhow::Result<(Vec<Duration>, V
 /// Changes one object on each side and waits until both watches have seen it.
 async fn wait_watching(bench: &Bench, status_pending: &Pending, spec_pending: &Pending) -> anyhow::Result<()> {
     let probe = widget_name(0);
+    // A new marker per attempt: writing the same value again would be no change and no event.
+    let mut attempt = 0u32;
     common::wait_for("both watches open", Duration::from_secs(60), async || {
-        let status_marker = "probe-status".to_string();
-        let spec_marker = "probe-spec".to_string();
+        attempt += 1;
+        let status_marker = format!("probe-status-{attempt}");
+        let spec_marker = format!("probe-spec-{attempt}");
         lock(status_pending).insert(status_marker.clone(), (probe.clone(), Instant::now()));
         lock(spec_pending).insert(spec_marker.clone(), (probe.clone(), Instant::now()));
         // Written on the sides the watches read: the status on the consumer, the spec on the
@@ -302,7 +307,12 @@ async fn wait_watching(bench: &Bench, status_pending: &Pending, spec_pending: &P
 
 /// Watches the widgets of `client` and, for each object whose `field` holds a pending marker,
 /// records how long ago that marker was sent.
-async fn observe(client: Arc<dyn ClusterClient>, field: &'static str, pending: Pending, seen: Arc<Mutex<Vec<Duration>>>) {
+async fn observe(
+    client: Arc<dyn ClusterClient>,
+    field: &'static str,
+    pending: Pending,
+    seen: Arc<Mutex<Vec<Duration>>>,
+) {
     let mut resource_version = String::new();
     loop {
         if resource_version.is_empty() {
@@ -381,49 +391,130 @@ fn table(runs: &[Value]) -> String {
     type Row = (&'static str, Box<dyn Fn(&Value) -> String>);
     let rows: Vec<Row> = vec![
         ("objects", Box::new(|r| r["objects"].to_string())),
-        ("changes/s (status + spec)", Box::new(|r| format!("{} + {}", r["rate_per_second"], r["rate_per_second"]))),
-        ("load average (start / changes / end)", Box::new(|r| {
-            let l = &r["load_average"];
-            format!("{} / {} / {}", l["start"].as_str().unwrap_or("?"), l["before_changes"].as_str().unwrap_or("?"), l["end"].as_str().unwrap_or("?"))
-        })),
-        ("sync of all objects", Box::new(move |r| r["sync_seconds"].as_f64().map_or("–".into(), |s| format!("{s:.1} s")))),
-        ("status down, end to end p50 / p99 / max", Box::new(move |r| {
-            let e = &r["end_to_end"]["status_down"];
-            format!("{} / {} / {}", ms(&e["p50_ms"]), ms(&e["p99_ms"]), ms(&e["max_ms"]))
-        })),
-        ("spec up, end to end p50 / p99 / max", Box::new(move |r| {
-            let e = &r["end_to_end"]["spec_up"];
-            format!("{} / {} / {}", ms(&e["p50_ms"]), ms(&e["p99_ms"]), ms(&e["max_ms"]))
-        })),
-        ("changes seen / sent (status, spec)", Box::new(|r| {
-            let e = &r["end_to_end"];
-            format!("{}/{}, {}/{}", e["status_down"]["seen"], e["status_down"]["sent"], e["spec_up"]["seen"], e["spec_up"]["sent"])
-        })),
-        ("`kbind_status_down_seconds` p50 / p99 / max", Box::new(move |r| {
-            let h = &r["metrics"]["status_down"];
-            format!("{} / {} / {} (n={})", le(&h["p50_le_ms"]), le(&h["p99_le_ms"]), le(&h["max_le_ms"]), h["count"])
-        })),
-        ("`kbind_spec_up_seconds` p50 / p99 / max", Box::new(move |r| {
-            let h = &r["metrics"]["spec_up"];
-            format!("{} / {} / {} (n={})", le(&h["p50_le_ms"]), le(&h["p99_le_ms"]), le(&h["max_le_ms"]), h["count"])
-        })),
-        ("RSS before sync / after sync", Box::new(move |r| format!("{} / {}", kib(&r["rss_kib"]["before_sync"]), kib(&r["rss_kib"]["after_sync"])))),
-        ("JSON size of the synced objects (provider / consumer)", Box::new(|r| {
-            let b = &r["objects_json_bytes"];
-            format!("{:.0} KiB / {:.0} KiB", b["provider"].as_f64().unwrap_or(0.0) / 1024.0, b["consumer"].as_f64().unwrap_or(0.0) / 1024.0)
-        })),
+        (
+            "changes/s (status + spec)",
+            Box::new(|r| format!("{} + {}", r["rate_per_second"], r["rate_per_second"])),
+        ),
+        (
+            "load average (start / changes / end)",
+            Box::new(|r| {
+                let l = &r["load_average"];
+                format!(
+                    "{} / {} / {}",
+                    l["start"].as_str().unwrap_or("?"),
+                    l["before_changes"].as_str().unwrap_or("?"),
+                    l["end"].as_str().unwrap_or("?")
+                )
+            }),
+        ),
+        (
+            "sync of all objects",
+            Box::new(move |r| r["sync_seconds"].as_f64().map_or("–".into(), |s| format!("{s:.1} s"))),
+        ),
+        (
+            "status down, end to end p50 / p99 / max",
+            Box::new(move |r| {
+                let e = &r["end_to_end"]["status_down"];
+                format!("{} / {} / {}", ms(&e["p50_ms"]), ms(&e["p99_ms"]), ms(&e["max_ms"]))
+            }),
+        ),
+        (
+            "spec up, end to end p50 / p99 / max",
+            Box::new(move |r| {
+                let e = &r["end_to_end"]["spec_up"];
+                format!("{} / {} / {}", ms(&e["p50_ms"]), ms(&e["p99_ms"]), ms(&e["max_ms"]))
+            }),
+        ),
+        (
+            "changes seen / sent (status, spec)",
+            Box::new(|r| {
+                let e = &r["end_to_end"];
+                format!(
+                    "{}/{}, {}/{}",
+                    e["status_down"]["seen"], e["status_down"]["sent"], e["spec_up"]["seen"], e["spec_up"]["sent"]
+                )
+            }),
+        ),
+        (
+            "`kbind_status_down_seconds` p50 / p99 / max",
+            Box::new(move |r| {
+                let h = &r["metrics"]["status_down"];
+                format!(
+                    "{} / {} / {} (n={})",
+                    le(&h["p50_le_ms"]),
+                    le(&h["p99_le_ms"]),
+                    le(&h["max_le_ms"]),
+                    h["count"]
+                )
+            }),
+        ),
+        (
+            "`kbind_spec_up_seconds` p50 / p99 / max",
+            Box::new(move |r| {
+                let h = &r["metrics"]["spec_up"];
+                format!(
+                    "{} / {} / {} (n={})",
+                    le(&h["p50_le_ms"]),
+                    le(&h["p99_le_ms"]),
+                    le(&h["max_le_ms"]),
+                    h["count"]
+                )
+            }),
+        ),
+        (
+            "RSS before sync / after sync",
+            Box::new(move |r| {
+                format!(
+                    "{} / {}",
+                    kib(&r["rss_kib"]["before_sync"]),
+                    kib(&r["rss_kib"]["after_sync"])
+                )
+            }),
+        ),
+        (
+            "JSON size of the synced objects (provider / consumer)",
+            Box::new(|r| {
+                let b = &r["objects_json_bytes"];
+                format!(
+                    "{:.0} KiB / {:.0} KiB",
+                    b["provider"].as_f64().unwrap_or(0.0) / 1024.0,
+                    b["consumer"].as_f64().unwrap_or(0.0) / 1024.0
+                )
+            }),
+        ),
         ("RSS after idle", Box::new(move |r| kib(&r["rss_kib"]["after_idle"]))),
-        ("RSS after changes / peak", Box::new(move |r| format!("{} / {}", kib(&r["rss_kib"]["after_changes"]), kib(&r["rss_kib"]["peak"])))),
-        ("CPU while idle (% of a core)", Box::new(move |r| format!("{} % over {} s", num(&r["idle_cpu_percent"]), r["idle_seconds"]))),
-        ("CPU during changes (% of a core)", Box::new(move |r| format!("{} %", num(&r["changes_cpu_percent"])))),
-        ("idle requests/min, provider (watches)", Box::new(move |r| {
-            let p = &r["idle_requests"]["provider"];
-            format!("{} ({})", num(&p["all_per_minute"]), num(&p["watches_per_minute"]))
-        })),
-        ("idle requests/min, consumer (watches)", Box::new(move |r| {
-            let c = &r["idle_requests"]["consumer"];
-            format!("{} ({})", num(&c["all_per_minute"]), num(&c["watches_per_minute"]))
-        })),
+        (
+            "RSS after changes / peak",
+            Box::new(move |r| {
+                format!(
+                    "{} / {}",
+                    kib(&r["rss_kib"]["after_changes"]),
+                    kib(&r["rss_kib"]["peak"])
+                )
+            }),
+        ),
+        (
+            "CPU while idle (% of a core)",
+            Box::new(move |r| format!("{} % over {} s", num(&r["idle_cpu_percent"]), r["idle_seconds"])),
+        ),
+        (
+            "CPU during changes (% of a core)",
+            Box::new(move |r| format!("{} %", num(&r["changes_cpu_percent"]))),
+        ),
+        (
+            "idle requests/min, provider (watches)",
+            Box::new(move |r| {
+                let p = &r["idle_requests"]["provider"];
+                format!("{} ({})", num(&p["all_per_minute"]), num(&p["watches_per_minute"]))
+            }),
+        ),
+        (
+            "idle requests/min, consumer (watches)",
+            Box::new(move |r| {
+                let c = &r["idle_requests"]["consumer"];
+                format!("{} ({})", num(&c["all_per_minute"]), num(&c["watches_per_minute"]))
+            }),
+        ),
     ];
     let mut out = String::from("| |");
     for run in runs {

@@ -227,11 +227,7 @@ impl Bench {
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg(format!("--metrics-addr={metrics_addr}"))
-            .args([
-                "--leader-elect=false",
-                "--health-addr=127.0.0.1:0",
-                "--log-level=warn",
-            ])
+            .args(["--leader-elect=false", "--health-addr=127.0.0.1:0", "--log-level=warn"])
             .env_remove("RUST_LOG")
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())
@@ -442,10 +438,7 @@ pub async fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
         .split_once("\r\n\r\n")
         .ok_or_else(|| anyhow!("a metrics response without a body"))?;
     if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "/metrics answered {}",
-            head.lines().next().unwrap_or_default()
-        );
+        bail!("/metrics answered {}", head.lines().next().unwrap_or_default());
     }
     Ok(body.to_string())
 }
@@ -478,7 +471,13 @@ impl Histogram {
                     .split("le=\"")
                     .nth(1)
                     .and_then(|v| v.split('"').next())
-                    .and_then(|v| if v == "+Inf" { Some(f64::INFINITY) } else { v.parse().ok() });
+                    .and_then(|v| {
+                        if v == "+Inf" {
+                            Some(f64::INFINITY)
+                        } else {
+                            v.parse().ok()
+                        }
+                    });
                 let (Some(le), Ok(count)) = (le, value.parse::<f64>()) else {
                     continue;
                 };
@@ -503,11 +502,7 @@ impl Histogram {
             .buckets
             .iter()
             .map(|&(le, n)| {
-                let earlier = before
-                    .buckets
-                    .iter()
-                    .find(|(b, _)| *b == le)
-                    .map_or(0, |(_, m)| *m);
+                let earlier = before.buckets.iter().find(|(b, _)| *b == le).map_or(0, |(_, m)| *m);
                 (le, n.saturating_sub(earlier))
             })
             .collect();
