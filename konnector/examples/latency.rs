@@ -135,8 +135,7 @@ async fn measure(args: &Args) -> anyhow::Result<Value> {
             "max_le_ms": h.quantile_bound(1.0).map(|s| 1000.0 * s),
         })
     };
-    let requests =
-        |r: Requests| json!({"all_per_minute": per_minute(r.all), "watches_per_minute": per_minute(r.watches)});
+    let requests = |r: Requests| json!({"all_per_minute": per_minute(r.all), "watches_per_minute": per_minute(r.watches), "by_kind_in_window": r.by_kind});
     Ok(json!({
         "label": args.label,
         "binary": binary.display().to_string(),

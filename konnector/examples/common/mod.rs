@@ -341,25 +341,31 @@ impl Bench {
 }
 
 /// The konnector's requests in a window, from a cluster's request log.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Requests {
     /// Every request (watches included).
     pub all: u64,
     /// Watch requests (each one opened or reopened watch).
     pub watches: u64,
+    /// Counts by `verb resource`, to tell what an idle konnector keeps asking.
+    pub by_kind: std::collections::BTreeMap<String, u64>,
 }
 
 impl Requests {
     fn of(log: &[RequestRecord]) -> Self {
         let ours = log.iter().filter(|r| r.user == KONNECTOR_USER);
-        let (mut all, mut watches) = (0, 0);
+        let mut requests = Self::default();
         for r in ours {
-            all += 1;
+            requests.all += 1;
             if r.verb == "watch" {
-                watches += 1;
+                requests.watches += 1;
             }
+            *requests
+                .by_kind
+                .entry(format!("{} {}", r.verb, r.resource))
+                .or_default() += 1;
         }
-        Self { all, watches }
+        requests
     }
 }
 
