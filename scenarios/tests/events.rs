@@ -122,5 +122,9 @@ async fn a_provider_copy_deleted_by_someone_else_is_noticed_without_waiting_for_
     invariants_hold(&world).await;
     world.steps_for(2).await;
     let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(at(&copy, "/spec/size"), Some(json!(1)), "the copy is the consumer's spec again");
+    assert_eq!(
+        at(&copy, "/spec/size"),
+        Some(json!(1)),
+        "the copy is the consumer's spec again"
+    );
 }

@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use tokio::sync::watch;
 
-pub use cache::ProviderCache;
+pub use cache::{CacheEvent, CachedStore, ProviderCache, lean};
 pub use guard::{GuardedClient, IdentityState};
 
 use crate::context::Context;
