@@ -2,7 +2,7 @@
 //! also by the change events of the provider's shared cache, reconciling each object up and
 //! its status down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,6 +67,10 @@ pub(crate) struct Shared {
     watches: ProviderWatches,
     /// Our own provider writes, whose events are echoes.
     echoes: ProviderEchoes,
+    /// Copies (and their resourceVersion) whose create entry the server kept although we
+    /// removed it (fakeapi, whose apply records no entry when it changes no value): writing
+    /// them again would change nothing.
+    kept_create_entry: Mutex<BTreeMap<ObjectKey, String>>,
 }
 
 /// Where a syncer reports what it did and how long it took.
@@ -102,6 +106,7 @@ impl Shared {
             namespaces: Mutex::new(BTreeSet::new()),
             watches: ProviderWatches::default(),
             echoes: ProviderEchoes::default(),
+            kept_create_entry: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -402,8 +407,14 @@ impl Shared {
             &self.spec.consumer_cluster_uid,
             &self.spec.conflict_policy,
         );
-        if verdict != (Verdict::Update { precondition: None }) || cached.metadata.managed_fields.is_some() {
+        if verdict != (Verdict::Update { precondition: None }) {
             return None;
+        }
+        if cached.metadata.managed_fields.is_some() {
+            let kept = self.kept_create_entry.lock().unwrap_or_else(|p| p.into_inner()).get(target).cloned();
+            if kept.is_none() || kept != cached.metadata.resource_version {
+                return None;
+            }
         }
         let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
         is_current(&body, &cached).then(|| (*cached).clone())
@@ -472,6 +483,16 @@ impl Shared {
             Ok(patched) => {
                 self.echoes
                     .own_write(target.clone(), patched.metadata.resource_version.clone());
+                let kept = patched.metadata.managed_fields.iter().flatten().any(|entry| {
+                    entry.manager.as_deref() == Some(manager)
+                        && entry.operation.as_deref() == Some("Update")
+                        && entry.subresource.is_none()
+                });
+                let mut memo = self.kept_create_entry.lock().unwrap_or_else(|p| p.into_inner());
+                match (kept, patched.metadata.resource_version.clone()) {
+                    (true, Some(rv)) => memo.insert(target.clone(), rv),
+                    _ => memo.remove(target),
+                };
                 Ok(patched)
             }
             // Changed since our apply (the next pass re-applies) or a test that failed: keep ours.
