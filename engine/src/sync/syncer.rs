@@ -411,7 +411,12 @@ impl Shared {
             return None;
         }
         if cached.metadata.managed_fields.is_some() {
-            let kept = self.kept_create_entry.lock().unwrap_or_else(|p| p.into_inner()).get(target).cloned();
+            let kept = self
+                .kept_create_entry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(target)
+                .cloned();
             if kept.is_none() || kept != cached.metadata.resource_version {
                 return None;
             }
