@@ -10,7 +10,7 @@ use futures::StreamExt;
 use kbind_api::consts::{TRUE, annotation, finalizer, label, reason};
 use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherError, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, store::Writer};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -29,6 +29,10 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// How long a reconcile waits for a provider store's first list before it reads the provider
 /// directly instead.
 const CACHE_SYNC_WAIT: Duration = Duration::from_secs(10);
+/// Reconciles one syncer runs at once. Unbounded, a first sync of N objects keeps N
+/// reconciles (each a large future holding its objects and requests) alive together, and the
+/// heap they leave behind stays in the process's RSS long after they finished.
+const CONCURRENCY: u16 = 16;
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 const WAIT: Duration = Duration::from_secs(2);
 /// Re-check of a conflicted object (provider changes re-trigger it sooner).
@@ -142,6 +146,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let triggers = provider_changes
         .flat_map(move |change| futures::stream::iter(trigger_shared.consumers_to_look_at(&consumers, change)));
     Controller::for_stream_with(consumer_events, store, res)
+        .with_config(Config::default().concurrency(CONCURRENCY))
         .reconcile_on(triggers)
         .run(reconcile, error_policy, shared)
         .for_each(|result| async move {
