@@ -1,20 +1,98 @@
 //! `ProviderCache`: one shared watch per GVR of an engaged provider, created on demand, all
 //! stopped together on disengage. When the credentials may not watch a GVR cluster-wide, the
 //! syncer asks for one shared watch per (GVR, namespace in use) instead (DESIGN.md §4 "RBAC").
+//!
+//! Each watch keeps one store and publishes its changes ([`CacheEvent`]) to every subscriber,
+//! so syncers are driven by events instead of polling the stores (DESIGN.md §4 "reads and
+//! events"). Cached objects are lean: see [`lean`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
-use kbind_cluster::watcher::{WatchStreamExt, watcher};
+use kbind_api::consts::field_manager;
+use kbind_cluster::watcher::{Event, WatchStreamExt, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
-use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-/// One reflector per GVR.
-struct Entry {
+/// Events a subscriber may fall behind by before it is told to look at everything again
+/// ([`broadcast::error::RecvError::Lagged`]). Events share their objects with the store, so a
+/// full buffer costs pointers, not copies.
+const EVENT_BUFFER: usize = 1024;
+
+/// The annotation `kubectl apply` keeps a whole copy of the object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// One change of a watched store, published after the store applied it.
+#[derive(Debug, Clone)]
+pub enum CacheEvent {
+    /// An object was created or changed (the store's copy).
+    Applied(Arc<DynamicObject>),
+    /// An object was deleted (as last seen).
+    Deleted(Arc<DynamicObject>),
+    /// The watch (re)listed: objects may have appeared, changed or vanished without an event of
+    /// their own (a relist replaces the store wholesale), so every subscriber looks at all of
+    /// its objects again.
+    Relisted,
+}
+
+/// One watched (GVR, namespace) store and whether it has listed once.
+#[derive(Clone)]
+pub struct CachedStore {
     store: Store<DynamicObject>,
+    res: ApiResource,
+    synced: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for CachedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedStore")
+            .field("resource", &self.res.plural)
+            .field("synced", &self.is_synced())
+            .finish()
+    }
+}
+
+impl CachedStore {
+    /// The store.
+    pub fn store(&self) -> &Store<DynamicObject> {
+        &self.store
+    }
+
+    /// Whether the watch has listed at least once (the store is a complete, if possibly
+    /// slightly old, picture).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// Waits up to `at_most` for the first list; whether the store is synced.
+    pub async fn wait_synced(&self, at_most: Duration) -> bool {
+        if self.is_synced() {
+            return true;
+        }
+        let _ = tokio::time::timeout(at_most, self.store.wait_until_ready()).await;
+        self.is_synced()
+    }
+
+    /// The cached object `namespace/name`.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
+        let r = ObjectRef::new_with(name, self.res.clone());
+        let r = match namespace {
+            Some(ns) => r.within(ns),
+            None => r,
+        };
+        self.store.get(&r)
+    }
+}
+
+/// One reflector per (GVR, namespace).
+struct Entry {
+    cached: CachedStore,
+    events: broadcast::Sender<CacheEvent>,
     task: JoinHandle<()>,
 }
 
@@ -41,6 +119,40 @@ fn key_of(res: &ApiResource, namespace: Option<&str>) -> String {
     }
 }
 
+/// Drops what no decision reads from a cached object: `managedFields` (often larger than the
+/// object itself) and `kubectl apply`'s last-applied annotation (a whole second copy). Ownership
+/// is decided by kbind's marker annotations, which stay. The one managedFields fact the syncer
+/// needs, whether our create left an `Update` entry that an apply must still remove (see
+/// `drop_create_entry` in `sync/syncer.rs`), is kept as that entry without its field set.
+pub fn lean(obj: &mut DynamicObject) {
+    let leftover: Vec<_> = obj
+        .metadata
+        .managed_fields
+        .take()
+        .into_iter()
+        .flatten()
+        .filter(|entry| {
+            entry.manager.as_deref() == Some(field_manager::KONNECTOR)
+                && entry.operation.as_deref() == Some("Update")
+                && entry.subresource.is_none()
+        })
+        .map(|mut entry| {
+            entry.fields_v1 = None;
+            entry.time = None;
+            entry
+        })
+        .collect();
+    if !leftover.is_empty() {
+        obj.metadata.managed_fields = Some(leftover);
+    }
+    if let Some(annotations) = obj.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            obj.metadata.annotations = None;
+        }
+    }
+}
+
 impl ProviderCache {
     /// A cache whose watches go through `client`.
     pub fn new(client: Arc<dyn ClusterClient>) -> Self {
@@ -60,35 +172,50 @@ impl ProviderCache {
     /// The store of `res` in `namespace` (`None`: cluster-wide), starting its watch the first
     /// time it is asked for; each (GVR, namespace) is watched once, shared by every syncer.
     pub fn store_in(&self, res: &ApiResource, namespace: Option<&str>) -> Store<DynamicObject> {
+        self.subscribe(res, namespace).0.store
+    }
+
+    /// The store of `res` in `namespace` and a receiver of its changes from now on, starting
+    /// its watch the first time it is asked for. After [`stop`](Self::stop) the store is never
+    /// filled and the receiver is closed.
+    pub fn subscribe(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+    ) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let key = key_of(res, namespace);
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = entries.get(&key) {
-            return entry.store.clone();
+            return (entry.cached.clone(), entry.events.subscribe());
         }
         let writer: Writer<DynamicObject> = Writer::new(res.clone());
-        let store = writer.as_reader();
+        let cached = CachedStore {
+            store: writer.as_reader(),
+            res: res.clone(),
+            synced: Arc::new(AtomicBool::new(false)),
+        };
+        let (events, receiver) = broadcast::channel(EVENT_BUFFER);
         if self.is_stopped() {
-            return store;
+            // Dropping the sender closes the receiver: nothing will ever come.
+            return (cached, receiver);
         }
-        let events = watcher(
+        let stream = watcher(
             self.client.clone(),
             res.clone(),
             namespace.map(str::to_string),
             super::watcher_config(),
-        );
-        let task = tokio::spawn(
-            reflector::reflector(writer, events)
-                .applied_objects()
-                .for_each(|_| async {}),
-        );
+        )
+        .modify(lean);
+        let task = tokio::spawn(reflect(writer, cached.clone(), stream, events.clone()));
         entries.insert(
             key,
             Entry {
-                store: store.clone(),
+                cached: cached.clone(),
+                events,
                 task,
             },
         );
-        store
+        (cached, receiver)
     }
 
     /// `group/version/plural` of every GVR with a running watch, sorted.
@@ -116,8 +243,166 @@ impl ProviderCache {
     }
 }
 
+/// Applies each watch event to the store, then tells the subscribers. A send without
+/// subscribers is not an error: nobody follows this store right now.
+async fn reflect(
+    mut writer: Writer<DynamicObject>,
+    cached: CachedStore,
+    stream: impl futures::Stream<Item = Result<Event<DynamicObject>, kbind_cluster::watcher::WatcherError>>,
+    events: broadcast::Sender<CacheEvent>,
+) {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        let Ok(event) = event else {
+            // The watcher retries with its own backoff; the store keeps its last picture.
+            continue;
+        };
+        writer.apply_watcher_event(&event);
+        let published = match &event {
+            Event::Apply(obj) => {
+                let r = ObjectRef::from_obj_with(obj, cached.res.clone());
+                cached.store.get(&r).map(CacheEvent::Applied)
+            }
+            Event::Delete(obj) => Some(CacheEvent::Deleted(Arc::new(obj.clone()))),
+            Event::InitDone => {
+                cached.synced.store(true, Ordering::SeqCst);
+                Some(CacheEvent::Relisted)
+            }
+            Event::Init | Event::InitApply(_) => None,
+        };
+        if let Some(published) = published {
+            let _ = events.send(published);
+        }
+    }
+}
+
 impl Drop for ProviderCache {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fakeapi::FakeCluster;
+    use kbind_cluster::{DeleteParams, PostParams};
+    use serde_json::json;
+
+    fn configmaps() -> ApiResource {
+        ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+    }
+
+    fn configmap(name: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "annotations": {
+                LAST_APPLIED: "{\"a whole\": \"copy\"}", "team": "blue"}},
+            "data": {"k": "v"},
+        }))
+        .expect("a configmap")
+    }
+
+    async fn next_event(rx: &mut broadcast::Receiver<CacheEvent>) -> CacheEvent {
+        tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("an event within 30 s")
+            .expect("the cache publishes")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_objects_are_lean_and_every_change_is_published() {
+        let cluster = FakeCluster::builder("acme").seed(3).build();
+        let client = cluster.admin_client();
+        client
+            .create(
+                &configmaps(),
+                Some("default"),
+                &configmap("before"),
+                &PostParams::default(),
+            )
+            .await
+            .expect("create");
+        let cache = ProviderCache::new(Arc::new(cluster.admin_client()));
+        let (cached, mut rx) = cache.subscribe(&configmaps(), Some("default"));
+        assert!(matches!(next_event(&mut rx).await, CacheEvent::Relisted));
+        assert!(cached.is_synced());
+
+        let made = client
+            .create(&configmaps(), Some("default"), &configmap("w"), &PostParams::default())
+            .await
+            .expect("create");
+        assert!(
+            made.metadata.managed_fields.is_some()
+                && made
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(LAST_APPLIED)),
+            "the server keeps managedFields and the annotation (else this test proves nothing): {made:?}"
+        );
+        let CacheEvent::Applied(applied) = next_event(&mut rx).await else {
+            panic!("a create is published as applied");
+        };
+        assert_eq!(applied.metadata.name.as_deref(), Some("w"));
+        for obj in cached.store().state() {
+            assert!(
+                obj.metadata.managed_fields.is_none(),
+                "no managedFields in the cache: {obj:?}"
+            );
+            if obj.metadata.name.as_deref() == Some("kube-root-ca.crt") {
+                continue;
+            }
+            let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+            assert!(
+                !annotations.contains_key(LAST_APPLIED),
+                "no last-applied copy in the cache"
+            );
+            assert_eq!(
+                annotations.get("team").map(String::as_str),
+                Some("blue"),
+                "other annotations stay: {obj:?}"
+            );
+        }
+        assert!(
+            Arc::ptr_eq(&applied, &cached.get(Some("default"), "w").expect("cached")),
+            "the event shares the store's copy"
+        );
+
+        client
+            .delete(&configmaps(), Some("default"), "w", &DeleteParams::default())
+            .await
+            .expect("delete");
+        let CacheEvent::Deleted(deleted) = next_event(&mut rx).await else {
+            panic!("a delete is published");
+        };
+        assert_eq!(deleted.metadata.name.as_deref(), Some("w"));
+        assert!(cached.get(Some("default"), "w").is_none());
+
+        let (_, mut late) = cache.subscribe(&configmaps(), Some("default"));
+        cache.stop();
+        assert!(
+            matches!(late.recv().await, Err(broadcast::error::RecvError::Closed)),
+            "a stopped cache closes its subscriptions"
+        );
+    }
+
+    #[test]
+    fn lean_keeps_only_the_create_entry_the_syncer_still_has_to_remove() {
+        let mut obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "w", "annotations": {LAST_APPLIED: "{}"}, "managedFields": [
+                {"manager": field_manager::KONNECTOR, "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}},
+                {"manager": field_manager::KONNECTOR, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}},
+                {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {}}},
+            ]},
+        }))
+        .expect("an object");
+        lean(&mut obj);
+        assert!(obj.metadata.annotations.is_none());
+        let kept = obj.metadata.managed_fields.expect("the create entry is kept");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].operation.as_deref(), Some("Update"));
+        assert!(kept[0].fields_v1.is_none(), "without its field set");
     }
 }

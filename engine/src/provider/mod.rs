@@ -25,7 +25,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
-pub use cache::ProviderCache;
+pub use cache::{CacheEvent, CachedStore, ProviderCache, lean};
 pub use guard::{GuardedClient, IdentityState};
 
 use crate::connection::stores::{ConsumerStores, secret_key};

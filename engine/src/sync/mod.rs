@@ -12,6 +12,7 @@
 mod drain;
 mod meta;
 mod observe;
+mod provider_events;
 mod status;
 mod syncer;
 

@@ -1,0 +1,223 @@
+//! DESIGN.md §4 "reads and events": provider changes reach the syncer as events of the shared
+//! provider cache, not by a periodic poll. With tokio's clock paused, time only moves when every
+//! task waits on a timer, so "the change came down while the logical clock advanced less than a
+//! second" means no once-a-second timer was needed to notice it (issue #13).
+
+#[path = "stories/story/mod.rs"]
+mod story;
+
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kbind_cluster::{ClusterClient, DeleteParams, Patch, PatchParams};
+use kbind_scenarios::World;
+use kbind_scenarios::apis::widgets;
+use serde_json::json;
+use story::{at, bound_world, create_widget, wait_for_copy};
+
+/// The interval the syncers used to poll their provider stores at; a change noticed within
+/// less logical time than this was not waiting for such a poll.
+const OLD_POLL: Duration = Duration::from_secs(1);
+/// How finely the story looks while it waits (logical time).
+const LOOK_EVERY: Duration = Duration::from_millis(10);
+
+/// Waits (in `LOOK_EVERY` slices of the paused clock, never a whole world step) until `done`
+/// holds, and returns how much logical time that took; fails the story at `OLD_POLL`.
+async fn logical_time_until(
+    world: &World,
+    what: &str,
+    done: impl for<'a> Fn(&'a World) -> BoxFuture<'a, bool>,
+) -> Duration {
+    let start = tokio::time::Instant::now();
+    loop {
+        if done(world).await {
+            return start.elapsed();
+        }
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed < OLD_POLL,
+            "seed {}: {what} took {elapsed:?} of logical time, not less than the old poll interval {OLD_POLL:?}",
+            world.seed()
+        );
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}
+
+/// A world with `default/w1` synced to `acme` and every task settled.
+async fn synced_world(story: &str, seed: u64) -> World {
+    let (mut world, _cred) = bound_world(story, seed).await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    world.steps_for(5).await;
+    world
+}
+
+async fn invariants_hold(world: &World) {
+    if let Some(violation) = world.check_invariants().await {
+        world.fail(&violation);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_status_change_comes_down_without_waiting_for_a_poll() {
+    let mut world = synced_world("a_provider_status_change_comes_down_without_waiting_for_a_poll", 1301).await;
+    for phase in ["Ready", "Degraded", "Ready again"] {
+        world
+            .provider("acme")
+            .admin_client()
+            .patch_status(
+                &widgets(),
+                Some("default"),
+                "w1",
+                &Patch::Merge(json!({"status": {"phase": phase}})),
+                &PatchParams::default(),
+            )
+            .await
+            .expect("the provider writes status");
+        let took = logical_time_until(&world, &format!("status phase {phase:?} coming down"), |w| {
+            async move {
+                let obj = w.consumer_get(&widgets(), Some("default"), "w1").await;
+                at(&obj, "/status/phase") == Some(json!(phase))
+            }
+            .boxed()
+        })
+        .await;
+        tracing::info!(?took, phase, "status came down");
+        invariants_hold(&world).await;
+        // A whole step between changes: the next change starts at an arbitrary poll phase.
+        world.step().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_copy_deleted_by_someone_else_is_noticed_without_waiting_for_a_poll() {
+    let mut world = synced_world(
+        "a_provider_copy_deleted_by_someone_else_is_noticed_without_waiting_for_a_poll",
+        1302,
+    )
+    .await;
+    let old = world
+        .provider_get("acme", &widgets(), Some("default"), "w1")
+        .await
+        .expect("the copy is there");
+    let old_uid = old.metadata.uid.clone();
+    // The provider team deletes the copy; the consumer object still asks for it.
+    world
+        .provider("acme")
+        .admin_client()
+        .delete(&widgets(), Some("default"), "w1", &DeleteParams::default())
+        .await
+        .expect("the provider admin deletes the copy");
+    let took = logical_time_until(&world, "the deleted copy being made again", |w| {
+        let old_uid = old_uid.clone();
+        async move {
+            let copy = w.provider_get("acme", &widgets(), Some("default"), "w1").await;
+            copy.is_some_and(|c| c.metadata.uid != old_uid)
+        }
+        .boxed()
+    })
+    .await;
+    tracing::info!(?took, "the copy was made again");
+    invariants_hold(&world).await;
+    world.steps_for(2).await;
+    let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert_eq!(
+        at(&copy, "/spec/size"),
+        Some(json!(1)),
+        "the copy is the consumer's spec again"
+    );
+}
+
+/// Provider requests naming one widget (reads and writes of single objects) since `from`.
+fn per_object_widget_requests(world: &World, from: usize) -> Vec<String> {
+    world
+        .provider("acme")
+        .request_log_from(from)
+        .iter()
+        .filter(|r| r.resource.starts_with("widgets.") && !r.name.is_empty())
+        .map(|r| format!("{} {}/{}", r.verb, r.namespace, r.name))
+        .collect()
+}
+
+/// Consumer writes of widgets since `from` (the write log's length then).
+fn consumer_widget_writes(world: &World, from: usize) -> Vec<String> {
+    world
+        .consumer()
+        .write_log()
+        .iter()
+        .skip(from)
+        .filter(|w| w.resource.starts_with("widgets."))
+        .map(|w| format!("{} {}/{} {}", w.verb, w.namespace, w.name, w.subresource))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_after_a_restart_with_everything_in_sync_makes_no_per_object_request_or_write() {
+    let (mut world, _cred) = bound_world(
+        "a_resync_after_a_restart_with_everything_in_sync_makes_no_per_object_request_or_write",
+        1303,
+    )
+    .await;
+    let names: Vec<String> = (0..5).map(|i| format!("w{i}")).collect();
+    for name in &names {
+        create_widget(&world, "default", name, json!({"size": 1})).await;
+    }
+    for name in &names {
+        wait_for_copy(&mut world, "acme", "default", name).await;
+    }
+    world
+        .provider("acme")
+        .admin_client()
+        .patch_status(
+            &widgets(),
+            Some("default"),
+            "w0",
+            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("the provider writes status");
+    world
+        .run_until_async("the status of w0 comes down", 30, |w| {
+            async move {
+                let obj = w.consumer_get(&widgets(), Some("default"), "w0").await;
+                at(&obj, "/status/phase") == Some(json!("Ready"))
+            }
+            .boxed()
+        })
+        .await;
+    world.steps_for(10).await;
+
+    let writes = world.consumer().write_log().len();
+    world.restart_konnector();
+    // The restarted konnector engages, starts the syncer and reconciles every object. On
+    // kube-apiserver the cache shows each copy current and this pass makes no request either;
+    // fakeapi's apply records no apply entry when it changes no value, so the create entry
+    // our first pass removes stays and each copy is written once more after a restart.
+    world.steps_for(20).await;
+    let requests = world.provider("acme").request_log().len();
+    // Past the 5-minute backstop resync of every object.
+    world.steps_for(310).await;
+    assert_eq!(
+        per_object_widget_requests(&world, requests),
+        Vec::<String>::new(),
+        "seed {}: the copies are current in the cache; the resync makes no provider request naming one",
+        world.seed()
+    );
+    assert_eq!(
+        consumer_widget_writes(&world, writes),
+        Vec::<String>::new(),
+        "seed {}: finalizers and status are already there; neither the restart nor the resync writes the consumer",
+        world.seed()
+    );
+    // Still syncing: a spec change goes up.
+    story::patch_widget(&world, "default", "w3", json!({"spec": {"size": 7}})).await;
+    world
+        .run_until_async(
+            "the spec change of w3 goes up",
+            10,
+            story::copy_has("acme", "default", "w3", "/spec/size", json!(7)),
+        )
+        .await;
+}
