@@ -213,7 +213,7 @@ async fn a_real_outage_still_marks_every_synced_object_stale_and_recovery_clears
 
 /// The konnector's requests on both clusters since positions `from` (consumer, provider), by
 /// `"<cluster> <verb> <resource>"`; `per_object` keeps or drops the requests that name one
-/// synced widget (the syncers' resync: see the ignored story below).
+/// synced widget (the syncers' resync, counted by the second story below).
 fn requests_since(world: &World, from: (usize, usize), per_object: bool) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     let logs = [
@@ -323,7 +323,6 @@ async fn ten_idle_minutes_of_bindings_and_connections_cost_the_same_with_a_hundr
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "needs the events branch: the syncers' 300 s resync reads and patches every provider copy"]
 async fn ten_idle_minutes_cost_the_same_requests_with_a_hundred_or_a_thousand_objects() {
     let small = idle_requests(100, true).await;
     let large = idle_requests(1000, true).await;
