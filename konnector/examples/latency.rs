@@ -385,6 +385,16 @@ fn summary(mut latencies: Vec<Duration>, sent: u64) -> Value {
 fn table(runs: &[Value]) -> String {
     let ms = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{x:.1} ms"));
     let le = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("≤ {x:.0} ms"));
+    // A histogram's quantiles are bucket bounds, not measurements: shown as "≤ x ms".
+    let histogram = move |h: &Value| {
+        format!(
+            "{} / {} / {} (n={})",
+            le(&h["p50_le_ms"]),
+            le(&h["p99_le_ms"]),
+            le(&h["max_le_ms"]),
+            h["count"]
+        )
+    };
     let num = |v: &Value| v.as_f64().map_or("–".to_string(), |x| format!("{x:.1}"));
     let kib = |v: &Value| v.as_u64().map_or("–".to_string(), mib);
     type Row = (&'static str, Box<dyn Fn(&Value) -> String>);
@@ -436,29 +446,11 @@ fn table(runs: &[Value]) -> String {
         ),
         (
             "`kbind_status_down_seconds` p50 / p99 / max",
-            Box::new(move |r| {
-                let h = &r["metrics"]["status_down"];
-                format!(
-                    "{} / {} / {} (n={})",
-                    le(&h["p50_le_ms"]),
-                    le(&h["p99_le_ms"]),
-                    le(&h["max_le_ms"]),
-                    h["count"]
-                )
-            }),
+            Box::new(move |r| histogram(&r["metrics"]["status_down"])),
         ),
         (
             "`kbind_spec_up_seconds` p50 / p99 / max",
-            Box::new(move |r| {
-                let h = &r["metrics"]["spec_up"];
-                format!(
-                    "{} / {} / {} (n={})",
-                    le(&h["p50_le_ms"]),
-                    le(&h["p99_le_ms"]),
-                    le(&h["max_le_ms"]),
-                    h["count"]
-                )
-            }),
+            Box::new(move |r| histogram(&r["metrics"]["spec_up"])),
         ),
         (
             "RSS before sync / after sync",

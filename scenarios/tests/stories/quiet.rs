@@ -32,25 +32,34 @@ const ALLOWED_QUIET_WRITES: &[(&str, &str)] = &[
 /// settled (the syncers' first passes done).
 async fn synced_world(name: &str, seed: u64, n: usize) -> World {
     let (mut world, _cred) = bound_world(name, seed).await;
+    create_and_copy_widgets(&mut world, n, 600).await;
+    world
+}
+
+/// Creates `n` widgets in namespace `default`, waits (at most `steps`) until every one is copied
+/// to the provider, then lets every first pass (status down, the binding's report) finish.
+async fn create_and_copy_widgets(world: &mut World, n: usize, steps: u64) {
     for i in 0..n {
-        create_widget(&world, "default", &format!("w{i:04}"), json!({"size": 1})).await;
+        create_widget(world, "default", &format!("w{i:04}"), json!({"size": 1})).await;
     }
     let provider = world.provider("acme").admin_client();
     world
-        .run_until_async(&format!("all {n} widgets are copied to the provider"), 600, move |_| {
-            let provider = provider.clone();
-            async move {
-                provider
-                    .list(&widgets(), Some("default"), &ListParams::default())
-                    .await
-                    .is_ok_and(|l| l.items.len() == n)
-            }
-            .boxed()
-        })
+        .run_until_async(
+            &format!("all {n} widgets are copied to the provider"),
+            steps,
+            move |_| {
+                let provider = provider.clone();
+                async move {
+                    provider
+                        .list(&widgets(), Some("default"), &ListParams::default())
+                        .await
+                        .is_ok_and(|l| l.items.len() == n)
+                }
+                .boxed()
+            },
+        )
         .await;
-    // Let every first pass (status down, the binding's report) finish before counting.
     world.steps_for(60).await;
-    world
 }
 
 /// The konnector's consumer writes since write-log position `from`, by (resource, subresource).
@@ -408,23 +417,7 @@ async fn a_leader_hand_over_writes_none_of_the_synced_objects() {
             async move { w.is_leading("a") && binding_ready(w, "acme").await }.boxed()
         })
         .await;
-    for i in 0..n {
-        create_widget(&world, "default", &format!("w{i:04}"), json!({"size": 1})).await;
-    }
-    let provider = world.provider("acme").admin_client();
-    world
-        .run_until_async(&format!("all {n} widgets are copied to the provider"), 300, move |_| {
-            let provider = provider.clone();
-            async move {
-                provider
-                    .list(&widgets(), Some("default"), &ListParams::default())
-                    .await
-                    .is_ok_and(|l| l.items.len() == n)
-            }
-            .boxed()
-        })
-        .await;
-    world.steps_for(60).await;
+    create_and_copy_widgets(&mut world, n, 300).await;
     world.start_replica("b");
     world.steps_for(10).await;
     let from = world.consumer().write_log().len();
