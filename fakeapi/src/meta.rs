@@ -80,12 +80,19 @@ pub fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
     set(obj, "finalizers", value);
 }
 
-/// The object without the fields a write never compares (resourceVersion, managedFields).
+/// The object without what a write never compares: its resourceVersion and the times of its
+/// managedFields entries. As kube-apiserver does, a write that changes nothing but those times
+/// is a no-op, while one that changes who owns what (an apply adding its entry to fields
+/// another manager set to the same values, a patch removing an entry) is stored.
 pub fn comparable(obj: &Value) -> Value {
     let mut copy = obj.clone();
     if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
-        meta.remove("managedFields");
+        if let Some(entries) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
+            for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+                entry.remove("time");
+            }
+        }
     }
     copy
 }

@@ -71,10 +71,6 @@ pub(crate) struct Shared {
     watches: ProviderWatches,
     /// Our own provider writes, whose events are echoes.
     echoes: ProviderEchoes,
-    /// Copies (and their resourceVersion) whose create entry the server kept although we
-    /// removed it (fakeapi, whose apply records no entry when it changes no value): writing
-    /// them again would change nothing.
-    kept_create_entry: Mutex<BTreeMap<ObjectKey, String>>,
 }
 
 /// Where a syncer reports what it did and how long it took.
@@ -110,7 +106,6 @@ impl Shared {
             namespaces: Mutex::new(BTreeSet::new()),
             watches: ProviderWatches::default(),
             echoes: ProviderEchoes::default(),
-            kept_create_entry: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -415,16 +410,9 @@ impl Shared {
         if verdict != (Verdict::Update { precondition: None }) {
             return None;
         }
+        // The lean cache keeps managedFields only when our create's entry is still to remove.
         if cached.metadata.managed_fields.is_some() {
-            let kept = self
-                .kept_create_entry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(target)
-                .cloned();
-            if kept.is_none() || kept != cached.metadata.resource_version {
-                return None;
-            }
+            return None;
         }
         let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
         is_current(&body, &cached).then(|| (*cached).clone())
@@ -458,7 +446,7 @@ impl Shared {
     /// keeps it beside the apply's entry (both managers set the same values, so both own the
     /// fields), and a field the consumer later removes would stay owned by it and never be
     /// pruned. The patch is guarded by the copy's resourceVersion; a copy that changed since is
-    /// left for the next pass, and a server that moved the fields already (fakeapi) has no entry.
+    /// left for the next pass; a copy without that entry needs nothing.
     async fn drop_create_entry(&self, target: &ObjectKey, copy: DynamicObject) -> Result<DynamicObject, SyncError> {
         let manager = kbind_api::consts::field_manager::KONNECTOR;
         let Some(index) = copy.metadata.managed_fields.iter().flatten().position(|entry| {
@@ -493,16 +481,6 @@ impl Shared {
             Ok(patched) => {
                 self.echoes
                     .own_write(target.clone(), patched.metadata.resource_version.clone());
-                let kept = patched.metadata.managed_fields.iter().flatten().any(|entry| {
-                    entry.manager.as_deref() == Some(manager)
-                        && entry.operation.as_deref() == Some("Update")
-                        && entry.subresource.is_none()
-                });
-                let mut memo = self.kept_create_entry.lock().unwrap_or_else(|p| p.into_inner());
-                match (kept, patched.metadata.resource_version.clone()) {
-                    (true, Some(rv)) => memo.insert(target.clone(), rv),
-                    _ => memo.remove(target),
-                };
                 Ok(patched)
             }
             // Changed since our apply (the next pass re-applies) or a test that failed: keep ours.
