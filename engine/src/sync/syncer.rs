@@ -2,7 +2,7 @@
 //! also by the change events of the provider's shared cache, reconciling each object up and
 //! its status down.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
