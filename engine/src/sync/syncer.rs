@@ -2,7 +2,7 @@
 //! also by the change events of the provider's shared cache, reconciling each object up and
 //! its status down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,10 @@ const CACHE_SYNC_WAIT: Duration = Duration::from_secs(10);
 /// reconciles (each a large future holding its objects and requests) alive together, and the
 /// heap they leave behind stays in the process's RSS long after they finished.
 const CONCURRENCY: u16 = 16;
+/// Least time between two creates of the same copy. Provider deletes arrive as events, so a
+/// provider that deletes every copy we make (a garbage collector, a policy controller) would
+/// otherwise meet a create per event as fast as the network allows.
+const RECREATE_INTERVAL: Duration = Duration::from_secs(1);
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 const WAIT: Duration = Duration::from_secs(2);
 /// Re-check of a conflicted object (provider changes re-trigger it sooner).
@@ -71,6 +75,8 @@ pub(crate) struct Shared {
     watches: ProviderWatches,
     /// Our own provider writes, whose events are echoes.
     echoes: ProviderEchoes,
+    /// When each copy was last created, kept for [`RECREATE_INTERVAL`].
+    created: Mutex<BTreeMap<ObjectKey, Instant>>,
 }
 
 /// Where a syncer reports what it did and how long it took.
@@ -106,6 +112,7 @@ impl Shared {
             namespaces: Mutex::new(BTreeSet::new()),
             watches: ProviderWatches::default(),
             echoes: ProviderEchoes::default(),
+            created: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -348,6 +355,12 @@ impl Shared {
                 Verdict::Create => None,
                 Verdict::Update { precondition } => precondition,
             };
+            if creating && let Some(wait) = self.recreate_wait(target) {
+                if let Some(since) = since {
+                    self.pending.retry(key.clone(), since);
+                }
+                return Ok(Written::Not(Action::requeue(wait)));
+            }
             self.clear_conflict(obj, key).await?;
             self.ensure_namespace(target).await?;
             if creating && !crate::planted::planted(crate::planted::Plant::FirstWriteForcedApply) {
@@ -416,6 +429,24 @@ impl Shared {
         }
         let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
         is_current(&body, &cached).then(|| (*cached).clone())
+    }
+
+    /// How long a create of `target` must wait: `None` unless the copy was created less than
+    /// [`RECREATE_INTERVAL`] ago (then deleted by someone else). Records this create otherwise.
+    fn recreate_wait(&self, target: &ObjectKey) -> Option<Duration> {
+        let now = Instant::now();
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        // Pruned only when large: a first sync creates many copies within one interval.
+        if created.len() > 1024 {
+            created.retain(|_, at| now.duration_since(*at) < RECREATE_INTERVAL);
+        }
+        if let Some(at) = created.get(target)
+            && now.duration_since(*at) < RECREATE_INTERVAL
+        {
+            return Some(RECREATE_INTERVAL - now.duration_since(*at));
+        }
+        created.insert(target.clone(), now);
+        None
     }
 
     /// Creates the provider copy if nothing is there; `None` when something is (AlreadyExists).
