@@ -218,3 +218,50 @@ async fn a_resync_after_a_restart_with_everything_in_sync_makes_no_per_object_re
         )
         .await;
 }
+
+/// A provider that deletes every copy as soon as it sees one (a garbage collector following an
+/// owner reference, a policy controller) meets at most one create a second, not one per delete
+/// event: the old 1 s poll used to bound this, events alone do not.
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_deletes_every_copy_meets_at_most_one_create_a_second() {
+    let world = synced_world(
+        "a_provider_that_deletes_every_copy_meets_at_most_one_create_a_second",
+        1304,
+    )
+    .await;
+    let admin = world.provider("acme").admin_client();
+    let from = world.provider("acme").request_log().len();
+    // Two seconds of logical time, looking every 10 ms.
+    let looks = 200;
+    let mut deletes = 0;
+    for _ in 0..looks {
+        if world
+            .provider_get("acme", &widgets(), Some("default"), "w1")
+            .await
+            .is_some()
+            && admin
+                .delete(&widgets(), Some("default"), "w1", &DeleteParams::default())
+                .await
+                .is_ok()
+        {
+            deletes += 1;
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+    let creates = world
+        .provider("acme")
+        .request_log_from(from)
+        .iter()
+        .filter(|r| r.user != "admin" && r.verb == "create" && r.resource.starts_with("widgets."))
+        .count();
+    assert!(
+        deletes >= 2,
+        "seed {}: the copy was made again after a delete ({deletes} deletes)",
+        world.seed()
+    );
+    assert!(
+        creates <= 3,
+        "seed {}: {creates} creates of one copy in 2 s of logical time ({deletes} deletes): at most one a second",
+        world.seed()
+    );
+}
