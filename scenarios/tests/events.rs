@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kbind_cluster::{ClusterClient, DeleteParams, Patch, PatchParams};
+use kbind_cluster::{ClusterClient, DeleteParams};
 use kbind_scenarios::World;
 use kbind_scenarios::apis::widgets;
 use serde_json::json;
@@ -63,18 +63,7 @@ async fn invariants_hold(world: &World) {
 async fn a_provider_status_change_comes_down_without_waiting_for_a_poll() {
     let mut world = synced_world("a_provider_status_change_comes_down_without_waiting_for_a_poll", 1301).await;
     for phase in ["Ready", "Degraded", "Ready again"] {
-        world
-            .provider("acme")
-            .admin_client()
-            .patch_status(
-                &widgets(),
-                Some("default"),
-                "w1",
-                &Patch::Merge(json!({"status": {"phase": phase}})),
-                &PatchParams::default(),
-            )
-            .await
-            .expect("the provider writes status");
+        story::patch_copy_status(&world, "acme", "default", "w1", json!({"phase": phase})).await;
         let took = logical_time_until(&world, &format!("status phase {phase:?} coming down"), |w| {
             async move {
                 let obj = w.consumer_get(&widgets(), Some("default"), "w1").await;
@@ -166,18 +155,7 @@ async fn a_resync_after_a_restart_with_everything_in_sync_makes_no_per_object_re
     for name in &names {
         wait_for_copy(&mut world, "acme", "default", name).await;
     }
-    world
-        .provider("acme")
-        .admin_client()
-        .patch_status(
-            &widgets(),
-            Some("default"),
-            "w0",
-            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-            &PatchParams::default(),
-        )
-        .await
-        .expect("the provider writes status");
+    story::patch_copy_status(&world, "acme", "default", "w0", json!({"phase": "Ready"})).await;
     world
         .run_until_async("the status of w0 comes down", 30, |w| {
             async move {

@@ -276,6 +276,23 @@ pub async fn patch_copy(world: &World, provider: &str, ns: &str, name: &str, pat
         .expect("patching the provider copy")
 }
 
+/// Merge-patches the status of the provider copy of widget `ns/name` as the provider's admin
+/// (what the provider's controller does).
+pub async fn patch_copy_status(world: &World, provider: &str, ns: &str, name: &str, status: Value) -> DynamicObject {
+    world
+        .provider(provider)
+        .admin_client()
+        .patch_status(
+            &widgets(),
+            Some(ns),
+            name,
+            &Patch::Merge(json!({ "status": status })),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("the provider writes status")
+}
+
 /// Merge-patches a cluster-scoped consumer object (binding, Connection, CRD) as the admin.
 pub async fn patch_consumer(world: &World, res: &ApiResource, ns: Option<&str>, name: &str, patch: Value) {
     world
