@@ -250,3 +250,30 @@ mod tests {
         assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
     }
 }
+
+/// The service layer's exact strings (DESIGN.md §7): `catalog.kbind.io` and `iam.kbind.io`.
+pub mod backend {
+    /// API group of Export and Collection.
+    pub const CATALOG_GROUP: &str = "catalog.kbind.io";
+    /// API group of Grant.
+    pub const IAM_GROUP: &str = "iam.kbind.io";
+    /// The issuer's finalizer on a Grant: revocation runs before the Grant goes.
+    pub const ISSUER_FINALIZER: &str = "iam.kbind.io/issuer";
+    /// Label on a Grant and on everything issued for it: the Grant's name.
+    pub const LABEL_GRANT: &str = "iam.kbind.io/grant";
+    /// Label on a Grant: the Export's name.
+    pub const LABEL_EXPORT: &str = "iam.kbind.io/export";
+    /// Label on a Grant: the consumer cluster UID.
+    pub const LABEL_CONSUMER_CLUSTER_UID: &str = "iam.kbind.io/consumer-cluster-uid";
+    /// Label on a claimed provider namespace: a hash of the claiming identity (labels cannot
+    /// hold every subject).
+    pub const LABEL_CLAIMED_BY: &str = "iam.kbind.io/claimed-by";
+    /// Annotation on a claimed provider namespace: the claiming identity's subject.
+    pub const ANNOTATION_CLAIMED_BY: &str = "iam.kbind.io/claimed-by";
+    /// `app.kubernetes.io/managed-by` value on everything the backend creates.
+    pub const MANAGED_BY: &str = "kbind-backend";
+    /// Field manager of the backend's writes.
+    pub const FIELD_MANAGER: &str = "kbind-backend";
+    /// Prefix of the heartbeat Lease name (`consumer-<consumer cluster UID>`, DESIGN.md §2).
+    pub const LEASE_PREFIX: &str = "consumer-";
+}

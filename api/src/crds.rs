@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{Binding, ClusterBinding, Connection};
+use crate::{Binding, ClusterBinding, Collection, Connection, Export, Grant};
 
 /// Where the generated YAML is committed, relative to the repository root.
 pub const CRDS_YAML_PATH: &str = "deploy/crds/kbind-crds.yaml";
@@ -20,11 +20,33 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 /// [`crds`] as one multi-document YAML stream, headed by a "generated" comment.
 pub fn crds_yaml() -> String {
-    let header =
-        format!("# Generated from the kbind-api types; do not edit. Regenerate with:\n#   {REGENERATE_COMMAND}\n");
+    to_yaml(&crds(), REGENERATE_COMMAND)
+}
+
+/// Where the service layer's generated CRD YAML is committed, relative to the repository root.
+pub const BACKEND_CRDS_YAML_PATH: &str = "deploy/crds/kbind-backend-crds.yaml";
+
+/// The command that regenerates [`BACKEND_CRDS_YAML_PATH`].
+pub const BACKEND_REGENERATE_COMMAND: &str = "cargo run -p kbind-backend -- crds > deploy/crds/kbind-backend-crds.yaml";
+
+/// The service layer's CRDs (DESIGN.md §7: Export, Collection, Grant), ordered by name. They go on
+/// the provider with `kbind-backend`, never on a consumer.
+pub fn backend_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![Export::crd(), Collection::crd(), Grant::crd()];
+    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    crds
+}
+
+/// [`backend_crds`] as one multi-document YAML stream, headed by a "generated" comment.
+pub fn backend_crds_yaml() -> String {
+    to_yaml(&backend_crds(), BACKEND_REGENERATE_COMMAND)
+}
+
+fn to_yaml(crds: &[CustomResourceDefinition], command: &str) -> String {
+    let header = format!("# Generated from the kbind-api types; do not edit. Regenerate with:\n#   {command}\n");
     // CRDs are plain maps, strings, numbers and booleans: serialization cannot fail.
     let documents =
-        serde_saphyr::to_string_multiple(&crds()).unwrap_or_else(|err| panic!("CRDs serialize to YAML: {err}"));
+        serde_saphyr::to_string_multiple(crds).unwrap_or_else(|err| panic!("CRDs serialize to YAML: {err}"));
     format!("{header}---\n{documents}")
 }
 
@@ -87,19 +109,52 @@ mod tests {
 
     #[test]
     fn committed_yaml_matches_the_generated_crds() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(CRDS_YAML_PATH);
+        assert_committed(CRDS_YAML_PATH, &crds_yaml(), REGENERATE_COMMAND);
+    }
+
+    #[test]
+    fn committed_backend_yaml_matches_the_generated_crds() {
+        assert_committed(BACKEND_CRDS_YAML_PATH, &backend_crds_yaml(), BACKEND_REGENERATE_COMMAND);
+    }
+
+    #[test]
+    fn backend_crds_are_cluster_scoped_with_status_where_written() {
+        let names: Vec<_> = backend_crds()
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "collections.catalog.kbind.io",
+                "exports.catalog.kbind.io",
+                "grants.iam.kbind.io"
+            ]
+        );
+        for crd in backend_crds() {
+            assert_eq!(crd.spec.scope, "Cluster", "{:?}", crd.metadata.name);
+            let status = crd.spec.versions[0]
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref());
+            let is_collection = crd.spec.names.kind == "Collection";
+            assert_eq!(status.is_none(), is_collection, "{:?}", crd.metadata.name);
+        }
+    }
+
+    fn assert_committed(relative: &str, generated: &str, command: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative);
         let committed = std::fs::read_to_string(&path).unwrap_or_else(|err| {
             panic!(
-                "cannot read {}: {err}\nGenerate it from the repository root with:\n    {REGENERATE_COMMAND}",
+                "cannot read {}: {err}\nGenerate it from the repository root with:\n    {command}",
                 path.display()
             )
         });
-        let generated = crds_yaml();
         if committed != generated {
             let first_diff = committed.lines().zip(generated.lines()).position(|(a, b)| a != b);
             panic!(
-                "{CRDS_YAML_PATH} is out of date with the kbind-api types (first differing line: {}).\n\
-                 Regenerate it from the repository root with:\n    {REGENERATE_COMMAND}",
+                "{relative} is out of date with the kbind-api types (first differing line: {}).\n\
+                 Regenerate it from the repository root with:\n    {command}",
                 first_diff.map_or("at the end".to_owned(), |line| (line + 1).to_string()),
             );
         }

@@ -8,18 +8,23 @@
 //! in the `kbind` category, so `kubectl get kbind` lists them together.
 
 pub mod binding;
+pub mod catalog;
 pub mod conditions;
 pub mod connection;
 pub mod consts;
 pub mod crds;
+pub mod iam;
+pub mod service;
 
 pub use binding::{
     Binding, BindingSpec, BindingStatus, BoundApiRef, BoundApiStatus, ClusterBinding, ClusterBindingSpec,
     ConflictPolicy, ConnectionRef, RelatedResource, RelatedResourceDirection, RelatedResourceKind,
     RelatedResourceSelector,
 };
+pub use catalog::{Collection, CollectionSpec, Export, ExportApiStatus, ExportRef, ExportSpec, ExportStatus};
 pub use connection::{
     Connection, ConnectionSpec, ConnectionStatus, ExportedApi, KubeconfigSecretRef, PullPolicy, ResourceScope,
     SchemaPolicy, SchemaSource, UpdatePolicy,
 };
-pub use crds::{crds, crds_yaml};
+pub use crds::{backend_crds, backend_crds_yaml, crds, crds_yaml};
+pub use iam::{Grant, GrantIdentity, GrantSpec, GrantStatus, Issued, IssuedObject, Pickup, grant_name};

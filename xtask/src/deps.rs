@@ -14,7 +14,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("kbind-engine", &["kbind-backend", "kbind-cli"]),
     ("konnector", &["kbind-backend", "kbind-cli"]),
     ("kbind-cli", &["kbind-engine", "fakeapi"]),
-    ("kbind-backend", &["kbind-engine"]),
+    ("kbind-backend", &["kbind-engine", "fakeapi", "kbind-cli"]),
     // The seam and the API types sit below everything.
     (
         "kbind-api",

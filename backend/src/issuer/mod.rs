@@ -1,0 +1,92 @@
+//! What a Grant gets: the [`Issuer`] trait (implementable out of tree) and the in-tree
+//! Kubernetes issuer.
+
+use async_trait::async_trait;
+use kbind_api::{Export, Grant, Issued};
+
+/// A credential minted for a Grant at pickup. Its `Debug` never shows the token.
+#[derive(Clone)]
+pub struct Credential {
+    /// The bearer token the bundle's kubeconfig carries.
+    pub token: String,
+    /// When the token stops working, if it expires.
+    pub expires_at: Option<jiff::Timestamp>,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("token", &"[redacted]")
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// Why an issuer refused or failed. Messages never contain a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    /// A requested provider namespace is claimed by another identity (HTTP 409).
+    #[error("namespace {namespace:?} is claimed by another identity; choose another namespace")]
+    NamespaceClaimed {
+        /// The namespace.
+        namespace: String,
+    },
+    /// A requested provider namespace exists and was not created by kbind (HTTP 409).
+    #[error(
+        "namespace {namespace:?} already exists on the provider and was not created by kbind; choose another namespace"
+    )]
+    NamespaceNotClaimable {
+        /// The namespace.
+        namespace: String,
+    },
+    /// Some APIs of the Export are not exported by the provider (HTTP 409).
+    #[error("the provider does not export {}; ask the provider's platform team to label its CRD core.kbind.io/exported=true", .0.join(", "))]
+    ApiNotExported(Vec<String>),
+    /// This issuer cannot work on this provider (HTTP 501), e.g. a kcp-like one.
+    #[error("{0}")]
+    UnsupportedProvider(String),
+    /// The Grant has not been provisioned yet (HTTP 409 at pickup).
+    #[error("the grant is not issued yet")]
+    NotIssued,
+    /// The provider refused or failed a request.
+    #[error("provider: {0}")]
+    Cluster(#[from] kbind_cluster::Error),
+}
+
+impl IssueError {
+    /// The CamelCase reason used in Grant conditions and API errors.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IssueError::NamespaceClaimed { .. } => "NamespaceClaimed",
+            IssueError::NamespaceNotClaimable { .. } => "NamespaceNotClaimable",
+            IssueError::ApiNotExported(_) => "APINotExported",
+            IssueError::UnsupportedProvider(_) => "UnsupportedProvider",
+            IssueError::NotIssued => "NotIssued",
+            IssueError::Cluster(kbind_cluster::Error::Forbidden { .. }) => "Forbidden",
+            IssueError::Cluster(_) => "ProviderError",
+        }
+    }
+}
+
+/// Provisions and revokes what a Grant gives its identity on the provider.
+///
+/// The gateway calls [`Issuer::credential`] at pickup; the issuer module's Grant controller calls
+/// [`Issuer::provision`] and, through the Grant's finalizer, [`Issuer::revoke`].
+#[async_trait]
+pub trait Issuer: Send + Sync + 'static {
+    /// A short name recorded in `status.issued.issuer`.
+    fn name(&self) -> &str;
+
+    /// Whether this issuer can work on the provider; the error says why not and what to do.
+    async fn check_provider(&self) -> Result<(), IssueError>;
+
+    /// Creates or updates what `grant` needs; idempotent, and never invalidates a credential
+    /// already handed out for the same Grant.
+    async fn provision(&self, grant: &Grant, export: &Export) -> Result<Issued, IssueError>;
+
+    /// A fresh credential for an issued Grant.
+    async fn credential(&self, grant: &Grant) -> Result<Credential, IssueError>;
+
+    /// Removes what [`Issuer::provision`] created, invalidating its credentials; idempotent.
+    async fn revoke(&self, grant: &Grant) -> Result<(), IssueError>;
+}
