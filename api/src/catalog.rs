@@ -90,6 +90,7 @@ pub struct ExportApiStatus {
 }
 
 /// A group of Exports shown together in the catalog.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "catalog.kbind.io",
