@@ -125,6 +125,9 @@ pub struct Pickup {
     pub hash: String,
     /// When the pickup URL stops working.
     pub expires_at: Time,
+    /// The consumer namespace the bundle's Secret goes to (the konnector's, `kbind` by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub konnector_namespace: Option<String>,
     /// When it was redeemed; a claimed pickup never works again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at: Option<Time>,
