@@ -6,12 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakeapi::FakeCluster;
+use fakeapi::{ErrorRule, FakeCluster, InjectedError};
 use jiff::{SignedDuration, Timestamp};
 use kbind_backend::reaper::{Action, Options, Reaper, Target};
 use kbind_cluster::{
-    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams, TokioClock,
-    to_dynamic,
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, PostParams, TokioClock, to_dynamic,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -44,7 +43,12 @@ fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
 }
 
 fn crds() -> ApiResource {
-    res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions")
+    res(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    )
 }
 fn leases() -> ApiResource {
     res("coordination.k8s.io", "v1", "Lease", "leases")
@@ -96,7 +100,10 @@ async fn provider() -> (FakeCluster, Arc<dyn ClusterClient>) {
     all.push(example_crd("Widget", "widgets", "Namespaced"));
     all.push(example_crd("Gadget", "gadgets", "Cluster"));
     for crd in &all {
-        admin.create(&crds(), None, &object(crd.clone()), &PostParams::default()).await.unwrap();
+        admin
+            .create(&crds(), None, &object(crd.clone()), &PostParams::default())
+            .await
+            .unwrap();
     }
     for crd in &all {
         let name = crd["metadata"]["name"].as_str().unwrap();
@@ -114,7 +121,10 @@ async fn provider() -> (FakeCluster, Arc<dyn ClusterClient>) {
         "metadata": {"name": "widgets"},
         "spec": {"title": "Widgets", "apis": [{"name": "widgets.example.org"}, {"name": "gadgets.example.org"}]},
     }));
-    admin.create(&exports(), None, &export, &PostParams::default()).await.unwrap();
+    admin
+        .create(&exports(), None, &export, &PostParams::default())
+        .await
+        .unwrap();
     (cluster, admin)
 }
 
@@ -136,7 +146,10 @@ async fn create_namespace(admin: &Arc<dyn ClusterClient>, name: &str, labels: Va
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
     }));
-    admin.create(&namespaces(), None, &ns, &PostParams::default()).await.unwrap();
+    admin
+        .create(&namespaces(), None, &ns, &PostParams::default())
+        .await
+        .unwrap();
 }
 
 /// A namespace the issuer created and claimed for `subject`.
@@ -165,7 +178,10 @@ async fn grant(admin: &Arc<dyn ClusterClient>, subject: &str, consumer: &str, na
             "consumerClusterUID": consumer, "namespaces": namespaces,
         },
     }));
-    admin.create(&grants(), None, &grant, &PostParams::default()).await.unwrap();
+    admin
+        .create(&grants(), None, &grant, &PostParams::default())
+        .await
+        .unwrap();
     name
 }
 
@@ -174,7 +190,13 @@ async fn grant_exists(admin: &Arc<dyn ClusterClient>, name: &str) -> bool {
 }
 
 /// An object as a consumer's konnector syncs it: annotated with the consumer cluster UID.
-async fn synced(admin: &Arc<dyn ClusterClient>, res: &ApiResource, namespace: Option<&str>, name: &str, consumer: &str) {
+async fn synced(
+    admin: &Arc<dyn ClusterClient>,
+    res: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+    consumer: &str,
+) {
     let mut metadata = json!({"name": name, "annotations": {
         "core.kbind.io/consumer-cluster-uid": consumer,
         "core.kbind.io/consumer-object-uid": "c0ffee00-0000-4000-8000-000000000000",
@@ -183,7 +205,10 @@ async fn synced(admin: &Arc<dyn ClusterClient>, res: &ApiResource, namespace: Op
         metadata["namespace"] = json!(ns);
     }
     let obj = object(json!({"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata, "spec": {}}));
-    admin.create(res, namespace, &obj, &PostParams::default()).await.unwrap();
+    admin
+        .create(res, namespace, &obj, &PostParams::default())
+        .await
+        .unwrap();
 }
 
 /// Whether the object is still there and not being deleted.
@@ -206,7 +231,10 @@ async fn lease(admin: &Arc<dyn ClusterClient>, consumer: &str) {
         "metadata": {"namespace": LEASE_NS, "name": format!("consumer-{consumer}"), "labels": {"core.kbind.io/managed": "true"}},
         "spec": {"holderIdentity": consumer, "leaseDurationSeconds": 60},
     }));
-    admin.create(&leases(), Some(LEASE_NS), &obj, &PostParams::default()).await.unwrap();
+    admin
+        .create(&leases(), Some(LEASE_NS), &obj, &PostParams::default())
+        .await
+        .unwrap();
 }
 
 /// One renewal, writing `renew_time` as the consumer's clock reads it.
@@ -225,7 +253,11 @@ async fn renew(admin: &Arc<dyn ClusterClient>, consumer: &str, renew_time: Times
 }
 
 /// A konnector heartbeat: renews every 30 s, writing a clock `skew` away from the provider's.
-fn heartbeat(admin: Arc<dyn ClusterClient>, consumer: &'static str, skew: SignedDuration) -> tokio::task::JoinHandle<()> {
+fn heartbeat(
+    admin: Arc<dyn ClusterClient>,
+    consumer: &'static str,
+    skew: SignedDuration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let clock = TokioClock::fixed();
         loop {
@@ -253,7 +285,11 @@ impl Running {
         let reaper = Reaper::new(admin.clone(), opts, LEASE_NS.to_string(), reaper_clock()).report_to(tx);
         let token = shutdown.clone();
         let task = tokio::spawn(async move { reaper.run(token).await.unwrap() });
-        Self { actions, shutdown, task }
+        Self {
+            actions,
+            shutdown,
+            task,
+        }
     }
 
     /// The next action, failing after `limit` of (paused) time.
@@ -298,7 +334,10 @@ where
         if check().await {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what} (seed {SEED})");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what} (seed {SEED})"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -339,7 +378,10 @@ async fn a_renewing_consumer_is_never_reaped_and_a_silent_one_is_reaped_after_ex
             performed: true
         }
     );
-    assert_eq!(action.to_string(), format!("deleted Grant {silent} of consumer {SILENT}"));
+    assert_eq!(
+        action.to_string(),
+        format!("deleted Grant {silent} of consumer {SILENT}")
+    );
     assert!(
         idle >= TTL && idle < TTL + Duration::from_secs(1),
         "reaped {idle:?} after the last renewal; the TTL is {TTL:?}"
@@ -442,8 +484,20 @@ async fn survivors(admin: &Arc<dyn ClusterClient>) -> Vec<String> {
 }
 
 const EVERYTHING: [&str; 14] = [
-    "w1", "w2", "w3", "w4", "w5", "w6", "g-silent", "g-live", "c1", "ns/team-silent", "ns/team-live",
-    "ns/shared", "ns/carols", "ns/legacy",
+    "w1",
+    "w2",
+    "w3",
+    "w4",
+    "w5",
+    "w6",
+    "g-silent",
+    "g-live",
+    "c1",
+    "ns/team-silent",
+    "ns/team-live",
+    "ns/shared",
+    "ns/carols",
+    "ns/legacy",
 ];
 
 #[tokio::test(start_paused = true)]
@@ -474,7 +528,18 @@ async fn with_reap_objects_the_consumers_synced_objects_and_unused_claimed_names
     // Kept: the other consumers' objects, `shared` (still used by alice's live Grant), `legacy`
     // (kbind did not create it), and the ConfigMap (not an API of the Export).
     eventually("the silent consumer's objects to go", || async {
-        survivors(&admin).await == ["w3", "w4", "w5", "g-live", "c1", "ns/team-live", "ns/shared", "ns/carols", "ns/legacy"]
+        survivors(&admin).await
+            == [
+                "w3",
+                "w4",
+                "w5",
+                "g-live",
+                "c1",
+                "ns/team-live",
+                "ns/shared",
+                "ns/carols",
+                "ns/legacy",
+            ]
     })
     .await;
     beats.iter().for_each(|b| b.abort());
@@ -509,10 +574,15 @@ async fn report_only_lists_every_deletion_once_and_deletes_nothing() {
     assert_eq!(actions.len(), 6, "{actions:?}");
     assert!(actions.iter().all(|a| !a.performed && a.consumer == SILENT));
     assert!(
-        actions.iter().any(|a| a.to_string() == format!("would delete Grant {silent} of consumer {SILENT}")),
+        actions
+            .iter()
+            .any(|a| a.to_string() == format!("would delete Grant {silent} of consumer {SILENT}")),
         "{actions:?}"
     );
-    assert!(actions.iter().any(|a| a.target == Target::Namespace { name: "team-silent".into() }));
+    assert!(actions.iter().any(|a| a.target
+        == Target::Namespace {
+            name: "team-silent".into()
+        }));
     // Reported once, not again every TTL while the Lease stays silent.
     tokio::time::sleep(3 * TTL).await;
     assert_eq!(reaper.drain(), []);
@@ -540,5 +610,46 @@ async fn a_reaped_consumer_that_binds_again_and_renews_is_watched_afresh() {
     let renewed = tokio::time::Instant::now();
     assert_eq!(reaper.next(2 * TTL).await.target, Target::Grant { name: again });
     assert!(tokio::time::Instant::now() - renewed >= TTL);
+    reaper.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_the_broken_watch_missed_is_seen_before_anything_is_deleted() {
+    let (cluster, admin) = provider().await;
+    let name = grant(&admin, "token:alice", SILENT, &[]).await;
+    lease(&admin, SILENT).await;
+    let mut reaper = Running::start(&admin, options(false, false));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+
+    // The watch breaks and stays broken; the consumer renews shortly before the TTL is up.
+    cluster.inject_error(ErrorRule::new(Some("watch"), Some("leases"), InjectedError::Internal));
+    cluster.drop_watches();
+    tokio::time::sleep(TTL - Duration::from_secs(120)).await;
+    renew(&admin, SILENT, Timestamp::from_second(1_767_226_200).unwrap()).await;
+    let renewed = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(
+        grant_exists(&admin, &name).await,
+        "reaped although the Lease was renewed"
+    );
+    assert_eq!(reaper.drain(), []);
+
+    // The renewal the reaper read itself starts the next TTL.
+    cluster.clear_errors();
+    assert_eq!(reaper.next(2 * TTL).await.target, Target::Grant { name });
+    assert!(tokio::time::Instant::now() - renewed >= TTL);
+    reaper.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reap_the_provider_refuses_is_retried_until_it_succeeds() {
+    let (cluster, admin) = provider().await;
+    let name = grant(&admin, "token:alice", SILENT, &[]).await;
+    lease(&admin, SILENT).await;
+    cluster.inject_error(ErrorRule::new(Some("delete"), Some("grants"), InjectedError::Forbidden).times(3));
+    let mut reaper = Running::start(&admin, options(false, false));
+    let action = reaper.next(2 * TTL).await;
+    assert_eq!(action.target, Target::Grant { name: name.clone() });
+    assert!(!grant_exists(&admin, &name).await);
     reaper.stop().await;
 }

@@ -223,7 +223,8 @@ impl Reaper {
             Event::Init => obs.relist_started(),
             Event::InitDone => obs.relist_done(),
             Event::InitApply(lease) | Event::Apply(lease) => {
-                if let (Some(consumer), Some(version)) = (consumer_of(&lease), lease.metadata.resource_version.as_deref())
+                if let (Some(consumer), Some(version)) =
+                    (consumer_of(&lease), lease.metadata.resource_version.as_deref())
                 {
                     obs.observe(&consumer, version, now);
                 }
@@ -371,9 +372,15 @@ mod tests {
 
     #[test]
     fn a_ttl_below_the_minimum_or_unparsable_is_refused() {
-        let err = Cli::try_parse_from(["reaper", "--reap-ttl=90s"]).err().unwrap().to_string();
+        let err = Cli::try_parse_from(["reaper", "--reap-ttl=90s"])
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("too short"), "{err}");
-        let err = Cli::try_parse_from(["reaper", "--reap-ttl=soon"]).err().unwrap().to_string();
+        let err = Cli::try_parse_from(["reaper", "--reap-ttl=soon"])
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("expected a duration"), "{err}");
     }
 

@@ -160,7 +160,9 @@ pub(crate) async fn plan(client: &dyn ClusterClient, consumer: &str, objects: bo
         planned.extend(plan_namespaces(client, consumer, &mine).await?);
     }
     for grant in mine.iter().filter(|g| !terminating(g)) {
-        let Some(name) = grant.metadata.name.clone() else { continue };
+        let Some(name) = grant.metadata.name.clone() else {
+            continue;
+        };
         planned.push(Planned {
             target: Target::Grant { name: name.clone() },
             res: grants(),
@@ -204,7 +206,9 @@ async fn plan_objects(client: &dyn ClusterClient, consumer: &str, mine: &[Grant]
             if !ours || object.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let Some(name) = object.metadata.name.clone() else { continue };
+            let Some(name) = object.metadata.name.clone() else {
+                continue;
+            };
             let namespace = object.metadata.namespace.clone();
             planned.push(Planned {
                 target: Target::Object {
