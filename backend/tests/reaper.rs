@@ -90,7 +90,6 @@ async fn a_skewed_clock_neither_kills_a_renewing_consumer_nor_saves_a_silent_one
     reaper.stop().await;
 }
 
-
 #[tokio::test(start_paused = true)]
 async fn with_reap_objects_the_consumers_synced_objects_and_unused_claimed_namespaces_go() {
     let (_cluster, admin) = provider().await;

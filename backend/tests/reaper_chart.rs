@@ -39,7 +39,9 @@ fn helm() -> Option<PathBuf> {
     let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
         let cache = std::env::var_os("KBIND_TOOLS_CACHE")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools"));
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
+            });
         cache.join(format!("helm-{HELM_VERSION}/helm"))
     });
     if path.is_file() {
@@ -223,7 +225,10 @@ fn default_values_render_two_gateway_replicas_and_one_issuer_and_reaper_with_the
     );
     let container = &gateway["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["image"], "ghcr.io/kbind/kbind-backend:0.1.0");
-    assert_eq!(container["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "http"}));
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "http"})
+    );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     let controller = named(&objects, "Deployment", CONTROLLER);
     assert_eq!(controller["spec"]["replicas"], 1);
@@ -244,7 +249,11 @@ fn default_values_render_two_gateway_replicas_and_one_issuer_and_reaper_with_the
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
     let pod_labels = gateway["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
     for (key, value) in service["spec"]["selector"].as_object().unwrap() {
-        assert_eq!(pod_labels.get(key), Some(value), "the Service selects the gateway pods by {key}");
+        assert_eq!(
+            pod_labels.get(key),
+            Some(value),
+            "the Service selects the gateway pods by {key}"
+        );
     }
     assert_eq!(gateway["spec"]["selector"]["matchLabels"], service["spec"]["selector"]);
     let pdb = named(&objects, "PodDisruptionBudget", GATEWAY);
@@ -291,9 +300,18 @@ fn non_default_values_reach_the_flags() {
         ]
     );
     let ca = named(&objects, "ConfigMap", "kbind-backend-provider-ca");
-    assert!(ca["data"]["ca.crt"].as_str().unwrap().starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(
+        ca["data"]["ca.crt"]
+            .as_str()
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
     // The grants namespace is the release namespace here: the chart does not create it.
-    let namespaces: Vec<&str> = objects.iter().filter(|o| kind_of(o) == "Namespace").map(name_of).collect();
+    let namespaces: Vec<&str> = objects
+        .iter()
+        .filter(|o| kind_of(o) == "Namespace")
+        .map(name_of)
+        .collect();
     assert_eq!(namespaces, ["kbind-heartbeats"]);
     // Only the reaper, the issuer in neither mode.
     let only_reaper = render(&helm, &["issuer.enabled=false", "gateway.enabled=false"]);
@@ -301,21 +319,31 @@ fn non_default_values_reach_the_flags() {
         args_of(named(&only_reaper, "Deployment", CONTROLLER))[..3],
         ["run", "--reaper", "--grants-namespace=kbind-grants"]
     );
-    assert!(only_reaper.iter().all(|o| !name_of(o).contains("issuer") && !name_of(o).contains("gateway")));
+    assert!(
+        only_reaper
+            .iter()
+            .all(|o| !name_of(o).contains("issuer") && !name_of(o).contains("gateway"))
+    );
 }
 
 #[test]
 fn values_that_cannot_work_fail_to_render_with_the_reason() {
     let Some(helm) = helm() else { return };
     let cases: [(&[&str], &str); 6] = [
-        (&["provider.url=http://provider.example"], "provider.url must be an https:// URL"),
+        (
+            &["provider.url=http://provider.example"],
+            "provider.url must be an https:// URL",
+        ),
         (&["auth.tokens.existingSecret="], "no authentication"),
         (
             &["auth.oidc.issuerURL=https://login.example", "auth.oidc.clientID=kbind"],
             "OIDC needs sessionKey.existingSecret",
         ),
         (&["issuer.rbacDelegation=held"], "needs issuer.delegatedGroups"),
-        (&["issuer.rbacDelegation=admin"], "issuer.rbacDelegation must be escalate or held"),
+        (
+            &["issuer.rbacDelegation=admin"],
+            "issuer.rbacDelegation must be escalate or held",
+        ),
         (&["reaper.reapObjects.enabled=true"], "needs reaper.reapObjects.groups"),
     ];
     for (sets, reason) in cases {
@@ -323,7 +351,9 @@ fn values_that_cannot_work_fail_to_render_with_the_reason() {
         for set in sets {
             args.extend(["--set", *set]);
         }
-        let err = template(&helm, &args).err().unwrap_or_else(|| panic!("{sets:?} rendered"));
+        let err = template(&helm, &args)
+            .err()
+            .unwrap_or_else(|| panic!("{sets:?} rendered"));
         assert!(err.contains(reason), "{sets:?}: {err}");
     }
 }
@@ -346,7 +376,10 @@ async fn the_gateway_can_write_grants_and_mint_tokens_and_no_more() {
     assert!(grant_exists(&gateway, &name).await);
     gateway.list(&exports(), None, &Default::default()).await.unwrap();
     gateway.get(&namespaces(), None, "kube-system").await.unwrap();
-    gateway.list(&leases(), Some(LEASE_NS), &Default::default()).await.unwrap();
+    gateway
+        .list(&leases(), Some(LEASE_NS), &Default::default())
+        .await
+        .unwrap();
 
     // A token for a Grant's ServiceAccount, in the grants namespace only.
     let sa = |ns: &str| {
@@ -354,7 +387,10 @@ async fn the_gateway_can_write_grants_and_mint_tokens_and_no_more() {
     };
     let sas = ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&());
     for ns in ["kbind-grants", "default"] {
-        admin.create(&sas, Some(ns), &sa(ns), &PostParams::default()).await.unwrap();
+        admin
+            .create(&sas, Some(ns), &sa(ns), &PostParams::default())
+            .await
+            .unwrap();
     }
     let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": []}});
     gateway
@@ -362,17 +398,26 @@ async fn the_gateway_can_write_grants_and_mint_tokens_and_no_more() {
         .await
         .unwrap();
     assert_forbidden(
-        gateway.create_subresource(&sas, Some("default"), &name, "token", &request).await,
+        gateway
+            .create_subresource(&sas, Some("default"), &name, "token", &request)
+            .await,
         "a token outside the grants namespace",
     );
     assert_forbidden(
-        gateway.create(&sas, Some("kbind-grants"), &sa("kbind-grants"), &PostParams::default()).await,
+        gateway
+            .create(&sas, Some("kbind-grants"), &sa("kbind-grants"), &PostParams::default())
+            .await,
         "creating a ServiceAccount",
     );
     let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-    assert_forbidden(gateway.list(&secrets, None, &Default::default()).await, "listing Secrets");
     assert_forbidden(
-        gateway.delete(&namespaces(), None, "default", &Default::default()).await,
+        gateway.list(&secrets, None, &Default::default()).await,
+        "listing Secrets",
+    );
+    assert_forbidden(
+        gateway
+            .delete(&namespaces(), None, "default", &Default::default())
+            .await,
         "deleting a namespace",
     );
     assert_forbidden(
@@ -390,7 +435,11 @@ async fn issue_role(issuer: &Arc<dyn ClusterClient>) -> Result<(), Error> {
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
     ]);
     create(issuer, &role("team-a", "kbind-grant", rules)).await?;
-    create(issuer, &role_binding("team-a", "kbind-grant", ("kbind-grants", "grant-1"))).await?;
+    create(
+        issuer,
+        &role_binding("team-a", "kbind-grant", ("kbind-grants", "grant-1")),
+    )
+    .await?;
     Ok(())
 }
 
@@ -399,14 +448,22 @@ async fn the_issuer_can_delegate_an_exports_resources_with_escalate_or_with_held
     let Some(helm) = helm() else { return };
     for sets in [
         &[][..],
-        &["issuer.rbacDelegation=held", "issuer.delegatedGroups={example.org}", "issuer.delegateRelatedResources=true"][..],
+        &[
+            "issuer.rbacDelegation=held",
+            "issuer.delegatedGroups={example.org}",
+            "issuer.delegateRelatedResources=true",
+        ][..],
     ] {
         let (cluster, admin) = install(&render(&helm, sets)).await;
         install_export(&admin).await;
         let issuer = as_service_account(&cluster, CONTROLLER);
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
-        create(&issuer, &ns).await.unwrap_or_else(|e| panic!("{sets:?}: claiming a namespace: {e}"));
-        issue_role(&issuer).await.unwrap_or_else(|e| panic!("{sets:?}: issuing a Role: {e}"));
+        create(&issuer, &ns)
+            .await
+            .unwrap_or_else(|e| panic!("{sets:?}: claiming a namespace: {e}"));
+        issue_role(&issuer)
+            .await
+            .unwrap_or_else(|e| panic!("{sets:?}: issuing a Role: {e}"));
         let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"namespace": "kbind-grants", "name": "grant-1"}});
         create(&issuer, &sa).await.unwrap();
         lease(&issuer, LIVE).await;
@@ -414,26 +471,41 @@ async fn the_issuer_can_delegate_an_exports_resources_with_escalate_or_with_held
             issuer.delete(&namespaces(), None, "team-a", &Default::default()).await,
             "the issuer deleting a namespace",
         );
-        let sa_elsewhere = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"namespace": "default", "name": "x"}});
-        assert_forbidden(create(&issuer, &sa_elsewhere).await, "a ServiceAccount outside the grants namespace");
+        let sa_elsewhere =
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"namespace": "default", "name": "x"}});
+        assert_forbidden(
+            create(&issuer, &sa_elsewhere).await,
+            "a ServiceAccount outside the grants namespace",
+        );
     }
     // Held rights without the related resources: a Role handing out Secrets is refused.
-    let (cluster, admin) = install(&render(&helm, &["issuer.rbacDelegation=held", "issuer.delegatedGroups={example.org}"])).await;
+    let (cluster, admin) = install(&render(
+        &helm,
+        &["issuer.rbacDelegation=held", "issuer.delegatedGroups={example.org}"],
+    ))
+    .await;
     install_export(&admin).await;
     let issuer = as_service_account(&cluster, CONTROLLER);
-    create(&admin, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}))
-        .await
-        .unwrap();
+    create(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+    )
+    .await
+    .unwrap();
     assert_forbidden(issue_role(&issuer).await, "delegating Secrets the issuer does not hold");
     // ...and in held mode the issuer reads no Secret itself unless told to.
     let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-    assert_forbidden(issuer.list(&secrets, None, &Default::default()).await, "the issuer listing Secrets");
+    assert_forbidden(
+        issuer.list(&secrets, None, &Default::default()).await,
+        "the issuer listing Secrets",
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_reaper_deletes_grants_on_its_chart_rbac_and_nothing_else_unless_told() {
     let Some(helm) = helm() else { return };
-    let (cluster, admin) = install(&render(&helm, &[])).await;
+    // Without the issuer, whose rights the same ServiceAccount would otherwise have too.
+    let (cluster, admin) = install(&render(&helm, &["issuer.enabled=false"])).await;
     install_export(&admin).await;
     let silent = world_with_objects(&admin).await;
     let beats = [LIVE, OTHER].map(|c| heartbeat(admin.clone(), c, SignedDuration::ZERO));
@@ -444,7 +516,9 @@ async fn the_reaper_deletes_grants_on_its_chart_rbac_and_nothing_else_unless_tol
     assert!(!grant_exists(&admin, &silent).await);
     assert_eq!(survivors(&admin).await, EVERYTHING);
     assert_forbidden(
-        reaper_client.delete(&widgets(), Some("team-silent"), "w1", &Default::default()).await,
+        reaper_client
+            .delete(&widgets(), Some("team-silent"), "w1", &Default::default())
+            .await,
         "the reaper deleting a synced object without reapObjects",
     );
     beats.iter().for_each(|b| b.abort());
@@ -454,7 +528,11 @@ async fn the_reaper_deletes_grants_on_its_chart_rbac_and_nothing_else_unless_tol
 #[tokio::test(start_paused = true)]
 async fn the_reaper_reaps_objects_and_namespaces_on_its_chart_rbac_with_reap_objects() {
     let Some(helm) = helm() else { return };
-    let sets = ["reaper.reapObjects.enabled=true", "reaper.reapObjects.groups={example.org}"];
+    let sets = [
+        "issuer.enabled=false",
+        "reaper.reapObjects.enabled=true",
+        "reaper.reapObjects.groups={example.org}",
+    ];
     let (cluster, admin) = install(&render(&helm, &sets)).await;
     install_export(&admin).await;
     let silent = world_with_objects(&admin).await;
@@ -463,11 +541,24 @@ async fn the_reaper_reaps_objects_and_namespaces_on_its_chart_rbac_with_reap_obj
     let actions = reaper.until_grant(&silent, 2 * TTL).await;
     assert!(actions.contains(&kbind_backend::reaper::Action {
         consumer: SILENT.into(),
-        target: Target::Namespace { name: "team-silent".into() },
+        target: Target::Namespace {
+            name: "team-silent".into()
+        },
         performed: true,
     }));
     eventually("the silent consumer's objects to go", || async {
-        survivors(&admin).await == ["w3", "w4", "w5", "g-live", "c1", "ns/team-live", "ns/shared", "ns/carols", "ns/legacy"]
+        survivors(&admin).await
+            == [
+                "w3",
+                "w4",
+                "w5",
+                "g-live",
+                "c1",
+                "ns/team-live",
+                "ns/shared",
+                "ns/carols",
+                "ns/legacy",
+            ]
     })
     .await;
     beats.iter().for_each(|b| b.abort());

@@ -107,7 +107,10 @@ pub async fn provider() -> (FakeCluster, Arc<dyn ClusterClient>) {
 /// Creates `all` and waits until each is Established.
 pub async fn install_crds(admin: &Arc<dyn ClusterClient>, all: &[Value]) {
     for crd in all {
-        admin.create(&crds(), None, &object(crd.clone()), &PostParams::default()).await.unwrap();
+        admin
+            .create(&crds(), None, &object(crd.clone()), &PostParams::default())
+            .await
+            .unwrap();
     }
     for crd in all {
         let name = crd["metadata"]["name"].as_str().unwrap();
@@ -125,7 +128,10 @@ pub async fn install_crds(admin: &Arc<dyn ClusterClient>, all: &[Value]) {
 pub async fn install_export(admin: &Arc<dyn ClusterClient>) {
     install_crds(
         admin,
-        &[example_crd("Widget", "widgets", "Namespaced"), example_crd("Gadget", "gadgets", "Cluster")],
+        &[
+            example_crd("Widget", "widgets", "Namespaced"),
+            example_crd("Gadget", "gadgets", "Cluster"),
+        ],
     )
     .await;
     let export = object(json!({
@@ -133,7 +139,10 @@ pub async fn install_export(admin: &Arc<dyn ClusterClient>) {
         "metadata": {"name": "widgets"},
         "spec": {"title": "Widgets", "apis": [{"name": "widgets.example.org"}, {"name": "gadgets.example.org"}]},
     }));
-    admin.create(&exports(), None, &export, &PostParams::default()).await.unwrap();
+    admin
+        .create(&exports(), None, &export, &PostParams::default())
+        .await
+        .unwrap();
 }
 
 pub fn example_crd(kind: &str, plural: &str, scope: &str) -> Value {
