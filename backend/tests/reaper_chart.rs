@@ -361,7 +361,12 @@ fn values_that_cannot_work_fail_to_render_with_the_reason() {
 #[tokio::test(start_paused = true)]
 async fn every_object_is_accepted_with_default_and_non_default_values() {
     let Some(helm) = helm() else { return };
-    for objects in [render(&helm, &[]), render_ci(&helm)] {
+    // The last: one namespace for ServiceAccounts and Leases, rendered once, no names clashing.
+    for objects in [
+        render(&helm, &[]),
+        render_ci(&helm),
+        render(&helm, &["grantsNamespace.name=kbind"]),
+    ] {
         install(&objects).await;
     }
 }
