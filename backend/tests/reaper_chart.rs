@@ -8,110 +8,15 @@
 
 mod reaper_world;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use fakeapi::{FakeCluster, UserInfo};
 use jiff::SignedDuration;
 use kbind_backend::reaper::Target;
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Error, PostParams};
+use reaper_world::chart::*;
 use reaper_world::*;
 use serde_json::{Value, json};
-
-const RELEASE: &str = "kbind-backend";
-const NAMESPACE: &str = "kbind-system";
-const GATEWAY: &str = "kbind-backend-gateway";
-const CONTROLLER: &str = "kbind-backend-controller";
-/// Keep in step with hack/helm/build.sh.
-const HELM_VERSION: &str = "v3.22.0";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn chart_dir() -> PathBuf {
-    repo_root().join("deploy/charts/kbind-backend")
-}
-
-/// The helm binary, or `None` after one line on stderr when it is absent and not required.
-fn helm() -> Option<PathBuf> {
-    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
-            });
-        cache.join(format!("helm-{HELM_VERSION}/helm"))
-    });
-    if path.is_file() {
-        return Some(path);
-    }
-    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
-        path.display()
-    );
-    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
-    None
-}
-
-/// `helm template` with extra arguments: the documents, or helm's stderr.
-fn template(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
-    let output = Command::new(helm)
-        .arg("template")
-        .arg(RELEASE)
-        .arg(chart_dir())
-        .args(["--namespace", NAMESPACE, "--include-crds"])
-        .args(args)
-        .output()
-        .unwrap();
-    if !output.status.success() {
-        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-    }
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8(output.stdout).unwrap()).unwrap();
-    Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
-}
-
-/// Renders with `--set` values; fails the test on a helm error.
-fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
-    let mut args = Vec::new();
-    for set in sets {
-        args.extend(["--set", set]);
-    }
-    template(helm, &args).unwrap_or_else(|err| panic!("helm template {sets:?} failed: {err}"))
-}
-
-/// Renders with the committed non-default values file.
-fn render_ci(helm: &Path) -> Vec<Value> {
-    let values = chart_dir().join("ci/non-default-values.yaml");
-    template(helm, &["--values", values.to_str().unwrap()]).unwrap()
-}
-
-fn kind_of(object: &Value) -> &str {
-    object["kind"].as_str().unwrap()
-}
-
-fn name_of(object: &Value) -> &str {
-    object["metadata"]["name"].as_str().unwrap()
-}
-
-fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    objects
-        .iter()
-        .find(|o| kind_of(o) == kind && name_of(o) == name)
-        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
-}
-
-fn args_of(deployment: &Value) -> Vec<&str> {
-    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect()
-}
 
 /// The served resource of an object's apiVersion and kind.
 async fn resource_of(client: &Arc<dyn ClusterClient>, object: &Value) -> ApiResource {
@@ -173,22 +78,6 @@ fn assert_forbidden<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) {
         matches!(result, Err(Error::Forbidden { .. })),
         "{what}: expected Forbidden, got {result:?}"
     );
-}
-
-fn role(namespace: &str, name: &str, rules: Value) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"namespace": namespace, "name": name}, "rules": rules,
-    })
-}
-
-fn role_binding(namespace: &str, name: &str, service_account: (&str, &str)) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"namespace": namespace, "name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "namespace": service_account.0, "name": service_account.1}],
-    })
 }
 
 #[test]
@@ -347,11 +236,7 @@ fn values_that_cannot_work_fail_to_render_with_the_reason() {
         (&["reaper.reapObjects.enabled=true"], "needs reaper.reapObjects.groups"),
     ];
     for (sets, reason) in cases {
-        let mut args = Vec::new();
-        for set in sets {
-            args.extend(["--set", *set]);
-        }
-        let err = template(&helm, &args)
+        let err = template(&helm, &set_args(sets))
             .err()
             .unwrap_or_else(|| panic!("{sets:?} rendered"));
         assert!(err.contains(reason), "{sets:?}: {err}");

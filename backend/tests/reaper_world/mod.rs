@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod chart;
+
 use std::sync::Arc;
 use std::time::Duration;
 
