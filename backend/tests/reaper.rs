@@ -243,3 +243,69 @@ async fn a_reap_the_provider_refuses_is_retried_until_it_succeeds() {
     assert!(!grant_exists(&admin, &name).await);
     reaper.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reaper_among_many_renewing_consumers_makes_no_request_but_its_watch() {
+    const CONSUMERS: usize = 50;
+    let (cluster, admin) = provider().await;
+    let consumers: Vec<String> = (0..CONSUMERS)
+        .map(|i| format!("00000000-0000-4000-8000-{i:012}"))
+        .collect();
+    for consumer in &consumers {
+        grant(&admin, "token:alice", consumer, &[]).await;
+        lease(&admin, consumer).await;
+    }
+    let renewing = consumers.clone();
+    let renewer_admin = admin.clone();
+    let renewer = tokio::spawn(async move {
+        let clock = kbind_cluster::TokioClock::fixed();
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            // A renewal writes a new renewTime; rewriting the same one is no write at all.
+            let now = kbind_cluster::Clock::now(&clock);
+            for consumer in &renewing {
+                renew(&renewer_admin, consumer, now).await;
+            }
+        }
+    });
+    let user = fakeapi::UserInfo {
+        name: "reaper".into(),
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
+    };
+    let client: std::sync::Arc<dyn kbind_cluster::ClusterClient> = std::sync::Arc::new(cluster.client(user));
+    let mut reaper = Running::start(&client, options(false, false));
+    tokio::time::sleep(3 * TTL).await;
+    let reaped = reaper.drain();
+    assert!(
+        reaped.is_empty(),
+        "{} renewing consumers reaped, e.g. {:?}",
+        reaped.len(),
+        reaped.first()
+    );
+    let requests: Vec<_> = cluster
+        .request_log()
+        .into_iter()
+        .filter(|r| r.user == "reaper")
+        .collect();
+    let mut by_verb = std::collections::BTreeMap::<(String, String), usize>::new();
+    for r in &requests {
+        *by_verb.entry((r.verb.clone(), r.resource.clone())).or_default() += 1;
+    }
+    eprintln!(
+        "reaper requests over {:?} with {CONSUMERS} renewing consumers: {by_verb:?}",
+        3 * TTL
+    );
+    assert!(
+        by_verb
+            .keys()
+            .all(|(verb, resource)| resource == "leases.coordination.k8s.io" && (verb == "list" || verb == "watch")),
+        "{by_verb:?}"
+    );
+    // One list, then a watch per server-side timeout (290 s) at most, never one per renewal.
+    assert!(
+        requests.len() <= 1 + (3 * TTL.as_secs() as usize) / 290 + 1,
+        "{by_verb:?}"
+    );
+    renewer.abort();
+    reaper.stop().await;
+}
