@@ -1,0 +1,456 @@
+//! The kbind-backend Helm chart rendered by a real `helm` and applied to an in-process fake provider:
+//! every object is accepted, the flags are the documented ones, bad values fail with a clear
+//! message, and each component's ServiceAccount can do its job and no more — the reaper is run on
+//! its chart RBAC, and the issuer's RBAC is tried on the Roles it has to write.
+//!
+//! helm comes from `KBIND_HELM`, else from the folder `hack/helm/build.sh` builds it into. Without it
+//! these tests print one line and pass, unless `KBIND_REQUIRE_HELM=1` (CI), where they fail.
+
+mod reaper_world;
+
+use std::sync::Arc;
+
+use fakeapi::{FakeCluster, UserInfo};
+use jiff::SignedDuration;
+use kbind_backend::reaper::Target;
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Error, PostParams};
+use reaper_world::chart::*;
+use reaper_world::*;
+use serde_json::{Value, json};
+
+/// The served resource of an object's apiVersion and kind.
+async fn resource_of(client: &Arc<dyn ClusterClient>, object: &Value) -> ApiResource {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = kind_of(object);
+    let discovery = client.discovery().await.unwrap();
+    discovery
+        .resources
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.kind == kind)
+        .unwrap_or_else(|| panic!("{api_version} {kind} is not served"))
+        .api_resource()
+}
+
+async fn create(client: &Arc<dyn ClusterClient>, value: &Value) -> Result<DynamicObject, Error> {
+    let res = resource_of(client, value).await;
+    let namespace = value["metadata"]["namespace"].as_str();
+    client
+        .create(&res, namespace, &object(value.clone()), &PostParams::default())
+        .await
+}
+
+/// Installs the rendered objects as `helm install -n kbind-system --create-namespace` would: CRDs
+/// first (Established), then Namespaces, then everything else; fails on the first refusal.
+async fn install(objects: &[Value]) -> (FakeCluster, Arc<dyn ClusterClient>) {
+    let cluster = FakeCluster::builder("provider").seed(SEED).build();
+    let admin: Arc<dyn ClusterClient> = Arc::new(cluster.admin_client());
+    let crds: Vec<Value> = objects
+        .iter()
+        .filter(|o| kind_of(o) == "CustomResourceDefinition")
+        .cloned()
+        .collect();
+    assert_eq!(crds.len(), 3, "the chart renders Export, Collection and Grant");
+    install_crds(&admin, &crds).await;
+    create_namespace(&admin, NAMESPACE, json!({}), json!({})).await;
+    let (namespaces, rest): (Vec<&Value>, Vec<&Value>) = objects
+        .iter()
+        .filter(|o| kind_of(o) != "CustomResourceDefinition")
+        .partition(|o| kind_of(o) == "Namespace");
+    for object in namespaces.into_iter().chain(rest) {
+        // fakeapi serves neither; their selectors are checked on the render instead.
+        if ["Service", "PodDisruptionBudget"].contains(&kind_of(object)) {
+            continue;
+        }
+        create(&admin, object)
+            .await
+            .unwrap_or_else(|err| panic!("{} {} refused: {err}", kind_of(object), name_of(object)));
+    }
+    (cluster, admin)
+}
+
+fn as_service_account(cluster: &FakeCluster, name: &str) -> Arc<dyn ClusterClient> {
+    Arc::new(cluster.client(UserInfo::service_account(NAMESPACE, name)))
+}
+
+fn assert_forbidden<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) {
+    assert!(
+        matches!(result, Err(Error::Forbidden { .. })),
+        "{what}: expected Forbidden, got {result:?}"
+    );
+}
+
+#[test]
+fn chart_crds_are_the_committed_crds() {
+    // kbind-api's own test keeps this file equal to the generated CRDs.
+    let committed = std::fs::read_to_string(repo_root().join(kbind_api::crds::BACKEND_CRDS_YAML_PATH)).unwrap();
+    let in_chart = std::fs::read_to_string(chart_dir().join("crds/kbind-backend-crds.yaml")).unwrap();
+    assert!(
+        committed == in_chart,
+        "deploy/charts/kbind-backend/crds/kbind-backend-crds.yaml differs from deploy/crds/kbind-backend-crds.yaml; \
+         from the repository root run:\n    cp deploy/crds/kbind-backend-crds.yaml deploy/charts/kbind-backend/crds/"
+    );
+}
+
+#[test]
+fn default_values_render_two_gateway_replicas_and_one_issuer_and_reaper_with_the_documented_flags() {
+    let Some(helm) = helm() else { return };
+    let objects = render(&helm, &[]);
+    let gateway = named(&objects, "Deployment", GATEWAY);
+    assert_eq!(gateway["spec"]["replicas"], 2);
+    assert_eq!(gateway["spec"]["template"]["spec"]["serviceAccountName"], GATEWAY);
+    assert_eq!(
+        args_of(gateway),
+        [
+            "run",
+            "--gateway",
+            "--listen=0.0.0.0:8080",
+            "--public-url=https://kbind.example.com",
+            "--provider-url=https://provider.example.com:6443",
+            "--token-file=/etc/kbind/tokens/tokens",
+            "--grants-namespace=kbind-grants",
+            "--lease-namespace=kbind",
+        ]
+    );
+    let container = &gateway["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/kbind/kbind-backend:0.1.0");
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "http"})
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    let controller = named(&objects, "Deployment", CONTROLLER);
+    assert_eq!(controller["spec"]["replicas"], 1);
+    assert_eq!(controller["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(
+        args_of(controller),
+        [
+            "run",
+            "--issuer",
+            "--reaper",
+            "--grants-namespace=kbind-grants",
+            "--lease-namespace=kbind",
+            "--reap-ttl=7d",
+        ]
+    );
+    let service = named(&objects, "Service", GATEWAY);
+    assert_eq!(service["spec"]["selector"]["app.kubernetes.io/component"], "gateway");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+    let pod_labels = gateway["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            pod_labels.get(key),
+            Some(value),
+            "the Service selects the gateway pods by {key}"
+        );
+    }
+    assert_eq!(gateway["spec"]["selector"]["matchLabels"], service["spec"]["selector"]);
+    let pdb = named(&objects, "PodDisruptionBudget", GATEWAY);
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"], service["spec"]["selector"]);
+    for ns in ["kbind-grants", "kbind"] {
+        named(&objects, "Namespace", ns);
+    }
+}
+
+#[test]
+fn non_default_values_reach_the_flags() {
+    let Some(helm) = helm() else { return };
+    let objects = render_ci(&helm);
+    assert_eq!(
+        args_of(named(&objects, "Deployment", GATEWAY)),
+        [
+            "run",
+            "--gateway",
+            "--listen=0.0.0.0:8080",
+            "--public-url=https://kbind.acme.example",
+            "--provider-url=https://api.acme.example:6443",
+            "--provider-name=acme",
+            "--provider-ca=/etc/kbind/provider-ca/ca.crt",
+            "--oidc-issuer-url=https://login.acme.example",
+            "--oidc-client-id=kbind",
+            "--oidc-client-secret-file=/etc/kbind/oidc/client-secret",
+            "--session-key-file=/etc/kbind/session/session-key",
+            "--grants-namespace=kbind-system",
+            "--lease-namespace=kbind-heartbeats",
+        ]
+    );
+    assert_eq!(
+        args_of(named(&objects, "Deployment", CONTROLLER)),
+        [
+            "run",
+            "--issuer",
+            "--reaper",
+            "--grants-namespace=kbind-system",
+            "--lease-namespace=kbind-heartbeats",
+            "--reap-ttl=36h",
+            "--reap-objects",
+            "--reaper-report-only",
+        ]
+    );
+    let ca = named(&objects, "ConfigMap", "kbind-backend-provider-ca");
+    assert!(
+        ca["data"]["ca.crt"]
+            .as_str()
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
+    // The grants namespace is the release namespace here: the chart does not create it.
+    let namespaces: Vec<&str> = objects
+        .iter()
+        .filter(|o| kind_of(o) == "Namespace")
+        .map(name_of)
+        .collect();
+    assert_eq!(namespaces, ["kbind-heartbeats"]);
+    // Only the reaper, the issuer in neither mode.
+    let only_reaper = render(&helm, &["issuer.enabled=false", "gateway.enabled=false"]);
+    assert_eq!(
+        args_of(named(&only_reaper, "Deployment", CONTROLLER))[..3],
+        ["run", "--reaper", "--grants-namespace=kbind-grants"]
+    );
+    assert!(
+        only_reaper
+            .iter()
+            .all(|o| !name_of(o).contains("issuer") && !name_of(o).contains("gateway"))
+    );
+}
+
+#[test]
+fn values_that_cannot_work_fail_to_render_with_the_reason() {
+    let Some(helm) = helm() else { return };
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["provider.url=http://provider.example"],
+            "provider.url must be an https:// URL",
+        ),
+        (&["auth.tokens.existingSecret="], "no authentication"),
+        (
+            &["auth.oidc.issuerURL=https://login.example", "auth.oidc.clientID=kbind"],
+            "OIDC needs sessionKey.existingSecret",
+        ),
+        (&["issuer.rbacDelegation=held"], "needs issuer.delegatedGroups"),
+        (
+            &["issuer.rbacDelegation=admin"],
+            "issuer.rbacDelegation must be escalate or held",
+        ),
+        (&["reaper.reapObjects.enabled=true"], "needs reaper.reapObjects.groups"),
+    ];
+    for (sets, reason) in cases {
+        let err = template(&helm, &set_args(sets))
+            .err()
+            .unwrap_or_else(|| panic!("{sets:?} rendered"));
+        assert!(err.contains(reason), "{sets:?}: {err}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_object_is_accepted_with_default_and_non_default_values() {
+    let Some(helm) = helm() else { return };
+    // The last: one namespace for ServiceAccounts and Leases, rendered once, no names clashing.
+    for objects in [
+        render(&helm, &[]),
+        render_ci(&helm),
+        render(&helm, &["grantsNamespace.name=kbind"]),
+    ] {
+        install(&objects).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gateway_can_write_grants_and_mint_tokens_and_no_more() {
+    let Some(helm) = helm() else { return };
+    let (cluster, admin) = install(&render(&helm, &[])).await;
+    install_export(&admin).await;
+    let gateway = as_service_account(&cluster, GATEWAY);
+    let name = grant(&gateway, "token:alice", LIVE, &["team-a"]).await;
+    assert!(grant_exists(&gateway, &name).await);
+    gateway.list(&exports(), None, &Default::default()).await.unwrap();
+    gateway.get(&namespaces(), None, "kube-system").await.unwrap();
+    gateway
+        .list(&leases(), Some(LEASE_NS), &Default::default())
+        .await
+        .unwrap();
+
+    // A token for a Grant's ServiceAccount, in the grants namespace only.
+    let sa = |ns: &str| {
+        object(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"namespace": ns, "name": name}}))
+    };
+    let sas = ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&());
+    for ns in ["kbind-grants", "default"] {
+        admin
+            .create(&sas, Some(ns), &sa(ns), &PostParams::default())
+            .await
+            .unwrap();
+    }
+    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": []}});
+    gateway
+        .create_subresource(&sas, Some("kbind-grants"), &name, "token", &request)
+        .await
+        .unwrap();
+    assert_forbidden(
+        gateway
+            .create_subresource(&sas, Some("default"), &name, "token", &request)
+            .await,
+        "a token outside the grants namespace",
+    );
+    assert_forbidden(
+        gateway
+            .create(&sas, Some("kbind-grants"), &sa("kbind-grants"), &PostParams::default())
+            .await,
+        "creating a ServiceAccount",
+    );
+    let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    assert_forbidden(
+        gateway.list(&secrets, None, &Default::default()).await,
+        "listing Secrets",
+    );
+    assert_forbidden(
+        gateway
+            .delete(&namespaces(), None, "default", &Default::default())
+            .await,
+        "deleting a namespace",
+    );
+    assert_forbidden(
+        create(&gateway, &role("default", "r", json!([]))).await,
+        "creating a Role",
+    );
+}
+
+/// What the issuer writes for a Grant of widgets in `team-a`: a Role on the Export's resource and
+/// related Secrets, bound to the Grant's ServiceAccount.
+async fn issue_role(issuer: &Arc<dyn ClusterClient>) -> Result<(), Error> {
+    let rules = json!([
+        {"apiGroups": ["example.org"], "resources": ["widgets", "widgets/status"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+    ]);
+    create(issuer, &role("team-a", "kbind-grant", rules)).await?;
+    create(
+        issuer,
+        &role_binding("team-a", "kbind-grant", ("kbind-grants", "grant-1")),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_issuer_can_delegate_an_exports_resources_with_escalate_or_with_held_rights() {
+    let Some(helm) = helm() else { return };
+    for sets in [
+        &[][..],
+        &[
+            "issuer.rbacDelegation=held",
+            "issuer.delegatedGroups={example.org}",
+            "issuer.delegateRelatedResources=true",
+        ][..],
+    ] {
+        let (cluster, admin) = install(&render(&helm, sets)).await;
+        install_export(&admin).await;
+        let issuer = as_service_account(&cluster, CONTROLLER);
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+        create(&issuer, &ns)
+            .await
+            .unwrap_or_else(|e| panic!("{sets:?}: claiming a namespace: {e}"));
+        issue_role(&issuer)
+            .await
+            .unwrap_or_else(|e| panic!("{sets:?}: issuing a Role: {e}"));
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"namespace": "kbind-grants", "name": "grant-1"}});
+        create(&issuer, &sa).await.unwrap();
+        lease(&issuer, LIVE).await;
+        assert_forbidden(
+            issuer.delete(&namespaces(), None, "team-a", &Default::default()).await,
+            "the issuer deleting a namespace",
+        );
+        let sa_elsewhere =
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"namespace": "default", "name": "x"}});
+        assert_forbidden(
+            create(&issuer, &sa_elsewhere).await,
+            "a ServiceAccount outside the grants namespace",
+        );
+    }
+    // Held rights without the related resources: a Role handing out Secrets is refused.
+    let (cluster, admin) = install(&render(
+        &helm,
+        &["issuer.rbacDelegation=held", "issuer.delegatedGroups={example.org}"],
+    ))
+    .await;
+    install_export(&admin).await;
+    let issuer = as_service_account(&cluster, CONTROLLER);
+    create(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+    )
+    .await
+    .unwrap();
+    assert_forbidden(issue_role(&issuer).await, "delegating Secrets the issuer does not hold");
+    // ...and in held mode the issuer reads no Secret itself unless told to.
+    let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    assert_forbidden(
+        issuer.list(&secrets, None, &Default::default()).await,
+        "the issuer listing Secrets",
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reaper_deletes_grants_on_its_chart_rbac_and_nothing_else_unless_told() {
+    let Some(helm) = helm() else { return };
+    // Without the issuer, whose rights the same ServiceAccount would otherwise have too.
+    let (cluster, admin) = install(&render(&helm, &["issuer.enabled=false"])).await;
+    install_export(&admin).await;
+    let silent = world_with_objects(&admin).await;
+    let beats = [LIVE, OTHER].map(|c| heartbeat(admin.clone(), c, SignedDuration::ZERO));
+    let reaper_client = as_service_account(&cluster, CONTROLLER);
+    let mut reaper = Running::start(&reaper_client, options(false, false));
+    let actions = reaper.until_grant(&silent, 2 * TTL).await;
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert!(!grant_exists(&admin, &silent).await);
+    assert_eq!(survivors(&admin).await, EVERYTHING);
+    assert_forbidden(
+        reaper_client
+            .delete(&widgets(), Some("team-silent"), "w1", &Default::default())
+            .await,
+        "the reaper deleting a synced object without reapObjects",
+    );
+    beats.iter().for_each(|b| b.abort());
+    reaper.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reaper_reaps_objects_and_namespaces_on_its_chart_rbac_with_reap_objects() {
+    let Some(helm) = helm() else { return };
+    let sets = [
+        "issuer.enabled=false",
+        "reaper.reapObjects.enabled=true",
+        "reaper.reapObjects.groups={example.org}",
+    ];
+    let (cluster, admin) = install(&render(&helm, &sets)).await;
+    install_export(&admin).await;
+    let silent = world_with_objects(&admin).await;
+    let beats = [LIVE, OTHER].map(|c| heartbeat(admin.clone(), c, SignedDuration::ZERO));
+    let mut reaper = Running::start(&as_service_account(&cluster, CONTROLLER), options(true, false));
+    let actions = reaper.until_grant(&silent, 2 * TTL).await;
+    assert!(actions.contains(&kbind_backend::reaper::Action {
+        consumer: SILENT.into(),
+        target: Target::Namespace {
+            name: "team-silent".into()
+        },
+        performed: true,
+    }));
+    eventually("the silent consumer's objects to go", || async {
+        survivors(&admin).await
+            == [
+                "w3",
+                "w4",
+                "w5",
+                "g-live",
+                "c1",
+                "ns/team-live",
+                "ns/shared",
+                "ns/carols",
+                "ns/legacy",
+            ]
+    })
+    .await;
+    beats.iter().for_each(|b| b.abort());
+    reaper.stop().await;
+}
