@@ -470,6 +470,12 @@ async fn oidc_sign_in_across_replicas_and_id_tokens_as_bearer_against_oidc_provi
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "another browser's state");
     no_cookie_set(&response);
     assert_eq!(api_error(response).await.reason, "OIDCStateMismatch");
+    // A callback naming another issuer (RFC 9207 mix-up): refused.
+    let mixed_up = with_query(&callback, "iss", "https://evil.example");
+    let response = s.callback(&s.b, &mixed_up, &login_cookie).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "another issuer");
+    no_cookie_set(&response);
+    assert_eq!(api_error(response).await.reason, "OIDCIssuerMismatch");
     // No login-state cookie, and a tampered one.
     let response = s.gateway.get(on(&s.b, &callback)).send().await.expect("answers");
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);

@@ -31,7 +31,7 @@ use super::sealed::{CookieSpec, OpenError, SessionKey};
 use super::{AuthError, Authenticator, Caller, Identity, Via};
 
 /// `GET`: starts a browser sign-in (redirects to the IdP). `?return_to=/path` picks where the
-/// browser lands afterwards (a path on this gateway; default `/`).
+/// browser lands afterwards (a path on this gateway; default the public URL's path).
 pub const LOGIN_PATH: &str = "/auth/oidc/login";
 /// `GET`: the IdP redirects here with the authorization code.
 pub const CALLBACK_PATH: &str = "/auth/oidc/callback";
@@ -121,8 +121,7 @@ impl Oidc {
         let mut http = reqwest::Client::builder()
             // openidconnect's advice: following redirects would turn IdP URLs into SSRF.
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(10))
-            .https_only(false);
+            .timeout(Duration::from_secs(10));
         for root in &cfg.extra_roots {
             http = http.add_root_certificate(root.clone());
         }
@@ -265,7 +264,7 @@ fn random_token() -> String {
 }
 
 /// A `return_to` that stays on this gateway: an absolute path, not `//host` or `/\host`.
-fn safe_return_to(raw: Option<&str>) -> String {
+fn safe_return_to(raw: Option<&str>, default: &str) -> String {
     match raw {
         Some(p)
             if p.starts_with('/')
@@ -275,7 +274,7 @@ fn safe_return_to(raw: Option<&str>) -> String {
         {
             p.to_owned()
         }
-        _ => "/".to_owned(),
+        _ => default.to_owned(),
     }
 }
 
@@ -305,7 +304,10 @@ async fn login(
     State(inner): State<Arc<Inner>>,
     params: Result<Query<LoginParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let return_to = safe_return_to(params.ok().and_then(|q| q.0.return_to).as_deref());
+    let return_to = safe_return_to(
+        params.ok().and_then(|q| q.0.return_to).as_deref(),
+        &inner.cfg.cookie_path,
+    );
     let metadata = match inner.metadata(false).await {
         Ok(m) => m,
         Err(e) => return e.into_response(),
@@ -336,6 +338,8 @@ struct CallbackParams {
     code: Option<String>,
     state: Option<String>,
     error: Option<String>,
+    /// RFC 9207: the IdP names itself in the response (mix-up defence), when it supports it.
+    iss: Option<String>,
 }
 
 async fn callback(
@@ -350,6 +354,7 @@ async fn callback(
             "the callback's query string is malformed",
         );
     };
+    let params_iss = params.iss;
     if let Some(error) = params.error {
         // The IdP's own error code only: its description is free text we do not echo.
         let code: String = error
@@ -397,6 +402,17 @@ async fn callback(
         return unauthenticated(
             "OIDCStateMismatch",
             format!("the callback's state does not belong to this browser's sign-in: start again at {LOGIN_PATH}"),
+        );
+    }
+    if let Some(iss) = &params_iss
+        && iss != inner.cfg.issuer.as_str()
+    {
+        return unauthenticated(
+            "OIDCIssuerMismatch",
+            format!(
+                "the callback comes from another issuer than {}: start again at {LOGIN_PATH}",
+                inner.cfg.issuer.as_str()
+            ),
         );
     }
     let metadata = match inner.metadata(false).await {
@@ -464,15 +480,14 @@ async fn callback(
 async fn logout(State(inner): State<Arc<Inner>>, headers: http::HeaderMap) -> Response {
     // A valid session must prove the request is its own (a cross-site form cannot set the
     // header); a broken or absent one is cleared either way.
-    if let Some(Ok(session)) = inner.session.open::<Session>(&inner.cfg.key, &inner.clock, &headers) {
-        let echoed = headers.get(CSRF_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-        if !bool::from(echoed.ct_eq(session.csrf.as_bytes())) {
-            return api_error(
-                StatusCode::FORBIDDEN,
-                "CSRFTokenMismatch",
-                format!("signing out needs the session's CSRF token in the {CSRF_HEADER} header"),
-            );
-        }
+    if let Some(Ok(session)) = inner.session.open::<Session>(&inner.cfg.key, &inner.clock, &headers)
+        && !super::respond::csrf_matches(&headers, &session.csrf)
+    {
+        return api_error(
+            StatusCode::FORBIDDEN,
+            "CSRFTokenMismatch",
+            format!("signing out needs the session's CSRF token in the {CSRF_HEADER} header"),
+        );
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Ok(v) = http::HeaderValue::from_str(&inner.session.clear()) {
@@ -533,14 +548,73 @@ impl Authenticator for Oidc {
 
 #[cfg(test)]
 mod tests {
+    use tower::ServiceExt as _;
+
     use super::*;
+
+    /// An OIDC method whose issuer does not answer (nothing listens on port 1).
+    fn unreachable_idp() -> Oidc {
+        let cfg = OidcConfig {
+            issuer: IssuerUrl::new("http://127.0.0.1:1".into()).expect("url"),
+            client_id: ClientId::new("kbind".into()),
+            client_secret: None,
+            redirect_url: RedirectUrl::new("https://kbind.example/auth/oidc/callback".into()).expect("url"),
+            cookie_path: "/".into(),
+            secure_cookies: true,
+            key: SessionKey::from_material(&[7; 32]).expect("key"),
+            extra_roots: Vec::new(),
+        };
+        Oidc::new(cfg, Clock::system()).expect("builds")
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_idp_is_503_with_an_api_error_and_sets_nothing() {
+        let oidc = unreachable_idp();
+        let request = http::Request::get(LOGIN_PATH)
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let response = oidc.routes().oneshot(request).await.expect("answers");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().get(http::header::SET_COOKIE).is_none());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("body");
+        let error: kbind_api::service::ApiError = serde_json::from_slice(&body).expect("ApiError JSON");
+        assert_eq!(error.reason, "IdentityProviderUnavailable");
+
+        let mut headers = http::HeaderMap::new();
+        use base64::Engine as _;
+        let b64 = |json: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+        let jwt = format!(
+            "{}.{}.{}",
+            b64(r#"{"alg":"RS256","kid":"k1"}"#),
+            b64(r#"{"iss":"http://127.0.0.1:1","aud":"kbind","sub":"a","exp":4102444800,"iat":1}"#),
+            b64("signature")
+        );
+        let bearer = format!("Bearer {jwt}");
+        headers.insert(http::header::AUTHORIZATION, bearer.parse().expect("ascii"));
+        let err = oidc.authenticate(&headers).await.expect_err("cannot verify");
+        assert!(matches!(err, AuthError::Unavailable(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_callback_without_login_state_is_401_before_the_idp_is_asked() {
+        let oidc = unreachable_idp();
+        let request = http::Request::get(format!("{CALLBACK_PATH}?code=c&state=s"))
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let response = oidc.routes().oneshot(request).await.expect("answers");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert!(response.headers().get(http::header::SET_COOKIE).is_none());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("body");
+        let error: kbind_api::service::ApiError = serde_json::from_slice(&body).expect("ApiError JSON");
+        assert_eq!(error.reason, "OIDCLoginStateMissing");
+    }
 
     #[test]
     fn return_to_stays_on_this_gateway() {
-        assert_eq!(safe_return_to(Some("/ui/catalog?x=1")), "/ui/catalog?x=1");
+        assert_eq!(safe_return_to(Some("/ui/catalog?x=1"), "/"), "/ui/catalog?x=1");
         for hostile in ["https://evil.example", "//evil.example", "/\\evil.example", "ui", ""] {
-            assert_eq!(safe_return_to(Some(hostile)), "/", "{hostile:?}");
+            assert_eq!(safe_return_to(Some(hostile), "/kbind"), "/kbind", "{hostile:?}");
         }
-        assert_eq!(safe_return_to(None), "/");
+        assert_eq!(safe_return_to(None, "/"), "/");
     }
 }

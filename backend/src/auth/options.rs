@@ -94,8 +94,19 @@ pub fn authenticator_with_clock(opts: &Options, public_url: &str, clock: Clock) 
     if let Some(path) = &opts.token_file {
         methods.push(Arc::new(StaticTokens::from_file(path)?));
     }
-    if let Some(issuer) = &opts.oidc_issuer_url {
-        methods.push(Arc::new(Oidc::new(oidc_config(opts, issuer, public_url)?, clock)?));
+    match &opts.oidc_issuer_url {
+        Some(issuer) => methods.push(Arc::new(Oidc::new(oidc_config(opts, issuer, public_url)?, clock)?)),
+        None => {
+            let orphans = [
+                ("--oidc-client-id", opts.oidc_client_id.is_some()),
+                ("--oidc-client-secret-file", opts.oidc_client_secret_file.is_some()),
+                ("--oidc-redirect-url", opts.oidc_redirect_url.is_some()),
+                ("--oidc-ca-file", opts.oidc_ca_file.is_some()),
+            ];
+            if let Some((flag, _)) = orphans.iter().find(|(_, given)| *given) {
+                return Err(SetupError::Oidc(format!("{flag} needs --oidc-issuer-url")));
+            }
+        }
     }
     if methods.is_empty() {
         return Err(SetupError::NoMethod);
@@ -180,6 +191,53 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().expect("temp file");
         f.write_all(text.as_bytes()).expect("write");
         f
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct Flags {
+        #[command(flatten)]
+        auth: Options,
+    }
+
+    #[test]
+    fn the_flags_parse_into_options() {
+        use clap::Parser as _;
+        let flags = Flags::try_parse_from([
+            "gateway",
+            "--token-file=/etc/kbind/tokens.csv",
+            "--oidc-issuer-url=https://idp.example",
+            "--oidc-client-id=kbind",
+            "--oidc-client-secret-file=/etc/kbind/oidc-secret",
+            "--oidc-redirect-url=https://kbind.example/auth/oidc/callback",
+            "--oidc-ca-file=/etc/kbind/idp-ca.pem",
+            "--session-key-file=/etc/kbind/session-key",
+        ])
+        .expect("parses");
+        assert_eq!(flags.auth.oidc_client_id.as_deref(), Some("kbind"));
+        assert_eq!(
+            flags.auth.session_key_file,
+            Some(PathBuf::from("/etc/kbind/session-key"))
+        );
+        let missing = Flags::try_parse_from(["gateway", "--oidc-issuer-url=https://idp.example"]);
+        assert!(
+            missing.is_err(),
+            "an issuer without client id and session key is refused by clap"
+        );
+    }
+
+    #[test]
+    fn an_oidc_flag_without_the_issuer_is_an_error() {
+        let tokens = file("t0ken-value,alice\n");
+        let opts = Options {
+            token_file: Some(tokens.path().to_owned()),
+            oidc_client_id: Some("kbind".into()),
+            ..Options::default()
+        };
+        let err = authenticator(&opts, "https://kbind.example").expect_err("orphan flag");
+        assert!(
+            err.to_string().contains("--oidc-client-id needs --oidc-issuer-url"),
+            "{err}"
+        );
     }
 
     #[test]
