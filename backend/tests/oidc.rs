@@ -32,6 +32,8 @@ const ACCOUNT: &str = "alice";
 const ACCOUNT_NAME: &str = "Alice Example";
 /// The provider's ID token lifetime; the test moves the gateways' clock past it.
 const ID_TOKEN_TTL_SECS: i64 = 300;
+/// A deadline for every request, so a hung provider fails the test instead of hanging CI.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A static token, to show both methods work side by side.
 const STATIC_TOKEN: &str = "static-token-for-bob-2d9e";
 
@@ -289,12 +291,14 @@ async fn setup() -> Setup {
     let browser = reqwest::Client::builder()
         .cookie_store(true)
         .redirect(reqwest::redirect::Policy::none())
+        .timeout(REQUEST_TIMEOUT)
         .add_root_certificate(ca_cert)
         .build()
         .expect("browser client");
     // The gateway's cookies are handled by hand, so each request shows exactly what it carries.
     let gateway = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .timeout(REQUEST_TIMEOUT)
         .build()
         .expect("gateway client");
     Setup {

@@ -241,6 +241,42 @@ mod tests {
     }
 
     #[test]
+    fn redirect_url_cookie_path_and_secure_follow_the_public_url() {
+        let key = file(&"k".repeat(40));
+        let mut opts = Options {
+            oidc_client_id: Some("kbind".into()),
+            session_key_file: Some(key.path().to_owned()),
+            ..Options::default()
+        };
+        let cfg = oidc_config(&opts, "https://idp.example", "https://kbind.example/portal/").expect("valid");
+        assert_eq!(
+            cfg.redirect_url.as_str(),
+            "https://kbind.example/portal/auth/oidc/callback"
+        );
+        assert_eq!(cfg.cookie_path, "/portal");
+        assert!(cfg.secure_cookies);
+        opts.oidc_redirect_url = Some("https://login.kbind.example/cb".into());
+        let cfg = oidc_config(&opts, "https://idp.example", "http://127.0.0.1:8080").expect("valid");
+        assert_eq!(cfg.redirect_url.as_str(), "https://login.kbind.example/cb");
+        assert_eq!(cfg.cookie_path, "/");
+        assert!(!cfg.secure_cookies, "an http public URL cannot carry Secure cookies");
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused() {
+        let key = file(&"k".repeat(40));
+        let ca = file("not a certificate\n");
+        let opts = Options {
+            oidc_client_id: Some("kbind".into()),
+            session_key_file: Some(key.path().to_owned()),
+            oidc_ca_file: Some(ca.path().to_owned()),
+            ..Options::default()
+        };
+        let err = oidc_config(&opts, "https://idp.example", "https://kbind.example").expect_err("no cert");
+        assert!(err.to_string().contains("--oidc-ca-file"), "{err}");
+    }
+
+    #[test]
     fn no_method_is_an_error_naming_the_flags() {
         let err = authenticator(&Options::default(), "https://kbind.example").expect_err("none");
         assert!(err.to_string().contains("--token-file"), "{err}");
