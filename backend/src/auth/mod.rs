@@ -3,6 +3,22 @@
 use async_trait::async_trait;
 use kbind_api::service::AuthMethod;
 
+mod chain;
+mod clock;
+pub mod oidc;
+mod options;
+mod respond;
+mod sealed;
+mod static_tokens;
+
+pub use chain::Chain;
+pub use clock::Clock;
+pub use oidc::{Oidc, OidcConfig};
+pub use options::{Options, SetupError, authenticator, authenticator_with_clock};
+pub(crate) use respond::bearer_token;
+pub use sealed::{MIN_KEY_BYTES, SessionKey};
+pub use static_tokens::StaticTokens;
+
 /// An authenticated identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
