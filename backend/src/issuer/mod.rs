@@ -1,6 +1,14 @@
 //! What a Grant gets: the [`Issuer`] trait (implementable out of tree) and the in-tree
 //! Kubernetes issuer.
 
+pub mod claims;
+pub mod controller;
+pub mod kubernetes;
+pub mod rbac;
+
+pub use controller::run as run_controller;
+pub use kubernetes::{KubernetesIssuer, Options};
+
 use async_trait::async_trait;
 use kbind_api::{Export, Grant, Issued};
 
