@@ -21,7 +21,11 @@ const CONSUMER: &str = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
 const OTHER_CONSUMER: &str = "7d0e8c1f-2b3a-4c5d-8e9f-a0b1c2d3e4f5";
 
 fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
-    let labels = if exported { json!({"core.kbind.io/exported": "true"}) } else { json!({}) };
+    let labels = if exported {
+        json!({"core.kbind.io/exported": "true"})
+    } else {
+        json!({})
+    };
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
@@ -41,7 +45,11 @@ fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: group.into(),
         version: version.into(),
-        api_version: if group.is_empty() { version.into() } else { format!("{group}/{version}") },
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
         kind: kind.into(),
         plural: plural.into(),
     }
@@ -60,7 +68,12 @@ fn leases() -> ApiResource {
     res("coordination.k8s.io", "v1", "Lease", "leases")
 }
 fn crds() -> ApiResource {
-    res("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions")
+    res(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    )
 }
 
 fn obj(value: Value) -> DynamicObject {
@@ -86,7 +99,10 @@ async fn provider_with(cluster: FakeCluster, kcp_like: bool) -> Provider {
             crd("gadgets", "Gadget", "Cluster", true),
             crd("secretthings", "SecretThing", "Namespaced", false),
         ] {
-            admin.create(&crds(), None, &obj(c), &PostParams::default()).await.expect("CRD");
+            admin
+                .create(&crds(), None, &obj(c), &PostParams::default())
+                .await
+                .expect("CRD");
         }
     }
     let mut served = vec![ApiResource::erase::<Grant>(&()), ApiResource::erase::<Export>(&())];
@@ -179,7 +195,12 @@ async fn issued_objects(p: &Provider, grant: &str) -> BTreeSet<(String, String, 
         res("rbac.authorization.k8s.io", "v1", "Role", "roles"),
         res("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
         res("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles"),
-        res("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings"),
+        res(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+        ),
         leases(),
         namespaces(),
     ] {
@@ -213,7 +234,10 @@ async fn namespace_names(p: &Provider) -> BTreeSet<String> {
 /// A client acting with exactly the token `issuer.credential` minted.
 async fn token_client(p: &Provider, g: &Grant) -> (String, Arc<dyn ClusterClient>) {
     let credential = p.issuer.credential(g).await.expect("credential");
-    let user: UserInfo = p.cluster.authenticate(&credential.token).expect("the token authenticates");
+    let user: UserInfo = p
+        .cluster
+        .authenticate(&credential.token)
+        .expect("the token authenticates");
     (credential.token, Arc::new(p.cluster.client(user)))
 }
 
@@ -255,61 +279,133 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
         labels.get("iam.kbind.io/claimed-by"),
         Some(&kbind_backend::issuer::claims::claimed_by_value("token:alice"))
     );
-    assert_eq!(labels.get("app.kubernetes.io/managed-by").map(String::as_str), Some("kbind-backend"));
     assert_eq!(
-        ns.metadata.annotations.unwrap_or_default().get("iam.kbind.io/claimed-by").map(String::as_str),
+        labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+        Some("kbind-backend")
+    );
+    assert_eq!(
+        ns.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("iam.kbind.io/claimed-by")
+            .map(String::as_str),
         Some("token:alice")
     );
-    let l = p.admin.get(&leases(), Some("kbind"), &lease).await.expect("lease pre-created");
+    let l = p
+        .admin
+        .get(&leases(), Some("kbind"), &lease)
+        .await
+        .expect("lease pre-created");
     assert_eq!(
-        l.metadata.labels.unwrap_or_default().get("core.kbind.io/managed").map(String::as_str),
+        l.metadata
+            .labels
+            .unwrap_or_default()
+            .get("core.kbind.io/managed")
+            .map(String::as_str),
         Some("true")
     );
 
     // What the token can do (fakeapi authorizes with RBAC).
     let (_, as_grant) = token_client(&p, &g).await;
-    let widget = |ns: &str| obj(json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": ns}}));
+    let widget = |ns: &str| {
+        obj(json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": ns}}))
+    };
     as_grant
         .create(&widgets(), Some("team-a"), &widget("team-a"), &PostParams::default())
         .await
         .expect("create a widget in the claimed namespace");
     p.admin
-        .create(&namespaces(), None, &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})), &PostParams::default())
+        .create(
+            &namespaces(),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})),
+            &PostParams::default(),
+        )
         .await
         .unwrap();
     let refused = as_grant
         .create(&widgets(), Some("team-b"), &widget("team-b"), &PostParams::default())
         .await;
     assert!(matches!(refused, Err(Error::Forbidden { .. })), "{refused:?}");
-    assert!(matches!(as_grant.list(&widgets(), None, &ListParams::default()).await, Err(Error::Forbidden { .. })));
+    assert!(matches!(
+        as_grant.list(&widgets(), None, &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
     let gadget = obj(json!({"apiVersion": "example.org/v1", "kind": "Gadget", "metadata": {"name": "g"}}));
-    as_grant.create(&gadgets(), None, &gadget, &PostParams::default()).await.expect("cluster-scoped API");
-    as_grant.get(&crds(), None, "widgets.example.org").await.expect("read the exported CRD");
-    assert!(matches!(as_grant.get(&crds(), None, "secretthings.example.org").await, Err(Error::Forbidden { .. })));
-    assert!(matches!(as_grant.get(&crds(), None, "grants.iam.kbind.io").await, Err(Error::Forbidden { .. })));
+    as_grant
+        .create(&gadgets(), None, &gadget, &PostParams::default())
+        .await
+        .expect("cluster-scoped API");
+    as_grant
+        .get(&crds(), None, "widgets.example.org")
+        .await
+        .expect("read the exported CRD");
+    assert!(matches!(
+        as_grant.get(&crds(), None, "secretthings.example.org").await,
+        Err(Error::Forbidden { .. })
+    ));
+    assert!(matches!(
+        as_grant.get(&crds(), None, "grants.iam.kbind.io").await,
+        Err(Error::Forbidden { .. })
+    ));
     let identity = as_grant.identity().await.expect("identity");
     assert_eq!(identity.uid, p.cluster.identity_uid());
-    assert!(matches!(as_grant.list(&namespaces(), None, &ListParams::default()).await, Err(Error::Forbidden { .. })));
-    // The Lease: get + update on exactly ours.
-    let mut mine = as_grant.get(&leases(), Some("kbind"), &lease).await.expect("get our lease");
-    mine.data["spec"]["renewTime"] = json!("2026-01-01T00:00:00.000000Z");
-    as_grant.replace(&leases(), Some("kbind"), &lease, &mine, &PostParams::default()).await.expect("renew");
-    let other = obj(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("consumer-{OTHER_CONSUMER}"), "namespace": "kbind"}, "spec": {}}));
-    p.admin.create(&leases(), Some("kbind"), &other, &PostParams::default()).await.unwrap();
     assert!(matches!(
-        as_grant.get(&leases(), Some("kbind"), &format!("consumer-{OTHER_CONSUMER}")).await,
+        as_grant.list(&namespaces(), None, &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
+    // The Lease: get + update on exactly ours.
+    let mut mine = as_grant
+        .get(&leases(), Some("kbind"), &lease)
+        .await
+        .expect("get our lease");
+    mine.data["spec"]["renewTime"] = json!("2026-01-01T00:00:00.000000Z");
+    as_grant
+        .replace(&leases(), Some("kbind"), &lease, &mine, &PostParams::default())
+        .await
+        .expect("renew");
+    let other = obj(
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("consumer-{OTHER_CONSUMER}"), "namespace": "kbind"}, "spec": {}}),
+    );
+    p.admin
+        .create(&leases(), Some("kbind"), &other, &PostParams::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        as_grant
+            .get(&leases(), Some("kbind"), &format!("consumer-{OTHER_CONSUMER}"))
+            .await,
         Err(Error::Forbidden { .. })
     ));
     // Related: secrets read-only, configmaps writable, in the claimed namespace only.
-    as_grant.list(&res("", "v1", "Secret", "secrets"), Some("team-a"), &ListParams::default()).await.expect("list secrets");
+    as_grant
+        .list(
+            &res("", "v1", "Secret", "secrets"),
+            Some("team-a"),
+            &ListParams::default(),
+        )
+        .await
+        .expect("list secrets");
     let secret = obj(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "team-a"}}));
     assert!(matches!(
-        as_grant.create(&res("", "v1", "Secret", "secrets"), Some("team-a"), &secret, &PostParams::default()).await,
+        as_grant
+            .create(
+                &res("", "v1", "Secret", "secrets"),
+                Some("team-a"),
+                &secret,
+                &PostParams::default()
+            )
+            .await,
         Err(Error::Forbidden { .. })
     ));
     let cm = obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}}));
     as_grant
-        .create(&res("", "v1", "ConfigMap", "configmaps"), Some("team-a"), &cm, &PostParams::default())
+        .create(
+            &res("", "v1", "ConfigMap", "configmaps"),
+            Some("team-a"),
+            &cm,
+            &PostParams::default(),
+        )
         .await
         .expect("write a configmap (FromConsumer)");
 }
@@ -323,9 +419,16 @@ async fn a_namespace_claimed_by_another_identity_is_refused_and_nothing_is_creat
     // Bob asks for a free namespace and Alice's: refused before anything is written.
     let bob = grant("token:bob", "widgets", OTHER_CONSUMER, &["free-one", "team-a"]);
     let err = p.issuer.provision(&bob, &widgets_export()).await.expect_err("refused");
-    assert!(matches!(&err, IssueError::NamespaceClaimed { namespace } if namespace == "team-a"), "{err:?}");
+    assert!(
+        matches!(&err, IssueError::NamespaceClaimed { namespace } if namespace == "team-a"),
+        "{err:?}"
+    );
     assert_eq!(err.reason(), "NamespaceClaimed");
-    assert!(issued_objects(&p, bob.metadata.name.as_deref().unwrap()).await.is_empty());
+    assert!(
+        issued_objects(&p, bob.metadata.name.as_deref().unwrap())
+            .await
+            .is_empty()
+    );
     assert_eq!(namespace_names(&p).await, before, "no namespace was created");
     assert!(
         p.admin
@@ -337,28 +440,51 @@ async fn a_namespace_claimed_by_another_identity_is_refused_and_nothing_is_creat
 
     // An existing namespace kbind did not create.
     p.admin
-        .create(&namespaces(), None, &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy"}})), &PostParams::default())
+        .create(
+            &namespaces(),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy"}})),
+            &PostParams::default(),
+        )
         .await
         .unwrap();
     let carol = grant("token:carol", "widgets", OTHER_CONSUMER, &["legacy"]);
-    let err = p.issuer.provision(&carol, &widgets_export()).await.expect_err("refused");
+    let err = p
+        .issuer
+        .provision(&carol, &widgets_export())
+        .await
+        .expect_err("refused");
     assert!(matches!(err, IssueError::NamespaceNotClaimable { .. }), "{err:?}");
-    assert!(issued_objects(&p, carol.metadata.name.as_deref().unwrap()).await.is_empty());
+    assert!(
+        issued_objects(&p, carol.metadata.name.as_deref().unwrap())
+            .await
+            .is_empty()
+    );
     // kbind's own namespaces are not claimable either.
     for own in ["kbind", "kbind-grants", "kube-system"] {
         let g = grant("token:carol", "widgets", OTHER_CONSUMER, &[own]);
         let err = p.issuer.provision(&g, &widgets_export()).await.expect_err(own);
-        assert!(matches!(err, IssueError::NamespaceNotClaimable { .. }), "{own}: {err:?}");
+        assert!(
+            matches!(err, IssueError::NamespaceNotClaimable { .. }),
+            "{own}: {err:?}"
+        );
     }
     // Alice may use her namespace again for another consumer cluster.
     let alice2 = grant("token:alice", "widgets", OTHER_CONSUMER, &["team-a"]);
-    p.issuer.provision(&alice2, &widgets_export()).await.expect("same identity");
+    p.issuer
+        .provision(&alice2, &widgets_export())
+        .await
+        .expect("same identity");
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_api_the_provider_does_not_export_is_refused_with_nothing_created() {
     let p = provider().await;
-    let e = export("mixed", &["widgets.example.org", "secretthings.example.org", "nothere.example.org"], vec![]);
+    let e = export(
+        "mixed",
+        &["widgets.example.org", "secretthings.example.org", "nothere.example.org"],
+        vec![],
+    );
     let g = grant("token:alice", "mixed", CONSUMER, &["team-a"]);
     let err = p.issuer.provision(&g, &e).await.expect_err("refused");
     assert!(
@@ -378,7 +504,18 @@ async fn a_rebind_with_other_namespaces_moves_the_roles_and_keeps_the_old_token_
     let sa_uid = |p: &Provider| {
         let admin = p.admin.clone();
         let name = name.clone();
-        async move { admin.get(&res("", "v1", "ServiceAccount", "serviceaccounts"), Some("kbind-grants"), &name).await.unwrap().metadata.uid }
+        async move {
+            admin
+                .get(
+                    &res("", "v1", "ServiceAccount", "serviceaccounts"),
+                    Some("kbind-grants"),
+                    &name,
+                )
+                .await
+                .unwrap()
+                .metadata
+                .uid
+        }
     };
     let uid_before = sa_uid(&p).await;
     let (old_token, _) = token_client(&p, &g).await;
@@ -387,7 +524,10 @@ async fn a_rebind_with_other_namespaces_moves_the_roles_and_keeps_the_old_token_
     p.issuer.provision(&g, &widgets_export()).await.expect("re-bind");
     p.issuer.provision(&g, &widgets_export()).await.expect("idempotent");
     assert_eq!(sa_uid(&p).await, uid_before, "the ServiceAccount was not replaced");
-    assert!(p.cluster.authenticate(&old_token).is_some(), "the old token still works");
+    assert!(
+        p.cluster.authenticate(&old_token).is_some(),
+        "the old token still works"
+    );
     let rbac = format!("kbind:{name}");
     let roles: Vec<String> = issued_objects(&p, &name)
         .await
@@ -396,11 +536,17 @@ async fn a_rebind_with_other_namespaces_moves_the_roles_and_keeps_the_old_token_
         .map(|(_, ns, _)| ns)
         .collect();
     assert_eq!(roles, ["team-b", "team-c"]);
-    assert!(namespace_names(&p).await.contains("team-a"), "a namespace once claimed stays");
+    assert!(
+        namespace_names(&p).await.contains("team-a"),
+        "a namespace once claimed stays"
+    );
     // The old token now reaches team-b, not team-a.
     let user = p.cluster.authenticate(&old_token).unwrap();
     let as_grant = p.cluster.client(user);
-    as_grant.list(&widgets(), Some("team-b"), &ListParams::default()).await.expect("team-b");
+    as_grant
+        .list(&widgets(), Some("team-b"), &ListParams::default())
+        .await
+        .expect("team-b");
     assert!(matches!(
         as_grant.list(&widgets(), Some("team-a"), &ListParams::default()).await,
         Err(Error::Forbidden { .. })
@@ -415,32 +561,59 @@ async fn revoke_removes_everything_but_claimed_namespaces_and_a_lease_another_gr
     p.admin.create_typed(&a).await.unwrap();
     p.admin.create_typed(&b).await.unwrap();
     p.issuer.provision(&a, &widgets_export()).await.unwrap();
-    p.issuer.provision(&b, &export("gadgets", &["gadgets.example.org"], vec![])).await.unwrap();
+    p.issuer
+        .provision(&b, &export("gadgets", &["gadgets.example.org"], vec![]))
+        .await
+        .unwrap();
     let (token, _) = token_client(&p, &a).await;
     let lease = format!("consumer-{CONSUMER}");
 
     // Revocation runs while a Grant is being deleted (the finalizer); these have none.
     p.admin
-        .delete(&ApiResource::erase::<Grant>(&()), None, a.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+        .delete(
+            &ApiResource::erase::<Grant>(&()),
+            None,
+            a.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
         .await
         .unwrap();
     p.issuer.revoke(&a).await.expect("revoke");
     p.issuer.revoke(&a).await.expect("revoke is idempotent");
     assert!(issued_objects(&p, a.metadata.name.as_deref().unwrap()).await.is_empty());
     assert!(p.cluster.authenticate(&token).is_none(), "the token stopped working");
-    assert!(namespace_names(&p).await.contains("team-a"), "the claimed namespace stays");
     assert!(
-        p.admin.get_opt(&leases(), Some("kbind"), &lease).await.unwrap().is_some(),
+        namespace_names(&p).await.contains("team-a"),
+        "the claimed namespace stays"
+    );
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &lease)
+            .await
+            .unwrap()
+            .is_some(),
         "the other Grant of this consumer still heartbeats on the Lease"
     );
     assert!(!issued_objects(&p, b.metadata.name.as_deref().unwrap()).await.is_empty());
 
     p.admin
-        .delete(&ApiResource::erase::<Grant>(&()), None, b.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+        .delete(
+            &ApiResource::erase::<Grant>(&()),
+            None,
+            b.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
         .await
         .unwrap();
     p.issuer.revoke(&b).await.expect("revoke the last");
-    assert!(p.admin.get_opt(&leases(), Some("kbind"), &lease).await.unwrap().is_none(), "the last Grant's Lease goes");
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &lease)
+            .await
+            .unwrap()
+            .is_none(),
+        "the last Grant's Lease goes"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -529,9 +702,19 @@ async fn the_controller_issues_a_grant_and_a_deleted_grant_waits_for_it_to_revok
         Some(g)
     })
     .await;
-    assert!(issued.metadata.finalizers.unwrap_or_default().iter().any(|f| f == ISSUER_FINALIZER));
+    assert!(
+        issued
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == ISSUER_FINALIZER)
+    );
     let status = issued.status.unwrap();
-    assert_eq!(status.issued.as_ref().map(|i| i.namespaces.clone()), Some(vec!["team-a".to_string()]));
+    assert_eq!(
+        status.issued.as_ref().map(|i| i.namespaces.clone()),
+        Some(vec!["team-a".to_string()])
+    );
     assert!(!issued_objects(&p, &name).await.is_empty());
     running.stop().await;
 
@@ -546,8 +729,14 @@ async fn the_controller_issues_a_grant_and_a_deleted_grant_waits_for_it_to_revok
     assert!(!issued_objects(&p, &name).await.is_empty());
 
     let running = start(&p);
-    eventually("the Grant gone", || async { get_grant(&p, &name).await.is_none().then_some(()) }).await;
-    assert!(issued_objects(&p, &name).await.is_empty(), "revoked before the finalizer went");
+    eventually("the Grant gone", || async {
+        get_grant(&p, &name).await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        issued_objects(&p, &name).await.is_empty(),
+        "revoked before the finalizer went"
+    );
     assert!(namespace_names(&p).await.contains("team-a"));
     running.stop().await;
 }
@@ -582,7 +771,11 @@ async fn the_controller_reports_a_refusal_on_the_grant_and_creates_nothing() {
 #[tokio::test(start_paused = true)]
 async fn the_export_status_names_the_apis_the_provider_does_not_export() {
     let p = provider().await;
-    let e = export("mixed", &["widgets.example.org", "gadgets.example.org", "secretthings.example.org"], vec![]);
+    let e = export(
+        "mixed",
+        &["widgets.example.org", "gadgets.example.org", "secretthings.example.org"],
+        vec![],
+    );
     p.admin.create_typed(&e).await.unwrap();
     let running = start(&p);
     let get = || async { p.admin.get_typed_opt::<Export>(None, "mixed").await.unwrap() };
@@ -606,12 +799,22 @@ async fn the_export_status_names_the_apis_the_provider_does_not_export() {
     );
     let c = kbind_api::conditions::find(&status.conditions, "Ready").unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "APINotExported"));
-    assert!(c.message.contains("secretthings.example.org") && !c.message.contains("widgets"), "{}", c.message);
+    assert!(
+        c.message.contains("secretthings.example.org") && !c.message.contains("widgets"),
+        "{}",
+        c.message
+    );
 
     // The provider exports it: the Export becomes Ready.
     let patch = json!({"metadata": {"labels": {"core.kbind.io/exported": "true"}}});
     p.admin
-        .patch(&crds(), None, "secretthings.example.org", &kbind_cluster::Patch::Merge(patch), &Default::default())
+        .patch(
+            &crds(),
+            None,
+            "secretthings.example.org",
+            &kbind_cluster::Patch::Merge(patch),
+            &Default::default(),
+        )
         .await
         .unwrap();
     eventually("the Export Ready", || async {
@@ -633,7 +836,16 @@ fn options_defaults_and_flags() {
     let d = Cli::parse_from(["x"]).issuer;
     assert_eq!(d, Options::default());
     assert_eq!(d.token_ttl, Duration::from_secs(8760 * 3600));
-    let o = Cli::parse_from(["x", "--grants-namespace", "g", "--lease-namespace", "l", "--token-ttl", "30d"]).issuer;
+    let o = Cli::parse_from([
+        "x",
+        "--grants-namespace",
+        "g",
+        "--lease-namespace",
+        "l",
+        "--token-ttl",
+        "30d",
+    ])
+    .issuer;
     assert_eq!((o.grants_namespace.as_str(), o.lease_namespace.as_str()), ("g", "l"));
     assert_eq!(o.token_ttl, Duration::from_secs(30 * 86400));
     assert!(Cli::try_parse_from(["x", "--token-ttl", "1m"]).is_err());

@@ -30,10 +30,23 @@ const CONSUMER: &str = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
 const OTHER_CONSUMER: &str = "7d0e8c1f-2b3a-4c5d-8e9f-a0b1c2d3e4f5";
 const CLAIMED: &str = "team-a";
 const UNCLAIMED: &str = "team-z";
-const VERBS: [&str; 8] = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
+const VERBS: [&str; 8] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
 
 fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
-    let labels = if exported { json!({"core.kbind.io/exported": "true"}) } else { json!({}) };
+    let labels = if exported {
+        json!({"core.kbind.io/exported": "true"})
+    } else {
+        json!({})
+    };
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
@@ -87,8 +100,16 @@ struct Row {
 
 impl std::fmt::Display for Row {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let group = if self.group.is_empty() { String::new() } else { format!(".{}", self.group) };
-        let sub = if self.subresource.is_empty() { String::new() } else { format!("/{}", self.subresource) };
+        let group = if self.group.is_empty() {
+            String::new()
+        } else {
+            format!(".{}", self.group)
+        };
+        let sub = if self.subresource.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", self.subresource)
+        };
         write!(f, "{}{group}{sub} @ {}", self.resource, self.scope)?;
         if let Some(n) = &self.name {
             write!(f, " name={n}")?;
@@ -159,7 +180,11 @@ fn res(group: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: group.into(),
         version: "v1".into(),
-        api_version: if group.is_empty() { "v1".into() } else { format!("{group}/v1") },
+        api_version: if group.is_empty() {
+            "v1".into()
+        } else {
+            format!("{group}/v1")
+        },
         kind: kind.into(),
         plural: plural.into(),
     }
@@ -182,24 +207,44 @@ fn expected_by_grant(lease: &str) -> BTreeSet<(Row, &'static str)> {
         }
     };
     add(row("example.org", "widgets", "", Scope::In(CLAIMED), None), &sync);
-    add(row("example.org", "widgets", "status", Scope::In(CLAIMED), None), &["get"]);
-    add(row("", "secrets", "", Scope::In(CLAIMED), None), &["get", "list", "watch"]);
+    add(
+        row("example.org", "widgets", "status", Scope::In(CLAIMED), None),
+        &["get"],
+    );
+    add(
+        row("", "secrets", "", Scope::In(CLAIMED), None),
+        &["get", "list", "watch"],
+    );
     add(row("", "configmaps", "", Scope::In(CLAIMED), None), &sync);
     add(row("example.org", "gadgets", "", Scope::All, None), &sync);
     add(row("example.org", "gadgets", "status", Scope::All, None), &["get"]);
     for name in ["widgets.example.org", "gadgets.example.org"] {
         add(
-            row("apiextensions.k8s.io", "customresourcedefinitions", "", Scope::All, Some(name)),
+            row(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "",
+                Scope::All,
+                Some(name),
+            ),
             &["get", "list", "watch"],
         );
     }
     add(row("", "namespaces", "", Scope::All, Some("kube-system")), &["get"]);
-    add(row("coordination.k8s.io", "leases", "", Scope::In("kbind"), Some(lease)), &["get", "update"]);
+    add(
+        row("coordination.k8s.io", "leases", "", Scope::In("kbind"), Some(lease)),
+        &["get", "update"],
+    );
     set
 }
 
 /// Does `verb` on `row` for real; `Err` only on 401/403 (any other answer means RBAC let it through).
-async fn try_for_real(client: &dyn ClusterClient, kube_client: &kube::Client, row: &Row, verb: &str) -> Result<(), Error> {
+async fn try_for_real(
+    client: &dyn ClusterClient,
+    kube_client: &kube::Client,
+    row: &Row,
+    verb: &str,
+) -> Result<(), Error> {
     let r = res(&row.group, "Unknown", &row.resource);
     let r = match (row.group.as_str(), row.resource.as_str()) {
         ("example.org", "widgets") => res("example.org", "Widget", "widgets"),
@@ -208,7 +253,9 @@ async fn try_for_real(client: &dyn ClusterClient, kube_client: &kube::Client, ro
         ("", "configmaps") => res("", "ConfigMap", "configmaps"),
         ("", "namespaces") => res("", "Namespace", "namespaces"),
         ("coordination.k8s.io", "leases") => res("coordination.k8s.io", "Lease", "leases"),
-        ("apiextensions.k8s.io", _) => erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(),
+        ("apiextensions.k8s.io", _) => {
+            erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>()
+        }
         _ => r,
     };
     let ns = match row.scope {
@@ -252,14 +299,26 @@ async fn try_for_real(client: &dyn ClusterClient, kube_client: &kube::Client, ro
             if let Some(ns) = ns {
                 body["metadata"]["namespace"] = json!(ns);
             }
-            client.create(&r, ns, &obj(body), &PostParams::default()).await.map(|_| ())
+            client
+                .create(&r, ns, &obj(body), &PostParams::default())
+                .await
+                .map(|_| ())
         }
         ("update", _) => {
             let current = client.get(&r, ns, &name).await?;
-            client.replace(&r, ns, &name, &current, &PostParams::default()).await.map(|_| ())
+            client
+                .replace(&r, ns, &name, &current, &PostParams::default())
+                .await
+                .map(|_| ())
         }
         ("patch", _) => client
-            .patch(&r, ns, &name, &Patch::Merge(json!({"metadata": {"labels": {"probe": "yes"}}})), &PatchParams::default())
+            .patch(
+                &r,
+                ns,
+                &name,
+                &Patch::Merge(json!({"metadata": {"labels": {"probe": "yes"}}})),
+                &PatchParams::default(),
+            )
             .await
             .map(|_| ()),
         ("delete", _) => client.delete(&r, ns, &name, &DeleteParams::default()).await.map(|_| ()),
@@ -290,15 +349,31 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         crd("secretthings", "SecretThing", "Namespaced", false),
     ] {
         admin
-            .create(&erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(), None, &obj(c), &PostParams::default())
+            .create(
+                &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+                ),
+                None,
+                &obj(c),
+                &PostParams::default(),
+            )
             .await
             .expect("CRD");
     }
-    for r in [erase::<Grant>(), erase::<Export>(), res("example.org", "Widget", "widgets"), res("example.org", "Gadget", "gadgets")] {
+    for r in [
+        erase::<Grant>(),
+        erase::<Export>(),
+        res("example.org", "Widget", "widgets"),
+        res("example.org", "Gadget", "gadgets"),
+    ] {
         wait_served(admin.as_ref(), &r).await;
     }
     admin
-        .create(&res("", "Namespace", "namespaces"), None, &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": UNCLAIMED}})), &PostParams::default())
+        .create(
+            &res("", "Namespace", "namespaces"),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": UNCLAIMED}})),
+            &PostParams::default(),
+        )
         .await
         .expect("an unclaimed namespace");
 
@@ -359,7 +434,10 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     let began = Instant::now();
     issuer.provision(&grant, &export).await.expect("provisioned");
     let provision_time = began.elapsed();
-    issuer.provision(&grant, &export).await.expect("provisioned again (idempotent)");
+    issuer
+        .provision(&grant, &export)
+        .await
+        .expect("provisioned again (idempotent)");
     let began = Instant::now();
     let credential = issuer.credential(&grant).await.expect("a token");
     let credential_time = began.elapsed();
@@ -382,7 +460,13 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         .await
         .expect("a bare ServiceAccount");
     let bare_token = admin
-        .create_subresource(&sa, Some("kbind-grants"), "bare", "token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}))
+        .create_subresource(
+            &sa,
+            Some("kbind-grants"),
+            "bare",
+            "token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
         .await
         .expect("bare token")["status"]["token"]
         .as_str()
@@ -404,7 +488,11 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     }
     let mut rows = Vec::new();
     for ((group, resource, subresource), namespaced) in &resources {
-        let scopes: &[Scope] = if *namespaced { &[Scope::In(CLAIMED), Scope::In(UNCLAIMED), Scope::All] } else { &[Scope::All] };
+        let scopes: &[Scope] = if *namespaced {
+            &[Scope::In(CLAIMED), Scope::In(UNCLAIMED), Scope::All]
+        } else {
+            &[Scope::All]
+        };
         for scope in scopes {
             rows.push(Row {
                 group: group.clone(),
@@ -422,8 +510,18 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         scope,
         name: Some(name.into()),
     };
-    for crd_name in ["widgets.example.org", "gadgets.example.org", "secretthings.example.org", "grants.iam.kbind.io"] {
-        rows.push(named("apiextensions.k8s.io", "customresourcedefinitions", Scope::All, crd_name));
+    for crd_name in [
+        "widgets.example.org",
+        "gadgets.example.org",
+        "secretthings.example.org",
+        "grants.iam.kbind.io",
+    ] {
+        rows.push(named(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            Scope::All,
+            crd_name,
+        ));
     }
     for ns in ["kube-system", "default", CLAIMED, UNCLAIMED] {
         rows.push(named("", "namespaces", Scope::All, ns));
@@ -443,7 +541,13 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     for (row, verb) in &by_grant {
         table.entry(row.clone()).or_default().insert(verb);
     }
-    println!("\nallowed for the Grant's token ({} rows × {} verbs reviewed, {} allowed, {} beyond a bare ServiceAccount)", rows.len(), VERBS.len(), by_grant.len(), beyond.len());
+    println!(
+        "\nallowed for the Grant's token ({} rows × {} verbs reviewed, {} allowed, {} beyond a bare ServiceAccount)",
+        rows.len(),
+        VERBS.len(),
+        by_grant.len(),
+        beyond.len()
+    );
     println!("| resource @ scope | {} |", VERBS.join(" | "));
     println!("|---|{}", "---|".repeat(VERBS.len()));
     for (row, verbs) in &table {
@@ -458,11 +562,17 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         println!("| {row} | {} |", cells.join(" | "));
     }
     println!("(\"any\": also allowed to a bare ServiceAccount; every other row: nothing allowed)");
-    println!("provision {provision_time:?}, credential {credential_time:?}, {} reviews in {review_time:?}", 2 * rows.len() * VERBS.len());
+    println!(
+        "provision {provision_time:?}, credential {credential_time:?}, {} reviews in {review_time:?}",
+        2 * rows.len() * VERBS.len()
+    );
 
     let missing: Vec<String> = expected.difference(&beyond).map(|(r, v)| format!("{v} {r}")).collect();
     let extra: Vec<String> = beyond.difference(&expected).map(|(r, v)| format!("{v} {r}")).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "the Grant's reach differs:\n  missing: {missing:#?}\n  extra: {extra:#?}");
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "the Grant's reach differs:\n  missing: {missing:#?}\n  extra: {extra:#?}"
+    );
 
     // Every allowed (row, verb) beyond the baseline, tried for real with the token.
     for (row, verb) in &beyond {
@@ -483,7 +593,10 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         assert!(matches!(answer, Err(Error::Forbidden { .. })), "{what}: {answer:?}");
     }
     // The identity the konnector pins reads through the credential.
-    assert_eq!(granted_seam.identity().await.expect("identity").uid, admin.identity().await.unwrap().uid);
+    assert_eq!(
+        granted_seam.identity().await.expect("identity").uid,
+        admin.identity().await.unwrap().uid
+    );
 
     // Revoked: the token stops working.
     issuer.revoke(&grant).await.expect("revoke");
@@ -491,7 +604,10 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     loop {
         match granted_seam.get(&widgets, Some(CLAIMED), "anything").await {
             Err(Error::Unauthorized { .. }) => break,
-            other => assert!(Instant::now() < deadline, "the token still works after revoke: {other:?}"),
+            other => assert!(
+                Instant::now() < deadline,
+                "the token still works after revoke: {other:?}"
+            ),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -108,7 +108,10 @@ mod tests {
             &[(LABEL_CLAIMED_BY, &alice), (LABEL_MANAGED_BY, MANAGED_BY)],
             &[(ANNOTATION_CLAIMED_BY, "token:alice")],
         );
-        assert_eq!(judge("team-a", Some(&ours), "token:alice").unwrap(), NamespaceState::Ours);
+        assert_eq!(
+            judge("team-a", Some(&ours), "token:alice").unwrap(),
+            NamespaceState::Ours
+        );
         assert!(matches!(
             judge("team-a", Some(&ours), "token:bob"),
             Err(IssueError::NamespaceClaimed { .. })

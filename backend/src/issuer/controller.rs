@@ -18,9 +18,7 @@ use kbind_api::consts::backend::ISSUER_FINALIZER;
 use kbind_api::consts::{TRUE, label};
 use kbind_api::{Export, ExportApiStatus, ExportStatus, Grant, GrantStatus};
 use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherConfig, WatcherError, watcher};
-use kbind_cluster::{
-    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, from_dynamic,
-};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, from_dynamic};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use serde_json::json;
@@ -53,6 +51,9 @@ pub enum ReconcileError {
     Cluster(#[from] kbind_cluster::Error),
 }
 
+/// What an Export's Grants were last triggered for: its generation and its APIs' status.
+type ExportSeen = (Option<i64>, Vec<ExportApiStatus>);
+
 struct Ctx {
     client: Arc<dyn ClusterClient>,
     issuer: Arc<dyn Issuer>,
@@ -60,7 +61,7 @@ struct Ctx {
     grants: Store<Grant>,
     crds: Store<DynamicObject>,
     /// Per Export: the (generation, status apis) its Grants were last triggered for.
-    seen: Mutex<HashMap<String, (Option<i64>, Vec<ExportApiStatus>)>>,
+    seen: Mutex<HashMap<String, ExportSeen>>,
     grant_triggers: tokio::sync::mpsc::UnboundedSender<ObjectRef<Grant>>,
 }
 
@@ -129,14 +130,25 @@ pub async fn run(
     });
 
     let grant_stream = reflector::reflector(grants_writer, typed::<Grant>(client.clone(), WatcherConfig::default()));
-    let export_stream = reflector::reflector(exports_writer, typed::<Export>(client.clone(), WatcherConfig::default()));
+    let export_stream = reflector::reflector(
+        exports_writer,
+        typed::<Export>(client.clone(), WatcherConfig::default()),
+    );
     let exported = format!("{}={TRUE}", label::EXPORTED);
     let crd_stream = reflector::reflector(
         crd_writer,
-        watcher(client.clone(), crd_resource(), None, WatcherConfig::default().labels(&exported)).modify(lean_crd),
+        watcher(
+            client.clone(),
+            crd_resource(),
+            None,
+            WatcherConfig::default().labels(&exported),
+        )
+        .modify(lean_crd),
     );
     // Every change of an exported CRD (or a CRD losing the label) re-judges every Export.
-    let crd_changes = crd_stream.touched_objects().filter_map(|r| async move { r.ok().map(|_| ()) });
+    let crd_changes = crd_stream
+        .touched_objects()
+        .filter_map(|r| async move { r.ok().map(|_| ()) });
 
     let export_controller = Controller::for_stream(export_stream.applied_objects(), exports)
         .with_config(Config::default().concurrency(4))
@@ -144,7 +156,10 @@ pub async fn run(
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_export, retry_export, ctx.clone())
         .for_each(|_| async {});
-    let triggers = futures::stream::unfold(grant_trigger_rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let triggers = futures::stream::unfold(
+        grant_trigger_rx,
+        |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+    );
     let grant_controller = Controller::for_stream(grant_stream.applied_objects(), grants)
         .with_config(Config::default().concurrency(4))
         .reconcile_on(triggers)
@@ -177,7 +192,13 @@ async fn set_finalizers(ctx: &Ctx, grant: &Grant, finalizers: Vec<String>) -> Re
     let name = grant.metadata.name.as_deref().unwrap_or_default();
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": grant.metadata.resource_version}});
     ctx.client
-        .patch(&grant_resource(), None, name, &Patch::Merge(patch), &PatchParams::default())
+        .patch(
+            &grant_resource(),
+            None,
+            name,
+            &Patch::Merge(patch),
+            &PatchParams::default(),
+        )
         .await?;
     Ok(())
 }
@@ -225,13 +246,23 @@ async fn reconcile_grant(grant: Arc<Grant>, ctx: Arc<Ctx>) -> Result<Action, Rec
             Ok(issued) => {
                 status.issued = Some(issued);
                 (
-                    conditions::new(READY, true, AS_EXPECTED, format!("issued by {}", ctx.issuer.name()), generation),
+                    conditions::new(
+                        READY,
+                        true,
+                        AS_EXPECTED,
+                        format!("issued by {}", ctx.issuer.name()),
+                        generation,
+                    ),
                     Action::requeue(RESYNC),
                 )
             }
             Err(e) => {
                 tracing::info!(grant = %name, reason = e.reason(), error = %e, "not issued");
-                let retry = if matches!(e, IssueError::Cluster(_)) { RETRY } else { RESYNC };
+                let retry = if matches!(e, IssueError::Cluster(_)) {
+                    RETRY
+                } else {
+                    RESYNC
+                };
                 (
                     conditions::new(READY, false, e.reason(), e.to_string(), generation),
                     Action::requeue(retry),
@@ -261,7 +292,13 @@ async fn write_grant_status(ctx: &Ctx, grant: &Grant, status: &GrantStatus) -> R
     }});
     let name = grant.metadata.name.as_deref().unwrap_or_default();
     ctx.client
-        .patch_status(&grant_resource(), None, name, &Patch::Merge(patch), &PatchParams::default())
+        .patch_status(
+            &grant_resource(),
+            None,
+            name,
+            &Patch::Merge(patch),
+            &PatchParams::default(),
+        )
         .await?;
     Ok(())
 }
@@ -286,7 +323,13 @@ pub fn export_status(export: &Export, exported: &[DynamicObject], previous: &[Co
     }
     let generation = export.metadata.generation;
     let ready = if missing.is_empty() {
-        conditions::new(READY, ConditionStatus::True, AS_EXPECTED, "every API is exported", generation)
+        conditions::new(
+            READY,
+            ConditionStatus::True,
+            AS_EXPECTED,
+            "every API is exported",
+            generation,
+        )
     } else {
         conditions::new(
             READY,

@@ -30,7 +30,11 @@ pub const ISSUER_NAME: &str = "kubernetes";
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// Provider namespace holding one ServiceAccount per Grant (created when missing).
-    #[arg(long = "grants-namespace", env = "KBIND_GRANTS_NAMESPACE", default_value = "kbind-grants")]
+    #[arg(
+        long = "grants-namespace",
+        env = "KBIND_GRANTS_NAMESPACE",
+        default_value = "kbind-grants"
+    )]
     pub grants_namespace: String,
     /// Provider namespace of the consumers' heartbeat Leases; must match the konnector's
     /// `--lease-namespace` (created when missing).
@@ -69,7 +73,9 @@ pub struct KubernetesIssuer {
 
 impl std::fmt::Debug for KubernetesIssuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubernetesIssuer").field("options", &self.options).finish()
+        f.debug_struct("KubernetesIssuer")
+            .field("options", &self.options)
+            .finish()
     }
 }
 
@@ -191,11 +197,7 @@ impl KubernetesIssuer {
                 continue;
             }
             let body = object(claims::claimed_namespace(ns, subject, &names.grant))?;
-            let outcome = match self
-                .client
-                .create(&namespace_resource(), None, &body, &post())
-                .await
-            {
+            let outcome = match self.client.create(&namespace_resource(), None, &body, &post()).await {
                 Ok(made) => {
                     created.push(made);
                     Ok(())
@@ -245,7 +247,13 @@ impl KubernetesIssuer {
         }
     }
 
-    async fn apply(&self, res: &ApiResource, namespace: Option<&str>, name: &str, body: Value) -> Result<(), IssueError> {
+    async fn apply(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+    ) -> Result<(), IssueError> {
         self.client
             .apply(res, namespace, name, body, FIELD_MANAGER, true)
             .await?;
@@ -306,7 +314,10 @@ impl KubernetesIssuer {
     async fn sweep_roles(&self, names: &Names, keep: &BTreeSet<(String, String)>) -> Result<(), IssueError> {
         let selector = format!("{LABEL_GRANT}={}", names.grant);
         for res in [erase::<RoleBinding>(), erase::<Role>()] {
-            let list = self.client.list(&res, None, &ListParams::default().labels(&selector)).await?;
+            let list = self
+                .client
+                .list(&res, None, &ListParams::default().labels(&selector))
+                .await?;
             for obj in list.items {
                 let (Some(ns), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else {
                     continue;
@@ -314,7 +325,11 @@ impl KubernetesIssuer {
                 if keep.contains(&(ns.clone(), name.clone())) {
                     continue;
                 }
-                match self.client.delete(&res, Some(&ns), &name, &DeleteParams::default()).await {
+                match self
+                    .client
+                    .delete(&res, Some(&ns), &name, &DeleteParams::default())
+                    .await
+                {
                     Ok(_) | Err(Error::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -326,7 +341,12 @@ impl KubernetesIssuer {
     /// Pre-creates the heartbeat Lease (never overwrites one: the konnector renews it).
     async fn ensure_lease(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
         let ns = &self.options.lease_namespace;
-        if self.client.get_opt(&lease_resource(), Some(ns), &names.lease).await?.is_some() {
+        if self
+            .client
+            .get_opt(&lease_resource(), Some(ns), &names.lease)
+            .await?
+            .is_some()
+        {
             return Ok(());
         }
         let body = object(json!({
@@ -520,10 +540,15 @@ impl Issuer for KubernetesIssuer {
     async fn revoke(&self, grant: &Grant) -> Result<(), IssueError> {
         let names = Names::of(grant)?;
         // The ServiceAccount first: its tokens stop working at once.
-        self.delete_quietly(&erase::<ServiceAccount>(), Some(&self.options.grants_namespace), &names.grant)
-            .await?;
+        self.delete_quietly(
+            &erase::<ServiceAccount>(),
+            Some(&self.options.grants_namespace),
+            &names.grant,
+        )
+        .await?;
         self.sweep_roles(&names, &BTreeSet::new()).await?;
-        self.delete_quietly(&erase::<ClusterRoleBinding>(), None, &names.rbac).await?;
+        self.delete_quietly(&erase::<ClusterRoleBinding>(), None, &names.rbac)
+            .await?;
         self.delete_quietly(&erase::<ClusterRole>(), None, &names.rbac).await?;
         let others = self
             .client

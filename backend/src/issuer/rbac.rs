@@ -77,7 +77,11 @@ pub fn namespace_rules(apis: &[ResolvedApi], export: &Export) -> Vec<PolicyRule>
         if directions.is_empty() {
             continue;
         }
-        let verbs = if directions.contains(&true) { SYNC_VERBS } else { READ_VERBS };
+        let verbs = if directions.contains(&true) {
+            SYNC_VERBS
+        } else {
+            READ_VERBS
+        };
         let plural = match kind {
             RelatedResourceKind::Secrets => "secrets",
             RelatedResourceKind::ConfigMaps => "configmaps",
@@ -98,7 +102,12 @@ pub fn cluster_rules(apis: &[ResolvedApi]) -> Vec<PolicyRule> {
             READ_VERBS,
             &crds,
         ),
-        rule(&[""], &["namespaces".to_string()], &["get"], &["kube-system".to_string()]),
+        rule(
+            &[""],
+            &["namespaces".to_string()],
+            &["get"],
+            &["kube-system".to_string()],
+        ),
     ];
     rules.extend(apis.iter().filter(|a| !a.namespaced).flat_map(api_rules));
     rules
@@ -166,7 +175,10 @@ mod tests {
             cluster[0].resource_names.as_deref(),
             Some(&["widgets.example.org".to_string(), "gadgets.example.org".to_string()][..])
         );
-        assert_eq!(cluster[1].resource_names.as_deref(), Some(&["kube-system".to_string()][..]));
+        assert_eq!(
+            cluster[1].resource_names.as_deref(),
+            Some(&["kube-system".to_string()][..])
+        );
         assert_eq!(cluster[2].resources.as_deref(), Some(&["gadgets".to_string()][..]));
         assert_eq!(cluster.len(), 4);
     }
@@ -184,7 +196,10 @@ mod tests {
         assert_eq!(rules[0].verbs, READ_VERBS);
         assert_eq!(rules[1].verbs, SYNC_VERBS);
         // Both directions over one kind: the union.
-        let both = namespace_rules(&[], &export(vec![related(Secrets, FromProvider), related(Secrets, FromConsumer)]));
+        let both = namespace_rules(
+            &[],
+            &export(vec![related(Secrets, FromProvider), related(Secrets, FromConsumer)]),
+        );
         assert_eq!(both.len(), 1);
         assert_eq!(both[0].verbs, SYNC_VERBS);
     }
