@@ -21,7 +21,8 @@ use serde_json::json;
 const WIDGETS: &str = "widgets.example.org";
 
 async fn ensure_namespace(client: &dyn ClusterClient, ns: &str) {
-    let body = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).unwrap();
+    let body =
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).unwrap();
     let _ = client
         .create(
             &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
@@ -33,7 +34,12 @@ async fn ensure_namespace(client: &dyn ClusterClient, ns: &str) {
 }
 
 async fn binding(w: &World) -> Option<ClusterBinding> {
-    w.consumer().admin_client().get_typed_opt(None, "acme").await.ok().flatten()
+    w.consumer()
+        .admin_client()
+        .get_typed_opt(None, "acme")
+        .await
+        .ok()
+        .flatten()
 }
 
 #[tokio::test(start_paused = true)]
@@ -127,7 +133,12 @@ async fn the_konnector_works_on_exactly_what_the_issuer_granted() {
     for ns in ["team-a", "team-b"] {
         ensure_namespace(&consumer, ns).await;
         consumer
-            .create(&widgets(), Some(ns), &widget(ns, "w1", json!({"size": 1})), &Default::default())
+            .create(
+                &widgets(),
+                Some(ns),
+                &widget(ns, "w1", json!({"size": 1})),
+                &Default::default(),
+            )
             .await
             .expect("a consumer widget");
     }
@@ -171,7 +182,10 @@ async fn the_konnector_works_on_exactly_what_the_issuer_granted() {
         })
         .await;
     assert!(
-        world.provider_get("acme", &widgets(), Some("team-b"), "w1").await.is_none(),
+        world
+            .provider_get("acme", &widgets(), Some("team-b"), "w1")
+            .await
+            .is_none(),
         "seed {seed}: nothing reached the unclaimed namespace"
     );
 }

@@ -346,6 +346,13 @@ pub fn export_status(export: &Export, exported: &[DynamicObject], previous: &[Co
 
 async fn reconcile_export(export: Arc<Export>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let name = export.metadata.name.clone().unwrap_or_default();
+    // Judged only on a complete list of the exported CRDs, never on a store still filling.
+    if !matches!(
+        tokio::time::timeout(RETRY, ctx.crds.wait_until_ready()).await,
+        Ok(Ok(()))
+    ) {
+        return Ok(Action::requeue(RETRY));
+    }
     let crds: Vec<DynamicObject> = ctx.crds.state().iter().map(|c| (**c).clone()).collect();
     let current = export.status.clone().unwrap_or_default();
     let status = export_status(&export, &crds, &current.conditions);
