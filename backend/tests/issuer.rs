@@ -850,3 +850,70 @@ fn options_defaults_and_flags() {
     assert_eq!(o.token_ttl, Duration::from_secs(30 * 86400));
     assert!(Cli::try_parse_from(["x", "--token-ttl", "1m"]).is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn grants_follow_their_export_and_a_deleted_role_comes_back() {
+    let p = provider().await;
+    let plain = export("widgets", &["widgets.example.org"], vec![]);
+    p.admin.create_typed(&plain).await.unwrap();
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    let name = g.metadata.name.clone().unwrap();
+    p.admin.create_typed(&g).await.unwrap();
+    let running = start(&p);
+    let role_res = res("rbac.authorization.k8s.io", "v1", "Role", "roles");
+    let rbac = format!("kbind:{name}");
+    let role_resources = |p: &Provider| {
+        let (admin, role_res, rbac) = (p.admin.clone(), role_res.clone(), rbac.clone());
+        async move {
+            let role = admin.get_opt(&role_res, Some("team-a"), &rbac).await.unwrap()?;
+            let mut found: Vec<String> = role.data["rules"]
+                .as_array()?
+                .iter()
+                .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            found.sort();
+            Some(found)
+        }
+    };
+    let first = eventually("the Role", || async { role_resources(&p).await }).await;
+    assert_eq!(first, ["widgets", "widgets/status"]);
+
+    // The Export gains a related resource: the Grant's Role follows without touching the Grant.
+    let mut current = p.admin.get_typed_opt::<Export>(None, "widgets").await.unwrap().unwrap();
+    current.spec.related_resources = widgets_export().spec.related_resources;
+    p.admin
+        .replace(
+            &ApiResource::erase::<Export>(&()),
+            None,
+            "widgets",
+            &kbind_cluster::to_dynamic(&current).unwrap(),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("the Role follows the Export", || async {
+        let r = role_resources(&p).await?;
+        (r == ["configmaps", "secrets", "widgets", "widgets/status"]).then_some(())
+    })
+    .await;
+
+    // Someone deletes the ClusterRole: the periodic re-provision puts it back.
+    let cr = res("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles");
+    p.admin
+        .delete(&cr, None, &rbac, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15 * 60);
+    loop {
+        if p.admin.get_opt(&cr, None, &rbac).await.unwrap().is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ClusterRole never came back"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    running.stop().await;
+}
