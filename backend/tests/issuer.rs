@@ -917,3 +917,18 @@ async fn grants_follow_their_export_and_a_deleted_role_comes_back() {
     }
     running.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn provisioning_an_unchanged_grant_again_writes_nothing() {
+    let p = provider().await;
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a", "team-b"]);
+    p.issuer.provision(&g, &widgets_export()).await.unwrap();
+    let writes = p.cluster.write_log().len();
+    assert!(writes > 0, "the write log records writes");
+    let requests = p.cluster.request_log().len();
+    p.issuer.provision(&g, &widgets_export()).await.unwrap();
+    let new_writes = p.cluster.write_log().len() - writes;
+    let new_requests = p.cluster.request_log_from(requests);
+    println!("re-provision of an unchanged Grant (2 namespaces): {} requests", new_requests.len());
+    assert_eq!(new_writes, 0, "an unchanged Grant was written: {:?}", &p.cluster.write_log()[writes..]);
+}

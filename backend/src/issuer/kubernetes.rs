@@ -69,6 +69,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub struct KubernetesIssuer {
     client: Arc<dyn ClusterClient>,
     options: Options,
+    /// Whether the provider is kcp-like, once known (a provider does not change kind; the
+    /// identity read behind it costs a discovery on a plain apiserver).
+    kcp_like: tokio::sync::OnceCell<bool>,
 }
 
 impl std::fmt::Debug for KubernetesIssuer {
@@ -134,7 +137,11 @@ impl KubernetesIssuer {
     /// An issuer acting through `client` (needs to manage Namespaces, ServiceAccounts and their
     /// tokens, RBAC, Leases, and read CRDs; and to hold every permission it grants).
     pub fn new(client: Arc<dyn ClusterClient>, options: Options) -> Self {
-        Self { client, options }
+        Self {
+            client,
+            options,
+            kcp_like: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// The issuer's flags.
@@ -414,8 +421,14 @@ impl Issuer for KubernetesIssuer {
     }
 
     async fn check_provider(&self) -> Result<(), IssueError> {
-        let identity = self.client.identity().await?;
-        if identity.source == IdentitySource::LogicalCluster {
+        let kcp_like = self
+            .kcp_like
+            .get_or_try_init(|| async {
+                let identity = self.client.identity().await?;
+                Ok::<_, IssueError>(identity.source == IdentitySource::LogicalCluster)
+            })
+            .await?;
+        if *kcp_like {
             return Err(IssueError::UnsupportedProvider(
                 "this provider is kcp-like (LogicalCluster \"cluster\" in core.kcp.io/v1alpha1 exists): the in-tree \
                  Kubernetes issuer cannot issue ServiceAccounts and RBAC there; run kbind-backend with an issuer for \
