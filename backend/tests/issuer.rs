@@ -929,6 +929,14 @@ async fn provisioning_an_unchanged_grant_again_writes_nothing() {
     p.issuer.provision(&g, &widgets_export()).await.unwrap();
     let new_writes = p.cluster.write_log().len() - writes;
     let new_requests = p.cluster.request_log_from(requests);
-    println!("re-provision of an unchanged Grant (2 namespaces): {} requests", new_requests.len());
-    assert_eq!(new_writes, 0, "an unchanged Grant was written: {:?}", &p.cluster.write_log()[writes..]);
+    println!(
+        "re-provision of an unchanged Grant (2 namespaces): {} requests",
+        new_requests.len()
+    );
+    assert_eq!(
+        new_writes,
+        0,
+        "an unchanged Grant was written: {:?}",
+        &p.cluster.write_log()[writes..]
+    );
 }

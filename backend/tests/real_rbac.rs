@@ -4,6 +4,8 @@
 //! `kube-system`, our Lease and another consumer's), through SelfSubjectAccessReview; every
 //! allowed answer is then tried for real. The allowed set must be exactly the Grant's, on top of
 //! what any authenticated caller may do (measured with a bare ServiceAccount, not assumed).
+//! The Grant controller provisions (finalizer, status, the Export's status) and, when the Grant
+//! is deleted, revokes: the token stops working.
 //!
 //! Without the binaries the test prints one line and passes, unless `KBIND_REQUIRE_REAL_K8S=1`.
 
@@ -18,7 +20,7 @@ use kbind_api::{
     BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
     RelatedResourceKind, grant_name,
 };
-use kbind_backend::issuer::{Issuer, KubernetesIssuer, Options};
+use kbind_backend::issuer::{Issuer, KubernetesIssuer, Options, run_controller};
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Error, KubeClusterClient, ListParams,
     Patch, PatchParams, PostParams, WatchParams,
@@ -429,11 +431,53 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     );
     admin.create_typed(&grant).await.expect("Grant");
 
-    let issuer = KubernetesIssuer::new(admin.clone(), Options::default());
+    let issuer = Arc::new(KubernetesIssuer::new(admin.clone(), Options::default()));
     issuer.check_provider().await.expect("a plain Kubernetes provider");
+    // The Grant controller provisions it (finalizer, status) as in production.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run_controller(admin.clone(), issuer.clone(), async move {
+        let _ = stopped.await;
+    }));
     let began = Instant::now();
-    issuer.provision(&grant, &export).await.expect("provisioned");
+    let deadline = began + Duration::from_secs(60);
+    let grant = loop {
+        let current = admin.get_typed::<Grant>(None, &name).await.expect("the Grant");
+        let ready = current.status.as_ref().is_some_and(|s| {
+            s.observed_generation == current.metadata.generation
+                && kbind_api::conditions::is_true(&s.conditions, "Ready")
+        });
+        if ready {
+            break current;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Grant never became Ready: {:?}",
+            current.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let provision_time = began.elapsed();
+    assert!(
+        grant
+            .metadata
+            .finalizers
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == "iam.kbind.io/issuer"),
+        "the issuer's finalizer is on the Grant"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let current = admin.get_typed::<Export>(None, "widgets").await.expect("the Export");
+        let status = current.status.unwrap_or_default();
+        if kbind_api::conditions::is_true(&status.conditions, "Ready") {
+            assert!(status.apis.iter().all(|a| a.exported), "{:?}", status.apis);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the Export never became Ready: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     issuer
         .provision(&grant, &export)
         .await
@@ -598,8 +642,22 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         admin.identity().await.unwrap().uid
     );
 
-    // Revoked: the token stops working.
-    issuer.revoke(&grant).await.expect("revoke");
+    // Deleted: the controller revokes through the finalizer, then the Grant goes and the token
+    // stops working.
+    admin
+        .delete(&erase::<Grant>(), None, &name, &DeleteParams::default())
+        .await
+        .expect("delete the Grant");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin
+        .get_opt(&erase::<Grant>(), None, &name)
+        .await
+        .expect("read")
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the deleted Grant stays");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match granted_seam.get(&widgets, Some(CLAIMED), "anything").await {
@@ -611,4 +669,6 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let _ = stop.send(());
+    controller.await.expect("the controller stops");
 }
