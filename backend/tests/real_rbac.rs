@@ -5,7 +5,8 @@
 //! allowed answer is then tried for real. The allowed set must be exactly the Grant's, on top of
 //! what any authenticated caller may do (measured with a bare ServiceAccount, not assumed).
 //! The Grant controller provisions (finalizer, status, the Export's status) and, when the Grant
-//! is deleted, revokes: the token stops working.
+//! is deleted, revokes: the token stops working. The issuer and its controller run as a
+//! ServiceAccount holding exactly `issuer_rules()`, the least privilege the chart gives them.
 //!
 //! Without the binaries the test prints one line and passes, unless `KBIND_REQUIRE_REAL_K8S=1`.
 
@@ -332,6 +333,68 @@ async fn try_for_real(
     }
 }
 
+/// A client acting as ServiceAccount `kbind-system/kbind-backend`, bound to exactly
+/// `kbind_backend::issuer::rbac::issuer_rules()`.
+async fn backend_client(admin: &dyn ClusterClient, admin_config: &kube::Config) -> Arc<dyn ClusterClient> {
+    let ns = "kbind-system";
+    admin
+        .create(
+            &res("", "Namespace", "namespaces"),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+            &PostParams::default(),
+        )
+        .await
+        .expect("the backend's namespace");
+    let sa = erase::<k8s_openapi::api::core::v1::ServiceAccount>();
+    admin
+        .create(
+            &sa,
+            Some(ns),
+            &obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kbind-backend", "namespace": ns}})),
+            &PostParams::default(),
+        )
+        .await
+        .expect("the backend's ServiceAccount");
+    let role = k8s_openapi::api::rbac::v1::ClusterRole {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kbind-backend-issuer".into()),
+            ..Default::default()
+        },
+        rules: Some(kbind_backend::issuer::rbac::issuer_rules()),
+        aggregation_rule: None,
+    };
+    admin.create_typed(&role).await.expect("the issuer's ClusterRole");
+    admin
+        .create(
+            &erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(),
+            None,
+            &obj(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "kbind-backend-issuer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kbind-backend-issuer"},
+                "subjects": [{"kind": "ServiceAccount", "name": "kbind-backend", "namespace": ns}],
+            })),
+            &PostParams::default(),
+        )
+        .await
+        .expect("the issuer's ClusterRoleBinding");
+    let token = admin
+        .create_subresource(
+            &sa,
+            Some(ns),
+            "kbind-backend",
+            "token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .expect("the backend's token")["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    Arc::new(KubeClusterClient::from_config(token_config(admin_config, &token)).expect("backend client"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     let Some(env) = TestEnv::start_or_skip(1).await.expect("kbind-testenv") else {
@@ -431,11 +494,13 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     );
     admin.create_typed(&grant).await.expect("Grant");
 
-    let issuer = Arc::new(KubernetesIssuer::new(admin.clone(), Options::default()));
+    // The issuer runs as a ServiceAccount holding exactly `issuer_rules()` (the chart's RBAC).
+    let backend = backend_client(admin.as_ref(), &admin_config).await;
+    let issuer = Arc::new(KubernetesIssuer::new(backend.clone(), Options::default()));
     issuer.check_provider().await.expect("a plain Kubernetes provider");
     // The Grant controller provisions it (finalizer, status) as in production.
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(run_controller(admin.clone(), issuer.clone(), async move {
+    let controller = tokio::spawn(run_controller(backend.clone(), issuer.clone(), async move {
         let _ = stopped.await;
     }));
     let began = Instant::now();

@@ -123,6 +123,52 @@ pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
     )]
 }
 
+/// What the issuer module itself (the Kubernetes issuer and its controllers) needs on the
+/// provider, for the chart's ClusterRole. `escalate` and `bind` on Roles and ClusterRoles let it
+/// grant what it does not hold (the exported resources); they make it as powerful as an admin
+/// of RBAC, which issuing credentials is. `backend/tests/real_rbac.rs` runs it on exactly these.
+pub fn issuer_rules() -> Vec<PolicyRule> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let r = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(s(groups)),
+        resources: Some(s(resources)),
+        verbs: s(verbs),
+        resource_names: None,
+        non_resource_urls: None,
+    };
+    vec![
+        // Claims (create; delete only a namespace this attempt created), kube-system (identity).
+        r(&[""], &["namespaces"], &["get", "create", "delete"]),
+        r(&[""], &["serviceaccounts"], &["get", "create", "patch", "delete"]),
+        r(&[""], &["serviceaccounts/token"], &["create"]),
+        r(&["coordination.k8s.io"], &["leases"], &["get", "create", "delete"]),
+        r(
+            &["rbac.authorization.k8s.io"],
+            &["roles", "rolebindings"],
+            &["list", "create", "patch", "delete"],
+        ),
+        r(
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles", "clusterrolebindings"],
+            &["create", "patch", "delete"],
+        ),
+        r(
+            &["rbac.authorization.k8s.io"],
+            &["roles", "clusterroles"],
+            &["escalate", "bind"],
+        ),
+        r(
+            &["apiextensions.k8s.io"],
+            &["customresourcedefinitions"],
+            &["get", "list", "watch"],
+        ),
+        r(&["iam.kbind.io"], &["grants"], &["get", "list", "watch", "patch"]),
+        r(&["iam.kbind.io"], &["grants/status"], &["patch"]),
+        r(&["catalog.kbind.io"], &["exports"], &["get", "list", "watch"]),
+        r(&["catalog.kbind.io"], &["exports/status"], &["patch"]),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
