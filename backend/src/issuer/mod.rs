@@ -1,5 +1,58 @@
 //! What a Grant gets: the [`Issuer`] trait (implementable out of tree) and the in-tree
 //! Kubernetes issuer.
+//!
+//! - [`KubernetesIssuer`] ([`kubernetes`]): ServiceAccounts, RBAC and TokenRequest tokens on a
+//!   plain Kubernetes provider, configured by [`Options`].
+//! - [`run_controller`] ([`controller`]): the Grant controller (finalizer, provision, status,
+//!   revoke) and the Export status controller, over any [`Issuer`].
+//! - [`claims`]: provider namespace claims, shared with the gateway's pre-check.
+//!
+//! An issuer for another kind of provider implements [`Issuer`] and is handed to the same
+//! controller:
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use kbind_api::{Export, Grant, Issued};
+//! use kbind_backend::issuer::{Credential, IssueError, Issuer};
+//!
+//! /// Hands every Grant the same pre-made, read-only token (a sketch, not a recommendation).
+//! struct SharedToken(String);
+//!
+//! #[async_trait]
+//! impl Issuer for SharedToken {
+//!     fn name(&self) -> &str {
+//!         "shared-token"
+//!     }
+//!     async fn check_provider(&self) -> Result<(), IssueError> {
+//!         Ok(())
+//!     }
+//!     async fn provision(&self, grant: &Grant, _export: &Export) -> Result<Issued, IssueError> {
+//!         Ok(Issued { issuer: self.name().into(), namespaces: grant.spec.namespaces.clone(), ..Issued::default() })
+//!     }
+//!     async fn credential(&self, grant: &Grant) -> Result<Credential, IssueError> {
+//!         let issued = grant.status.as_ref().and_then(|s| s.issued.as_ref());
+//!         issued.ok_or(IssueError::NotIssued)?;
+//!         Ok(Credential { token: self.0.clone(), expires_at: None })
+//!     }
+//!     async fn revoke(&self, _grant: &Grant) -> Result<(), IssueError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run(provider: std::sync::Arc<dyn kbind_cluster::ClusterClient>) {
+//! let issuer = std::sync::Arc::new(SharedToken("…".into()));
+//! kbind_backend::issuer::run_controller(provider, issuer, tokio::signal::ctrl_c().map(|_| ())).await;
+//! # }
+//! # use futures::FutureExt;
+//! ```
+
+pub mod claims;
+pub mod controller;
+pub mod kubernetes;
+pub mod rbac;
+
+pub use controller::run as run_controller;
+pub use kubernetes::{KubernetesIssuer, Options};
 
 use async_trait::async_trait;
 use kbind_api::{Export, Grant, Issued};

@@ -1,0 +1,584 @@
+//! The in-tree issuer for a plain Kubernetes provider (DESIGN.md §7): namespace claims, a
+//! ServiceAccount per Grant, Roles enumerating exactly the Export's resources, the pre-created
+//! heartbeat Lease, and TokenRequest tokens.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use kbind_api::consts::backend::{FIELD_MANAGER, LABEL_CONSUMER_CLUSTER_UID, LABEL_GRANT, MANAGED_BY};
+use kbind_api::consts::{TRUE, label, lease_name};
+use kbind_api::{Export, Grant, Issued, IssuedObject};
+use kbind_cluster::identity::{IdentitySource, namespace_resource};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Error, ListParams, PostParams,
+};
+use kube::api::Preconditions;
+use serde_json::{Value, json};
+
+use super::claims::{self, LABEL_MANAGED_BY, NamespaceState};
+use super::rbac::{self, ResolvedApi};
+use super::{Credential, IssueError, Issuer};
+
+/// The name this issuer records in `status.issued.issuer`.
+pub const ISSUER_NAME: &str = "kubernetes";
+
+/// Flags of the in-tree Kubernetes issuer.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Provider namespace holding one ServiceAccount per Grant (created when missing).
+    #[arg(
+        long = "grants-namespace",
+        env = "KBIND_GRANTS_NAMESPACE",
+        default_value = "kbind-grants"
+    )]
+    pub grants_namespace: String,
+    /// Provider namespace of the consumers' heartbeat Leases; must match the konnector's
+    /// `--lease-namespace` (created when missing).
+    #[arg(long = "lease-namespace", env = "KBIND_LEASE_NAMESPACE", default_value = kbind_api::consts::lease::NAMESPACE)]
+    pub lease_namespace: String,
+    /// Lifetime asked for each issued token (TokenRequest `expirationSeconds`; the apiserver
+    /// may cap it with --service-account-max-token-expiration).
+    #[arg(long = "token-ttl", env = "KBIND_TOKEN_TTL", default_value = "8760h", value_parser = parse_duration)]
+    pub token_ttl: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            grants_namespace: "kbind-grants".into(),
+            lease_namespace: kbind_api::consts::lease::NAMESPACE.into(),
+            token_ttl: Duration::from_secs(8760 * 3600),
+        }
+    }
+}
+
+/// Parses a humantime duration (`8760h`, `30d`) of at least ten minutes (the TokenRequest minimum).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (expected a duration such as 720h or 30d)"))?;
+    if d < Duration::from_secs(600) {
+        return Err("a token lifetime must be at least 10m".into());
+    }
+    Ok(d)
+}
+
+/// Provisions Grants on a plain Kubernetes provider through an (admin-ish) provider client.
+pub struct KubernetesIssuer {
+    client: Arc<dyn ClusterClient>,
+    options: Options,
+    /// Whether the provider is kcp-like, once known (a provider does not change kind; the
+    /// identity read behind it costs a discovery on a plain apiserver).
+    kcp_like: tokio::sync::OnceCell<bool>,
+}
+
+impl std::fmt::Debug for KubernetesIssuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesIssuer")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+fn crd_resource() -> ApiResource {
+    erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>()
+}
+
+fn lease_resource() -> ApiResource {
+    erase::<k8s_openapi::api::coordination::v1::Lease>()
+}
+
+fn object(value: Value) -> Result<DynamicObject, IssueError> {
+    serde_json::from_value(value).map_err(|e| IssueError::Cluster(Error::Decode(e.to_string())))
+}
+
+fn issued(kind: &str, namespace: Option<&str>, name: &str) -> IssuedObject {
+    IssuedObject {
+        kind: kind.into(),
+        namespace: namespace.map(str::to_string),
+        name: name.into(),
+    }
+}
+
+/// Names of what one Grant gets.
+struct Names {
+    grant: String,
+    /// Roles and RoleBindings in claimed namespaces, the ClusterRole and ClusterRoleBinding.
+    rbac: String,
+    /// The Role and RoleBinding on the Lease.
+    lease_rbac: String,
+    lease: String,
+}
+
+impl Names {
+    fn of(grant: &Grant) -> Result<Names, IssueError> {
+        let name = grant
+            .metadata
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| IssueError::Cluster(Error::Decode("the Grant has no name".into())))?;
+        Ok(Names {
+            rbac: format!("kbind:{name}"),
+            lease_rbac: format!("kbind:{name}:lease"),
+            lease: lease_name(&grant.spec.consumer_cluster_uid),
+            grant: name,
+        })
+    }
+}
+
+impl KubernetesIssuer {
+    /// An issuer acting through `client` (needs to manage Namespaces, ServiceAccounts and their
+    /// tokens, RBAC, Leases, and read CRDs; and to hold every permission it grants).
+    pub fn new(client: Arc<dyn ClusterClient>, options: Options) -> Self {
+        Self {
+            client,
+            options,
+            kcp_like: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The issuer's flags.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn labels(&self, names: &Names) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (LABEL_GRANT.to_string(), names.grant.clone()),
+            (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+        ])
+    }
+
+    /// The Export's APIs as the provider serves them; every one must be a CRD labelled exported.
+    pub async fn resolve_apis(&self, export: &Export) -> Result<Vec<ResolvedApi>, IssueError> {
+        let mut resolved = Vec::new();
+        let mut missing = Vec::new();
+        for api in &export.spec.apis {
+            match self.client.get_opt(&crd_resource(), None, &api.name).await? {
+                Some(crd) => match exported_api(&crd) {
+                    Some(found) => resolved.push(found),
+                    None => missing.push(api.name.clone()),
+                },
+                None => missing.push(api.name.clone()),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(IssueError::ApiNotExported(missing));
+        }
+        Ok(resolved)
+    }
+
+    /// Checks every requested namespace before anything is written.
+    async fn judge_namespaces(&self, grant: &Grant) -> Result<Vec<(String, NamespaceState)>, IssueError> {
+        let mut states = Vec::new();
+        let requested: BTreeSet<&String> = grant.spec.namespaces.iter().collect();
+        for ns in requested {
+            // kbind's own namespaces and the system ones are never claimable, even before they exist.
+            if *ns == self.options.grants_namespace
+                || *ns == self.options.lease_namespace
+                || ns == "default"
+                || ns.starts_with("kube-")
+            {
+                return Err(IssueError::NamespaceNotClaimable { namespace: ns.clone() });
+            }
+            let state = claims::check(self.client.as_ref(), ns, &grant.spec.identity.subject).await?;
+            states.push((ns.clone(), state));
+        }
+        Ok(states)
+    }
+
+    /// Creates the missing claimed namespaces; on a lost race (someone else's namespace appeared)
+    /// removes the ones this call created and returns the refusal.
+    async fn claim(&self, grant: &Grant, names: &Names, states: &[(String, NamespaceState)]) -> Result<(), IssueError> {
+        let subject = &grant.spec.identity.subject;
+        let mut created: Vec<DynamicObject> = Vec::new();
+        for (ns, state) in states {
+            if *state == NamespaceState::Ours {
+                continue;
+            }
+            let body = object(claims::claimed_namespace(ns, subject, &names.grant))?;
+            let outcome = match self.client.create(&namespace_resource(), None, &body, &post()).await {
+                Ok(made) => {
+                    created.push(made);
+                    Ok(())
+                }
+                Err(Error::AlreadyExists { .. }) => claims::check(self.client.as_ref(), ns, subject).await.map(|_| ()),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = outcome {
+                self.unclaim(&created).await;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes namespaces this attempt created (still empty: nothing was issued in them yet).
+    async fn unclaim(&self, created: &[DynamicObject]) {
+        for ns in created {
+            let (Some(name), uid) = (ns.metadata.name.as_deref(), ns.metadata.uid.clone()) else {
+                continue;
+            };
+            let exactly = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid,
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            if let Err(e) = self.client.delete(&namespace_resource(), None, name, &exactly).await {
+                tracing::warn!(namespace = %name, error = %e, "could not remove a namespace claimed by a refused attempt");
+            }
+        }
+    }
+
+    /// Creates a namespace kbind needs (grants, lease) when missing.
+    async fn ensure_namespace(&self, ns: &str) -> Result<(), IssueError> {
+        if self.client.get_opt(&namespace_resource(), None, ns).await?.is_some() {
+            return Ok(());
+        }
+        let body = object(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        }))?;
+        match self.client.create(&namespace_resource(), None, &body, &post()).await {
+            Ok(_) | Err(Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn apply(
+        &self,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+    ) -> Result<(), IssueError> {
+        self.client
+            .apply(res, namespace, name, body, FIELD_MANAGER, true)
+            .await?;
+        Ok(())
+    }
+
+    async fn apply_typed<K>(&self, obj: &K) -> Result<(), IssueError>
+    where
+        K: kube::Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let res = erase::<K>();
+        let mut body = serde_json::to_value(obj).map_err(|e| IssueError::Cluster(Error::Decode(e.to_string())))?;
+        body["apiVersion"] = json!(res.api_version);
+        body["kind"] = json!(res.kind);
+        let meta = obj.meta();
+        let name = meta.name.clone().unwrap_or_default();
+        self.apply(&res, meta.namespace.as_deref(), &name, body).await
+    }
+
+    fn meta(&self, names: &Names, namespace: Option<&str>, name: &str) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: namespace.map(str::to_string),
+            labels: Some(self.labels(names)),
+            ..Default::default()
+        }
+    }
+
+    fn subject(&self, names: &Names) -> k8s_openapi::api::rbac::v1::Subject {
+        k8s_openapi::api::rbac::v1::Subject {
+            kind: "ServiceAccount".into(),
+            name: names.grant.clone(),
+            namespace: Some(self.options.grants_namespace.clone()),
+            api_group: None,
+        }
+    }
+
+    async fn apply_role(&self, names: &Names, ns: &str, name: &str, rules: Vec<PolicyRule>) -> Result<(), IssueError> {
+        self.apply_typed(&Role {
+            metadata: self.meta(names, Some(ns), name),
+            rules: Some(rules),
+        })
+        .await?;
+        self.apply_typed(&RoleBinding {
+            metadata: self.meta(names, Some(ns), name),
+            role_ref: k8s_openapi::api::rbac::v1::RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: name.into(),
+            },
+            subjects: Some(vec![self.subject(names)]),
+        })
+        .await
+    }
+
+    /// Removes the Grant's Roles and RoleBindings in namespaces it no longer uses (`keep`:
+    /// (namespace, name) pairs still wanted).
+    async fn sweep_roles(&self, names: &Names, keep: &BTreeSet<(String, String)>) -> Result<(), IssueError> {
+        let selector = format!("{LABEL_GRANT}={}", names.grant);
+        for res in [erase::<RoleBinding>(), erase::<Role>()] {
+            let list = self
+                .client
+                .list(&res, None, &ListParams::default().labels(&selector))
+                .await?;
+            for obj in list.items {
+                let (Some(ns), Some(name)) = (obj.metadata.namespace.clone(), obj.metadata.name.clone()) else {
+                    continue;
+                };
+                if keep.contains(&(ns.clone(), name.clone())) {
+                    continue;
+                }
+                match self
+                    .client
+                    .delete(&res, Some(&ns), &name, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) | Err(Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pre-creates the heartbeat Lease (never overwrites one: the konnector renews it).
+    async fn ensure_lease(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
+        let ns = &self.options.lease_namespace;
+        if self
+            .client
+            .get_opt(&lease_resource(), Some(ns), &names.lease)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let body = object(json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": names.lease,
+                "namespace": ns,
+                "labels": {
+                    label::MANAGED: TRUE,
+                    LABEL_CONSUMER_CLUSTER_UID: grant.spec.consumer_cluster_uid,
+                    LABEL_MANAGED_BY: MANAGED_BY,
+                },
+            },
+            "spec": {"holderIdentity": grant.spec.consumer_cluster_uid},
+        }))?;
+        match self.client.create(&lease_resource(), Some(ns), &body, &post()).await {
+            Ok(_) | Err(Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn delete_quietly(&self, res: &ApiResource, ns: Option<&str>, name: &str) -> Result<(), IssueError> {
+        match self.client.delete(res, ns, name, &DeleteParams::background()).await {
+            Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn post() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    }
+}
+
+/// The exported API a CRD describes; `None` unless labelled `core.kbind.io/exported=true`.
+pub fn exported_api(crd: &DynamicObject) -> Option<ResolvedApi> {
+    let exported = crd
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label::EXPORTED))
+        .is_some_and(|v| v == TRUE);
+    if !exported {
+        return None;
+    }
+    let spec = crd.data.get("spec")?;
+    let group = spec.get("group")?.as_str()?.to_string();
+    let plural = spec.get("names")?.get("plural")?.as_str()?.to_string();
+    let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
+    Some(ResolvedApi {
+        name: format!("{plural}.{group}"),
+        group,
+        plural,
+        namespaced,
+    })
+}
+
+#[async_trait]
+impl Issuer for KubernetesIssuer {
+    fn name(&self) -> &str {
+        ISSUER_NAME
+    }
+
+    async fn check_provider(&self) -> Result<(), IssueError> {
+        let kcp_like = self
+            .kcp_like
+            .get_or_try_init(|| async {
+                let identity = self.client.identity().await?;
+                Ok::<_, IssueError>(identity.source == IdentitySource::LogicalCluster)
+            })
+            .await?;
+        if *kcp_like {
+            return Err(IssueError::UnsupportedProvider(
+                "this provider is kcp-like (LogicalCluster \"cluster\" in core.kcp.io/v1alpha1 exists): the in-tree \
+                 Kubernetes issuer cannot issue ServiceAccounts and RBAC there; run kbind-backend with an issuer for \
+                 kcp (an implementation of kbind_backend::issuer::Issuer)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn provision(&self, grant: &Grant, export: &Export) -> Result<Issued, IssueError> {
+        let names = Names::of(grant)?;
+        // Everything that can refuse is checked before the first write.
+        self.check_provider().await?;
+        let apis = self.resolve_apis(export).await?;
+        let states = self.judge_namespaces(grant).await?;
+
+        self.claim(grant, &names, &states).await?;
+        let grants_ns = self.options.grants_namespace.clone();
+        let lease_ns = self.options.lease_namespace.clone();
+        self.ensure_namespace(&grants_ns).await?;
+        self.ensure_namespace(&lease_ns).await?;
+
+        // Applying an unchanged ServiceAccount keeps it (same UID), so its tokens keep working.
+        self.apply_typed(&ServiceAccount {
+            metadata: self.meta(&names, Some(&grants_ns), &names.grant),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        })
+        .await?;
+        let mut objects = Vec::new();
+
+        let ns_rules = rbac::namespace_rules(&apis, export);
+        let mut keep = BTreeSet::from([(lease_ns.clone(), names.lease_rbac.clone())]);
+        let mut namespaces: Vec<String> = states.iter().map(|(ns, _)| ns.clone()).collect();
+        namespaces.sort();
+        if !ns_rules.is_empty() {
+            for ns in &namespaces {
+                self.apply_role(&names, ns, &names.rbac, ns_rules.clone()).await?;
+                keep.insert((ns.clone(), names.rbac.clone()));
+                objects.push(issued("Role", Some(ns), &names.rbac));
+                objects.push(issued("RoleBinding", Some(ns), &names.rbac));
+            }
+        }
+
+        self.apply_typed(&ClusterRole {
+            metadata: self.meta(&names, None, &names.rbac),
+            rules: Some(rbac::cluster_rules(&apis)),
+            aggregation_rule: None,
+        })
+        .await?;
+        self.apply_typed(&ClusterRoleBinding {
+            metadata: self.meta(&names, None, &names.rbac),
+            role_ref: k8s_openapi::api::rbac::v1::RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: names.rbac.clone(),
+            },
+            subjects: Some(vec![self.subject(&names)]),
+        })
+        .await?;
+        objects.push(issued("ClusterRole", None, &names.rbac));
+        objects.push(issued("ClusterRoleBinding", None, &names.rbac));
+
+        self.ensure_lease(grant, &names).await?;
+        self.apply_role(&names, &lease_ns, &names.lease_rbac, rbac::lease_rules(&names.lease))
+            .await?;
+        objects.push(issued("Lease", Some(&lease_ns), &names.lease));
+        objects.push(issued("Role", Some(&lease_ns), &names.lease_rbac));
+        objects.push(issued("RoleBinding", Some(&lease_ns), &names.lease_rbac));
+
+        // A namespace dropped from the Grant loses its Role; the namespace itself stays claimed.
+        self.sweep_roles(&names, &keep).await?;
+
+        Ok(Issued {
+            issuer: ISSUER_NAME.into(),
+            service_account: Some(issued("ServiceAccount", Some(&grants_ns), &names.grant)),
+            namespaces,
+            objects,
+        })
+    }
+
+    async fn credential(&self, grant: &Grant) -> Result<Credential, IssueError> {
+        let names = Names::of(grant)?;
+        let ns = &self.options.grants_namespace;
+        let sa = erase::<ServiceAccount>();
+        let ours = self
+            .client
+            .get_opt(&sa, Some(ns), &names.grant)
+            .await?
+            .is_some_and(|sa| sa.metadata.labels.as_ref().and_then(|l| l.get(LABEL_GRANT)) == Some(&names.grant));
+        if !ours {
+            return Err(IssueError::NotIssued);
+        }
+        let body = json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": self.options.token_ttl.as_secs()},
+        });
+        let answer = match self
+            .client
+            .create_subresource(&sa, Some(ns), &names.grant, "token", &body)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(Error::NotFound { .. }) => return Err(IssueError::NotIssued),
+            Err(e) => return Err(e.into()),
+        };
+        let token = answer
+            .pointer("/status/token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| IssueError::Cluster(Error::Decode("the TokenRequest answer carries no token".into())))?
+            .to_string();
+        let expires_at = answer
+            .pointer("/status/expirationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        Ok(Credential { token, expires_at })
+    }
+
+    async fn revoke(&self, grant: &Grant) -> Result<(), IssueError> {
+        let names = Names::of(grant)?;
+        // The ServiceAccount first: its tokens stop working at once.
+        self.delete_quietly(
+            &erase::<ServiceAccount>(),
+            Some(&self.options.grants_namespace),
+            &names.grant,
+        )
+        .await?;
+        self.sweep_roles(&names, &BTreeSet::new()).await?;
+        self.delete_quietly(&erase::<ClusterRoleBinding>(), None, &names.rbac)
+            .await?;
+        self.delete_quietly(&erase::<ClusterRole>(), None, &names.rbac).await?;
+        let others = self
+            .client
+            .list(&erase::<Grant>(), None, &ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|g| g.metadata.name.as_deref() != Some(names.grant.as_str()))
+            .filter(|g| g.metadata.deletion_timestamp.is_none())
+            .any(|g| {
+                g.data.pointer("/spec/consumerClusterUID").and_then(Value::as_str)
+                    == Some(grant.spec.consumer_cluster_uid.as_str())
+            });
+        if !others {
+            self.delete_quietly(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
+                .await?;
+        }
+        Ok(())
+    }
+}

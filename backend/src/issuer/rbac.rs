@@ -1,0 +1,252 @@
+//! The RBAC a Grant's ServiceAccount gets: exactly what the konnector does on a provider
+//! (engine/src, see docs/decisions.md "issuer"), for exactly the Export's APIs.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kbind_api::{Export, RelatedResourceDirection, RelatedResourceKind, ResourceScope};
+
+/// Verbs on an exported resource: the syncer reads and watches (cluster-wide when allowed,
+/// else per namespace), creates, server-side applies or JSON-patches, and deletes copies.
+/// It never updates (PUT) a copy nor deletes a collection.
+pub const SYNC_VERBS: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
+
+/// Verbs on an exported resource's `/status`: status flows down, so reading is all.
+pub const STATUS_VERBS: &[&str] = &["get"];
+
+/// Verbs of a read-only rule.
+pub const READ_VERBS: &[&str] = &["get", "list", "watch"];
+
+/// Verbs on the heartbeat Lease: the konnector renews with get + update.
+pub const LEASE_VERBS: &[&str] = &["get", "update"];
+
+/// One API of an Export as the provider serves it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ResolvedApi {
+    /// `<plural>.<group>` (the CRD's name).
+    pub name: String,
+    /// API group.
+    pub group: String,
+    /// Plural resource name.
+    pub plural: String,
+    /// Whether its objects live in namespaces.
+    pub namespaced: bool,
+}
+
+impl ResolvedApi {
+    /// The API's scope as the catalog reports it.
+    pub fn scope(&self) -> ResourceScope {
+        if self.namespaced {
+            ResourceScope::Namespaced
+        } else {
+            ResourceScope::Cluster
+        }
+    }
+}
+
+fn rule(groups: &[&str], resources: &[String], verbs: &[&str], names: &[String]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.to_vec()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        resource_names: (!names.is_empty()).then(|| names.to_vec()),
+        non_resource_urls: None,
+    }
+}
+
+/// The rules of one API: its objects and its `/status`.
+fn api_rules(api: &ResolvedApi) -> [PolicyRule; 2] {
+    [
+        rule(&[&api.group], std::slice::from_ref(&api.plural), SYNC_VERBS, &[]),
+        rule(&[&api.group], &[format!("{}/status", api.plural)], STATUS_VERBS, &[]),
+    ]
+}
+
+/// The Role in each claimed namespace: the Export's namespaced APIs and its related resources
+/// (read for `FromProvider`, read + write for `FromConsumer`). Empty when the Export has neither.
+pub fn namespace_rules(apis: &[ResolvedApi], export: &Export) -> Vec<PolicyRule> {
+    let mut rules: Vec<PolicyRule> = apis.iter().filter(|a| a.namespaced).flat_map(api_rules).collect();
+    for kind in [RelatedResourceKind::Secrets, RelatedResourceKind::ConfigMaps] {
+        let directions: BTreeSet<bool> = export
+            .spec
+            .related_resources
+            .iter()
+            .filter(|r| r.resource == kind && r.group.is_empty())
+            .map(|r| r.direction == RelatedResourceDirection::FromConsumer)
+            .collect();
+        if directions.is_empty() {
+            continue;
+        }
+        let verbs = if directions.contains(&true) {
+            SYNC_VERBS
+        } else {
+            READ_VERBS
+        };
+        let plural = match kind {
+            RelatedResourceKind::Secrets => "secrets",
+            RelatedResourceKind::ConfigMaps => "configmaps",
+        };
+        rules.push(rule(&[""], &[plural.to_string()], verbs, &[]));
+    }
+    rules
+}
+
+/// The ClusterRole: the Export's cluster-scoped APIs, reading exactly the Export's CRDs (the
+/// konnector's discovery and schema pull) and getting Namespace `kube-system` (its identity).
+pub fn cluster_rules(apis: &[ResolvedApi]) -> Vec<PolicyRule> {
+    let crds: Vec<String> = apis.iter().map(|a| a.name.clone()).collect();
+    let mut rules = vec![
+        rule(
+            &["apiextensions.k8s.io"],
+            &["customresourcedefinitions".to_string()],
+            READ_VERBS,
+            &crds,
+        ),
+        rule(
+            &[""],
+            &["namespaces".to_string()],
+            &["get"],
+            &["kube-system".to_string()],
+        ),
+    ];
+    rules.extend(apis.iter().filter(|a| !a.namespaced).flat_map(api_rules));
+    rules
+}
+
+/// The Role in the lease namespace: get and update on exactly the consumer's Lease.
+pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
+    vec![rule(
+        &["coordination.k8s.io"],
+        &["leases".to_string()],
+        LEASE_VERBS,
+        &[lease.to_string()],
+    )]
+}
+
+/// What the issuer module itself (the Kubernetes issuer and its controllers) needs on the
+/// provider, for the chart's ClusterRole. `escalate` and `bind` on Roles and ClusterRoles let it
+/// grant what it does not hold (the exported resources); they make it as powerful as an admin
+/// of RBAC, which issuing credentials is. `backend/tests/real_rbac.rs` runs it on exactly these.
+pub fn issuer_rules() -> Vec<PolicyRule> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let r = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(s(groups)),
+        resources: Some(s(resources)),
+        verbs: s(verbs),
+        resource_names: None,
+        non_resource_urls: None,
+    };
+    vec![
+        // Claims (create; delete only a namespace this attempt created), kube-system (identity).
+        r(&[""], &["namespaces"], &["get", "create", "delete"]),
+        r(&[""], &["serviceaccounts"], &["get", "create", "patch", "delete"]),
+        r(&[""], &["serviceaccounts/token"], &["create"]),
+        r(&["coordination.k8s.io"], &["leases"], &["get", "create", "delete"]),
+        r(
+            &["rbac.authorization.k8s.io"],
+            &["roles", "rolebindings"],
+            &["list", "create", "patch", "delete"],
+        ),
+        r(
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles", "clusterrolebindings"],
+            &["create", "patch", "delete"],
+        ),
+        r(
+            &["rbac.authorization.k8s.io"],
+            &["roles", "clusterroles"],
+            &["escalate", "bind"],
+        ),
+        r(
+            &["apiextensions.k8s.io"],
+            &["customresourcedefinitions"],
+            &["get", "list", "watch"],
+        ),
+        r(&["iam.kbind.io"], &["grants"], &["get", "list", "watch", "patch"]),
+        r(&["iam.kbind.io"], &["grants/status"], &["patch"]),
+        r(&["catalog.kbind.io"], &["exports"], &["get", "list", "watch"]),
+        r(&["catalog.kbind.io"], &["exports/status"], &["patch"]),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbind_api::{ExportSpec, RelatedResource};
+
+    fn api(name: &str, namespaced: bool) -> ResolvedApi {
+        let (plural, group) = name.split_once('.').unwrap();
+        ResolvedApi {
+            name: name.into(),
+            group: group.into(),
+            plural: plural.into(),
+            namespaced,
+        }
+    }
+
+    fn export(related: Vec<RelatedResource>) -> Export {
+        Export::new(
+            "e",
+            ExportSpec {
+                title: "E".into(),
+                description: None,
+                icon: None,
+                docs: None,
+                apis: vec![],
+                conflict_policy: Default::default(),
+                related_resources: related,
+            },
+        )
+    }
+
+    fn related(kind: RelatedResourceKind, direction: RelatedResourceDirection) -> RelatedResource {
+        RelatedResource {
+            group: String::new(),
+            resource: kind,
+            direction,
+            selector: Default::default(),
+        }
+    }
+
+    #[test]
+    fn namespaced_apis_go_to_the_namespace_role_and_cluster_apis_to_the_cluster_role() {
+        let apis = [api("widgets.example.org", true), api("gadgets.example.org", false)];
+        let ns = namespace_rules(&apis, &export(vec![]));
+        assert_eq!(ns.len(), 2);
+        assert_eq!(ns[0].resources.as_deref(), Some(&["widgets".to_string()][..]));
+        assert_eq!(ns[1].resources.as_deref(), Some(&["widgets/status".to_string()][..]));
+        assert_eq!(ns[1].verbs, ["get"]);
+        let cluster = cluster_rules(&apis);
+        assert_eq!(
+            cluster[0].resource_names.as_deref(),
+            Some(&["widgets.example.org".to_string(), "gadgets.example.org".to_string()][..])
+        );
+        assert_eq!(
+            cluster[1].resource_names.as_deref(),
+            Some(&["kube-system".to_string()][..])
+        );
+        assert_eq!(cluster[2].resources.as_deref(), Some(&["gadgets".to_string()][..]));
+        assert_eq!(cluster.len(), 4);
+    }
+
+    #[test]
+    fn related_resources_are_read_only_from_the_provider_and_writable_from_the_consumer() {
+        use RelatedResourceDirection::*;
+        use RelatedResourceKind::*;
+        let rules = namespace_rules(
+            &[],
+            &export(vec![related(Secrets, FromProvider), related(ConfigMaps, FromConsumer)]),
+        );
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0].resources.as_deref(), Some(&["secrets".to_string()][..]));
+        assert_eq!(rules[0].verbs, READ_VERBS);
+        assert_eq!(rules[1].verbs, SYNC_VERBS);
+        // Both directions over one kind: the union.
+        let both = namespace_rules(
+            &[],
+            &export(vec![related(Secrets, FromProvider), related(Secrets, FromConsumer)]),
+        );
+        assert_eq!(both.len(), 1);
+        assert_eq!(both[0].verbs, SYNC_VERBS);
+    }
+}

@@ -1,0 +1,942 @@
+//! The Kubernetes issuer and its controllers on a fakeapi provider in process (paused clock):
+//! what a Grant gets, refusals that leave nothing behind, re-bind, revoke, the finalizer, kcp.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fakeapi::{FakeCluster, UserInfo};
+use kbind_api::consts::backend::{ISSUER_FINALIZER, LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT};
+use kbind_api::{
+    BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
+    RelatedResourceKind, grant_name,
+};
+use kbind_backend::issuer::{IssueError, Issuer, KubernetesIssuer, Options, run_controller};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Error, ListParams, PostParams,
+};
+use serde_json::{Value, json};
+
+const CONSUMER: &str = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
+const OTHER_CONSUMER: &str = "7d0e8c1f-2b3a-4c5d-8e9f-a0b1c2d3e4f5";
+
+fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
+    let labels = if exported {
+        json!({"core.kbind.io/exported": "true"})
+    } else {
+        json!({})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
+        "spec": {
+            "group": "example.org", "scope": scope,
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    })
+}
+
+fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn widgets() -> ApiResource {
+    res("example.org", "v1", "Widget", "widgets")
+}
+fn gadgets() -> ApiResource {
+    res("example.org", "v1", "Gadget", "gadgets")
+}
+fn namespaces() -> ApiResource {
+    res("", "v1", "Namespace", "namespaces")
+}
+fn leases() -> ApiResource {
+    res("coordination.k8s.io", "v1", "Lease", "leases")
+}
+fn crds() -> ApiResource {
+    res(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    )
+}
+
+fn obj(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+struct Provider {
+    cluster: FakeCluster,
+    admin: Arc<dyn ClusterClient>,
+    issuer: Arc<KubernetesIssuer>,
+}
+
+async fn provider_with(cluster: FakeCluster, kcp_like: bool) -> Provider {
+    let admin: Arc<dyn ClusterClient> = Arc::new(cluster.admin_client());
+    for mut c in kbind_api::backend_crds() {
+        // kube-apiserver defaults listKind; fakeapi does not, and re-establishes for ever.
+        c.spec.names.list_kind = Some(format!("{}List", c.spec.names.kind));
+        admin.create_typed(&c).await.expect("backend CRD");
+    }
+    if !kcp_like {
+        for c in [
+            crd("widgets", "Widget", "Namespaced", true),
+            crd("gadgets", "Gadget", "Cluster", true),
+            crd("secretthings", "SecretThing", "Namespaced", false),
+        ] {
+            admin
+                .create(&crds(), None, &obj(c), &PostParams::default())
+                .await
+                .expect("CRD");
+        }
+    }
+    let mut served = vec![ApiResource::erase::<Grant>(&()), ApiResource::erase::<Export>(&())];
+    if !kcp_like {
+        served.extend([widgets(), gadgets()]);
+    }
+    for r in served {
+        let mut tries = 0;
+        while admin.list(&r, None, &ListParams::default()).await.is_err() {
+            tries += 1;
+            assert!(tries < 1000, "{} is never served", r.plural);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let issuer = Arc::new(KubernetesIssuer::new(admin.clone(), Options::default()));
+    Provider { cluster, admin, issuer }
+}
+
+async fn provider() -> Provider {
+    provider_with(FakeCluster::builder("provider").seed(7).build(), false).await
+}
+
+fn export(name: &str, apis: &[&str], related: Vec<RelatedResource>) -> Export {
+    Export::new(
+        name,
+        ExportSpec {
+            title: name.into(),
+            description: None,
+            icon: None,
+            docs: None,
+            apis: apis.iter().map(|a| BoundApiRef { name: a.to_string() }).collect(),
+            conflict_policy: Default::default(),
+            related_resources: related,
+        },
+    )
+}
+
+fn grant(subject: &str, export: &str, consumer: &str, namespaces: &[&str]) -> Grant {
+    let name = grant_name(subject, export, consumer);
+    let mut g = Grant::new(
+        &name,
+        GrantSpec {
+            identity: GrantIdentity {
+                subject: subject.into(),
+                name: None,
+            },
+            export: export.into(),
+            consumer_cluster_uid: consumer.into(),
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+        },
+    );
+    g.metadata.labels = Some(
+        [
+            (LABEL_GRANT.to_string(), name.clone()),
+            (LABEL_EXPORT.to_string(), export.to_string()),
+            (LABEL_CONSUMER_CLUSTER_UID.to_string(), consumer.to_string()),
+        ]
+        .into(),
+    );
+    g
+}
+
+fn widgets_export() -> Export {
+    export(
+        "widgets",
+        &["widgets.example.org", "gadgets.example.org"],
+        vec![
+            RelatedResource {
+                group: String::new(),
+                resource: RelatedResourceKind::Secrets,
+                direction: RelatedResourceDirection::FromProvider,
+                selector: Default::default(),
+            },
+            RelatedResource {
+                group: String::new(),
+                resource: RelatedResourceKind::ConfigMaps,
+                direction: RelatedResourceDirection::FromConsumer,
+                selector: Default::default(),
+            },
+        ],
+    )
+}
+
+/// Every (kind, namespace, name) labelled as issued for `grant`.
+async fn issued_objects(p: &Provider, grant: &str) -> BTreeSet<(String, String, String)> {
+    let selector = format!("{LABEL_GRANT}={grant}");
+    let mut found = BTreeSet::new();
+    for r in [
+        res("", "v1", "ServiceAccount", "serviceaccounts"),
+        res("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+        res("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+        res("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles"),
+        res(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+        ),
+        leases(),
+        namespaces(),
+    ] {
+        let list = p
+            .admin
+            .list(&r, None, &ListParams::default().labels(&selector))
+            .await
+            .expect("list");
+        for o in list.items {
+            found.insert((
+                r.kind.clone(),
+                o.metadata.namespace.unwrap_or_default(),
+                o.metadata.name.unwrap_or_default(),
+            ));
+        }
+    }
+    found
+}
+
+async fn namespace_names(p: &Provider) -> BTreeSet<String> {
+    p.admin
+        .list(&namespaces(), None, &ListParams::default())
+        .await
+        .expect("namespaces")
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect()
+}
+
+/// A client acting with exactly the token `issuer.credential` minted.
+async fn token_client(p: &Provider, g: &Grant) -> (String, Arc<dyn ClusterClient>) {
+    let credential = p.issuer.credential(g).await.expect("credential");
+    let user: UserInfo = p
+        .cluster
+        .authenticate(&credential.token)
+        .expect("the token authenticates");
+    (credential.token, Arc::new(p.cluster.client(user)))
+}
+
+fn kinds(set: &BTreeSet<(String, String, String)>) -> Vec<String> {
+    set.iter().map(|(k, ns, n)| format!("{k} {ns}/{n}")).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exactly_them() {
+    let p = provider().await;
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    let issued = p.issuer.provision(&g, &widgets_export()).await.expect("provisioned");
+    let name = g.metadata.name.clone().unwrap();
+    let rbac = format!("kbind:{name}");
+    let lease_rbac = format!("kbind:{name}:lease");
+    let lease = format!("consumer-{CONSUMER}");
+
+    let expected: BTreeSet<(String, String, String)> = [
+        ("ServiceAccount", "kbind-grants", name.as_str()),
+        ("Role", "team-a", rbac.as_str()),
+        ("RoleBinding", "team-a", rbac.as_str()),
+        ("Role", "kbind", lease_rbac.as_str()),
+        ("RoleBinding", "kbind", lease_rbac.as_str()),
+        ("ClusterRole", "", rbac.as_str()),
+        ("ClusterRoleBinding", "", rbac.as_str()),
+    ]
+    .iter()
+    .map(|(k, ns, n)| (k.to_string(), ns.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(kinds(&issued_objects(&p, &name).await), kinds(&expected));
+    assert_eq!(issued.namespaces, ["team-a"]);
+    assert_eq!(issued.issuer, "kubernetes");
+    assert_eq!(issued.objects.len(), 7, "{:?}", issued.objects);
+
+    // The claimed namespace, the lease and grants namespaces, and the pre-created Lease.
+    let ns = p.admin.get(&namespaces(), None, "team-a").await.expect("claimed");
+    let labels = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("iam.kbind.io/claimed-by"),
+        Some(&kbind_backend::issuer::claims::claimed_by_value("token:alice"))
+    );
+    assert_eq!(
+        labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+        Some("kbind-backend")
+    );
+    assert_eq!(
+        ns.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("iam.kbind.io/claimed-by")
+            .map(String::as_str),
+        Some("token:alice")
+    );
+    let l = p
+        .admin
+        .get(&leases(), Some("kbind"), &lease)
+        .await
+        .expect("lease pre-created");
+    assert_eq!(
+        l.metadata
+            .labels
+            .unwrap_or_default()
+            .get("core.kbind.io/managed")
+            .map(String::as_str),
+        Some("true")
+    );
+
+    // What the token can do (fakeapi authorizes with RBAC).
+    let (_, as_grant) = token_client(&p, &g).await;
+    let widget = |ns: &str| {
+        obj(json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": ns}}))
+    };
+    as_grant
+        .create(&widgets(), Some("team-a"), &widget("team-a"), &PostParams::default())
+        .await
+        .expect("create a widget in the claimed namespace");
+    p.admin
+        .create(
+            &namespaces(),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+    let refused = as_grant
+        .create(&widgets(), Some("team-b"), &widget("team-b"), &PostParams::default())
+        .await;
+    assert!(matches!(refused, Err(Error::Forbidden { .. })), "{refused:?}");
+    assert!(matches!(
+        as_grant.list(&widgets(), None, &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
+    let gadget = obj(json!({"apiVersion": "example.org/v1", "kind": "Gadget", "metadata": {"name": "g"}}));
+    as_grant
+        .create(&gadgets(), None, &gadget, &PostParams::default())
+        .await
+        .expect("cluster-scoped API");
+    as_grant
+        .get(&crds(), None, "widgets.example.org")
+        .await
+        .expect("read the exported CRD");
+    assert!(matches!(
+        as_grant.get(&crds(), None, "secretthings.example.org").await,
+        Err(Error::Forbidden { .. })
+    ));
+    assert!(matches!(
+        as_grant.get(&crds(), None, "grants.iam.kbind.io").await,
+        Err(Error::Forbidden { .. })
+    ));
+    let identity = as_grant.identity().await.expect("identity");
+    assert_eq!(identity.uid, p.cluster.identity_uid());
+    assert!(matches!(
+        as_grant.list(&namespaces(), None, &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
+    // The Lease: get + update on exactly ours.
+    let mut mine = as_grant
+        .get(&leases(), Some("kbind"), &lease)
+        .await
+        .expect("get our lease");
+    mine.data["spec"]["renewTime"] = json!("2026-01-01T00:00:00.000000Z");
+    as_grant
+        .replace(&leases(), Some("kbind"), &lease, &mine, &PostParams::default())
+        .await
+        .expect("renew");
+    let other = obj(
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": format!("consumer-{OTHER_CONSUMER}"), "namespace": "kbind"}, "spec": {}}),
+    );
+    p.admin
+        .create(&leases(), Some("kbind"), &other, &PostParams::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        as_grant
+            .get(&leases(), Some("kbind"), &format!("consumer-{OTHER_CONSUMER}"))
+            .await,
+        Err(Error::Forbidden { .. })
+    ));
+    // Related: secrets read-only, configmaps writable, in the claimed namespace only.
+    as_grant
+        .list(
+            &res("", "v1", "Secret", "secrets"),
+            Some("team-a"),
+            &ListParams::default(),
+        )
+        .await
+        .expect("list secrets");
+    let secret = obj(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "team-a"}}));
+    assert!(matches!(
+        as_grant
+            .create(
+                &res("", "v1", "Secret", "secrets"),
+                Some("team-a"),
+                &secret,
+                &PostParams::default()
+            )
+            .await,
+        Err(Error::Forbidden { .. })
+    ));
+    let cm = obj(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}}));
+    as_grant
+        .create(
+            &res("", "v1", "ConfigMap", "configmaps"),
+            Some("team-a"),
+            &cm,
+            &PostParams::default(),
+        )
+        .await
+        .expect("write a configmap (FromConsumer)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_namespace_claimed_by_another_identity_is_refused_and_nothing_is_created() {
+    let p = provider().await;
+    let alice = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.issuer.provision(&alice, &widgets_export()).await.expect("alice");
+    let before = namespace_names(&p).await;
+    // Bob asks for a free namespace and Alice's: refused before anything is written.
+    let bob = grant("token:bob", "widgets", OTHER_CONSUMER, &["free-one", "team-a"]);
+    let err = p.issuer.provision(&bob, &widgets_export()).await.expect_err("refused");
+    assert!(
+        matches!(&err, IssueError::NamespaceClaimed { namespace } if namespace == "team-a"),
+        "{err:?}"
+    );
+    assert_eq!(err.reason(), "NamespaceClaimed");
+    assert!(
+        issued_objects(&p, bob.metadata.name.as_deref().unwrap())
+            .await
+            .is_empty()
+    );
+    assert_eq!(namespace_names(&p).await, before, "no namespace was created");
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &format!("consumer-{OTHER_CONSUMER}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // An existing namespace kbind did not create.
+    p.admin
+        .create(
+            &namespaces(),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "legacy"}})),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+    let carol = grant("token:carol", "widgets", OTHER_CONSUMER, &["legacy"]);
+    let err = p
+        .issuer
+        .provision(&carol, &widgets_export())
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, IssueError::NamespaceNotClaimable { .. }), "{err:?}");
+    assert!(
+        issued_objects(&p, carol.metadata.name.as_deref().unwrap())
+            .await
+            .is_empty()
+    );
+    // kbind's own namespaces are not claimable either.
+    for own in ["kbind", "kbind-grants", "kube-system"] {
+        let g = grant("token:carol", "widgets", OTHER_CONSUMER, &[own]);
+        let err = p.issuer.provision(&g, &widgets_export()).await.expect_err(own);
+        assert!(
+            matches!(err, IssueError::NamespaceNotClaimable { .. }),
+            "{own}: {err:?}"
+        );
+    }
+    // Alice may use her namespace again for another consumer cluster.
+    let alice2 = grant("token:alice", "widgets", OTHER_CONSUMER, &["team-a"]);
+    p.issuer
+        .provision(&alice2, &widgets_export())
+        .await
+        .expect("same identity");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_api_the_provider_does_not_export_is_refused_with_nothing_created() {
+    let p = provider().await;
+    let e = export(
+        "mixed",
+        &["widgets.example.org", "secretthings.example.org", "nothere.example.org"],
+        vec![],
+    );
+    let g = grant("token:alice", "mixed", CONSUMER, &["team-a"]);
+    let err = p.issuer.provision(&g, &e).await.expect_err("refused");
+    assert!(
+        matches!(&err, IssueError::ApiNotExported(apis) if apis == &["secretthings.example.org", "nothere.example.org"]),
+        "{err:?}"
+    );
+    assert!(issued_objects(&p, g.metadata.name.as_deref().unwrap()).await.is_empty());
+    assert!(!namespace_names(&p).await.contains("team-a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rebind_with_other_namespaces_moves_the_roles_and_keeps_the_old_token_working() {
+    let p = provider().await;
+    let mut g = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.issuer.provision(&g, &widgets_export()).await.expect("first");
+    let name = g.metadata.name.clone().unwrap();
+    let sa_uid = |p: &Provider| {
+        let admin = p.admin.clone();
+        let name = name.clone();
+        async move {
+            admin
+                .get(
+                    &res("", "v1", "ServiceAccount", "serviceaccounts"),
+                    Some("kbind-grants"),
+                    &name,
+                )
+                .await
+                .unwrap()
+                .metadata
+                .uid
+        }
+    };
+    let uid_before = sa_uid(&p).await;
+    let (old_token, _) = token_client(&p, &g).await;
+
+    g.spec.namespaces = vec!["team-b".into(), "team-c".into()];
+    p.issuer.provision(&g, &widgets_export()).await.expect("re-bind");
+    p.issuer.provision(&g, &widgets_export()).await.expect("idempotent");
+    assert_eq!(sa_uid(&p).await, uid_before, "the ServiceAccount was not replaced");
+    assert!(
+        p.cluster.authenticate(&old_token).is_some(),
+        "the old token still works"
+    );
+    let rbac = format!("kbind:{name}");
+    let roles: Vec<String> = issued_objects(&p, &name)
+        .await
+        .into_iter()
+        .filter(|(k, _, n)| k == "Role" && *n == rbac)
+        .map(|(_, ns, _)| ns)
+        .collect();
+    assert_eq!(roles, ["team-b", "team-c"]);
+    assert!(
+        namespace_names(&p).await.contains("team-a"),
+        "a namespace once claimed stays"
+    );
+    // The old token now reaches team-b, not team-a.
+    let user = p.cluster.authenticate(&old_token).unwrap();
+    let as_grant = p.cluster.client(user);
+    as_grant
+        .list(&widgets(), Some("team-b"), &ListParams::default())
+        .await
+        .expect("team-b");
+    assert!(matches!(
+        as_grant.list(&widgets(), Some("team-a"), &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn revoke_removes_everything_but_claimed_namespaces_and_a_lease_another_grant_uses() {
+    let p = provider().await;
+    let a = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    let b = grant("token:alice", "gadgets", CONSUMER, &[]);
+    p.admin.create_typed(&a).await.unwrap();
+    p.admin.create_typed(&b).await.unwrap();
+    p.issuer.provision(&a, &widgets_export()).await.unwrap();
+    p.issuer
+        .provision(&b, &export("gadgets", &["gadgets.example.org"], vec![]))
+        .await
+        .unwrap();
+    let (token, _) = token_client(&p, &a).await;
+    let lease = format!("consumer-{CONSUMER}");
+
+    // Revocation runs while a Grant is being deleted (the finalizer); these have none.
+    p.admin
+        .delete(
+            &ApiResource::erase::<Grant>(&()),
+            None,
+            a.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    p.issuer.revoke(&a).await.expect("revoke");
+    p.issuer.revoke(&a).await.expect("revoke is idempotent");
+    assert!(issued_objects(&p, a.metadata.name.as_deref().unwrap()).await.is_empty());
+    assert!(p.cluster.authenticate(&token).is_none(), "the token stopped working");
+    assert!(
+        namespace_names(&p).await.contains("team-a"),
+        "the claimed namespace stays"
+    );
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &lease)
+            .await
+            .unwrap()
+            .is_some(),
+        "the other Grant of this consumer still heartbeats on the Lease"
+    );
+    assert!(!issued_objects(&p, b.metadata.name.as_deref().unwrap()).await.is_empty());
+
+    p.admin
+        .delete(
+            &ApiResource::erase::<Grant>(&()),
+            None,
+            b.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    p.issuer.revoke(&b).await.expect("revoke the last");
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &lease)
+            .await
+            .unwrap()
+            .is_none(),
+        "the last Grant's Lease goes"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kcp_like_provider_is_unsupported() {
+    let p = provider_with(FakeCluster::builder("kcp").kcp_like(true).seed(7).build(), true).await;
+    let err = p.issuer.check_provider().await.expect_err("unsupported");
+    assert!(matches!(err, IssueError::UnsupportedProvider(_)), "{err:?}");
+    assert_eq!(err.reason(), "UnsupportedProvider");
+    assert!(err.to_string().contains("kcp-like"), "{err}");
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    assert!(matches!(
+        p.issuer.provision(&g, &widgets_export()).await,
+        Err(IssueError::UnsupportedProvider(_))
+    ));
+    assert!(issued_objects(&p, g.metadata.name.as_deref().unwrap()).await.is_empty());
+}
+
+// ---- the controllers ----
+
+struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(p: &Provider) -> Running {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run_controller(p.admin.clone(), p.issuer.clone(), async move {
+        let _ = rx.await;
+    }));
+    Running { stop: Some(tx), task }
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(60), &mut self.task)
+            .await
+            .expect("the controller stops on shutdown")
+            .expect("no panic");
+    }
+}
+
+/// Polls `check` until it holds, within 60 s of (paused, auto-advancing) logical time.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn get_grant(p: &Provider, name: &str) -> Option<Grant> {
+    p.admin.get_typed_opt::<Grant>(None, name).await.unwrap()
+}
+
+fn ready(g: &Grant) -> Option<(String, String, String)> {
+    let status = g.status.as_ref()?;
+    (status.observed_generation == g.metadata.generation).then_some(())?;
+    let c = kbind_api::conditions::find(&status.conditions, "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_issues_a_grant_and_a_deleted_grant_waits_for_it_to_revoke() {
+    let p = provider().await;
+    p.admin.create_typed(&widgets_export()).await.unwrap();
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    let name = g.metadata.name.clone().unwrap();
+    p.admin.create_typed(&g).await.unwrap();
+
+    let running = start(&p);
+    let issued = eventually("the Grant Ready", || async {
+        let g = get_grant(&p, &name).await?;
+        let (status, reason, _) = ready(&g)?;
+        (status == "True").then_some(())?;
+        assert_eq!(reason, "AsExpected");
+        Some(g)
+    })
+    .await;
+    assert!(
+        issued
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == ISSUER_FINALIZER)
+    );
+    let status = issued.status.unwrap();
+    assert_eq!(
+        status.issued.as_ref().map(|i| i.namespaces.clone()),
+        Some(vec!["team-a".to_string()])
+    );
+    assert!(!issued_objects(&p, &name).await.is_empty());
+    running.stop().await;
+
+    // Deleted while no issuer runs: the finalizer keeps it, and what it was given.
+    p.admin
+        .delete(&ApiResource::erase::<Grant>(&()), None, &name, &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let waiting = get_grant(&p, &name).await.expect("the finalizer keeps the Grant");
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert!(!issued_objects(&p, &name).await.is_empty());
+
+    let running = start(&p);
+    eventually("the Grant gone", || async {
+        get_grant(&p, &name).await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        issued_objects(&p, &name).await.is_empty(),
+        "revoked before the finalizer went"
+    );
+    assert!(namespace_names(&p).await.contains("team-a"));
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_reports_a_refusal_on_the_grant_and_creates_nothing() {
+    let p = provider().await;
+    p.admin.create_typed(&widgets_export()).await.unwrap();
+    let alice = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.issuer.provision(&alice, &widgets_export()).await.unwrap();
+    let before = namespace_names(&p).await;
+    let bob = grant("token:bob", "widgets", OTHER_CONSUMER, &["team-x", "team-a"]);
+    let name = bob.metadata.name.clone().unwrap();
+    p.admin.create_typed(&bob).await.unwrap();
+    let missing = grant("token:bob", "nope", OTHER_CONSUMER, &[]);
+    p.admin.create_typed(&missing).await.unwrap();
+
+    let running = start(&p);
+    let (status, reason, message) = eventually("a refusal", || async { ready(&get_grant(&p, &name).await?) }).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NamespaceClaimed"));
+    assert!(message.contains("team-a"), "{message}");
+    let (_, reason, _) = eventually("ExportNotFound", || async {
+        ready(&get_grant(&p, missing.metadata.name.as_deref()?).await?)
+    })
+    .await;
+    assert_eq!(reason, "ExportNotFound");
+    assert!(issued_objects(&p, &name).await.is_empty());
+    assert_eq!(namespace_names(&p).await, before);
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_export_status_names_the_apis_the_provider_does_not_export() {
+    let p = provider().await;
+    let e = export(
+        "mixed",
+        &["widgets.example.org", "gadgets.example.org", "secretthings.example.org"],
+        vec![],
+    );
+    p.admin.create_typed(&e).await.unwrap();
+    let running = start(&p);
+    let get = || async { p.admin.get_typed_opt::<Export>(None, "mixed").await.unwrap() };
+    let status = eventually("the Export status", || async {
+        let s = get().await?.status?;
+        (!s.apis.is_empty()).then_some(s)
+    })
+    .await;
+    let apis: Vec<(String, bool, Option<String>)> = status
+        .apis
+        .iter()
+        .map(|a| (a.name.clone(), a.exported, a.scope.map(|s| format!("{s:?}"))))
+        .collect();
+    assert_eq!(
+        apis,
+        [
+            ("widgets.example.org".to_string(), true, Some("Namespaced".to_string())),
+            ("gadgets.example.org".to_string(), true, Some("Cluster".to_string())),
+            ("secretthings.example.org".to_string(), false, None),
+        ]
+    );
+    let c = kbind_api::conditions::find(&status.conditions, "Ready").unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "APINotExported"));
+    assert!(
+        c.message.contains("secretthings.example.org") && !c.message.contains("widgets"),
+        "{}",
+        c.message
+    );
+
+    // The provider exports it: the Export becomes Ready.
+    let patch = json!({"metadata": {"labels": {"core.kbind.io/exported": "true"}}});
+    p.admin
+        .patch(
+            &crds(),
+            None,
+            "secretthings.example.org",
+            &kbind_cluster::Patch::Merge(patch),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    eventually("the Export Ready", || async {
+        let s = get().await?.status?;
+        kbind_api::conditions::is_true(&s.conditions, "Ready").then_some(())
+    })
+    .await;
+    running.stop().await;
+}
+
+#[test]
+fn options_defaults_and_flags() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        issuer: Options,
+    }
+    let d = Cli::parse_from(["x"]).issuer;
+    assert_eq!(d, Options::default());
+    assert_eq!(d.token_ttl, Duration::from_secs(8760 * 3600));
+    let o = Cli::parse_from([
+        "x",
+        "--grants-namespace",
+        "g",
+        "--lease-namespace",
+        "l",
+        "--token-ttl",
+        "30d",
+    ])
+    .issuer;
+    assert_eq!((o.grants_namespace.as_str(), o.lease_namespace.as_str()), ("g", "l"));
+    assert_eq!(o.token_ttl, Duration::from_secs(30 * 86400));
+    assert!(Cli::try_parse_from(["x", "--token-ttl", "1m"]).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn grants_follow_their_export_and_a_deleted_role_comes_back() {
+    let p = provider().await;
+    let plain = export("widgets", &["widgets.example.org"], vec![]);
+    p.admin.create_typed(&plain).await.unwrap();
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    let name = g.metadata.name.clone().unwrap();
+    p.admin.create_typed(&g).await.unwrap();
+    let running = start(&p);
+    let role_res = res("rbac.authorization.k8s.io", "v1", "Role", "roles");
+    let rbac = format!("kbind:{name}");
+    let role_resources = |p: &Provider| {
+        let (admin, role_res, rbac) = (p.admin.clone(), role_res.clone(), rbac.clone());
+        async move {
+            let role = admin.get_opt(&role_res, Some("team-a"), &rbac).await.unwrap()?;
+            let mut found: Vec<String> = role.data["rules"]
+                .as_array()?
+                .iter()
+                .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            found.sort();
+            Some(found)
+        }
+    };
+    let first = eventually("the Role", || async { role_resources(&p).await }).await;
+    assert_eq!(first, ["widgets", "widgets/status"]);
+
+    // The Export gains a related resource: the Grant's Role follows without touching the Grant.
+    let mut current = p.admin.get_typed_opt::<Export>(None, "widgets").await.unwrap().unwrap();
+    current.spec.related_resources = widgets_export().spec.related_resources;
+    p.admin
+        .replace(
+            &ApiResource::erase::<Export>(&()),
+            None,
+            "widgets",
+            &kbind_cluster::to_dynamic(&current).unwrap(),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("the Role follows the Export", || async {
+        let r = role_resources(&p).await?;
+        (r == ["configmaps", "secrets", "widgets", "widgets/status"]).then_some(())
+    })
+    .await;
+
+    // Someone deletes the ClusterRole: the periodic re-provision puts it back.
+    let cr = res("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles");
+    p.admin
+        .delete(&cr, None, &rbac, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15 * 60);
+    loop {
+        if p.admin.get_opt(&cr, None, &rbac).await.unwrap().is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ClusterRole never came back"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn provisioning_an_unchanged_grant_again_writes_nothing() {
+    let p = provider().await;
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a", "team-b"]);
+    p.issuer.provision(&g, &widgets_export()).await.unwrap();
+    let writes = p.cluster.write_log().len();
+    assert!(writes > 0, "the write log records writes");
+    let requests = p.cluster.request_log().len();
+    p.issuer.provision(&g, &widgets_export()).await.unwrap();
+    let new_writes = p.cluster.write_log().len() - writes;
+    let new_requests = p.cluster.request_log_from(requests);
+    println!(
+        "re-provision of an unchanged Grant (2 namespaces): {} requests",
+        new_requests.len()
+    );
+    assert_eq!(
+        new_writes,
+        0,
+        "an unchanged Grant was written: {:?}",
+        &p.cluster.write_log()[writes..]
+    );
+}

@@ -1,0 +1,739 @@
+//! The credential the Kubernetes issuer mints, tried on a real kube-apiserver (kbind-testenv):
+//! every verb × every resource and subresource from discovery × {a claimed namespace, an
+//! unclaimed namespace, all namespaces / cluster scope}, plus named objects (the exported CRDs,
+//! `kube-system`, our Lease and another consumer's), through SelfSubjectAccessReview; every
+//! allowed answer is then tried for real. The allowed set must be exactly the Grant's, on top of
+//! what any authenticated caller may do (measured with a bare ServiceAccount, not assumed).
+//! The Grant controller provisions (finalizer, status, the Export's status) and, when the Grant
+//! is deleted, revokes: the token stops working. The issuer and its controller run as a
+//! ServiceAccount holding exactly `issuer_rules()`, the least privilege the chart gives them.
+//!
+//! Without the binaries the test prints one line and passes, unless `KBIND_REQUIRE_REAL_K8S=1`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use kbind_api::consts::backend::{LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT};
+use kbind_api::{
+    BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
+    RelatedResourceKind, grant_name,
+};
+use kbind_backend::issuer::{Issuer, KubernetesIssuer, Options, run_controller};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Error, KubeClusterClient, ListParams,
+    Patch, PatchParams, PostParams, WatchParams,
+};
+use kbind_testenv::{TestEnv, User};
+use serde_json::{Value, json};
+
+const CONSUMER: &str = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
+const OTHER_CONSUMER: &str = "7d0e8c1f-2b3a-4c5d-8e9f-a0b1c2d3e4f5";
+const CLAIMED: &str = "team-a";
+const UNCLAIMED: &str = "team-z";
+const VERBS: [&str; 8] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+
+fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
+    let labels = if exported {
+        json!({"core.kbind.io/exported": "true"})
+    } else {
+        json!({})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
+        "spec": {
+            "group": "example.org", "scope": scope,
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    })
+}
+
+fn obj(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Scope {
+    /// One namespace.
+    In(&'static str),
+    /// All namespaces (namespaced resources) or the cluster (cluster-scoped ones).
+    All,
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::In(ns) => write!(f, "ns/{ns}"),
+            Scope::All => f.write_str("cluster"),
+        }
+    }
+}
+
+/// One row of the table: a resource (with subresource), a scope and maybe a name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Row {
+    group: String,
+    resource: String,
+    subresource: String,
+    scope: Scope,
+    name: Option<String>,
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            String::new()
+        } else {
+            format!(".{}", self.group)
+        };
+        let sub = if self.subresource.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", self.subresource)
+        };
+        write!(f, "{}{group}{sub} @ {}", self.resource, self.scope)?;
+        if let Some(n) = &self.name {
+            write!(f, " name={n}")?;
+        }
+        Ok(())
+    }
+}
+
+async fn allowed(client: &kube::Client, row: &Row, verb: &str) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(row.group.clone()),
+                resource: Some(row.resource.clone()),
+                subresource: (!row.subresource.is_empty()).then(|| row.subresource.clone()),
+                namespace: match row.scope {
+                    Scope::In(ns) => Some(ns.to_string()),
+                    Scope::All => None,
+                },
+                name: row.name.clone(),
+                verb: Some(verb.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let answer = api
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .expect("SelfSubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// Every (row, verb) `client` may do.
+async fn allowed_set(client: &kube::Client, rows: &[Row]) -> BTreeSet<(Row, &'static str)> {
+    let pairs: Vec<(Row, &'static str)> = rows
+        .iter()
+        .flat_map(|r| VERBS.iter().map(move |v| (r.clone(), *v)))
+        .collect();
+    futures::stream::iter(pairs)
+        .map(|(row, verb)| async move { allowed(client, &row, verb).await.then_some((row, verb)) })
+        .buffer_unordered(16)
+        .filter_map(|x| async move { x })
+        .collect()
+        .await
+}
+
+fn token_config(base: &kube::Config, token: &str) -> kube::Config {
+    let mut config = base.clone();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
+    config
+}
+
+async fn wait_served(admin: &dyn ClusterClient, res: &ApiResource) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin.list(res, None, &ListParams::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "{} is never served", res.plural);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn res(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: if group.is_empty() {
+            "v1".into()
+        } else {
+            format!("{group}/v1")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// What the Grant below should allow, written out by hand (not derived from the issuer's code).
+fn expected_by_grant(lease: &str) -> BTreeSet<(Row, &'static str)> {
+    let row = |group: &str, resource: &str, sub: &str, scope: Scope, name: Option<&str>| Row {
+        group: group.into(),
+        resource: resource.into(),
+        subresource: sub.into(),
+        scope,
+        name: name.map(str::to_string),
+    };
+    let sync = ["get", "list", "watch", "create", "patch", "delete"];
+    let mut set = BTreeSet::new();
+    let mut add = |r: Row, verbs: &[&'static str]| {
+        for v in verbs {
+            set.insert((r.clone(), *v));
+        }
+    };
+    add(row("example.org", "widgets", "", Scope::In(CLAIMED), None), &sync);
+    add(
+        row("example.org", "widgets", "status", Scope::In(CLAIMED), None),
+        &["get"],
+    );
+    add(
+        row("", "secrets", "", Scope::In(CLAIMED), None),
+        &["get", "list", "watch"],
+    );
+    add(row("", "configmaps", "", Scope::In(CLAIMED), None), &sync);
+    add(row("example.org", "gadgets", "", Scope::All, None), &sync);
+    add(row("example.org", "gadgets", "status", Scope::All, None), &["get"]);
+    for name in ["widgets.example.org", "gadgets.example.org"] {
+        add(
+            row(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "",
+                Scope::All,
+                Some(name),
+            ),
+            &["get", "list", "watch"],
+        );
+    }
+    add(row("", "namespaces", "", Scope::All, Some("kube-system")), &["get"]);
+    add(
+        row("coordination.k8s.io", "leases", "", Scope::In("kbind"), Some(lease)),
+        &["get", "update"],
+    );
+    set
+}
+
+/// Does `verb` on `row` for real; `Err` only on 401/403 (any other answer means RBAC let it through).
+async fn try_for_real(
+    client: &dyn ClusterClient,
+    kube_client: &kube::Client,
+    row: &Row,
+    verb: &str,
+) -> Result<(), Error> {
+    let r = res(&row.group, "Unknown", &row.resource);
+    let r = match (row.group.as_str(), row.resource.as_str()) {
+        ("example.org", "widgets") => res("example.org", "Widget", "widgets"),
+        ("example.org", "gadgets") => res("example.org", "Gadget", "gadgets"),
+        ("", "secrets") => res("", "Secret", "secrets"),
+        ("", "configmaps") => res("", "ConfigMap", "configmaps"),
+        ("", "namespaces") => res("", "Namespace", "namespaces"),
+        ("coordination.k8s.io", "leases") => res("coordination.k8s.io", "Lease", "leases"),
+        ("apiextensions.k8s.io", _) => {
+            erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>()
+        }
+        _ => r,
+    };
+    let ns = match row.scope {
+        Scope::In(ns) => Some(ns),
+        Scope::All => None,
+    };
+    let name = row.name.clone().unwrap_or_else(|| "probe".into());
+    let answer = match (verb, row.subresource.as_str()) {
+        ("get", "") => client.get(&r, ns, &name).await.map(|_| ()),
+        ("get", "status") => {
+            let api: kube::Api<DynamicObject> = match ns {
+                Some(ns) => kube::Api::namespaced_with(kube_client.clone(), ns, &r),
+                None => kube::Api::all_with(kube_client.clone(), &r),
+            };
+            match api.get_status(&name).await {
+                Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => Err(Error::Forbidden {
+                    verb: "get".into(),
+                    resource: format!("{}/status", r.plural),
+                    message: status.message,
+                }),
+                _ => Ok(()),
+            }
+        }
+        ("list", _) if row.name.is_some() => client
+            .list(&r, ns, &ListParams::default().fields(&format!("metadata.name={name}")))
+            .await
+            .map(|_| ()),
+        ("list", _) => client.list(&r, ns, &ListParams::default()).await.map(|_| ()),
+        ("watch", _) => {
+            let mut params = WatchParams::default().timeout(1);
+            if row.name.is_some() {
+                params = params.fields(&format!("metadata.name={name}"));
+            }
+            match client.watch(&r, ns, &params, "0").await {
+                Ok(stream) => stream.try_collect::<Vec<_>>().await.map(|_| ()),
+                Err(e) => Err(e),
+            }
+        }
+        ("create", _) => {
+            let mut body = json!({"apiVersion": r.api_version, "kind": r.kind, "metadata": {"name": format!("probe-{}", row.resource)}});
+            if let Some(ns) = ns {
+                body["metadata"]["namespace"] = json!(ns);
+            }
+            client
+                .create(&r, ns, &obj(body), &PostParams::default())
+                .await
+                .map(|_| ())
+        }
+        ("update", _) => {
+            let current = client.get(&r, ns, &name).await?;
+            client
+                .replace(&r, ns, &name, &current, &PostParams::default())
+                .await
+                .map(|_| ())
+        }
+        ("patch", _) => client
+            .patch(
+                &r,
+                ns,
+                &name,
+                &Patch::Merge(json!({"metadata": {"labels": {"probe": "yes"}}})),
+                &PatchParams::default(),
+            )
+            .await
+            .map(|_| ()),
+        ("delete", _) => client.delete(&r, ns, &name, &DeleteParams::default()).await.map(|_| ()),
+        (other, sub) => panic!("no real request for {other} on /{sub}"),
+    };
+    match answer {
+        Err(e @ (Error::Forbidden { .. } | Error::Unauthorized { .. })) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// A client acting as ServiceAccount `kbind-system/kbind-backend`, bound to exactly
+/// `kbind_backend::issuer::rbac::issuer_rules()`.
+async fn backend_client(admin: &dyn ClusterClient, admin_config: &kube::Config) -> Arc<dyn ClusterClient> {
+    let ns = "kbind-system";
+    admin
+        .create(
+            &res("", "Namespace", "namespaces"),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+            &PostParams::default(),
+        )
+        .await
+        .expect("the backend's namespace");
+    let sa = erase::<k8s_openapi::api::core::v1::ServiceAccount>();
+    admin
+        .create(
+            &sa,
+            Some(ns),
+            &obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kbind-backend", "namespace": ns}})),
+            &PostParams::default(),
+        )
+        .await
+        .expect("the backend's ServiceAccount");
+    let role = k8s_openapi::api::rbac::v1::ClusterRole {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kbind-backend-issuer".into()),
+            ..Default::default()
+        },
+        rules: Some(kbind_backend::issuer::rbac::issuer_rules()),
+        aggregation_rule: None,
+    };
+    admin.create_typed(&role).await.expect("the issuer's ClusterRole");
+    admin
+        .create(
+            &erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(),
+            None,
+            &obj(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "kbind-backend-issuer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kbind-backend-issuer"},
+                "subjects": [{"kind": "ServiceAccount", "name": "kbind-backend", "namespace": ns}],
+            })),
+            &PostParams::default(),
+        )
+        .await
+        .expect("the issuer's ClusterRoleBinding");
+    let token = admin
+        .create_subresource(
+            &sa,
+            Some(ns),
+            "kbind-backend",
+            "token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .expect("the backend's token")["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    Arc::new(KubeClusterClient::from_config(token_config(admin_config, &token)).expect("backend client"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
+    let Some(env) = TestEnv::start_or_skip(1).await.expect("kbind-testenv") else {
+        return;
+    };
+    let cluster = env.cluster(0);
+    let admin_config = cluster.config(User::Admin).await.expect("admin config");
+    let admin: Arc<dyn ClusterClient> =
+        Arc::new(KubeClusterClient::from_config(admin_config.clone()).expect("admin client"));
+
+    for c in kbind_api::backend_crds() {
+        admin.create_typed(&c).await.expect("backend CRD");
+    }
+    for c in [
+        crd("widgets", "Widget", "Namespaced", true),
+        crd("gadgets", "Gadget", "Cluster", true),
+        crd("secretthings", "SecretThing", "Namespaced", false),
+    ] {
+        admin
+            .create(
+                &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+                ),
+                None,
+                &obj(c),
+                &PostParams::default(),
+            )
+            .await
+            .expect("CRD");
+    }
+    for r in [
+        erase::<Grant>(),
+        erase::<Export>(),
+        res("example.org", "Widget", "widgets"),
+        res("example.org", "Gadget", "gadgets"),
+    ] {
+        wait_served(admin.as_ref(), &r).await;
+    }
+    admin
+        .create(
+            &res("", "Namespace", "namespaces"),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": UNCLAIMED}})),
+            &PostParams::default(),
+        )
+        .await
+        .expect("an unclaimed namespace");
+
+    let export = Export::new(
+        "widgets",
+        ExportSpec {
+            title: "Widgets".into(),
+            description: None,
+            icon: None,
+            docs: None,
+            apis: ["widgets.example.org", "gadgets.example.org"]
+                .iter()
+                .map(|n| BoundApiRef { name: n.to_string() })
+                .collect(),
+            conflict_policy: Default::default(),
+            related_resources: vec![
+                RelatedResource {
+                    group: String::new(),
+                    resource: RelatedResourceKind::Secrets,
+                    direction: RelatedResourceDirection::FromProvider,
+                    selector: Default::default(),
+                },
+                RelatedResource {
+                    group: String::new(),
+                    resource: RelatedResourceKind::ConfigMaps,
+                    direction: RelatedResourceDirection::FromConsumer,
+                    selector: Default::default(),
+                },
+            ],
+        },
+    );
+    admin.create_typed(&export).await.expect("Export");
+    let name = grant_name("token:alice", "widgets", CONSUMER);
+    let mut grant = Grant::new(
+        &name,
+        GrantSpec {
+            identity: GrantIdentity {
+                subject: "token:alice".into(),
+                name: None,
+            },
+            export: "widgets".into(),
+            consumer_cluster_uid: CONSUMER.into(),
+            namespaces: vec![CLAIMED.into()],
+        },
+    );
+    grant.metadata.labels = Some(
+        [
+            (LABEL_GRANT.to_string(), name.clone()),
+            (LABEL_EXPORT.to_string(), "widgets".to_string()),
+            (LABEL_CONSUMER_CLUSTER_UID.to_string(), CONSUMER.to_string()),
+        ]
+        .into(),
+    );
+    admin.create_typed(&grant).await.expect("Grant");
+
+    // The issuer runs as a ServiceAccount holding exactly `issuer_rules()` (the chart's RBAC).
+    let backend = backend_client(admin.as_ref(), &admin_config).await;
+    let issuer = Arc::new(KubernetesIssuer::new(backend.clone(), Options::default()));
+    issuer.check_provider().await.expect("a plain Kubernetes provider");
+    // The Grant controller provisions it (finalizer, status) as in production.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run_controller(backend.clone(), issuer.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let began = Instant::now();
+    let deadline = began + Duration::from_secs(60);
+    let grant = loop {
+        let current = admin.get_typed::<Grant>(None, &name).await.expect("the Grant");
+        let ready = current.status.as_ref().is_some_and(|s| {
+            s.observed_generation == current.metadata.generation
+                && kbind_api::conditions::is_true(&s.conditions, "Ready")
+        });
+        if ready {
+            break current;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Grant never became Ready: {:?}",
+            current.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let provision_time = began.elapsed();
+    assert!(
+        grant
+            .metadata
+            .finalizers
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == "iam.kbind.io/issuer"),
+        "the issuer's finalizer is on the Grant"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let current = admin.get_typed::<Export>(None, "widgets").await.expect("the Export");
+        let status = current.status.unwrap_or_default();
+        if kbind_api::conditions::is_true(&status.conditions, "Ready") {
+            assert!(status.apis.iter().all(|a| a.exported), "{:?}", status.apis);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the Export never became Ready: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    issuer
+        .provision(&grant, &export)
+        .await
+        .expect("provisioned again (idempotent)");
+    let began = Instant::now();
+    let credential = issuer.credential(&grant).await.expect("a token");
+    let credential_time = began.elapsed();
+    let lease = format!("consumer-{CONSUMER}");
+    let other_lease = format!("consumer-{OTHER_CONSUMER}");
+    admin
+        .create(
+            &res("coordination.k8s.io", "Lease", "leases"),
+            Some("kbind"),
+            &obj(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": other_lease, "namespace": "kbind"}, "spec": {}})),
+            &PostParams::default(),
+        )
+        .await
+        .expect("another consumer's Lease");
+
+    // A bare ServiceAccount: what any authenticated caller may do without the Grant.
+    let sa = erase::<k8s_openapi::api::core::v1::ServiceAccount>();
+    admin
+        .create(&sa, Some("kbind-grants"), &obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bare", "namespace": "kbind-grants"}})), &PostParams::default())
+        .await
+        .expect("a bare ServiceAccount");
+    let bare_token = admin
+        .create_subresource(
+            &sa,
+            Some("kbind-grants"),
+            "bare",
+            "token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .expect("bare token")["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+
+    let granted = kube::Client::try_from(token_config(&admin_config, &credential.token)).expect("grant client");
+    let bare = kube::Client::try_from(token_config(&admin_config, &bare_token)).expect("bare client");
+    let granted_seam = KubeClusterClient::new(granted.clone());
+
+    // Every resource and subresource the apiserver serves, by (group, resource).
+    let discovery = admin.discovery().await.expect("discovery");
+    let mut resources: BTreeMap<(String, String, String), bool> = BTreeMap::new();
+    for r in &discovery.resources {
+        resources.insert((r.group.clone(), r.plural.clone(), String::new()), r.namespaced);
+        for sub in &r.subresources {
+            resources.insert((r.group.clone(), r.plural.clone(), sub.clone()), r.namespaced);
+        }
+    }
+    let mut rows = Vec::new();
+    for ((group, resource, subresource), namespaced) in &resources {
+        let scopes: &[Scope] = if *namespaced {
+            &[Scope::In(CLAIMED), Scope::In(UNCLAIMED), Scope::All]
+        } else {
+            &[Scope::All]
+        };
+        for scope in scopes {
+            rows.push(Row {
+                group: group.clone(),
+                resource: resource.clone(),
+                subresource: subresource.clone(),
+                scope: scope.clone(),
+                name: None,
+            });
+        }
+    }
+    let named = |group: &str, resource: &str, scope: Scope, name: &str| Row {
+        group: group.into(),
+        resource: resource.into(),
+        subresource: String::new(),
+        scope,
+        name: Some(name.into()),
+    };
+    for crd_name in [
+        "widgets.example.org",
+        "gadgets.example.org",
+        "secretthings.example.org",
+        "grants.iam.kbind.io",
+    ] {
+        rows.push(named(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            Scope::All,
+            crd_name,
+        ));
+    }
+    for ns in ["kube-system", "default", CLAIMED, UNCLAIMED] {
+        rows.push(named("", "namespaces", Scope::All, ns));
+    }
+    rows.push(named("coordination.k8s.io", "leases", Scope::In("kbind"), &lease));
+    rows.push(named("coordination.k8s.io", "leases", Scope::In("kbind"), &other_lease));
+
+    let began = Instant::now();
+    let by_grant = allowed_set(&granted, &rows).await;
+    let baseline = allowed_set(&bare, &rows).await;
+    let review_time = began.elapsed();
+    let beyond: BTreeSet<(Row, &'static str)> = by_grant.difference(&baseline).cloned().collect();
+    let expected = expected_by_grant(&lease);
+
+    // The table for the closing note.
+    let mut table: BTreeMap<Row, BTreeSet<&'static str>> = BTreeMap::new();
+    for (row, verb) in &by_grant {
+        table.entry(row.clone()).or_default().insert(verb);
+    }
+    println!(
+        "\nallowed for the Grant's token ({} rows × {} verbs reviewed, {} allowed, {} beyond a bare ServiceAccount)",
+        rows.len(),
+        VERBS.len(),
+        by_grant.len(),
+        beyond.len()
+    );
+    println!("| resource @ scope | {} |", VERBS.join(" | "));
+    println!("|---|{}", "---|".repeat(VERBS.len()));
+    for (row, verbs) in &table {
+        let cells: Vec<&str> = VERBS
+            .iter()
+            .map(|v| match (verbs.contains(v), baseline.contains(&(row.clone(), *v))) {
+                (true, true) => "any",
+                (true, false) => "yes",
+                _ => "·",
+            })
+            .collect();
+        println!("| {row} | {} |", cells.join(" | "));
+    }
+    println!("(\"any\": also allowed to a bare ServiceAccount; every other row: nothing allowed)");
+    println!(
+        "provision {provision_time:?}, credential {credential_time:?}, {} reviews in {review_time:?}",
+        2 * rows.len() * VERBS.len()
+    );
+
+    let missing: Vec<String> = expected.difference(&beyond).map(|(r, v)| format!("{v} {r}")).collect();
+    let extra: Vec<String> = beyond.difference(&expected).map(|(r, v)| format!("{v} {r}")).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "the Grant's reach differs:\n  missing: {missing:#?}\n  extra: {extra:#?}"
+    );
+
+    // Every allowed (row, verb) beyond the baseline, tried for real with the token.
+    for (row, verb) in &beyond {
+        if let Err(e) = try_for_real(&granted_seam, &granted, row, verb).await {
+            panic!("{verb} {row}: SelfSubjectAccessReview allowed it but the request was refused: {e}");
+        }
+    }
+    // And a few the Grant must not reach, for real.
+    let widgets = res("example.org", "Widget", "widgets");
+    for (what, answer) in [
+        ("create a widget in the unclaimed namespace", granted_seam.create(&widgets, Some(UNCLAIMED), &obj(json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": UNCLAIMED}})), &PostParams::default()).await.map(|_| ())),
+        ("list widgets in all namespaces", granted_seam.list(&widgets, None, &ListParams::default()).await.map(|_| ())),
+        ("get another consumer's Lease", granted_seam.get(&res("coordination.k8s.io", "Lease", "leases"), Some("kbind"), &other_lease).await.map(|_| ())),
+        ("list CRDs", granted_seam.list(&erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(), None, &ListParams::default()).await.map(|_| ())),
+        ("read a Secret in the unclaimed namespace", granted_seam.list(&res("", "Secret", "secrets"), Some(UNCLAIMED), &ListParams::default()).await.map(|_| ())),
+        ("mint another token", granted_seam.create_subresource(&sa, Some("kbind-grants"), &name, "token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.map(|_| ())),
+    ] {
+        assert!(matches!(answer, Err(Error::Forbidden { .. })), "{what}: {answer:?}");
+    }
+    // The identity the konnector pins reads through the credential.
+    assert_eq!(
+        granted_seam.identity().await.expect("identity").uid,
+        admin.identity().await.unwrap().uid
+    );
+
+    // Deleted: the controller revokes through the finalizer, then the Grant goes and the token
+    // stops working.
+    admin
+        .delete(&erase::<Grant>(), None, &name, &DeleteParams::default())
+        .await
+        .expect("delete the Grant");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin
+        .get_opt(&erase::<Grant>(), None, &name)
+        .await
+        .expect("read")
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the deleted Grant stays");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match granted_seam.get(&widgets, Some(CLAIMED), "anything").await {
+            Err(Error::Unauthorized { .. }) => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "the token still works after revoke: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = stop.send(());
+    controller.await.expect("the controller stops");
+}
