@@ -379,9 +379,8 @@ async fn a_namespaced_binding_with_related_resources_syncs_and_unbinds_on_the_is
     );
 
     // Unbind: the Binding's clean-up (copies on both sides) finishes on the same credential.
-    // The Secret's source and copy go first, as the story's own deletes: the scenarios world
-    // records a story's consumer deletes of core-group objects as `secrets.`, while fakeapi's
-    // write log names them `secrets`, so §8.1 would count the unbind's removal of the copy.
+    // The Secret's source and copy go first, as the story's own deletes, so §8.1 (nothing
+    // deleted on the consumer that the story did not delete first) holds through the unbind.
     admin
         .delete(&core("Secret", "secrets"), Some("team-a"), "creds", &Default::default())
         .await

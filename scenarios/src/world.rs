@@ -646,11 +646,7 @@ impl World {
 
     /// Deletes a consumer object as the story (allowed by invariant 1).
     pub async fn delete_on_consumer(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
-        let resource = if res.group.is_empty() {
-            format!("{}.", res.plural)
-        } else {
-            format!("{}.{}", res.plural, res.group)
-        };
+        let resource = qualified(res);
         self.story_deleted
             .insert((resource, namespace.unwrap_or("").to_string(), name.to_string()));
         let _ = self
@@ -959,14 +955,19 @@ impl World {
     /// Records that the konnector may delete this consumer object because of something the
     /// story did (e.g. the consumer CRD removed on unbind), so §8.1 does not count it.
     pub fn allow_konnector_delete(&mut self, res: &ApiResource, namespace: Option<&str>, name: &str) {
-        let resource = if res.group.is_empty() {
-            format!("{}.", res.plural)
-        } else {
-            format!("{}.{}", res.plural, res.group)
-        };
+        let resource = qualified(res);
         self.story_deleted
             .insert((resource, namespace.unwrap_or("").to_string(), name.to_string()));
         self.note(format!("allowed the konnector to delete {} {name}", res.plural));
+    }
+}
+
+/// The resource as fakeapi's write log names it: `plural.group`, or `plural` for the core group.
+fn qualified(res: &ApiResource) -> String {
+    if res.group.is_empty() {
+        res.plural.clone()
+    } else {
+        format!("{}.{}", res.plural, res.group)
     }
 }
 
