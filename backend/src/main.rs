@@ -93,7 +93,9 @@ fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::builder()
         .parse(directives)
         .with_context(|| format!("{origin} is not a valid log filter"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.try_init().ok(),
         LogFormat::Json => builder.json().flatten_event(true).try_init().ok(),
@@ -307,7 +309,11 @@ impl Issuer for ServiceAccountTokens {
         let token = answer
             .pointer("/status/token")
             .and_then(|t| t.as_str())
-            .ok_or_else(|| IssueError::Cluster(kbind_cluster::Error::Decode("the TokenRequest answer has no token".into())))?;
+            .ok_or_else(|| {
+                IssueError::Cluster(kbind_cluster::Error::Decode(
+                    "the TokenRequest answer has no token".into(),
+                ))
+            })?;
         let expires_at = answer
             .pointer("/status/expirationTimestamp")
             .and_then(|t| t.as_str())

@@ -79,8 +79,13 @@ fn res_of<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
 }
 
 fn test_config() -> Config {
-    let mut config = Config::new("https://kbind.example.org/", "acme", "https://api.acme.example.org:6443", TEST_CA)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut config = Config::new(
+        "https://kbind.example.org/",
+        "acme",
+        "https://api.acme.example.org:6443",
+        TEST_CA,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     config.bind_timeout = Duration::from_secs(10);
     config.bind_rate = Rate {
         per_minute: 6000,
@@ -103,16 +108,45 @@ async fn world_with(config: Config, issuer: TestIssuer) -> World {
     let cluster = FakeCluster::builder("provider").seed(7).clock(clock.clone()).build();
     let admin: Arc<dyn ClusterClient> = Arc::new(cluster.admin_client());
     for ns in ["kbind", GRANTS_NAMESPACE] {
-        create(admin.as_ref(), res_of::<Namespace>(), None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        create(
+            admin.as_ref(),
+            res_of::<Namespace>(),
+            None,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
     }
     for crd in kbind_api::backend_crds() {
         admin.create_typed(&crd).await.unwrap_or_else(|e| panic!("{e}"));
     }
-    let crd_res = res_of::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>();
-    create(admin.as_ref(), crd_res.clone(), None, crd("widgets", "Widget", "Namespaced", true)).await;
-    create(admin.as_ref(), crd_res.clone(), None, crd("gadgets", "Gadget", "Cluster", true)).await;
-    create(admin.as_ref(), crd_res, None, crd("sprockets", "Sprocket", "Namespaced", false)).await;
-    for res in [res_of::<kbind_api::Export>(), res_of::<kbind_api::Collection>(), res_of::<Grant>()] {
+    let crd_res =
+        res_of::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>();
+    create(
+        admin.as_ref(),
+        crd_res.clone(),
+        None,
+        crd("widgets", "Widget", "Namespaced", true),
+    )
+    .await;
+    create(
+        admin.as_ref(),
+        crd_res.clone(),
+        None,
+        crd("gadgets", "Gadget", "Cluster", true),
+    )
+    .await;
+    create(
+        admin.as_ref(),
+        crd_res,
+        None,
+        crd("sprockets", "Sprocket", "Namespaced", false),
+    )
+    .await;
+    for res in [
+        res_of::<kbind_api::Export>(),
+        res_of::<kbind_api::Collection>(),
+        res_of::<Grant>(),
+    ] {
         wait_served(admin.as_ref(), &res).await;
     }
     let export_res = res_of::<kbind_api::Export>();
@@ -123,18 +157,36 @@ async fn world_with(config: Config, issuer: TestIssuer) -> World {
             "conflictPolicy": "Adopt",
             "relatedResources": [{"group": "", "resource": "secrets", "direction": "FromProvider", "selector": {"names": ["widget-credentials"]}}]},
     })).await;
-    create(admin.as_ref(), export_res.clone(), None, json!({
-        "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "gadgets"},
-        "spec": {"title": "Gadgets", "apis": [{"name": "gadgets.example.org"}]},
-    })).await;
-    create(admin.as_ref(), export_res, None, json!({
-        "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "sprockets"},
-        "spec": {"title": "Sprockets", "apis": [{"name": "sprockets.example.org"}]},
-    })).await;
-    create(admin.as_ref(), res_of::<kbind_api::Collection>(), None, json!({
-        "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "tools"},
-        "spec": {"title": "Tools", "exports": [{"name": "widgets"}, {"name": "gadgets"}, {"name": "missing"}]},
-    })).await;
+    create(
+        admin.as_ref(),
+        export_res.clone(),
+        None,
+        json!({
+            "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "gadgets"},
+            "spec": {"title": "Gadgets", "apis": [{"name": "gadgets.example.org"}]},
+        }),
+    )
+    .await;
+    create(
+        admin.as_ref(),
+        export_res,
+        None,
+        json!({
+            "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "sprockets"},
+            "spec": {"title": "Sprockets", "apis": [{"name": "sprockets.example.org"}]},
+        }),
+    )
+    .await;
+    create(
+        admin.as_ref(),
+        res_of::<kbind_api::Collection>(),
+        None,
+        json!({
+            "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "tools"},
+            "spec": {"title": "Tools", "exports": [{"name": "widgets"}, {"name": "gadgets"}, {"name": "missing"}]},
+        }),
+    )
+    .await;
 
     let issuer = Arc::new(issuer);
     let gateway = Gateway::with_clock(
@@ -186,7 +238,10 @@ async fn send(app: &Router, request: Request<Body>) -> Reply {
         .unwrap_or_else(|e| match e {});
     let status = response.status();
     let headers = response.headers().clone();
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap().to_vec();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap()
+        .to_vec();
     Reply { status, headers, body }
 }
 
@@ -238,17 +293,17 @@ async fn assert_nothing_created(world: &World, namespace: Option<&str>) {
     ];
     for name in &bobs {
         assert!(!grants.contains(name), "grant {name} was left behind: {grants:?}");
-        let sa: Option<ServiceAccount> = world
-            .admin
-            .get_typed_opt(Some(GRANTS_NAMESPACE), name)
-            .await
-            .unwrap();
+        let sa: Option<ServiceAccount> = world.admin.get_typed_opt(Some(GRANTS_NAMESPACE), name).await.unwrap();
         assert!(sa.is_none(), "ServiceAccount {name} was left behind");
     }
     if let Some(namespace) = namespace {
         let ns: Option<Namespace> = world.admin.get_typed_opt(None, namespace).await.unwrap();
         let claimed_by = ns.and_then(|ns| ns.metadata.annotations?.get(ANNOTATION_CLAIMED_BY).cloned());
-        assert_ne!(claimed_by.as_deref(), Some("token:bob"), "namespace {namespace} was claimed for bob");
+        assert_ne!(
+            claimed_by.as_deref(),
+            Some("token:bob"),
+            "namespace {namespace} was claimed for bob"
+        );
     }
 }
 
@@ -271,7 +326,11 @@ async fn bind_then_pickup_delivers_the_bundle_once() {
     let bound: BindResponse = reply.json();
     let name = grant_name("token:alice", "widgets", UID);
     assert_eq!(bound.grant, name);
-    assert!(bound.pickup_url.starts_with(&format!("https://kbind.example.org/api/v1/pickup/{name}.")));
+    assert!(
+        bound
+            .pickup_url
+            .starts_with(&format!("https://kbind.example.org/api/v1/pickup/{name}."))
+    );
     assert_eq!(bound.expires_at, "2026-01-01T00:05:00Z");
 
     // Only the hash is stored.
@@ -314,24 +373,51 @@ async fn a_json_accept_gets_a_list_and_a_rebind_replaces_the_earlier_url() {
     assert_eq!(reply.headers["content-type"], "application/json");
     let list: Value = reply.json();
     assert_eq!(list["kind"], "List");
-    let kinds: Vec<&str> = list["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["Secret", "Connection", "ClusterBinding", "Binding"]);
     let kubeconfig = list["items"][0]["stringData"]["kubeconfig"].as_str().unwrap();
-    assert!(kubeconfig.contains("server: https://api.acme.example.org:6443"), "{kubeconfig}");
-    assert!(kubeconfig.contains(&format!("token: token-for-{}", second.grant)), "{kubeconfig}");
+    assert!(
+        kubeconfig.contains("server: https://api.acme.example.org:6443"),
+        "{kubeconfig}"
+    );
+    assert!(
+        kubeconfig.contains(&format!("token: token-for-{}", second.grant)),
+        "{kubeconfig}"
+    );
     assert!(!kubeconfig.contains("insecure"), "{kubeconfig}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cluster_scoped_export_gets_only_a_cluster_binding() {
     let world = world().await;
-    let reply = bind(&world.app, "alice-token", json!({"export": "gadgets", "consumerClusterUID": UID})).await;
+    let reply = bind(
+        &world.app,
+        "alice-token",
+        json!({"export": "gadgets", "consumerClusterUID": UID}),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
     let bound: BindResponse = reply.json();
-    let list: Value = pickup(&world.app, &pickup_path(&bound.pickup_url), Some("application/json")).await.json();
-    let kinds: Vec<&str> = list["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    let list: Value = pickup(&world.app, &pickup_path(&bound.pickup_url), Some("application/json"))
+        .await
+        .json();
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["Secret", "Connection", "ClusterBinding"]);
-    assert!(list["items"][1]["metadata"].get("annotations").is_none(), "{}", list["items"][1]);
+    assert!(
+        list["items"][1]["metadata"].get("annotations").is_none(),
+        "{}",
+        list["items"][1]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -350,11 +436,17 @@ async fn a_pickup_whose_credential_fails_can_be_retried() {
     let world = world().await;
     let bound: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
     let path = pickup_path(&bound.pickup_url);
-    world.issuer.fail_credentials.store(true, std::sync::atomic::Ordering::SeqCst);
+    world
+        .issuer
+        .fail_credentials
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let failed = pickup(&world.app, &path, None).await;
     assert_eq!(failed.status, StatusCode::BAD_GATEWAY);
     assert_eq!(failed.error().reason, "ProviderError");
-    world.issuer.fail_credentials.store(false, std::sync::atomic::Ordering::SeqCst);
+    world
+        .issuer
+        .fail_credentials
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(pickup(&world.app, &path, None).await.status, StatusCode::OK);
 }
 
@@ -372,39 +464,144 @@ async fn unknown_and_malformed_pickups_are_not_found() {
     }
 }
 
+/// (what, request, status, reason, a namespace that must not be claimed for bob).
+type BadBind = (
+    &'static str,
+    Request<Body>,
+    StatusCode,
+    &'static str,
+    Option<&'static str>,
+);
+
 #[tokio::test(start_paused = true)]
 async fn bad_binds_answer_clear_errors_and_leave_nothing() {
     let world = world().await;
     // alice claims team-a first; another team's namespace exists outside kbind.
-    assert_eq!(bind(&world.app, "alice-token", widgets_bind()).await.status, StatusCode::CREATED);
-    create(world.admin.as_ref(), res_of::<Namespace>(), None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "payroll"}})).await;
+    assert_eq!(
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+    create(
+        world.admin.as_ref(),
+        res_of::<Namespace>(),
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "payroll"}}),
+    )
+    .await;
 
     let oversized = json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["x".repeat(5000)]});
-    let cases: Vec<(&str, Request<Body>, StatusCode, &str, Option<&str>)> = vec![
-        ("unknown export", request(Method::POST, "/api/v1/bind", Some("bob-token"),
-            Some(json!({"export": "nonexistent", "consumerClusterUID": UID}))), StatusCode::NOT_FOUND, "ExportNotFound", None),
-        ("export with an API not exported", request(Method::POST, "/api/v1/bind", Some("bob-token"),
-            Some(json!({"export": "sprockets", "consumerClusterUID": UID, "namespaces": ["bobs"]}))), StatusCode::CONFLICT, "APINotExported", Some("bobs")),
-        ("bad token", request(Method::POST, "/api/v1/bind", Some("mallory-token"), Some(widgets_bind())),
-            StatusCode::UNAUTHORIZED, "Unauthenticated", None),
-        ("no token", request(Method::POST, "/api/v1/bind", None, Some(widgets_bind())),
-            StatusCode::UNAUTHORIZED, "Unauthenticated", None),
-        ("oversized body", request(Method::POST, "/api/v1/bind", Some("bob-token"), Some(oversized)),
-            StatusCode::PAYLOAD_TOO_LARGE, "PayloadTooLarge", None),
-        ("malformed JSON", Request::builder().method(Method::POST).uri("/api/v1/bind")
-            .header("authorization", "Bearer bob-token").header("content-type", "application/json")
-            .body(Body::from("{\"export\": \"widgets\",")).unwrap(), StatusCode::BAD_REQUEST, "MalformedRequest", None),
-        ("consumer UID not a UUID", request(Method::POST, "/api/v1/bind", Some("bob-token"),
-            Some(json!({"export": "widgets", "consumerClusterUID": "kube-system", "namespaces": ["bobs"]}))),
-            StatusCode::BAD_REQUEST, "InvalidConsumerClusterUID", Some("bobs")),
-        ("namespace claimed by another identity", request(Method::POST, "/api/v1/bind", Some("bob-token"),
-            Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["bobs", "team-a"]}))),
-            StatusCode::CONFLICT, "NamespaceClaimed", Some("bobs")),
-        ("namespace kbind did not create", request(Method::POST, "/api/v1/bind", Some("bob-token"),
-            Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["payroll"]}))),
-            StatusCode::CONFLICT, "NamespaceNotClaimable", Some("payroll")),
-        ("namespaced API without namespaces", request(Method::POST, "/api/v1/bind", Some("bob-token"),
-            Some(json!({"export": "widgets", "consumerClusterUID": UID}))), StatusCode::BAD_REQUEST, "NamespacesRequired", None),
+    let cases: Vec<BadBind> = vec![
+        (
+            "unknown export",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "nonexistent", "consumerClusterUID": UID})),
+            ),
+            StatusCode::NOT_FOUND,
+            "ExportNotFound",
+            None,
+        ),
+        (
+            "export with an API not exported",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "sprockets", "consumerClusterUID": UID, "namespaces": ["bobs"]})),
+            ),
+            StatusCode::CONFLICT,
+            "APINotExported",
+            Some("bobs"),
+        ),
+        (
+            "bad token",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("mallory-token"),
+                Some(widgets_bind()),
+            ),
+            StatusCode::UNAUTHORIZED,
+            "Unauthenticated",
+            None,
+        ),
+        (
+            "no token",
+            request(Method::POST, "/api/v1/bind", None, Some(widgets_bind())),
+            StatusCode::UNAUTHORIZED,
+            "Unauthenticated",
+            None,
+        ),
+        (
+            "oversized body",
+            request(Method::POST, "/api/v1/bind", Some("bob-token"), Some(oversized)),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            None,
+        ),
+        (
+            "malformed JSON",
+            Request::builder()
+                .method(Method::POST)
+                .uri("/api/v1/bind")
+                .header("authorization", "Bearer bob-token")
+                .header("content-type", "application/json")
+                .body(Body::from("{\"export\": \"widgets\","))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "MalformedRequest",
+            None,
+        ),
+        (
+            "consumer UID not a UUID",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": "kube-system", "namespaces": ["bobs"]})),
+            ),
+            StatusCode::BAD_REQUEST,
+            "InvalidConsumerClusterUID",
+            Some("bobs"),
+        ),
+        (
+            "namespace claimed by another identity",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["bobs", "team-a"]})),
+            ),
+            StatusCode::CONFLICT,
+            "NamespaceClaimed",
+            Some("bobs"),
+        ),
+        (
+            "namespace kbind did not create",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["payroll"]})),
+            ),
+            StatusCode::CONFLICT,
+            "NamespaceNotClaimable",
+            Some("payroll"),
+        ),
+        (
+            "namespaced API without namespaces",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": UID})),
+            ),
+            StatusCode::BAD_REQUEST,
+            "NamespacesRequired",
+            None,
+        ),
     ];
     for (what, req, status, reason, namespace) in cases {
         let reply = send(&world.app, req).await;
@@ -441,7 +638,12 @@ async fn a_bind_nobody_provisions_times_out_and_leaves_nothing() {
     config.bind_timeout = Duration::from_secs(3);
     let world = world_with(config, TestIssuer::default()).await;
     drop(world.controller);
-    let reply = bind(&world.app, "bob-token", json!({"export": "gadgets", "consumerClusterUID": UID})).await;
+    let reply = bind(
+        &world.app,
+        "bob-token",
+        json!({"export": "gadgets", "consumerClusterUID": UID}),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT, "{}", reply.text());
     assert_eq!(reply.error().reason, "BindTimeout");
     let grants = grant_names(world.admin.as_ref()).await;
@@ -458,12 +660,17 @@ async fn a_provider_the_issuer_cannot_serve_is_reported_and_refused() {
         },
     )
     .await;
-    let info: ProviderInfo = send(&world.app, request(Method::GET, "/api/v1/provider", None, None)).await.json();
+    let info: ProviderInfo = send(&world.app, request(Method::GET, "/api/v1/provider", None, None))
+        .await
+        .json();
     assert_eq!(info.name, "acme");
     assert_eq!(info.provider_url, "https://api.acme.example.org:6443");
     assert_eq!(info.issuer, "test");
     assert_eq!(info.auth_methods.len(), 1);
-    assert_eq!(info.unavailable.as_deref(), Some("this provider is kcp-like; run an issuer for kcp"));
+    assert_eq!(
+        info.unavailable.as_deref(),
+        Some("this provider is kcp-like; run an issuer for kcp")
+    );
     let reply = bind(&world.app, "bob-token", widgets_bind()).await;
     assert_eq!(reply.status, StatusCode::NOT_IMPLEMENTED);
     assert_eq!(reply.error().reason, "UnsupportedProvider");
@@ -483,7 +690,9 @@ async fn browser_sessions_must_echo_their_csrf_token() {
             builder = builder.header(kbind_api::service::CSRF_HEADER, csrf);
         }
         builder
-            .body(Body::from(json!({"export": "gadgets", "consumerClusterUID": UID}).to_string()))
+            .body(Body::from(
+                json!({"export": "gadgets", "consumerClusterUID": UID}).to_string(),
+            ))
             .unwrap()
     };
     for csrf in [None, Some("csrf-alice"), Some("")] {
@@ -494,7 +703,11 @@ async fn browser_sessions_must_echo_their_csrf_token() {
     }
     let whoami: WhoAmI = send(
         &world.app,
-        Request::builder().uri("/api/v1/whoami").header("cookie", "session=bob").body(Body::empty()).unwrap(),
+        Request::builder()
+            .uri("/api/v1/whoami")
+            .header("cookie", "session=bob")
+            .body(Body::empty())
+            .unwrap(),
     )
     .await
     .json();
@@ -514,15 +727,27 @@ async fn browser_sessions_must_echo_their_csrf_token() {
         builder.body(Body::empty()).unwrap()
     };
     assert_eq!(send(&world.app, revoke(None)).await.status, StatusCode::FORBIDDEN);
-    assert_eq!(send(&world.app, revoke(Some("csrf-bob"))).await.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        send(&world.app, revoke(Some("csrf-bob"))).await.status,
+        StatusCode::ACCEPTED
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() {
     let world = world().await;
-    assert_eq!(bind(&world.app, "alice-token", widgets_bind()).await.status, StatusCode::CREATED);
     assert_eq!(
-        bind(&world.app, "bob-token", json!({"export": "gadgets", "consumerClusterUID": OTHER_UID})).await.status,
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        bind(
+            &world.app,
+            "bob-token",
+            json!({"export": "gadgets", "consumerClusterUID": OTHER_UID})
+        )
+        .await
+        .status,
         StatusCode::CREATED
     );
     let renewed = TokioClock::fixed().now();
@@ -543,7 +768,12 @@ async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() 
         .unwrap();
     tokio::time::advance(Duration::from_secs(42)).await;
 
-    let list: GrantList = send(&world.app, request(Method::GET, "/api/v1/grants", Some("alice-token"), None)).await.json();
+    let list: GrantList = send(
+        &world.app,
+        request(Method::GET, "/api/v1/grants", Some("alice-token"), None),
+    )
+    .await
+    .json();
     assert_eq!(list.grants.len(), 1, "{list:?}");
     let alices = &list.grants[0];
     assert_eq!(alices.name, grant_name("token:alice", "widgets", UID));
@@ -552,15 +782,37 @@ async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() 
     assert!(alices.heartbeat_age_seconds.is_some_and(|age| age >= 42), "{alices:?}");
 
     let bobs = grant_name("token:bob", "gadgets", OTHER_UID);
-    let reply = send(&world.app, request(Method::DELETE, &format!("/api/v1/grants/{bobs}"), Some("alice-token"), None)).await;
+    let reply = send(
+        &world.app,
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{bobs}"),
+            Some("alice-token"),
+            None,
+        ),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
     assert_eq!(reply.error().reason, "GrantNotFound");
     assert!(grant_names(world.admin.as_ref()).await.contains(&bobs));
 
-    let reply = send(&world.app, request(Method::DELETE, &format!("/api/v1/grants/{}", alices.name), Some("alice-token"), None)).await;
+    let reply = send(
+        &world.app,
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{}", alices.name),
+            Some("alice-token"),
+            None,
+        ),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text());
     wait_gone(&world, &alices.name).await;
-    let sa: Option<ServiceAccount> = world.admin.get_typed_opt(Some(GRANTS_NAMESPACE), &alices.name).await.unwrap();
+    let sa: Option<ServiceAccount> = world
+        .admin
+        .get_typed_opt(Some(GRANTS_NAMESPACE), &alices.name)
+        .await
+        .unwrap();
     assert!(sa.is_none(), "revocation went through the finalizer");
 }
 
@@ -569,7 +821,11 @@ async fn the_catalog_shows_every_export_with_its_state() {
     let world = world().await;
     let unauthenticated = send(&world.app, request(Method::GET, "/api/v1/catalog", None, None)).await;
     assert_eq!(unauthenticated.status, StatusCode::UNAUTHORIZED);
-    let reply = send(&world.app, request(Method::GET, "/api/v1/catalog", Some("alice-token"), None)).await;
+    let reply = send(
+        &world.app,
+        request(Method::GET, "/api/v1/catalog", Some("alice-token"), None),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     let catalog: Catalog = reply.json();
     let names: Vec<&str> = catalog.exports.iter().map(|e| e.name.as_str()).collect();
@@ -579,7 +835,12 @@ async fn the_catalog_shows_every_export_with_its_state() {
     assert!(!catalog.exports[0].namespaced);
     let sprockets = &catalog.exports[1];
     assert!(!sprockets.ready);
-    assert!(sprockets.message.as_deref().is_some_and(|m| m.contains("sprockets.example.org")));
+    assert!(
+        sprockets
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("sprockets.example.org"))
+    );
     assert_eq!(catalog.collections.len(), 1);
     assert_eq!(catalog.collections[0].exports, ["widgets", "gadgets"]);
 }
@@ -587,10 +848,23 @@ async fn the_catalog_shows_every_export_with_its_state() {
 #[tokio::test]
 async fn binds_and_pickups_beyond_the_rate_get_429() {
     let mut config = test_config();
-    config.bind_rate = Rate { per_minute: 1, burst: 2 };
-    config.pickup_rate = Rate { per_minute: 1, burst: 3 };
+    config.bind_rate = Rate {
+        per_minute: 1,
+        burst: 2,
+    };
+    config.pickup_rate = Rate {
+        per_minute: 1,
+        burst: 3,
+    };
     let world = world_with(config, TestIssuer::default()).await;
-    let bad = || request(Method::POST, "/api/v1/bind", Some("bob-token"), Some(json!({"export": "nonexistent", "consumerClusterUID": UID})));
+    let bad = || {
+        request(
+            Method::POST,
+            "/api/v1/bind",
+            Some("bob-token"),
+            Some(json!({"export": "nonexistent", "consumerClusterUID": UID})),
+        )
+    };
     for _ in 0..2 {
         assert_eq!(send(&world.app, bad()).await.status, StatusCode::NOT_FOUND);
     }
@@ -599,13 +873,21 @@ async fn binds_and_pickups_beyond_the_rate_get_429() {
     assert_eq!(limited.error().reason, "TooManyRequests");
     assert!(limited.headers.contains_key("retry-after"));
     for _ in 0..3 {
-        assert_eq!(pickup(&world.app, "/api/v1/pickup/none", None).await.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            pickup(&world.app, "/api/v1/pickup/none", None).await.status,
+            StatusCode::NOT_FOUND
+        );
     }
     let limited = pickup(&world.app, "/api/v1/pickup/none", None).await;
     assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(limited.error().reason, "TooManyRequests");
     // Other routes are not limited.
-    assert_eq!(send(&world.app, request(Method::GET, "/healthz", None, None)).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&world.app, request(Method::GET, "/healthz", None, None))
+            .await
+            .status,
+        StatusCode::OK
+    );
 }
 
 /// A `MakeWriter` collecting every log line.
@@ -644,32 +926,55 @@ async fn pickup_ids_never_reach_logs_or_metrics() {
     let path = pickup_path(&bound.pickup_url);
     assert_eq!(pickup(&world.app, &path, None).await.status, StatusCode::OK);
     assert_eq!(pickup(&world.app, &path, None).await.status, StatusCode::GONE);
-    assert_eq!(pickup(&world.app, &format!("{path}x"), None).await.status, StatusCode::NOT_FOUND);
-    let metrics = send(&world.app, request(Method::GET, "/metrics", None, None)).await.text();
+    assert_eq!(
+        pickup(&world.app, &format!("{path}x"), None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let metrics = send(&world.app, request(Method::GET, "/metrics", None, None))
+        .await
+        .text();
 
     let secret = bound.pickup_url.rsplit('.').next().unwrap();
     let token = format!("token-for-{}", bound.grant);
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-    assert!(logs.contains("/api/v1/pickup/{id}"), "requests are logged by route template:\n{logs}");
+    assert!(
+        logs.contains("/api/v1/pickup/{id}"),
+        "requests are logged by route template:\n{logs}"
+    );
     for (what, text) in [("logs", &logs), ("metrics", &metrics)] {
         assert!(!text.contains(secret), "the pickup secret is in the {what}:\n{text}");
         assert!(!text.contains(&token), "the credential is in the {what}:\n{text}");
-        assert!(!text.contains("alice-token"), "the bearer token is in the {what}:\n{text}");
+        assert!(
+            !text.contains("alice-token"),
+            "the bearer token is in the {what}:\n{text}"
+        );
     }
     assert!(
         metrics.contains(r#"kbind_gateway_requests_total{method="GET",route="/api/v1/pickup/{id}",status="410"} 1"#),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"kbind_gateway_pickups_total{outcome="delivered"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"kbind_gateway_pickups_total{outcome="delivered"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn health_ui_and_unknown_routes() {
     let world = world().await;
-    assert_eq!(send(&world.app, request(Method::GET, "/healthz", None, None)).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&world.app, request(Method::GET, "/healthz", None, None))
+            .await
+            .status,
+        StatusCode::OK
+    );
     let ready = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            if send(&world.app, request(Method::GET, "/readyz", None, None)).await.status == StatusCode::OK {
+            if send(&world.app, request(Method::GET, "/readyz", None, None))
+                .await
+                .status
+                == StatusCode::OK
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -681,13 +986,105 @@ async fn health_ui_and_unknown_routes() {
     assert_eq!(index.status, StatusCode::OK);
     assert_eq!(index.headers["content-type"], "text/html; charset=utf-8");
     assert!(index.text().contains("<title>kbind</title>"));
-    assert_eq!(send(&world.app, request(Method::GET, "/grants/mine", None, None)).await.status, StatusCode::OK);
+    assert_eq!(
+        send(&world.app, request(Method::GET, "/grants/mine", None, None))
+            .await
+            .status,
+        StatusCode::OK
+    );
     let missing = send(&world.app, request(Method::GET, "/api/v1/nothing", None, None)).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(missing.error().reason, "NotFound");
     let asset = send(&world.app, request(Method::GET, "/missing.js", None, None)).await;
     assert_eq!(asset.status, StatusCode::NOT_FOUND);
-    let wrong = send(&world.app, request(Method::PUT, "/api/v1/bind", Some("alice-token"), None)).await;
+    let wrong = send(
+        &world.app,
+        request(Method::PUT, "/api/v1/bind", Some("alice-token"), None),
+    )
+    .await;
     assert_eq!(wrong.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(wrong.error().reason, "MethodNotAllowed");
+}
+
+/// Requests per second of `n` requests made by `concurrency` workers; `make(i)` builds request `i`.
+async fn throughput(
+    app: &Router,
+    n: usize,
+    concurrency: usize,
+    expect: StatusCode,
+    make: impl Fn(usize) -> Request<Body>,
+) -> f64 {
+    let requests: Vec<Request<Body>> = (0..n).map(make).collect();
+    let queue = Arc::new(Mutex::new(requests.into_iter().enumerate().collect::<Vec<_>>()));
+    let started = std::time::Instant::now();
+    let workers = (0..concurrency).map(|_| {
+        let (app, queue) = (app.clone(), queue.clone());
+        tokio::spawn(async move {
+            loop {
+                let next = queue.lock().unwrap().pop();
+                let Some((i, request)) = next else { break };
+                let reply = send(&app, request).await;
+                assert_eq!(reply.status, expect, "request {i}: {}", reply.text());
+            }
+        })
+    });
+    for worker in futures::future::join_all(workers).await {
+        worker.unwrap();
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Catalog, bind and pickup requests/s of the router on a fakeapi provider, in process.
+/// Reports numbers, asserts none: `cargo test -p kbind-backend --test gateway -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test: run with --ignored --nocapture"]
+async fn measure_catalog_bind_and_pickup_throughput() {
+    let world = world().await;
+    let (n, concurrency) = (400, 16);
+    // Warm the catalog caches.
+    assert_eq!(
+        send(
+            &world.app,
+            request(Method::GET, "/api/v1/catalog", Some("alice-token"), None)
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    let catalog = throughput(&world.app, n * 5, concurrency, StatusCode::OK, |_| {
+        request(Method::GET, "/api/v1/catalog", Some("alice-token"), None)
+    })
+    .await;
+    let uid = |i: usize| format!("00000000-0000-4000-8000-{i:012x}");
+    let fresh = throughput(&world.app, n, concurrency, StatusCode::CREATED, |i| {
+        request(
+            Method::POST,
+            "/api/v1/bind",
+            Some("alice-token"),
+            Some(json!({"export": "gadgets", "consumerClusterUID": uid(i)})),
+        )
+    })
+    .await;
+    let urls = Arc::new(Mutex::new(Vec::new()));
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        let bound: BindResponse = bind(
+            &world.app,
+            "alice-token",
+            json!({"export": "gadgets", "consumerClusterUID": uid(i)}),
+        )
+        .await
+        .json();
+        urls.lock().unwrap().push(pickup_path(&bound.pickup_url));
+    }
+    let rebind = n as f64 / started.elapsed().as_secs_f64();
+    let paths = urls.lock().unwrap().clone();
+    let pickups = throughput(&world.app, n, concurrency, StatusCode::OK, |i| {
+        Request::builder().uri(paths[i].clone()).body(Body::empty()).unwrap()
+    })
+    .await;
+    println!(
+        "gateway throughput (in process, fakeapi provider, {concurrency} concurrent callers, {} build): catalog {catalog:.0}/s, bind of a new Grant {fresh:.0}/s, re-bind of an issued Grant (sequential) {rebind:.0}/s, pickup {pickups:.0}/s",
+        if cfg!(debug_assertions) { "debug" } else { "release" }
+    );
 }

@@ -25,7 +25,9 @@ const UID: &str = "7d2f3c4b-5a6e-4f70-8a91-b2c3d4e5f607";
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, body).
 async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -39,7 +41,10 @@ async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -131,20 +136,32 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
     let admin: Arc<dyn ClusterClient> = Arc::new(KubeClusterClient::new(kube));
     let ns_res = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
     for ns in ["kbind", GRANTS_NAMESPACE] {
-        create(admin.as_ref(), ns_res.clone(), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        create(
+            admin.as_ref(),
+            ns_res.clone(),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
     }
-    let crd_res = ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&());
+    let crd_res = ApiResource::erase::<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >(&());
     for crd in kbind_api::backend_crds() {
         create(admin.as_ref(), crd_res.clone(), serde_json::to_value(crd).unwrap()).await;
     }
-    create(admin.as_ref(), crd_res, json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {"group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    })).await;
+    create(
+        admin.as_ref(),
+        crd_res,
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
+            "spec": {"group": "example.org", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+        }),
+    )
+    .await;
     let export_res = ApiResource::erase::<kbind_api::Export>(&());
     let export = json!({
         "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
@@ -166,7 +183,10 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
     let (mut b, addr_b) = replica(&env, dir.path(), "replica B").await;
 
     let body = json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["team-a"]}).to_string();
-    let auth = [("Authorization", "Bearer alice-secret-token"), ("Content-Type", "application/json")];
+    let auth = [
+        ("Authorization", "Bearer alice-secret-token"),
+        ("Content-Type", "application/json"),
+    ];
     let (status, reply) = http(addr_a, "POST", "/api/v1/bind", &auth, &body).await;
     assert_eq!(status, 201, "{reply}");
     let bound: BindResponse = serde_json::from_str(&reply).unwrap();
@@ -205,7 +225,9 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
 
     // The bundle's kubeconfig reaches the API server as the Grant's ServiceAccount.
     let docs: Vec<Value> = serde_saphyr::from_multiple(bundles[0]).unwrap_or_else(|e| panic!("{e}: {}", bundles[0]));
-    let kubeconfig = docs[0]["stringData"]["kubeconfig"].as_str().expect("the Secret carries a kubeconfig");
+    let kubeconfig = docs[0]["stringData"]["kubeconfig"]
+        .as_str()
+        .expect("the Secret carries a kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap(),
         &Default::default(),
@@ -220,7 +242,10 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
         kind: "SelfSubjectReview".into(),
         plural: "selfsubjectreviews".into(),
     };
-    let review = serde_json::from_value(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {}})).unwrap();
+    let review = serde_json::from_value(
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview", "metadata": {}}),
+    )
+    .unwrap();
     let me = issued
         .create(&review_res, None, &review, &Default::default())
         .await
@@ -232,7 +257,10 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
 
     for (child, name) in [(&mut a, "replica A"), (&mut b, "replica B")] {
         let pid = child.id().expect("the replica runs");
-        let killed = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
         assert!(killed.success());
         let status = tokio::time::timeout(DEADLINE, child.wait())
             .await

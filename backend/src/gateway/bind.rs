@@ -19,7 +19,10 @@ use kbind_api::consts::{DEFAULT_NAMESPACE, condition, status};
 use kbind_api::service::{BindRequest, BindResponse};
 use kbind_api::{Grant, GrantIdentity, GrantSpec, ResourceScope, grant_name};
 use kbind_cluster::clock::format_time;
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Error as ClusterError, Patch, PatchParams, PostParams, to_dynamic};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Error as ClusterError, Patch, PatchParams, PostParams,
+    to_dynamic,
+};
 use kube::api::ObjectMeta;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -64,7 +67,11 @@ pub(crate) async fn bind(
     result.map(|response| (StatusCode::CREATED, Json(response)))
 }
 
-async fn run(state: &Gateway, caller: &Caller, body: Result<Bytes, BytesRejection>) -> Result<BindResponse, GatewayError> {
+async fn run(
+    state: &Gateway,
+    caller: &Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<BindResponse, GatewayError> {
     let body = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             GatewayError::PayloadTooLarge(state.config().max_body_bytes)
@@ -109,7 +116,11 @@ async fn run(state: &Gateway, caller: &Caller, body: Result<Bytes, BytesRejectio
             tracing::info!(grant = %name, export = %request.export, created, "bound");
             Ok(BindResponse {
                 grant: name.clone(),
-                pickup_url: format!("{}{}/{name}.{secret}", state.config().public_url, kbind_api::service::path::PICKUP),
+                pickup_url: format!(
+                    "{}{}/{name}.{secret}",
+                    state.config().public_url,
+                    kbind_api::service::path::PICKUP
+                ),
                 expires_at,
             })
         }
@@ -117,7 +128,9 @@ async fn run(state: &Gateway, caller: &Caller, body: Result<Bytes, BytesRejectio
             if created {
                 // Why: a Grant this request created must not outlive the failed request; its
                 // deletion goes through the issuer's finalizer, which removes what was provisioned.
-                if let Err(delete) = provider.delete(&grant_res(), None, &name, &DeleteParams::default()).await
+                if let Err(delete) = provider
+                    .delete(&grant_res(), None, &name, &DeleteParams::default())
+                    .await
                     && !delete.is_not_found()
                 {
                     tracing::warn!(grant = %name, error = %delete, "failed to delete the grant of a failed bind");
@@ -135,10 +148,7 @@ fn grant_res() -> ApiResource {
 /// Parses and checks the body; nothing is written before this passes.
 fn validate(body: &[u8]) -> Result<Validated, GatewayError> {
     let request: BindRequest = serde_json::from_slice(body).map_err(|e| {
-        GatewayError::bad_request(
-            "MalformedRequest",
-            format!("the body is not a valid bind request: {e}"),
-        )
+        GatewayError::bad_request("MalformedRequest", format!("the body is not a valid bind request: {e}"))
     })?;
     if !is_dns_subdomain(&request.export) {
         return Err(GatewayError::bad_request(
@@ -183,12 +193,20 @@ fn validate(body: &[u8]) -> Result<Validated, GatewayError> {
 
 /// Refuses namespaces another identity claimed, or that exist without kbind having created them.
 /// The issuer checks again when it claims them; this answers the common case before any write.
-async fn precheck_namespaces(provider: &dyn ClusterClient, subject: &str, namespaces: &[String]) -> Result<(), GatewayError> {
+async fn precheck_namespaces(
+    provider: &dyn ClusterClient,
+    subject: &str,
+    namespaces: &[String],
+) -> Result<(), GatewayError> {
     for namespace in namespaces {
         let Some(ns) = provider.get_typed_opt::<Namespace>(None, namespace).await? else {
             continue;
         };
-        let claimed_by = ns.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_CLAIMED_BY));
+        let claimed_by = ns
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_CLAIMED_BY));
         let managed = ns
             .metadata
             .labels
@@ -216,7 +234,12 @@ async fn precheck_namespaces(provider: &dyn ClusterClient, subject: &str, namesp
 }
 
 /// Creates the Grant, or updates an existing one's namespaces; `true` when this call created it.
-async fn upsert_grant(provider: &dyn ClusterClient, name: &str, caller: &Caller, request: &Validated) -> Result<bool, GatewayError> {
+async fn upsert_grant(
+    provider: &dyn ClusterClient,
+    name: &str,
+    caller: &Caller,
+    request: &Validated,
+) -> Result<bool, GatewayError> {
     for _ in 0..WRITE_ATTEMPTS {
         match provider.get_typed_opt::<Grant>(None, name).await? {
             None => {
@@ -227,7 +250,10 @@ async fn upsert_grant(provider: &dyn ClusterClient, name: &str, caller: &Caller,
                             [
                                 (LABEL_GRANT.to_string(), name.to_string()),
                                 (LABEL_EXPORT.to_string(), request.export.clone()),
-                                (LABEL_CONSUMER_CLUSTER_UID.to_string(), request.consumer_cluster_uid.clone()),
+                                (
+                                    LABEL_CONSUMER_CLUSTER_UID.to_string(),
+                                    request.consumer_cluster_uid.clone(),
+                                ),
                                 ("app.kubernetes.io/managed-by".to_string(), MANAGED_BY.to_string()),
                             ]
                             .into(),
@@ -347,7 +373,11 @@ pub(crate) fn pickup_hash(secret: &str) -> String {
 
 /// Stores a fresh pickup on the Grant (replacing any earlier one, whose URL stops working);
 /// returns the secret and the expiry.
-async fn store_pickup(state: &Gateway, name: &str, konnector_namespace: &str) -> Result<(String, String), GatewayError> {
+async fn store_pickup(
+    state: &Gateway,
+    name: &str,
+    konnector_namespace: &str,
+) -> Result<(String, String), GatewayError> {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
@@ -392,7 +422,10 @@ mod tests {
     #[test]
     fn validation_refuses_what_a_grant_could_not_hold() {
         let cases = [
-            (serde_json::json!({"export": "w", "consumerClusterUID": "not-a-uuid"}), "InvalidConsumerClusterUID"),
+            (
+                serde_json::json!({"export": "w", "consumerClusterUID": "not-a-uuid"}),
+                "InvalidConsumerClusterUID",
+            ),
             (
                 serde_json::json!({"export": "w", "consumerClusterUID": "0C1B5A3E-7F2D-4C4E-9A63-2D1F0E9B8A77"}),
                 "InvalidConsumerClusterUID",

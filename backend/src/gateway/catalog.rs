@@ -85,9 +85,9 @@ impl Stores {
                 store.wait_until_ready().await.ok();
             }
         };
-        tokio::time::timeout(FIRST_LIST_WAIT, all)
-            .await
-            .map_err(|_| GatewayError::NotReady("the catalog is still loading from the provider; try again shortly".into()))
+        tokio::time::timeout(FIRST_LIST_WAIT, all).await.map_err(|_| {
+            GatewayError::NotReady("the catalog is still loading from the provider; try again shortly".into())
+        })
     }
 }
 

@@ -10,8 +10,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
-use kbind_api::service::{CSRF_HEADER, ProviderInfo, WhoAmI};
 use kbind_api::Export;
+use kbind_api::service::{CSRF_HEADER, ProviderInfo, WhoAmI};
 use kbind_cluster::{ApiResource, ListParams};
 
 use super::{Gateway, GatewayError};
@@ -40,9 +40,9 @@ impl FromRequestParts<Gateway> for Authenticated {
         }
         Err(match refusal {
             Some(e) => e.into(),
-            None => GatewayError::Unauthenticated(
-                "sign in first: send a bearer token, or log in through the web UI".into(),
-            ),
+            None => {
+                GatewayError::Unauthenticated("sign in first: send a bearer token, or log in through the web UI".into())
+            }
         })
     }
 }

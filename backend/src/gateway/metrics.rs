@@ -53,7 +53,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("kbind_gateway");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("requests", "HTTP requests by method, route template and status", requests.clone());
+        registry.register(
+            "requests",
+            "HTTP requests by method, route template and status",
+            requests.clone(),
+        );
         let durations = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 16))
         });
@@ -111,7 +115,10 @@ impl Metrics {
 /// `GET /metrics`.
 pub(crate) async fn serve(State(state): State<Gateway>) -> Response {
     (
-        [(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics().encode(),
     )
         .into_response()

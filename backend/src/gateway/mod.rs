@@ -163,7 +163,12 @@ pub enum ConfigError {
 
 impl Config {
     /// A configuration with the defaults of [`Options`] for everything but the four required values.
-    pub fn new(public_url: &str, provider_name: &str, provider_url: &str, provider_ca_pem: &str) -> Result<Self, ConfigError> {
+    pub fn new(
+        public_url: &str,
+        provider_name: &str,
+        provider_url: &str,
+        provider_ca_pem: &str,
+    ) -> Result<Self, ConfigError> {
         let public_url = public_url.trim_end_matches('/').to_string();
         if !(public_url.starts_with("https://") || public_url.starts_with("http://")) {
             return Err(ConfigError::Invalid {
@@ -182,7 +187,9 @@ impl Config {
         if !is_dns_label(provider_name) {
             return Err(ConfigError::Invalid {
                 flag: "--provider-name",
-                message: format!("{provider_name:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"),
+                message: format!(
+                    "{provider_name:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"
+                ),
             });
         }
         if !provider_ca_pem.contains("-----BEGIN CERTIFICATE-----") {
@@ -375,7 +382,9 @@ fn health_routes() -> Router<Gateway> {
 pub(crate) fn is_dns_label(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
 }

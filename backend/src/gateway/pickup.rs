@@ -63,7 +63,9 @@ fn parse_id(id: &str) -> Option<(&str, &str)> {
         && is_dns_label(grant)
         && !secret.is_empty()
         && secret.len() <= 128
-        && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     plausible.then_some((grant, secret))
 }
 
@@ -94,10 +96,14 @@ async fn redeem(state: &Gateway, id: &str, format: BundleFormat) -> Result<Strin
         }
         let now = state.now();
         if now >= pickup.expires_at.0 {
-            return Err(GatewayError::PickupGone("this pickup URL expired; bind again for a new one"));
+            return Err(GatewayError::PickupGone(
+                "this pickup URL expired; bind again for a new one",
+            ));
         }
         if grant.metadata.deletion_timestamp.is_some() {
-            return Err(GatewayError::PickupGone("the grant of this pickup URL is being revoked"));
+            return Err(GatewayError::PickupGone(
+                "the grant of this pickup URL is being revoked",
+            ));
         }
         if !is_issued(&grant) {
             return Err(IssueError::NotIssued.into());
@@ -115,7 +121,17 @@ async fn redeem(state: &Gateway, id: &str, format: BundleFormat) -> Result<Strin
             .await
         {
             Ok(claimed) => {
-                return deliver(state, claimed, &grant, &export, &scopes, &konnector_namespace, &hash, format).await;
+                return deliver(
+                    state,
+                    claimed,
+                    &grant,
+                    &export,
+                    &scopes,
+                    &konnector_namespace,
+                    &hash,
+                    format,
+                )
+                .await;
             }
             // Someone else wrote the Grant's status since we read it: maybe another pickup won,
             // maybe the issuer wrote; read again and decide again.
@@ -186,7 +202,11 @@ async fn release(state: &Gateway, mut claimed: DynamicObject, hash: &str) {
     if !ours {
         return;
     }
-    if let Some(pickup) = claimed.data.pointer_mut("/status/pickup").and_then(|p| p.as_object_mut()) {
+    if let Some(pickup) = claimed
+        .data
+        .pointer_mut("/status/pickup")
+        .and_then(|p| p.as_object_mut())
+    {
         pickup.remove("claimedAt");
     }
     let name = claimed.metadata.name.clone().unwrap_or_default();
@@ -209,7 +229,15 @@ mod tests {
             parse_id("grant-0123456789abcdef0123.abc_DEF-9"),
             Some(("grant-0123456789abcdef0123", "abc_DEF-9"))
         );
-        for bad in ["", "grant-x", "grant-x.", ".secret", "other-x.secret", "grant-x.se/cret", "GRANT-x.s"] {
+        for bad in [
+            "",
+            "grant-x",
+            "grant-x.",
+            ".secret",
+            "other-x.secret",
+            "grant-x.se/cret",
+            "GRANT-x.s",
+        ] {
             assert_eq!(parse_id(bad), None, "{bad:?}");
         }
     }

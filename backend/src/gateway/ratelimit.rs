@@ -8,12 +8,12 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::response::IntoResponse;
-use governor::middleware::NoOpMiddleware;
 use governor::clock::QuantaInstant;
+use governor::middleware::NoOpMiddleware;
 use tower_governor::GovernorError;
+use tower_governor::GovernorLayer;
 use tower_governor::governor::{GovernorConfig, GovernorConfigBuilder};
 use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::GovernorLayer;
 
 use super::{GatewayError, Rate};
 
@@ -46,7 +46,10 @@ impl KeyExtractor for ClientKey {
 }
 
 /// The layer enforcing `rate` per client.
-pub(crate) fn layer(rate: Rate, trust_forwarded_for: bool) -> GovernorLayer<ClientKey, NoOpMiddleware<QuantaInstant>, Body> {
+pub(crate) fn layer(
+    rate: Rate,
+    trust_forwarded_for: bool,
+) -> GovernorLayer<ClientKey, NoOpMiddleware<QuantaInstant>, Body> {
     let period = Duration::from_secs(60) / rate.per_minute.max(1);
     let config: GovernorConfig<ClientKey, NoOpMiddleware<QuantaInstant>> = GovernorConfigBuilder::default()
         .key_extractor(ClientKey { trust_forwarded_for })

@@ -16,7 +16,10 @@ use kbind_api::{Export, Grant, Issued};
 use kbind_backend::auth::{AuthError, Authenticator, Caller, Identity, Via};
 use kbind_backend::issuer::{Credential, IssueError, Issuer};
 use kbind_cluster::watcher::{BackoffPolicy, WatchStreamExt, WatcherConfig, watcher};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Patch, PatchParams, SharedClock, from_dynamic, to_dynamic};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Patch, PatchParams, SharedClock, from_dynamic,
+    to_dynamic,
+};
 use serde_json::json;
 
 /// The namespace the double puts ServiceAccounts in (the real issuer's default).
@@ -90,12 +93,16 @@ impl Issuer for TestIssuer {
     }
 
     async fn provision(&self, _grant: &Grant, _export: &Export) -> Result<Issued, IssueError> {
-        Err(IssueError::UnsupportedProvider("the test issuer provisions through its controller double".into()))
+        Err(IssueError::UnsupportedProvider(
+            "the test issuer provisions through its controller double".into(),
+        ))
     }
 
     async fn credential(&self, grant: &Grant) -> Result<Credential, IssueError> {
         if self.fail_credentials.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(IssueError::Cluster(kbind_cluster::Error::Transport("token request failed".into())));
+            return Err(IssueError::Cluster(kbind_cluster::Error::Transport(
+                "token request failed".into(),
+            )));
         }
         Ok(Credential {
             token: format!("token-for-{}", grant.metadata.name.clone().unwrap_or_default()),
@@ -141,7 +148,9 @@ pub fn spawn_controller(client: Arc<dyn ClusterClient>, clock: SharedClock) -> C
         let mut grants = std::pin::pin!(watcher(client.clone(), grant_res(), None, config).touched_objects());
         while let Some(event) = grants.next().await {
             let Ok(object) = event else { continue };
-            let Some(name) = object.metadata.name.clone() else { continue };
+            let Some(name) = object.metadata.name.clone() else {
+                continue;
+            };
             for _ in 0..5 {
                 match reconcile(client.as_ref(), &name, &claimed, &clock).await {
                     Ok(()) => break,
@@ -172,7 +181,10 @@ async fn reconcile(
     let finalizers = grant.metadata.finalizers.clone().unwrap_or_default();
     let sa_res = ApiResource::erase::<ServiceAccount>(&());
     if grant.metadata.deletion_timestamp.is_some() {
-        match client.delete(&sa_res, Some(GRANTS_NAMESPACE), name, &DeleteParams::default()).await {
+        match client
+            .delete(&sa_res, Some(GRANTS_NAMESPACE), name, &DeleteParams::default())
+            .await
+        {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
@@ -208,12 +220,19 @@ async fn reconcile(
             .unwrap_or_else(|p| p.into_inner())
             .contains(namespace);
         if elsewhere {
-            refusal = Some(("NamespaceClaimed", format!("namespace {namespace:?} is claimed by another identity")));
+            refusal = Some((
+                "NamespaceClaimed",
+                format!("namespace {namespace:?} is claimed by another identity"),
+            ));
             break;
         }
         match client.get_typed_opt::<Namespace>(None, namespace).await? {
             Some(ns) => {
-                let owner = ns.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_CLAIMED_BY));
+                let owner = ns
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION_CLAIMED_BY));
                 if owner != Some(subject) {
                     refusal = Some(("NamespaceClaimed", format!("namespace {namespace:?} is not yours")));
                     break;
@@ -229,7 +248,12 @@ async fn reconcile(
                     },
                 });
                 client
-                    .create(&ns_res, None, &serde_json::from_value(ns).map_err(|e| kbind_cluster::Error::Decode(e.to_string()))?, &Default::default())
+                    .create(
+                        &ns_res,
+                        None,
+                        &serde_json::from_value(ns).map_err(|e| kbind_cluster::Error::Decode(e.to_string()))?,
+                        &Default::default(),
+                    )
                     .await?;
             }
         }
