@@ -23,6 +23,8 @@ use kbind_cluster::{
 use serde_json::json;
 
 /// The namespace the double puts ServiceAccounts in (the real issuer's default).
+pub mod world;
+
 pub const GRANTS_NAMESPACE: &str = "kbind-grants";
 /// The CA every test config carries.
 pub const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBdGVzdC1jYQ==\n-----END CERTIFICATE-----\n";
