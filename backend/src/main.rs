@@ -108,6 +108,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !(args.gateway || args.issuer || args.reaper) {
         bail!("nothing to run: pass at least one of --gateway, --issuer, --reaper");
     }
+    // Flags first: a mistake in them should not wait for a provider connection.
+    let gateway_config = match args.gateway {
+        true => Some(args.gateway_options.config()?),
+        false => None,
+    };
     let provider = provider_client(args.kubeconfig.as_deref()).await?;
     let mut tasks = tokio::task::JoinSet::new();
 
@@ -120,8 +125,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         bail!("--reaper: the reaper is not part of this build yet");
     }
 
-    if args.gateway {
-        let config = args.gateway_options.config()?;
+    if let Some(config) = gateway_config {
         // LEAD: replace with the auth module's authenticator chain.
         let token_file = args
             .token_file

@@ -61,6 +61,19 @@ async fn bind_then_pickup_delivers_the_bundle_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn replicas_share_nothing_but_the_provider() {
+    let world = world().await;
+    let other = world.replica();
+    let bound: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
+    let path = pickup_path(&bound.pickup_url);
+    let reply = pickup(&other, &path, None).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let replay = pickup(&world.app, &path, None).await;
+    assert_eq!(replay.status, StatusCode::GONE);
+    assert_eq!(replay.error().reason, "PickupGone");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_json_accept_gets_a_list_and_a_rebind_replaces_the_earlier_url() {
     let world = world().await;
     let first: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
@@ -95,6 +108,13 @@ async fn a_json_accept_gets_a_list_and_a_rebind_replaces_the_earlier_url() {
         "{kubeconfig}"
     );
     assert!(!kubeconfig.contains("insecure"), "{kubeconfig}");
+    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap_or_else(|e| panic!("{e}: {kubeconfig}"));
+    let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(
+        cluster.certificate_authority_data.as_deref(),
+        Some(base64_of(TEST_CA).as_str())
+    );
+    assert_eq!(cluster.insecure_skip_tls_verify, None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -723,4 +743,9 @@ async fn measure_catalog_bind_and_pickup_throughput() {
         "gateway throughput (in process, fakeapi provider, {concurrency} concurrent callers, {} build): catalog {catalog:.0}/s, bind of a new Grant {fresh:.0}/s, re-bind of an issued Grant (sequential) {rebind:.0}/s, pickup {pickups:.0}/s",
         if cfg!(debug_assertions) { "debug" } else { "release" }
     );
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
 }

@@ -30,6 +30,23 @@ pub struct World {
     pub app: Router,
     pub issuer: Arc<TestIssuer>,
     pub controller: Controller,
+    pub config: Config,
+    pub clock: SharedClock,
+}
+
+impl World {
+    /// Another gateway replica on the same provider: it shares nothing with `app` but the cluster.
+    pub fn replica(&self) -> Router {
+        router(Gateway::with_clock(
+            self.config.clone(),
+            self.admin.clone(),
+            vec![Arc::new(TestAuth {
+                users: vec!["alice", "bob"],
+            })],
+            self.issuer.clone(),
+            self.clock.clone(),
+        ))
+    }
 }
 
 pub fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
@@ -185,7 +202,7 @@ pub async fn world_with(config: Config, issuer: TestIssuer) -> World {
 
     let issuer = Arc::new(issuer);
     let gateway = Gateway::with_clock(
-        config,
+        config.clone(),
         admin.clone(),
         vec![Arc::new(TestAuth {
             users: vec!["alice", "bob"],
@@ -193,12 +210,14 @@ pub async fn world_with(config: Config, issuer: TestIssuer) -> World {
         issuer.clone(),
         clock.clone(),
     );
-    let controller = spawn_controller(admin.clone(), clock);
+    let controller = spawn_controller(admin.clone(), clock.clone());
     World {
         admin,
         app: router(gateway),
         issuer,
         controller,
+        config,
+        clock,
     }
 }
 
