@@ -358,6 +358,36 @@ async fn an_issuer_refusal_deletes_the_grant_the_bind_created() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refused_rebind_leaves_the_working_grant_as_it_was() {
+    let world = world().await;
+    assert_eq!(
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+    world
+        .controller
+        .claimed_elsewhere
+        .lock()
+        .unwrap()
+        .insert("contested".to_string());
+    let reply = bind(
+        &world.app,
+        "alice-token",
+        json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["team-a", "contested"]}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    let name = grant_name("token:alice", "widgets", UID);
+    let grant: Grant = world.admin.get_typed(None, &name).await.unwrap();
+    assert_eq!(grant.spec.namespaces, ["team-a"]);
+    assert!(grant.metadata.deletion_timestamp.is_none());
+    // The issuer provisions the restored spec again, and the Grant is usable.
+    let again = bind(&world.app, "alice-token", widgets_bind()).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_bind_nobody_provisions_times_out_and_leaves_nothing() {
     let mut config = test_config();
     config.bind_timeout = Duration::from_secs(3);

@@ -1,7 +1,7 @@
 //! `POST /api/v1/bind`: validate (no writes) → the Export and its APIs → namespace pre-check →
 //! the issuer's provider check → create or update the Grant → wait for the issuer → store the
-//! pickup's hash → answer the one-time URL. A failure after this request created the Grant
-//! deletes it again, so nothing is left half-created.
+//! pickup's hash → answer the one-time URL. A failure after this request wrote the Grant undoes
+//! the write (deletes a Grant it created, restores namespaces it changed): nothing half-created.
 
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ async fn run(
     state.inner.issuer.check_provider().await?;
 
     let name = grant_name(&caller.identity.subject, &request.export, &request.consumer_cluster_uid);
-    let created = upsert_grant(provider, &name, caller, &request).await?;
+    let upsert = upsert_grant(provider, &name, caller, &request).await?;
     let outcome = async {
         wait_issued(state, &name).await?;
         store_pickup(state, &name, &request.konnector_namespace).await
@@ -113,7 +113,7 @@ async fn run(
     .await;
     match outcome {
         Ok((secret, expires_at)) => {
-            tracing::info!(grant = %name, export = %request.export, created, "bound");
+            tracing::info!(grant = %name, export = %request.export, created = matches!(upsert, Upsert::Created), "bound");
             Ok(BindResponse {
                 grant: name.clone(),
                 pickup_url: format!(
@@ -125,19 +125,55 @@ async fn run(
             })
         }
         Err(e) => {
-            if created {
-                // Why: a Grant this request created must not outlive the failed request; its
-                // deletion goes through the issuer's finalizer, which removes what was provisioned.
-                if let Err(delete) = provider
-                    .delete(&grant_res(), None, &name, &DeleteParams::default())
-                    .await
-                    && !delete.is_not_found()
-                {
-                    tracing::warn!(grant = %name, error = %delete, "failed to delete the grant of a failed bind");
-                }
-            }
+            undo(provider, &name, upsert, &request.namespaces).await;
             Err(e)
         }
+    }
+}
+
+/// What [`upsert_grant`] did, so a failed bind can undo it.
+enum Upsert {
+    Created,
+    Updated { previous_namespaces: Vec<String> },
+    Unchanged,
+}
+
+/// Undoes this request's write to the Grant: a Grant it created must not outlive the failed
+/// request (its deletion goes through the issuer's finalizer, which removes what was
+/// provisioned); namespaces it changed go back, so a refused re-bind leaves the working Grant
+/// as it was. Best effort: the request already failed with its own error.
+async fn undo(provider: &dyn ClusterClient, name: &str, upsert: Upsert, requested: &[String]) {
+    let result = match upsert {
+        Upsert::Unchanged => Ok(()),
+        Upsert::Created => match provider
+            .delete(&grant_res(), None, name, &DeleteParams::default())
+            .await
+        {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        },
+        Upsert::Updated { previous_namespaces } => {
+            async {
+                let Some(mut grant) = provider.get_typed_opt::<Grant>(None, name).await? else {
+                    return Ok(());
+                };
+                let mut current = grant.spec.namespaces.clone();
+                current.sort();
+                // Someone changed it again since: theirs stands.
+                if current != requested || grant.metadata.deletion_timestamp.is_some() {
+                    return Ok(());
+                }
+                grant.spec.namespaces = previous_namespaces;
+                provider
+                    .replace(&grant_res(), None, name, &to_dynamic(&grant)?, &PostParams::default())
+                    .await
+                    .map(|_| ())
+            }
+            .await
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(grant = %name, error = %e, "failed to undo the grant write of a failed bind");
     }
 }
 
@@ -233,13 +269,13 @@ async fn precheck_namespaces(
     Ok(())
 }
 
-/// Creates the Grant, or updates an existing one's namespaces; `true` when this call created it.
+/// Creates the Grant, or updates an existing one's namespaces.
 async fn upsert_grant(
     provider: &dyn ClusterClient,
     name: &str,
     caller: &Caller,
     request: &Validated,
-) -> Result<bool, GatewayError> {
+) -> Result<Upsert, GatewayError> {
     for _ in 0..WRITE_ATTEMPTS {
         match provider.get_typed_opt::<Grant>(None, name).await? {
             None => {
@@ -275,7 +311,7 @@ async fn upsert_grant(
                     .create(&grant_res(), None, &to_dynamic(&grant)?, &PostParams::default())
                     .await
                 {
-                    Ok(_) => return Ok(true),
+                    Ok(_) => return Ok(Upsert::Created),
                     // Another replica created it first: update that one.
                     Err(ClusterError::AlreadyExists { .. }) => continue,
                     Err(e) => return Err(e.into()),
@@ -288,15 +324,16 @@ async fn upsert_grant(
                 let mut current = existing.spec.namespaces.clone();
                 current.sort();
                 if current == request.namespaces {
-                    return Ok(false);
+                    return Ok(Upsert::Unchanged);
                 }
+                let previous_namespaces = existing.spec.namespaces.clone();
                 let mut updated = existing;
                 updated.spec.namespaces = request.namespaces.clone();
                 match provider
                     .replace(&grant_res(), None, name, &to_dynamic(&updated)?, &PostParams::default())
                     .await
                 {
-                    Ok(_) => return Ok(false),
+                    Ok(_) => return Ok(Upsert::Updated { previous_namespaces }),
                     Err(e) if e.is_conflict() => continue,
                     Err(e) => return Err(e.into()),
                 }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 use kbind_api::Export;
-use kbind_api::service::{CSRF_HEADER, ProviderInfo, WhoAmI};
+use kbind_api::service::{CSRF_HEADER, ProviderInfo, WhoAmI, path};
 use kbind_cluster::{ApiResource, ListParams};
 
 use super::{Gateway, GatewayError};
@@ -97,8 +97,12 @@ pub(crate) async fn observe(State(state): State<Gateway>, request: Request, next
     state
         .metrics()
         .observe_request(method.as_str(), &route, status.as_u16(), elapsed);
+    let probe = [path::HEALTHZ, path::READYZ, path::METRICS].contains(&route.as_str());
     if status.is_server_error() {
         tracing::warn!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request failed");
+    } else if probe {
+        // Probes and scrapes come every few seconds; they would drown the requests users make.
+        tracing::debug!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request");
     } else {
         tracing::info!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request");
     }
