@@ -681,6 +681,9 @@ async fn health_ui_and_unknown_routes() {
     let missing = send(&world.app, request(Method::GET, "/api/v1/nothing", None, None)).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(missing.error().reason, "NotFound");
+    let post = send(&world.app, request(Method::POST, "/", None, None)).await;
+    assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(post.error().reason, "MethodNotAllowed");
     let asset = send(&world.app, request(Method::GET, "/missing.js", None, None)).await;
     assert_eq!(asset.status, StatusCode::NOT_FOUND);
     let wrong = send(

@@ -1,7 +1,7 @@
 //! The embedded web UI: the files of `web/`, compiled into the binary (no build step), served
 //! for every path the API does not claim.
 
-use axum::http::{HeaderValue, Uri, header};
+use axum::http::{HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use include_dir::{Dir, include_dir};
 
@@ -11,10 +11,13 @@ static WEB: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../web");
 
 /// Serves `web/<path>`; a path without a file extension is a page of the single-page app and
 /// gets `index.html`. Unknown `/api/` paths are JSON 404s.
-pub(crate) async fn serve(uri: Uri) -> Response {
+pub(crate) async fn serve(method: Method, uri: Uri) -> Response {
     let path = uri.path().trim_start_matches('/');
     if path == "api" || path.starts_with("api/") {
         return GatewayError::RouteNotFound.into_response();
+    }
+    if method != Method::GET && method != Method::HEAD {
+        return GatewayError::MethodNotAllowed.into_response();
     }
     let last = path.rsplit('/').next().unwrap_or_default();
     let file = if path.is_empty() || !last.contains('.') {
