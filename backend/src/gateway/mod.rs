@@ -1,1 +1,435 @@
 //! The gateway: the HTTP API of DESIGN.md §7 (`kbind_api::service`) and the embedded UI.
+//!
+//! [`router`] is the whole gateway as an `axum::Router` value over a [`Gateway`] state. Everything
+//! two replicas must agree on (Grants, pickups, namespace claims) lives in the provider cluster;
+//! a replica keeps only caches it can rebuild (the catalog's reflector stores).
+
+mod bind;
+mod bundle;
+mod catalog;
+mod error;
+mod grants;
+mod http;
+mod metrics;
+mod pickup;
+mod ratelimit;
+mod ui;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use kbind_api::service::path;
+use kbind_cluster::{ClusterClient, SharedClock, SystemClock};
+
+use crate::auth::Authenticator;
+use crate::issuer::Issuer;
+
+pub use bundle::{Bundle, BundleFormat, bundle_objects};
+pub use error::GatewayError;
+pub use metrics::Metrics;
+
+/// How long a pickup URL works after a bind (DESIGN.md §7).
+pub const PICKUP_TTL: Duration = Duration::from_secs(5 * 60);
+
+/// The gateway's flags (`kbind-backend run --gateway ...`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// Address the gateway listens on.
+    #[arg(long = "listen", env = "KBIND_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The gateway's external URL (what browsers and the CLI reach); pickup URLs start with it.
+    #[arg(long = "public-url", env = "KBIND_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// The provider's name: shown to users and naming the bundle's Connection.
+    #[arg(long = "provider-name", env = "KBIND_PROVIDER_NAME")]
+    pub provider_name: Option<String>,
+    /// The provider API server URL issued kubeconfigs point at (https; never an in-cluster address).
+    #[arg(long = "provider-url", env = "KBIND_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+    /// A PEM file with the CA bundle issued kubeconfigs trust for `--provider-url`.
+    #[arg(long = "provider-ca", env = "KBIND_PROVIDER_CA")]
+    pub provider_ca: Option<PathBuf>,
+    /// How long a bind waits for the issuer to provision the Grant.
+    #[arg(long = "bind-timeout", default_value = "30s", value_parser = parse_duration)]
+    pub bind_timeout: Duration,
+    /// Binds per minute one client may make (after the burst).
+    #[arg(long = "bind-rate", default_value_t = 30)]
+    pub bind_rate_per_minute: u32,
+    /// Binds one client may make at once before the rate applies.
+    #[arg(long = "bind-burst", default_value_t = 10)]
+    pub bind_burst: u32,
+    /// Pickups per minute one client may make (after the burst).
+    #[arg(long = "pickup-rate", default_value_t = 60)]
+    pub pickup_rate_per_minute: u32,
+    /// Pickups one client may make at once before the rate applies.
+    #[arg(long = "pickup-burst", default_value_t = 20)]
+    pub pickup_burst: u32,
+    /// Rate-limit clients by the first `X-Forwarded-For` address (only behind a proxy that sets it).
+    #[arg(long = "trust-forwarded-for", default_value_t = false)]
+    pub trust_forwarded_for: bool,
+    /// Largest request body accepted, in bytes.
+    #[arg(long = "max-body-bytes", default_value_t = 64 * 1024)]
+    pub max_body_bytes: usize,
+    /// Provider namespace of the consumers' heartbeat Leases.
+    #[arg(long = "lease-namespace", default_value = kbind_api::consts::lease::NAMESPACE)]
+    pub lease_namespace: String,
+}
+
+/// `30s`, `5m`, `1h` or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
+    let secs = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{text:?} is not a duration like 30s, 5m or 1h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+/// A rate: `per_minute` requests replenished evenly, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Requests per minute.
+    pub per_minute: u32,
+    /// Requests at once.
+    pub burst: u32,
+}
+
+/// The gateway's checked configuration (see [`Options::config`]).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// External URL without a trailing slash.
+    pub public_url: String,
+    /// The provider's name.
+    pub provider_name: String,
+    /// The provider API server URL of issued kubeconfigs.
+    pub provider_url: String,
+    /// The PEM CA bundle of issued kubeconfigs.
+    pub provider_ca_pem: String,
+    /// How long a bind waits for the issuer.
+    pub bind_timeout: Duration,
+    /// How long a pickup URL works.
+    pub pickup_ttl: Duration,
+    /// Bind rate limit per client.
+    pub bind_rate: Rate,
+    /// Pickup rate limit per client.
+    pub pickup_rate: Rate,
+    /// Whether the client key comes from `X-Forwarded-For`.
+    pub trust_forwarded_for: bool,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Namespace of the heartbeat Leases.
+    pub lease_namespace: String,
+}
+
+/// Why the gateway's flags cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag the gateway needs is missing.
+    #[error("--gateway needs {0}")]
+    Missing(&'static str),
+    /// A flag's value is unusable.
+    #[error("{flag}: {message}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The CA file could not be read.
+    #[error("failed to read --provider-ca {path}")]
+    ReadCa {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Config {
+    /// A configuration with the defaults of [`Options`] for everything but the four required values.
+    pub fn new(
+        public_url: &str,
+        provider_name: &str,
+        provider_url: &str,
+        provider_ca_pem: &str,
+    ) -> Result<Self, ConfigError> {
+        let public_url = public_url.trim_end_matches('/').to_string();
+        if !(public_url.starts_with("https://") || public_url.starts_with("http://")) {
+            return Err(ConfigError::Invalid {
+                flag: "--public-url",
+                message: format!("{public_url:?} is not an http(s) URL"),
+            });
+        }
+        if !provider_url.starts_with("https://") {
+            return Err(ConfigError::Invalid {
+                flag: "--provider-url",
+                message: format!(
+                    "{provider_url:?} is not an https URL; issued kubeconfigs never use plain http or skip TLS verification"
+                ),
+            });
+        }
+        if !is_dns_label(provider_name) {
+            return Err(ConfigError::Invalid {
+                flag: "--provider-name",
+                message: format!(
+                    "{provider_name:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"
+                ),
+            });
+        }
+        if !provider_ca_pem.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(ConfigError::Invalid {
+                flag: "--provider-ca",
+                message: "the file holds no PEM certificate".into(),
+            });
+        }
+        Ok(Config {
+            public_url,
+            provider_name: provider_name.to_string(),
+            provider_url: provider_url.trim_end_matches('/').to_string(),
+            provider_ca_pem: provider_ca_pem.to_string(),
+            bind_timeout: Duration::from_secs(30),
+            pickup_ttl: PICKUP_TTL,
+            bind_rate: Rate {
+                per_minute: 30,
+                burst: 10,
+            },
+            pickup_rate: Rate {
+                per_minute: 60,
+                burst: 20,
+            },
+            trust_forwarded_for: false,
+            max_body_bytes: 64 * 1024,
+            lease_namespace: kbind_api::consts::lease::NAMESPACE.to_string(),
+        })
+    }
+}
+
+impl Options {
+    /// Checks the flags and reads the CA file.
+    pub fn config(&self) -> Result<Config, ConfigError> {
+        let public_url = self.public_url.as_deref().ok_or(ConfigError::Missing("--public-url"))?;
+        let provider_name = self
+            .provider_name
+            .as_deref()
+            .ok_or(ConfigError::Missing("--provider-name"))?;
+        let provider_url = self
+            .provider_url
+            .as_deref()
+            .ok_or(ConfigError::Missing("--provider-url"))?;
+        let ca_path = self.provider_ca.as_ref().ok_or(ConfigError::Missing("--provider-ca"))?;
+        let ca = std::fs::read_to_string(ca_path).map_err(|source| ConfigError::ReadCa {
+            path: ca_path.display().to_string(),
+            source,
+        })?;
+        let mut config = Config::new(public_url, provider_name, provider_url, &ca)?;
+        for (flag, value) in [
+            ("--bind-rate", self.bind_rate_per_minute),
+            ("--bind-burst", self.bind_burst),
+            ("--pickup-rate", self.pickup_rate_per_minute),
+            ("--pickup-burst", self.pickup_burst),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    flag,
+                    message: "must be at least 1".into(),
+                });
+            }
+        }
+        config.bind_timeout = self.bind_timeout;
+        config.bind_rate = Rate {
+            per_minute: self.bind_rate_per_minute,
+            burst: self.bind_burst,
+        };
+        config.pickup_rate = Rate {
+            per_minute: self.pickup_rate_per_minute,
+            burst: self.pickup_burst,
+        };
+        config.trust_forwarded_for = self.trust_forwarded_for;
+        config.max_body_bytes = self.max_body_bytes;
+        config.lease_namespace = self.lease_namespace.clone();
+        Ok(config)
+    }
+}
+
+/// The gateway's shared state: the provider, the sign-in methods, the issuer and the caches.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    provider: Arc<dyn ClusterClient>,
+    authenticators: Vec<Arc<dyn Authenticator>>,
+    issuer: Arc<dyn Issuer>,
+    clock: SharedClock,
+    catalog: catalog::Stores,
+    metrics: Metrics,
+    provider_check: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>,
+}
+
+impl Gateway {
+    /// A gateway over `provider`; callers are recognised by the first of `authenticators` that
+    /// knows them. Starts the catalog's watches, so it needs a tokio runtime.
+    pub fn new(
+        config: Config,
+        provider: Arc<dyn ClusterClient>,
+        authenticators: Vec<Arc<dyn Authenticator>>,
+        issuer: Arc<dyn Issuer>,
+    ) -> Self {
+        Self::with_clock(config, provider, authenticators, issuer, Arc::new(SystemClock))
+    }
+
+    /// [`Gateway::new`] with an injected wall clock (pickup expiry, heartbeat ages).
+    pub fn with_clock(
+        config: Config,
+        provider: Arc<dyn ClusterClient>,
+        authenticators: Vec<Arc<dyn Authenticator>>,
+        issuer: Arc<dyn Issuer>,
+        clock: SharedClock,
+    ) -> Self {
+        let catalog = catalog::Stores::start(provider.clone());
+        Gateway {
+            inner: Arc::new(Inner {
+                config,
+                provider,
+                authenticators,
+                issuer,
+                clock,
+                catalog,
+                metrics: Metrics::new(),
+                provider_check: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The checked configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The metrics registry `/metrics` serves.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    fn provider(&self) -> &dyn ClusterClient {
+        self.inner.provider.as_ref()
+    }
+
+    fn now(&self) -> jiff::Timestamp {
+        self.inner.clock.now()
+    }
+}
+
+/// The whole gateway: API, health, metrics, the sign-in methods' routes and the embedded UI.
+pub fn router(state: Gateway) -> Router {
+    let config = state.config().clone();
+    let mut app: Router = Router::new()
+        .merge(api_routes(&config))
+        .merge(health_routes())
+        .fallback(ui::serve)
+        .method_not_allowed_fallback(http::method_not_allowed)
+        .with_state(state.clone());
+    for authenticator in &state.inner.authenticators {
+        app = app.merge(authenticator.routes());
+    }
+    app.layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(state, http::observe))
+}
+
+fn api_routes(config: &Config) -> Router<Gateway> {
+    let bind = Router::new()
+        .route(path::BIND, post(bind::bind))
+        .route_layer(ratelimit::layer(config.bind_rate, config.trust_forwarded_for));
+    let pickup = Router::new()
+        .route(&format!("{}/{{id}}", path::PICKUP), get(pickup::pickup))
+        .route_layer(ratelimit::layer(config.pickup_rate, config.trust_forwarded_for));
+    Router::new()
+        .route(path::PROVIDER, get(http::provider))
+        .route(path::WHOAMI, get(http::whoami))
+        .route(path::CATALOG, get(catalog::catalog))
+        .route(path::GRANTS, get(grants::list))
+        .route(&format!("{}/{{name}}", path::GRANTS), delete(grants::revoke))
+        .merge(bind)
+        .merge(pickup)
+}
+
+fn health_routes() -> Router<Gateway> {
+    Router::new()
+        .route(path::HEALTHZ, get(http::healthz))
+        .route(path::READYZ, get(http::readyz))
+        .route(path::METRICS, get(metrics::serve))
+}
+
+/// Whether `name` is an RFC 1123 DNS label (namespaces, provider names).
+pub(crate) fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// Whether `name` is an RFC 1123 DNS subdomain (object names).
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
+
+    #[test]
+    fn config_refuses_plain_http_providers_and_missing_certificates() {
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        assert!(Config::new("https://kbind.example.org/", "acme", "https://api.example.org:6443", ca).is_ok());
+        let err = Config::new("https://kbind.example.org", "acme", "http://api.example.org", ca).unwrap_err();
+        assert!(err.to_string().contains("--provider-url"), "{err}");
+        let err = Config::new("https://kbind.example.org", "acme", "https://api.example.org", "nope").unwrap_err();
+        assert!(err.to_string().contains("--provider-ca"), "{err}");
+        let err = Config::new("https://kbind.example.org", "Acme Corp", "https://api.example.org", ca).unwrap_err();
+        assert!(err.to_string().contains("--provider-name"), "{err}");
+        let ok = Config::new("https://kbind.example.org/", "acme", "https://api.example.org/", ca).unwrap();
+        assert_eq!(ok.public_url, "https://kbind.example.org");
+        assert_eq!(ok.provider_url, "https://api.example.org");
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_label("team-a"));
+        assert!(!is_dns_label("Team"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(is_dns_subdomain("widgets.example.org"));
+        assert!(!is_dns_subdomain("widgets..org"));
+    }
+}

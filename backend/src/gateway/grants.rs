@@ -1,0 +1,122 @@
+//! The caller's own Grants: `GET /api/v1/grants` with each consumer's heartbeat age, and
+//! `DELETE /api/v1/grants/<name>`, which revokes (the issuer's finalizer does the work). Someone
+//! else's Grant is answered exactly like a missing one.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use http::StatusCode;
+use k8s_openapi::api::coordination::v1::Lease;
+use kbind_api::consts::{condition, lease_name, status};
+use kbind_api::service::{GrantList, GrantView};
+use kbind_api::{Grant, grant_name};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, ListParams, from_dynamic};
+use kube::api::Preconditions;
+
+use super::http::{Authenticated, Writer};
+use super::{Gateway, GatewayError};
+
+fn grant_res() -> ApiResource {
+    ApiResource::erase::<Grant>(&())
+}
+
+/// `GET /api/v1/grants`.
+pub(crate) async fn list(
+    State(state): State<Gateway>,
+    Authenticated(caller): Authenticated,
+) -> Result<Json<GrantList>, GatewayError> {
+    let provider = state.provider();
+    let all = provider.list(&grant_res(), None, &ListParams::default()).await?;
+    let mut grants = Vec::new();
+    for object in all.items {
+        let grant: Grant = from_dynamic(object)?;
+        if grant.spec.identity.subject != caller.identity.subject {
+            continue;
+        }
+        let heartbeat = heartbeat_age(&state, provider, &grant.spec.consumer_cluster_uid).await;
+        grants.push(view(&grant, heartbeat));
+    }
+    grants.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Json(GrantList { grants }))
+}
+
+/// Seconds since the consumer's Lease was renewed, by the Lease's `renewTime` and our clock.
+async fn heartbeat_age(state: &Gateway, provider: &dyn ClusterClient, uid: &str) -> Option<i64> {
+    let lease: Lease = match provider
+        .get_typed_opt(Some(&state.config().lease_namespace), &lease_name(uid))
+        .await
+    {
+        Ok(lease) => lease?,
+        Err(e) => {
+            tracing::warn!(error = %e, "failed to read a heartbeat Lease");
+            return None;
+        }
+    };
+    let renewed = lease.spec?.renew_time?.0;
+    Some(state.now().duration_since(renewed).as_secs().max(0))
+}
+
+/// A Grant as its owner sees it.
+pub(crate) fn view(grant: &Grant, heartbeat_age_seconds: Option<i64>) -> GrantView {
+    let ready_condition = grant
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::READY));
+    let current = grant.status.as_ref().and_then(|s| s.observed_generation) == grant.metadata.generation;
+    GrantView {
+        name: grant.metadata.name.clone().unwrap_or_default(),
+        export: grant.spec.export.clone(),
+        consumer_cluster_uid: grant.spec.consumer_cluster_uid.clone(),
+        namespaces: grant.spec.namespaces.clone(),
+        ready: current && ready_condition.is_some_and(|c| c.status == status::TRUE),
+        reason: ready_condition.map(|c| c.reason.clone()),
+        message: ready_condition.map(|c| c.message.clone()),
+        heartbeat_age_seconds,
+        revoking: grant.metadata.deletion_timestamp.is_some(),
+        created: grant
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| kbind_cluster::clock::format_time(t.0)),
+    }
+}
+
+/// `DELETE /api/v1/grants/{name}`: 202 with the Grant being revoked.
+pub(crate) async fn revoke(
+    State(state): State<Gateway>,
+    Writer(caller): Writer,
+    Path(name): Path<String>,
+) -> Result<(StatusCode, Json<GrantView>), GatewayError> {
+    let provider = state.provider();
+    let not_found = || GatewayError::GrantNotFound(name.clone());
+    if !super::is_dns_label(&name) {
+        return Err(not_found());
+    }
+    let grant: Grant = provider.get_typed_opt(None, &name).await?.ok_or_else(not_found)?;
+    // The name is derived from the owner, so a check on the subject is enough; the name check
+    // guards against a Grant someone created by hand under another identity's name.
+    let owner = &grant.spec.identity.subject;
+    if owner != &caller.identity.subject
+        || grant_name(owner, &grant.spec.export, &grant.spec.consumer_cluster_uid) != name
+    {
+        return Err(not_found());
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: grant.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let after = match provider.delete(&grant_res(), None, &name, &params).await {
+        Ok(Some(object)) => from_dynamic::<Grant>(object)?,
+        Ok(None) => {
+            let mut gone = grant.clone();
+            gone.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(state.now()));
+            gone
+        }
+        Err(e) if e.is_not_found() => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(grant = %name, "revoked by its owner");
+    Ok((StatusCode::ACCEPTED, Json(view(&after, None))))
+}

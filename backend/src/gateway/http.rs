@@ -1,0 +1,182 @@
+//! Request plumbing shared by the routes: who is calling (and the CSRF check for browser
+//! sessions), the log-and-metrics middleware that only ever names route templates, and the small
+//! routes (provider metadata, whoami, health).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use http::request::Parts;
+use kbind_api::Export;
+use kbind_api::service::{CSRF_HEADER, ProviderInfo, WhoAmI, path};
+use kbind_cluster::{ApiResource, ListParams};
+
+use super::{Gateway, GatewayError};
+use crate::auth::{AuthError, Caller, Via};
+
+/// How long the provider check's answer is reused: `/api/v1/provider` needs no sign-in, so
+/// it must not turn every anonymous request into provider requests.
+const PROVIDER_CHECK_TTL: Duration = Duration::from_secs(30);
+
+/// An authenticated caller.
+pub(crate) struct Authenticated(pub Caller);
+
+impl FromRequestParts<Gateway> for Authenticated {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Gateway) -> Result<Self, Self::Rejection> {
+        let mut refusal: Option<AuthError> = None;
+        for authenticator in &state.inner.authenticators {
+            match authenticator.authenticate(&parts.headers).await {
+                Ok(Some(caller)) => return Ok(Authenticated(caller)),
+                Ok(None) => {}
+                Err(e) => {
+                    refusal.get_or_insert(e);
+                }
+            }
+        }
+        Err(match refusal {
+            Some(e) => e.into(),
+            None => {
+                GatewayError::Unauthenticated("sign in first: send a bearer token, or log in through the web UI".into())
+            }
+        })
+    }
+}
+
+/// An authenticated caller allowed to change state: a browser session must echo its CSRF token.
+pub(crate) struct Writer(pub Caller);
+
+impl FromRequestParts<Gateway> for Writer {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Gateway) -> Result<Self, Self::Rejection> {
+        let Authenticated(caller) = Authenticated::from_request_parts(parts, state).await?;
+        check_csrf(&caller, &parts.headers)?;
+        Ok(Writer(caller))
+    }
+}
+
+/// Bearer callers pass (browsers never add that header on their own); a session must send
+/// its token in [`CSRF_HEADER`].
+pub(crate) fn check_csrf(caller: &Caller, headers: &http::HeaderMap) -> Result<(), GatewayError> {
+    match &caller.via {
+        Via::Bearer => Ok(()),
+        Via::Session { csrf_token } => {
+            let sent = headers.get(CSRF_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+            if !csrf_token.is_empty() && constant_time_eq(sent, csrf_token.as_bytes()) {
+                Ok(())
+            } else {
+                Err(GatewayError::CsrfMismatch)
+            }
+        }
+    }
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Logs and counts every request by its route template, never by its URI: pickup ids are
+/// capabilities and must not reach logs or metrics.
+pub(crate) async fn observe(State(state): State<Gateway>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = request.method().clone();
+    let started = tokio::time::Instant::now();
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    let status = response.status();
+    state
+        .metrics()
+        .observe_request(method.as_str(), &route, status.as_u16(), elapsed);
+    let probe = [path::HEALTHZ, path::READYZ, path::METRICS].contains(&route.as_str());
+    if status.is_server_error() {
+        tracing::warn!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request failed");
+    } else if probe {
+        // Probes and scrapes come every few seconds; they would drown the requests users make.
+        tracing::debug!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request");
+    } else {
+        tracing::info!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request");
+    }
+    response
+}
+
+/// The JSON 405 every route answers for a method it does not take.
+pub(crate) async fn method_not_allowed() -> GatewayError {
+    GatewayError::MethodNotAllowed
+}
+
+/// `GET /api/v1/provider`.
+pub(crate) async fn provider(State(state): State<Gateway>) -> Json<ProviderInfo> {
+    let config = state.config();
+    Json(ProviderInfo {
+        name: config.provider_name.clone(),
+        provider_url: config.provider_url.clone(),
+        auth_methods: state.inner.authenticators.iter().map(|a| a.method()).collect(),
+        issuer: state.inner.issuer.name().to_string(),
+        unavailable: unavailable(&state).await,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}
+
+/// Why binding cannot work on this provider, from the issuer; cached briefly.
+async fn unavailable(state: &Gateway) -> Option<String> {
+    let mut cached = state.inner.provider_check.lock().await;
+    if let Some((at, answer)) = cached.as_ref()
+        && at.elapsed() < PROVIDER_CHECK_TTL
+    {
+        return answer.clone();
+    }
+    let answer = match state.inner.issuer.check_provider().await {
+        Ok(()) => None,
+        // A provider hiccup says nothing about whether binding can work.
+        Err(crate::issuer::IssueError::Cluster(e)) => {
+            tracing::warn!(error = %e, "the issuer could not check the provider");
+            return None;
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    *cached = Some((tokio::time::Instant::now(), answer.clone()));
+    answer
+}
+
+/// `GET /api/v1/whoami`.
+pub(crate) async fn whoami(Authenticated(caller): Authenticated) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        subject: caller.identity.subject,
+        name: caller.identity.name,
+        csrf_token: match caller.via {
+            Via::Bearer => None,
+            Via::Session { csrf_token } => Some(csrf_token),
+        },
+    })
+}
+
+/// `GET /healthz`: the process serves.
+pub(crate) async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /readyz`: the provider answers and the catalog caches are filled.
+pub(crate) async fn readyz(State(state): State<Gateway>) -> Response {
+    let probe = ListParams::default().limit(1);
+    let res = ApiResource::erase::<Export>(&());
+    match state.provider().list(&res, None, &probe).await {
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: the provider does not answer");
+            (StatusCode::SERVICE_UNAVAILABLE, "the provider does not answer").into_response()
+        }
+        Ok(_) if !state.inner.catalog.is_ready() => {
+            (StatusCode::SERVICE_UNAVAILABLE, "the catalog is not cached yet").into_response()
+        }
+        Ok(_) => "ok".into_response(),
+    }
+}

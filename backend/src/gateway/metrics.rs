@@ -1,0 +1,125 @@
+//! The gateway's Prometheus metrics. Requests are labelled by route template (`/api/v1/pickup/{id}`),
+//! so no pickup id, name or token can appear in a label.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::header::CONTENT_TYPE;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::Gateway;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// The gateway's metrics registry.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<RouteLabels, Histogram>,
+    binds: Family<OutcomeLabels, Counter>,
+    pickups: Family<OutcomeLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with the gateway's metrics.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("kbind_gateway");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "HTTP requests by method, route template and status",
+            requests.clone(),
+        );
+        let durations = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        registry.register(
+            "request_duration_seconds",
+            "HTTP request latency by route template",
+            durations.clone(),
+        );
+        let binds = Family::<OutcomeLabels, Counter>::default();
+        registry.register("binds", "Binds by outcome", binds.clone());
+        let pickups = Family::<OutcomeLabels, Counter>::default();
+        registry.register("pickups", "Pickups by outcome", pickups.clone());
+        Metrics {
+            registry: Arc::new(registry),
+            requests,
+            durations,
+            binds,
+            pickups,
+        }
+    }
+
+    pub(crate) fn observe_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+                status,
+            })
+            .inc();
+        self.durations
+            .get_or_create(&RouteLabels {
+                route: route.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn bind(&self, outcome: &'static str) {
+        self.binds.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub(crate) fn pickup(&self, outcome: &'static str) {
+        self.pickups.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+}
+
+/// `GET /metrics`.
+pub(crate) async fn serve(State(state): State<Gateway>) -> Response {
+    (
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics().encode(),
+    )
+        .into_response()
+}

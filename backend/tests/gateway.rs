@@ -1,0 +1,784 @@
+//! The gateway in process: its router over a fakeapi provider, a test authenticator, a test
+//! issuer and a Grant controller double (tests/gateway_support). Bind → pickup → bundle, replay
+//! and expiry, every bad input with nothing half-created, CSRF, rate limits, and pickup ids kept
+//! out of logs and metrics.
+
+mod gateway_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use gateway_support::world::*;
+use gateway_support::*;
+use http::{Method, Request, StatusCode};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kbind_api::service::{BindResponse, Catalog, GrantList, ProviderInfo, WhoAmI};
+use kbind_api::{Grant, grant_name};
+use kbind_backend::gateway::Rate;
+use kbind_cluster::{Clock, ClusterClientExt, TokioClock};
+use kube::api::ObjectMeta;
+use serde_json::{Value, json};
+
+#[tokio::test(start_paused = true)]
+async fn bind_then_pickup_delivers_the_bundle_once() {
+    let world = world().await;
+    let reply = bind(&world.app, "alice-token", widgets_bind()).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let bound: BindResponse = reply.json();
+    let name = grant_name("token:alice", "widgets", UID);
+    assert_eq!(bound.grant, name);
+    assert!(
+        bound
+            .pickup_url
+            .starts_with(&format!("https://kbind.example.org/api/v1/pickup/{name}."))
+    );
+    assert_eq!(bound.expires_at, "2026-01-01T00:05:00Z");
+
+    // Only the hash is stored.
+    let grant: Grant = world.admin.get_typed(None, &name).await.unwrap();
+    let secret = bound.pickup_url.rsplit('.').next().unwrap().to_string();
+    let stored = serde_json::to_string(&grant).unwrap();
+    assert!(!stored.contains(&secret), "the pickup secret is stored: {stored}");
+    let pending = grant.status.unwrap().pickup.unwrap();
+    assert!(pending.hash.starts_with("sha256:") && pending.claimed_at.is_none());
+
+    let path = pickup_path(&bound.pickup_url);
+    let first = pickup(&world.app, &path, None).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    assert_eq!(first.headers["content-type"], "application/yaml");
+    assert_eq!(first.headers["cache-control"], "no-store");
+    insta::assert_snapshot!("widgets_bundle_yaml", first.text());
+
+    let again = pickup(&world.app, &path, None).await;
+    assert_eq!(again.status, StatusCode::GONE);
+    assert_eq!(again.error().reason, "PickupGone");
+    let grant: Grant = world.admin.get_typed(None, &name).await.unwrap();
+    assert!(grant.status.unwrap().pickup.unwrap().claimed_at.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn replicas_share_nothing_but_the_provider() {
+    let world = world().await;
+    let other = world.replica();
+    let bound: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
+    let path = pickup_path(&bound.pickup_url);
+    let reply = pickup(&other, &path, None).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let replay = pickup(&world.app, &path, None).await;
+    assert_eq!(replay.status, StatusCode::GONE);
+    assert_eq!(replay.error().reason, "PickupGone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_json_accept_gets_a_list_and_a_rebind_replaces_the_earlier_url() {
+    let world = world().await;
+    let first: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
+    let second = bind(&world.app, "alice-token", widgets_bind()).await;
+    assert_eq!(second.status, StatusCode::CREATED);
+    let second: BindResponse = second.json();
+    assert_eq!(first.grant, second.grant);
+
+    let stale = pickup(&world.app, &pickup_path(&first.pickup_url), Some("application/json")).await;
+    assert_eq!(stale.status, StatusCode::NOT_FOUND);
+    assert_eq!(stale.error().reason, "PickupNotFound");
+
+    let reply = pickup(&world.app, &pickup_path(&second.pickup_url), Some("application/json")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.headers["content-type"], "application/json");
+    let list: Value = reply.json();
+    assert_eq!(list["kind"], "List");
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Secret", "Connection", "ClusterBinding", "Binding"]);
+    let kubeconfig = list["items"][0]["stringData"]["kubeconfig"].as_str().unwrap();
+    assert!(
+        kubeconfig.contains("server: https://api.acme.example.org:6443"),
+        "{kubeconfig}"
+    );
+    assert!(
+        kubeconfig.contains(&format!("token: token-for-{}", second.grant)),
+        "{kubeconfig}"
+    );
+    assert!(!kubeconfig.contains("insecure"), "{kubeconfig}");
+    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap_or_else(|e| panic!("{e}: {kubeconfig}"));
+    let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(
+        cluster.certificate_authority_data.as_deref(),
+        Some(base64_of(TEST_CA).as_str())
+    );
+    assert_eq!(cluster.insecure_skip_tls_verify, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_scoped_export_gets_only_a_cluster_binding() {
+    let world = world().await;
+    let reply = bind(
+        &world.app,
+        "alice-token",
+        json!({"export": "gadgets", "consumerClusterUID": UID}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let bound: BindResponse = reply.json();
+    let list: Value = pickup(&world.app, &pickup_path(&bound.pickup_url), Some("application/json"))
+        .await
+        .json();
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Secret", "Connection", "ClusterBinding"]);
+    assert!(
+        list["items"][1]["metadata"].get("annotations").is_none(),
+        "{}",
+        list["items"][1]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_pickup_is_gone() {
+    let world = world().await;
+    let bound: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
+    tokio::time::advance(Duration::from_secs(5 * 60)).await;
+    let reply = pickup(&world.app, &pickup_path(&bound.pickup_url), None).await;
+    assert_eq!(reply.status, StatusCode::GONE);
+    assert_eq!(reply.error().reason, "PickupGone");
+    assert!(reply.error().message.contains("expired"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pickup_whose_credential_fails_can_be_retried() {
+    let world = world().await;
+    let bound: BindResponse = bind(&world.app, "alice-token", widgets_bind()).await.json();
+    let path = pickup_path(&bound.pickup_url);
+    world
+        .issuer
+        .fail_credentials
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = pickup(&world.app, &path, None).await;
+    assert_eq!(failed.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(failed.error().reason, "ProviderError");
+    world
+        .issuer
+        .fail_credentials
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(pickup(&world.app, &path, None).await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_and_malformed_pickups_are_not_found() {
+    let world = world().await;
+    for path in [
+        "/api/v1/pickup/nothing",
+        "/api/v1/pickup/grant-0123456789abcdef0123.secret",
+        "/api/v1/pickup/grant-x.se%2Fcret",
+    ] {
+        let reply = pickup(&world.app, path, None).await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(reply.error().reason, "PickupNotFound");
+    }
+}
+
+/// (what, request, status, reason, a namespace that must not be claimed for bob).
+type BadBind = (
+    &'static str,
+    Request<Body>,
+    StatusCode,
+    &'static str,
+    Option<&'static str>,
+);
+
+#[tokio::test(start_paused = true)]
+async fn bad_binds_answer_clear_errors_and_leave_nothing() {
+    let world = world().await;
+    // alice claims team-a first; another team's namespace exists outside kbind.
+    assert_eq!(
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+    create(
+        world.admin.as_ref(),
+        res_of::<Namespace>(),
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "payroll"}}),
+    )
+    .await;
+
+    let oversized = json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["x".repeat(5000)]});
+    let cases: Vec<BadBind> = vec![
+        (
+            "unknown export",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "nonexistent", "consumerClusterUID": UID})),
+            ),
+            StatusCode::NOT_FOUND,
+            "ExportNotFound",
+            None,
+        ),
+        (
+            "export with an API not exported",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "sprockets", "consumerClusterUID": UID, "namespaces": ["bobs"]})),
+            ),
+            StatusCode::CONFLICT,
+            "APINotExported",
+            Some("bobs"),
+        ),
+        (
+            "bad token",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("mallory-token"),
+                Some(widgets_bind()),
+            ),
+            StatusCode::UNAUTHORIZED,
+            "Unauthenticated",
+            None,
+        ),
+        (
+            "no token",
+            request(Method::POST, "/api/v1/bind", None, Some(widgets_bind())),
+            StatusCode::UNAUTHORIZED,
+            "Unauthenticated",
+            None,
+        ),
+        (
+            "oversized body",
+            request(Method::POST, "/api/v1/bind", Some("bob-token"), Some(oversized)),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            None,
+        ),
+        (
+            "malformed JSON",
+            Request::builder()
+                .method(Method::POST)
+                .uri("/api/v1/bind")
+                .header("authorization", "Bearer bob-token")
+                .header("content-type", "application/json")
+                .body(Body::from("{\"export\": \"widgets\","))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "MalformedRequest",
+            None,
+        ),
+        (
+            "consumer UID not a UUID",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": "kube-system", "namespaces": ["bobs"]})),
+            ),
+            StatusCode::BAD_REQUEST,
+            "InvalidConsumerClusterUID",
+            Some("bobs"),
+        ),
+        (
+            "namespace claimed by another identity",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["bobs", "team-a"]})),
+            ),
+            StatusCode::CONFLICT,
+            "NamespaceClaimed",
+            Some("bobs"),
+        ),
+        (
+            "namespace kbind did not create",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["payroll"]})),
+            ),
+            StatusCode::CONFLICT,
+            "NamespaceNotClaimable",
+            Some("payroll"),
+        ),
+        (
+            "namespaced API without namespaces",
+            request(
+                Method::POST,
+                "/api/v1/bind",
+                Some("bob-token"),
+                Some(json!({"export": "widgets", "consumerClusterUID": UID})),
+            ),
+            StatusCode::BAD_REQUEST,
+            "NamespacesRequired",
+            None,
+        ),
+    ];
+    for (what, req, status, reason, namespace) in cases {
+        let reply = send(&world.app, req).await;
+        assert_eq!(reply.status, status, "{what}: {}", reply.text());
+        assert_eq!(reply.error().reason, reason, "{what}");
+        assert_nothing_created(&world, namespace).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_issuer_refusal_deletes_the_grant_the_bind_created() {
+    let world = world().await;
+    world
+        .controller
+        .claimed_elsewhere
+        .lock()
+        .unwrap()
+        .insert("contested".to_string());
+    let reply = bind(
+        &world.app,
+        "bob-token",
+        json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["contested"]}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    wait_gone(&world, &grant_name("token:bob", "widgets", UID)).await;
+    assert_nothing_created(&world, Some("contested")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_rebind_leaves_the_working_grant_as_it_was() {
+    let world = world().await;
+    assert_eq!(
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+    world
+        .controller
+        .claimed_elsewhere
+        .lock()
+        .unwrap()
+        .insert("contested".to_string());
+    let reply = bind(
+        &world.app,
+        "alice-token",
+        json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["team-a", "contested"]}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    let name = grant_name("token:alice", "widgets", UID);
+    let grant: Grant = world.admin.get_typed(None, &name).await.unwrap();
+    assert_eq!(grant.spec.namespaces, ["team-a"]);
+    assert!(grant.metadata.deletion_timestamp.is_none());
+    // The issuer provisions the restored spec again, and the Grant is usable.
+    let again = bind(&world.app, "alice-token", widgets_bind()).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_nobody_provisions_times_out_and_leaves_nothing() {
+    let mut config = test_config();
+    config.bind_timeout = Duration::from_secs(3);
+    let world = world_with(config, TestIssuer::default()).await;
+    drop(world.controller);
+    let reply = bind(
+        &world.app,
+        "bob-token",
+        json!({"export": "gadgets", "consumerClusterUID": UID}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "BindTimeout");
+    let grants = grant_names(world.admin.as_ref()).await;
+    assert!(grants.is_empty(), "{grants:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_the_issuer_cannot_serve_is_reported_and_refused() {
+    let world = world_with(
+        test_config(),
+        TestIssuer {
+            refusal: Some("this provider is kcp-like; run an issuer for kcp".into()),
+            ..TestIssuer::default()
+        },
+    )
+    .await;
+    let info: ProviderInfo = send(&world.app, request(Method::GET, "/api/v1/provider", None, None))
+        .await
+        .json();
+    assert_eq!(info.name, "acme");
+    assert_eq!(info.provider_url, "https://api.acme.example.org:6443");
+    assert_eq!(info.issuer, "test");
+    assert_eq!(info.auth_methods.len(), 1);
+    assert_eq!(
+        info.unavailable.as_deref(),
+        Some("this provider is kcp-like; run an issuer for kcp")
+    );
+    let reply = bind(&world.app, "bob-token", widgets_bind()).await;
+    assert_eq!(reply.status, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(reply.error().reason, "UnsupportedProvider");
+    assert_nothing_created(&world, Some("team-a")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn browser_sessions_must_echo_their_csrf_token() {
+    let world = world().await;
+    let session = |csrf: Option<&str>| {
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/bind")
+            .header("cookie", "session=bob")
+            .header("content-type", "application/json");
+        if let Some(csrf) = csrf {
+            builder = builder.header(kbind_api::service::CSRF_HEADER, csrf);
+        }
+        builder
+            .body(Body::from(
+                json!({"export": "gadgets", "consumerClusterUID": UID}).to_string(),
+            ))
+            .unwrap()
+    };
+    for csrf in [None, Some("csrf-alice"), Some("")] {
+        let reply = send(&world.app, session(csrf)).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{csrf:?}");
+        assert_eq!(reply.error().reason, "CSRFTokenMismatch");
+        assert!(grant_names(world.admin.as_ref()).await.is_empty());
+    }
+    let whoami: WhoAmI = send(
+        &world.app,
+        Request::builder()
+            .uri("/api/v1/whoami")
+            .header("cookie", "session=bob")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .json();
+    assert_eq!(whoami.subject, "token:bob");
+    let reply = send(&world.app, session(whoami.csrf_token.as_deref())).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+
+    let name = grant_name("token:bob", "gadgets", UID);
+    let revoke = |csrf: Option<&str>| {
+        let mut builder = Request::builder()
+            .method(Method::DELETE)
+            .uri(format!("/api/v1/grants/{name}"))
+            .header("cookie", "session=bob");
+        if let Some(csrf) = csrf {
+            builder = builder.header(kbind_api::service::CSRF_HEADER, csrf);
+        }
+        builder.body(Body::empty()).unwrap()
+    };
+    assert_eq!(send(&world.app, revoke(None)).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        send(&world.app, revoke(Some("csrf-bob"))).await.status,
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() {
+    let world = world().await;
+    assert_eq!(
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        bind(
+            &world.app,
+            "bob-token",
+            json!({"export": "gadgets", "consumerClusterUID": OTHER_UID})
+        )
+        .await
+        .status,
+        StatusCode::CREATED
+    );
+    let renewed = TokioClock::fixed().now();
+    world
+        .admin
+        .create_typed(&Lease {
+            metadata: ObjectMeta {
+                name: Some(format!("consumer-{UID}")),
+                namespace: Some("kbind".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(renewed)),
+                ..LeaseSpec::default()
+            }),
+        })
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(42)).await;
+
+    let list: GrantList = send(
+        &world.app,
+        request(Method::GET, "/api/v1/grants", Some("alice-token"), None),
+    )
+    .await
+    .json();
+    assert_eq!(list.grants.len(), 1, "{list:?}");
+    let alices = &list.grants[0];
+    assert_eq!(alices.name, grant_name("token:alice", "widgets", UID));
+    assert_eq!(alices.namespaces, ["team-a"]);
+    assert!(alices.ready && !alices.revoking);
+    assert!(alices.heartbeat_age_seconds.is_some_and(|age| age >= 42), "{alices:?}");
+
+    let bobs = grant_name("token:bob", "gadgets", OTHER_UID);
+    let reply = send(
+        &world.app,
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{bobs}"),
+            Some("alice-token"),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(reply.error().reason, "GrantNotFound");
+    assert!(grant_names(world.admin.as_ref()).await.contains(&bobs));
+
+    let reply = send(
+        &world.app,
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{}", alices.name),
+            Some("alice-token"),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text());
+    wait_gone(&world, &alices.name).await;
+    let sa: Option<ServiceAccount> = world
+        .admin
+        .get_typed_opt(Some(GRANTS_NAMESPACE), &alices.name)
+        .await
+        .unwrap();
+    assert!(sa.is_none(), "revocation went through the finalizer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_catalog_shows_every_export_with_its_state() {
+    let world = world().await;
+    let unauthenticated = send(&world.app, request(Method::GET, "/api/v1/catalog", None, None)).await;
+    assert_eq!(unauthenticated.status, StatusCode::UNAUTHORIZED);
+    let reply = send(
+        &world.app,
+        request(Method::GET, "/api/v1/catalog", Some("alice-token"), None),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let catalog: Catalog = reply.json();
+    let names: Vec<&str> = catalog.exports.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["gadgets", "sprockets", "widgets"]);
+    let widgets = &catalog.exports[2];
+    assert!(widgets.ready && widgets.namespaced);
+    assert!(!catalog.exports[0].namespaced);
+    let sprockets = &catalog.exports[1];
+    assert!(!sprockets.ready);
+    assert!(
+        sprockets
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("sprockets.example.org"))
+    );
+    assert_eq!(catalog.collections.len(), 1);
+    assert_eq!(catalog.collections[0].exports, ["widgets", "gadgets"]);
+}
+
+#[tokio::test]
+async fn binds_and_pickups_beyond_the_rate_get_429() {
+    let mut config = test_config();
+    config.bind_rate = Rate {
+        per_minute: 1,
+        burst: 2,
+    };
+    config.pickup_rate = Rate {
+        per_minute: 1,
+        burst: 3,
+    };
+    let world = world_with(config, TestIssuer::default()).await;
+    let bad = || {
+        request(
+            Method::POST,
+            "/api/v1/bind",
+            Some("bob-token"),
+            Some(json!({"export": "nonexistent", "consumerClusterUID": UID})),
+        )
+    };
+    for _ in 0..2 {
+        assert_eq!(send(&world.app, bad()).await.status, StatusCode::NOT_FOUND);
+    }
+    let limited = send(&world.app, bad()).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.error().reason, "TooManyRequests");
+    assert!(limited.headers.contains_key("retry-after"));
+    for _ in 0..3 {
+        assert_eq!(
+            pickup(&world.app, "/api/v1/pickup/none", None).await.status,
+            StatusCode::NOT_FOUND
+        );
+    }
+    let limited = pickup(&world.app, "/api/v1/pickup/none", None).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.error().reason, "TooManyRequests");
+    // Other routes are not limited.
+    assert_eq!(
+        send(&world.app, request(Method::GET, "/healthz", None, None))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_ui_and_unknown_routes() {
+    let world = world().await;
+    assert_eq!(
+        send(&world.app, request(Method::GET, "/healthz", None, None))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if send(&world.app, request(Method::GET, "/readyz", None, None))
+                .await
+                .status
+                == StatusCode::OK
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(ready.is_ok(), "/readyz never answered 200");
+    let index = send(&world.app, request(Method::GET, "/", None, None)).await;
+    assert_eq!(index.status, StatusCode::OK);
+    assert_eq!(index.headers["content-type"], "text/html; charset=utf-8");
+    assert!(index.text().contains("<title>kbind</title>"));
+    assert_eq!(
+        send(&world.app, request(Method::GET, "/grants/mine", None, None))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let missing = send(&world.app, request(Method::GET, "/api/v1/nothing", None, None)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.error().reason, "NotFound");
+    let post = send(&world.app, request(Method::POST, "/", None, None)).await;
+    assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(post.error().reason, "MethodNotAllowed");
+    let asset = send(&world.app, request(Method::GET, "/missing.js", None, None)).await;
+    assert_eq!(asset.status, StatusCode::NOT_FOUND);
+    let wrong = send(
+        &world.app,
+        request(Method::PUT, "/api/v1/bind", Some("alice-token"), None),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong.error().reason, "MethodNotAllowed");
+}
+
+/// Requests per second of `n` requests made by `concurrency` workers; `make(i)` builds request `i`.
+async fn throughput(
+    app: &Router,
+    n: usize,
+    concurrency: usize,
+    expect: StatusCode,
+    make: impl Fn(usize) -> Request<Body>,
+) -> f64 {
+    let requests: Vec<Request<Body>> = (0..n).map(make).collect();
+    let queue = Arc::new(Mutex::new(requests.into_iter().enumerate().collect::<Vec<_>>()));
+    let started = std::time::Instant::now();
+    let workers = (0..concurrency).map(|_| {
+        let (app, queue) = (app.clone(), queue.clone());
+        tokio::spawn(async move {
+            loop {
+                let next = queue.lock().unwrap().pop();
+                let Some((i, request)) = next else { break };
+                let reply = send(&app, request).await;
+                assert_eq!(reply.status, expect, "request {i}: {}", reply.text());
+            }
+        })
+    });
+    for worker in futures::future::join_all(workers).await {
+        worker.unwrap();
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Catalog, bind and pickup requests/s of the router on a fakeapi provider, in process.
+/// Reports numbers, asserts none: `cargo test -p kbind-backend --test gateway -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test: run with --ignored --nocapture"]
+async fn measure_catalog_bind_and_pickup_throughput() {
+    let world = world().await;
+    let (n, concurrency) = (400, 16);
+    // Warm the catalog caches.
+    assert_eq!(
+        send(
+            &world.app,
+            request(Method::GET, "/api/v1/catalog", Some("alice-token"), None)
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    let catalog = throughput(&world.app, n * 5, concurrency, StatusCode::OK, |_| {
+        request(Method::GET, "/api/v1/catalog", Some("alice-token"), None)
+    })
+    .await;
+    let uid = |i: usize| format!("00000000-0000-4000-8000-{i:012x}");
+    let fresh = throughput(&world.app, n, concurrency, StatusCode::CREATED, |i| {
+        request(
+            Method::POST,
+            "/api/v1/bind",
+            Some("alice-token"),
+            Some(json!({"export": "gadgets", "consumerClusterUID": uid(i)})),
+        )
+    })
+    .await;
+    let urls = Arc::new(Mutex::new(Vec::new()));
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        let bound: BindResponse = bind(
+            &world.app,
+            "alice-token",
+            json!({"export": "gadgets", "consumerClusterUID": uid(i)}),
+        )
+        .await
+        .json();
+        urls.lock().unwrap().push(pickup_path(&bound.pickup_url));
+    }
+    let rebind = n as f64 / started.elapsed().as_secs_f64();
+    let paths = urls.lock().unwrap().clone();
+    let pickups = throughput(&world.app, n, concurrency, StatusCode::OK, |i| {
+        Request::builder().uri(paths[i].clone()).body(Body::empty()).unwrap()
+    })
+    .await;
+    println!(
+        "gateway throughput (in process, fakeapi provider, {concurrency} concurrent callers, {} build): catalog {catalog:.0}/s, bind of a new Grant {fresh:.0}/s, re-bind of an issued Grant (sequential) {rebind:.0}/s, pickup {pickups:.0}/s",
+        if cfg!(debug_assertions) { "debug" } else { "release" }
+    );
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
