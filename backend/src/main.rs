@@ -6,14 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use async_trait::async_trait;
 use clap::{Parser, Subcommand, ValueEnum};
-use kbind_api::service::AuthMethod;
-use kbind_api::{Export, Grant, Issued};
-use kbind_backend::auth::{AuthError, Authenticator, Caller, Identity, Via};
+use kbind_backend::auth::{self, Authenticator};
 use kbind_backend::gateway;
-use kbind_backend::issuer::{Credential, IssueError, Issuer};
-use kbind_cluster::{ApiResource, ClusterClient, IdentitySource, KubeClusterClient};
+use kbind_backend::issuer::{self, KubernetesIssuer};
+use kbind_backend::reaper::{self, Reaper};
+use kbind_cluster::{ClusterClient, KubeClusterClient, SystemClock};
+use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 /// kbind's service layer on a provider cluster.
@@ -61,13 +60,14 @@ struct RunArgs {
     /// Log filter (RUST_LOG, when set, wins).
     #[arg(long, default_value = "info")]
     log_level: String,
-    /// Static bearer tokens, one `token,user` per line (kube-apiserver's token file format; the
-    /// subject is `token:<user>`).
-    // LEAD: replace with the auth module's flags (static tokens, OIDC) when the auth branch lands.
-    #[arg(long, env = "KBIND_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
     #[command(flatten)]
     gateway_options: gateway::Options,
+    #[command(flatten)]
+    auth_options: auth::Options,
+    #[command(flatten)]
+    issuer_options: issuer::Options,
+    #[command(flatten)]
+    reaper_options: reaper::Options,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -113,39 +113,74 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         true => Some(args.gateway_options.config()?),
         false => None,
     };
+    let authenticator = match &gateway_config {
+        Some(config) => Some(auth::authenticator(&args.auth_options, &config.public_url)?),
+        None => None,
+    };
     let provider = provider_client(args.kubeconfig.as_deref()).await?;
+    let lease_namespace = args.issuer_options.lease_namespace.clone();
+    // The gateway mints credentials at pickup with the same issuer the controller provisions with.
+    let issuer = Arc::new(KubernetesIssuer::new(provider.clone(), args.issuer_options.clone()));
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown_signal().await;
+            shutdown.cancel();
+        }
+    });
     let mut tasks = tokio::task::JoinSet::new();
 
-    // LEAD: the issuer controller starts here when the issuer branch lands (`--issuer`).
     if args.issuer {
-        bail!("--issuer: the issuer controller is not part of this build yet");
-    }
-    // LEAD: the reaper starts here when the reaper branch lands (`--reaper`).
-    if args.reaper {
-        bail!("--reaper: the reaper is not part of this build yet");
+        let stop = shutdown.clone().cancelled_owned();
+        let (provider, issuer) = (provider.clone(), issuer.clone());
+        tasks.spawn(async move {
+            issuer::run_controller(provider, issuer, stop).await;
+            Ok(())
+        });
+        tracing::info!("issuer running");
     }
 
-    if let Some(config) = gateway_config {
-        // LEAD: replace with the auth module's authenticator chain.
-        let token_file = args
-            .token_file
-            .as_deref()
-            .context("--gateway needs --token-file (static bearer tokens)")?;
-        let authenticators: Vec<Arc<dyn Authenticator>> = vec![Arc::new(StaticTokens::read(token_file)?)];
-        // LEAD: replace with the in-tree Kubernetes issuer.
-        let issuer: Arc<dyn Issuer> = Arc::new(ServiceAccountTokens {
-            provider: provider.clone(),
+    let mut reaper_metrics = None;
+    if args.reaper {
+        let reaper = Reaper::new(
+            provider.clone(),
+            args.reaper_options.clone(),
+            lease_namespace.clone(),
+            Arc::new(SystemClock),
+        );
+        reaper_metrics = Some(reaper.metrics().clone());
+        let stop = shutdown.clone();
+        tasks.spawn(async move { reaper.run(stop).await.context("the reaper stopped") });
+        tracing::info!(ttl = ?args.reaper_options.reap_ttl, "reaper running");
+    }
+
+    if let (Some(mut config), Some(authenticator)) = (gateway_config, authenticator) {
+        config.lease_namespace = lease_namespace;
+        let metrics = gateway::Metrics::with_others(|registry| {
+            if let Some(reaper) = &reaper_metrics {
+                reaper.register(registry);
+            }
         });
-        let state = gateway::Gateway::new(config, provider.clone(), authenticators, issuer);
+        let authenticators: Vec<Arc<dyn Authenticator>> = authenticator.members().to_vec();
+        let state = gateway::Gateway::with_metrics(
+            config,
+            provider.clone(),
+            authenticators,
+            issuer,
+            Arc::new(SystemClock),
+            metrics,
+        );
         let listener = tokio::net::TcpListener::bind(args.gateway_options.listen)
             .await
             .with_context(|| format!("failed to listen on {}", args.gateway_options.listen))?;
         let addr = listener.local_addr().context("failed to read the listening address")?;
         tracing::info!(%addr, "gateway listening");
         let app = gateway::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let stop = shutdown.clone().cancelled_owned();
         tasks.spawn(async move {
             axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown_signal())
+                .with_graceful_shutdown(stop)
                 .await
                 .context("the gateway's server failed")
         });
@@ -200,137 +235,15 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// Interim static bearer tokens (`token,user[,...]` per line) until the auth module lands.
-// LEAD: delete when `kbind_backend::auth`'s static-token authenticator is on main.
-struct StaticTokens {
-    tokens: Vec<(String, String)>,
-}
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
 
-impl StaticTokens {
-    fn read(path: &Path) -> anyhow::Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("failed to read --token-file {}", path.display()))?;
-        let mut tokens = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut fields = line.split(',');
-            match (fields.next(), fields.next()) {
-                (Some(token), Some(user)) if !token.trim().is_empty() && !user.trim().is_empty() => {
-                    tokens.push((token.trim().to_string(), user.trim().trim_matches('"').to_string()));
-                }
-                // The line may hold a token: name only the line number.
-                _ => bail!("--token-file {} line {}: expected token,user", path.display(), n + 1),
-            }
-        }
-        Ok(StaticTokens { tokens })
-    }
-}
+    use super::*;
 
-#[async_trait]
-impl Authenticator for StaticTokens {
-    fn method(&self) -> AuthMethod {
-        AuthMethod {
-            kind: "token".into(),
-            login_path: None,
-        }
-    }
-
-    async fn authenticate(&self, headers: &http::HeaderMap) -> Result<Option<Caller>, AuthError> {
-        let Some(value) = headers.get(http::header::AUTHORIZATION) else {
-            return Ok(None);
-        };
-        let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) else {
-            return Ok(None);
-        };
-        let token = token.trim().as_bytes();
-        let found = self.tokens.iter().find(|(known, _)| {
-            known.len() == token.len() && known.bytes().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-        });
-        match found {
-            Some((_, user)) => Ok(Some(Caller {
-                identity: Identity {
-                    subject: format!("token:{user}"),
-                    name: Some(user.clone()),
-                },
-                via: Via::Bearer,
-            })),
-            None => Err(AuthError::Unauthenticated("the bearer token is not valid".into())),
-        }
-    }
-}
-
-/// Interim issuer half the gateway needs: the provider check and a TokenRequest for the Grant's
-/// ServiceAccount (`status.issued.serviceAccount`). Provisioning is the issuer controller's.
-// LEAD: delete when the in-tree Kubernetes issuer is on main.
-struct ServiceAccountTokens {
-    provider: Arc<dyn ClusterClient>,
-}
-
-/// Lifetime asked for issued tokens; the API server may shorten it.
-const TOKEN_SECONDS: i64 = 365 * 24 * 3600;
-
-#[async_trait]
-impl Issuer for ServiceAccountTokens {
-    fn name(&self) -> &str {
-        "kubernetes"
-    }
-
-    async fn check_provider(&self) -> Result<(), IssueError> {
-        match self.provider.identity().await?.source {
-            IdentitySource::LogicalCluster => Err(IssueError::UnsupportedProvider(
-                "this provider is kcp-like (it serves LogicalCluster): the Kubernetes issuer cannot provision on it; run kbind-backend with an issuer for kcp".into(),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    async fn provision(&self, _grant: &Grant, _export: &Export) -> Result<Issued, IssueError> {
-        Err(IssueError::UnsupportedProvider(
-            "the issuer controller is not part of this build".into(),
-        ))
-    }
-
-    async fn credential(&self, grant: &Grant) -> Result<Credential, IssueError> {
-        let sa = grant
-            .status
-            .as_ref()
-            .and_then(|s| s.issued.as_ref())
-            .and_then(|i| i.service_account.as_ref())
-            .ok_or(IssueError::NotIssued)?;
-        let res = ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&());
-        let body = serde_json::json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": TOKEN_SECONDS},
-        });
-        let answer = self
-            .provider
-            .create_subresource(&res, sa.namespace.as_deref(), &sa.name, "token", &body)
-            .await?;
-        let token = answer
-            .pointer("/status/token")
-            .and_then(|t| t.as_str())
-            .ok_or_else(|| {
-                IssueError::Cluster(kbind_cluster::Error::Decode(
-                    "the TokenRequest answer has no token".into(),
-                ))
-            })?;
-        let expires_at = answer
-            .pointer("/status/expirationTimestamp")
-            .and_then(|t| t.as_str())
-            .and_then(|t| t.parse().ok());
-        Ok(Credential {
-            token: token.to_string(),
-            expires_at,
-        })
-    }
-
-    async fn revoke(&self, _grant: &Grant) -> Result<(), IssueError> {
-        Err(IssueError::UnsupportedProvider(
-            "the issuer controller is not part of this build".into(),
-        ))
+    #[test]
+    fn the_flags_of_every_module_fit_together() {
+        // clap checks unique flag and group names only when the command is built.
+        Cli::command().debug_assert();
     }
 }

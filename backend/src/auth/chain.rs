@@ -31,6 +31,11 @@ impl Chain {
     pub fn methods(&self) -> Vec<AuthMethod> {
         self.methods.iter().map(|m| m.method()).collect()
     }
+
+    /// The methods, in the order they are tried.
+    pub fn members(&self) -> &[Arc<dyn Authenticator>] {
+        &self.methods
+    }
 }
 
 #[async_trait]

@@ -14,6 +14,9 @@ use super::static_tokens::StaticTokens;
 
 /// How callers sign in to the gateway (any combination; at least one).
 #[derive(clap::Args, Debug, Clone, Default)]
+// The group id must be unique among the flattened Options of `kbind-backend run`.
+#[group(id = "auth-options")]
+#[command(next_help_heading = "Authentication")]
 pub struct Options {
     /// Static bearer tokens: lines `token,user` (kube-apiserver's token file format; further
     /// columns ignored, `#` comments). A caller is `token:<user>`.

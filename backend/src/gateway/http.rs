@@ -11,11 +11,11 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 use kbind_api::Export;
-use kbind_api::service::{CSRF_HEADER, ProviderInfo, WhoAmI, path};
+use kbind_api::service::{ProviderInfo, WhoAmI, path};
 use kbind_cluster::{ApiResource, ListParams};
 
 use super::{Gateway, GatewayError};
-use crate::auth::{AuthError, Caller, Via};
+use crate::auth::{Authenticator, Caller, Via};
 
 /// How long the provider check's answer is reused: `/api/v1/provider` needs no sign-in, so
 /// it must not turn every anonymous request into provider requests.
@@ -28,22 +28,15 @@ impl FromRequestParts<Gateway> for Authenticated {
     type Rejection = GatewayError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Gateway) -> Result<Self, Self::Rejection> {
-        let mut refusal: Option<AuthError> = None;
-        for authenticator in &state.inner.authenticators {
-            match authenticator.authenticate(&parts.headers).await {
-                Ok(Some(caller)) => return Ok(Authenticated(caller)),
-                Ok(None) => {}
-                Err(e) => {
-                    refusal.get_or_insert(e);
-                }
-            }
+        // The chain's rule: the first method that recognises the request decides; a recognised
+        // but invalid credential is refused, never passed on to the next method.
+        match state.inner.authenticators.authenticate(&parts.headers).await {
+            Ok(Some(caller)) => Ok(Authenticated(caller)),
+            Ok(None) => Err(GatewayError::Unauthenticated(
+                "sign in first: send a bearer token, or log in through the web UI".into(),
+            )),
+            Err(e) => Err(e.into()),
         }
-        Err(match refusal {
-            Some(e) => e.into(),
-            None => {
-                GatewayError::Unauthenticated("sign in first: send a bearer token, or log in through the web UI".into())
-            }
-        })
     }
 }
 
@@ -61,24 +54,13 @@ impl FromRequestParts<Gateway> for Writer {
 }
 
 /// Bearer callers pass (browsers never add that header on their own); a session must send
-/// its token in [`CSRF_HEADER`].
+/// its token in [`kbind_api::service::CSRF_HEADER`].
 pub(crate) fn check_csrf(caller: &Caller, headers: &http::HeaderMap) -> Result<(), GatewayError> {
-    match &caller.via {
-        Via::Bearer => Ok(()),
-        Via::Session { csrf_token } => {
-            let sent = headers.get(CSRF_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-            if !csrf_token.is_empty() && constant_time_eq(sent, csrf_token.as_bytes()) {
-                Ok(())
-            } else {
-                Err(GatewayError::CsrfMismatch)
-            }
-        }
+    if caller.passes_csrf(headers) {
+        Ok(())
+    } else {
+        Err(GatewayError::CsrfMismatch)
     }
-}
-
-/// Compares secrets without an early exit on the first differing byte.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Logs and counts every request by its route template, never by its URI: pickup ids are
@@ -120,7 +102,7 @@ pub(crate) async fn provider(State(state): State<Gateway>) -> Json<ProviderInfo>
     Json(ProviderInfo {
         name: config.provider_name.clone(),
         provider_url: config.provider_url.clone(),
-        auth_methods: state.inner.authenticators.iter().map(|a| a.method()).collect(),
+        auth_methods: state.inner.authenticators.methods(),
         issuer: state.inner.issuer.name().to_string(),
         unavailable: unavailable(&state).await,
         version: env!("CARGO_PKG_VERSION").to_string(),

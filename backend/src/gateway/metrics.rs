@@ -51,7 +51,15 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh registry with the gateway's metrics.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("kbind_gateway");
+        Self::with_others(|_| {})
+    }
+
+    /// A fresh registry with the gateway's metrics and whatever `others` registers at the root
+    /// (the reaper's, when it runs in the same process), so one `/metrics` serves them all.
+    pub fn with_others(others: impl FnOnce(&mut Registry)) -> Self {
+        let mut root = Registry::default();
+        others(&mut root);
+        let registry = root.sub_registry_with_prefix("kbind_gateway");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
@@ -71,7 +79,7 @@ impl Metrics {
         let pickups = Family::<OutcomeLabels, Counter>::default();
         registry.register("pickups", "Pickups by outcome", pickups.clone());
         Metrics {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
             requests,
             durations,
             binds,

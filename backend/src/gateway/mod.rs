@@ -38,6 +38,9 @@ pub const PICKUP_TTL: Duration = Duration::from_secs(5 * 60);
 
 /// The gateway's flags (`kbind-backend run --gateway ...`).
 #[derive(clap::Args, Debug, Clone)]
+// The group id must be unique among the flattened Options of `kbind-backend run`.
+#[group(id = "gateway-options")]
+#[command(next_help_heading = "Gateway")]
 pub struct Options {
     /// Address the gateway listens on.
     #[arg(long = "listen", env = "KBIND_LISTEN", default_value = "127.0.0.1:8080")]
@@ -75,9 +78,6 @@ pub struct Options {
     /// Largest request body accepted, in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
-    /// Provider namespace of the consumers' heartbeat Leases.
-    #[arg(long = "lease-namespace", default_value = kbind_api::consts::lease::NAMESPACE)]
-    pub lease_namespace: String,
 }
 
 /// `30s`, `5m`, `1h` or plain seconds.
@@ -262,7 +262,6 @@ impl Options {
         };
         config.trust_forwarded_for = self.trust_forwarded_for;
         config.max_body_bytes = self.max_body_bytes;
-        config.lease_namespace = self.lease_namespace.clone();
         Ok(config)
     }
 }
@@ -276,7 +275,7 @@ pub struct Gateway {
 struct Inner {
     config: Config,
     provider: Arc<dyn ClusterClient>,
-    authenticators: Vec<Arc<dyn Authenticator>>,
+    authenticators: crate::auth::Chain,
     issuer: Arc<dyn Issuer>,
     clock: SharedClock,
     catalog: catalog::Stores,
@@ -304,16 +303,28 @@ impl Gateway {
         issuer: Arc<dyn Issuer>,
         clock: SharedClock,
     ) -> Self {
+        Self::with_metrics(config, provider, authenticators, issuer, clock, Metrics::new())
+    }
+
+    /// [`Gateway::with_clock`] serving `metrics` (e.g. [`Metrics::with_others`]) on `/metrics`.
+    pub fn with_metrics(
+        config: Config,
+        provider: Arc<dyn ClusterClient>,
+        authenticators: Vec<Arc<dyn Authenticator>>,
+        issuer: Arc<dyn Issuer>,
+        clock: SharedClock,
+        metrics: Metrics,
+    ) -> Self {
         let catalog = catalog::Stores::start(provider.clone());
         Gateway {
             inner: Arc::new(Inner {
                 config,
                 provider,
-                authenticators,
+                authenticators: crate::auth::Chain::new(authenticators),
                 issuer,
                 clock,
                 catalog,
-                metrics: Metrics::new(),
+                metrics,
                 provider_check: tokio::sync::Mutex::new(None),
             }),
         }
@@ -347,9 +358,7 @@ pub fn router(state: Gateway) -> Router {
         .fallback(ui::serve)
         .method_not_allowed_fallback(http::method_not_allowed)
         .with_state(state.clone());
-    for authenticator in &state.inner.authenticators {
-        app = app.merge(authenticator.routes());
-    }
+    app = app.merge(crate::auth::Authenticator::routes(&state.inner.authenticators));
     app.layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(state, http::observe))
 }

@@ -13,9 +13,9 @@ use kbind_cluster::{ApiResource, ClusterClientExt, DynamicObject, PostParams, fr
 
 use super::bind::pickup_hash;
 use super::bundle::{BundleFormat, bundle_objects};
-use super::http::constant_time_eq;
 use super::{Gateway, GatewayError, catalog, is_dns_label};
 use crate::issuer::IssueError;
+use subtle::ConstantTimeEq;
 
 /// How many times a claim that met another status write is re-evaluated.
 const CLAIM_ATTEMPTS: usize = 8;
@@ -87,7 +87,7 @@ async fn redeem(state: &Gateway, id: &str, format: BundleFormat) -> Result<Strin
             .status
             .as_ref()
             .and_then(|s| s.pickup.as_ref())
-            .filter(|p| constant_time_eq(p.hash.as_bytes(), hash.as_bytes()))
+            .filter(|p| bool::from(p.hash.as_bytes().ct_eq(hash.as_bytes())))
             .ok_or(GatewayError::PickupNotFound)?;
         if pickup.claimed_at.is_some() {
             return Err(GatewayError::PickupGone(

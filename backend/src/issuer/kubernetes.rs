@@ -28,6 +28,9 @@ pub const ISSUER_NAME: &str = "kubernetes";
 
 /// Flags of the in-tree Kubernetes issuer.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+// The group id must be unique among the flattened Options of `kbind-backend run`.
+#[group(id = "issuer-options")]
+#[command(next_help_heading = "Issuer")]
 pub struct Options {
     /// Provider namespace holding one ServiceAccount per Grant (created when missing).
     #[arg(

@@ -50,6 +50,9 @@ const MAX_NAP: Duration = Duration::from_secs(60);
 
 /// The reaper's flags.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+// The group id must be unique among the flattened Options of `kbind-backend run`.
+#[group(id = "reaper-options")]
+#[command(next_help_heading = "Reaper")]
 pub struct Options {
     /// How long a consumer's heartbeat Lease may go unchanged, as observed by this reaper, before
     /// the consumer's Grants are deleted (below 5m only with konnectors that renew faster than
