@@ -276,7 +276,7 @@ fn named<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
 async fn authenticate_catalog_bind_pickup_sync_replay_restart_revoke_and_reap() {
     let world = World::new().await;
     let lines = world.lines.clone();
-    let backend = world.backend("10s").await;
+    let backend = world.backend("20s").await;
     let url = backend.url.clone();
 
     // Authenticate: a wrong token is a 401 with a JSON reason; the right one names alice.
@@ -401,7 +401,7 @@ async fn authenticate_catalog_bind_pickup_sync_replay_restart_revoke_and_reap() 
     .await;
 
     // Revoke: the Grant goes (the issuer revoked), and the Connection goes not Ready with a reason.
-    let backend = world.backend("10s").await;
+    let backend = world.backend("20s").await;
     let url = backend.url.clone();
     let (status, body) = world
         .call(world.http.get(format!("{url}{}", path::GRANTS)).bearer_auth(TOKEN))
