@@ -17,7 +17,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kbind_api::service::{GrantList, path};
-use kbind_cluster::ClusterClientExt;
+use kbind_cluster::{ClusterClient, ClusterClientExt};
 use serde_json::json;
 
 const TOKEN: &str = "alice-secret-token-0123456789";
