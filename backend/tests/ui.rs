@@ -49,7 +49,9 @@ fn missing_tools() -> Option<String> {
     }
     for package in ["playwright-core", "axe-core"] {
         if !web_dir().join("node_modules").join(package).exists() {
-            return Some(format!("web/node_modules/{package} is missing (run npm ci --prefix web)"));
+            return Some(format!(
+                "web/node_modules/{package} is missing (run npm ci --prefix web)"
+            ));
         }
     }
     None
@@ -106,15 +108,26 @@ async fn offer(provider: &FakeCluster, lines: &Lines) {
     .await;
     let export = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
         "spec": {"title": "Widgets", "description": "Widgets as a service", "apis": [{"name": "widgets.example.org"}]}});
-    p.create(&erase::<kbind_api::Export>(), None, &object(export), &Default::default())
-        .await
-        .expect("Export created");
+    p.create(
+        &erase::<kbind_api::Export>(),
+        None,
+        &object(export),
+        &Default::default(),
+    )
+    .await
+    .expect("Export created");
     let collection = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "basics"},
         "spec": {"title": "Basics", "description": "The everyday APIs", "exports": [{"name": "widgets"}]}});
-    p.create(&erase::<kbind_api::Collection>(), None, &object(collection), &Default::default())
-        .await
-        .expect("Collection created");
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kbind_api::consts::lease::NAMESPACE}});
+    p.create(
+        &erase::<kbind_api::Collection>(),
+        None,
+        &object(collection),
+        &Default::default(),
+    )
+    .await
+    .expect("Collection created");
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kbind_api::consts::lease::NAMESPACE}});
     p.create(&erase::<Namespace>(), None, &object(namespace), &Default::default())
         .await
         .expect("lease namespace created");
@@ -167,12 +180,7 @@ async fn the_web_ui_works_in_a_real_browser() {
         format!("--provider-ca={}", ca_path.display()),
         format!("--token-file={}", tokens.display()),
     ];
-    let _backend = Process::start(
-        Path::new(env!("CARGO_BIN_EXE_kbind-backend")),
-        &args,
-        "backend",
-        &lines,
-    );
+    let _backend = Process::start(Path::new(env!("CARGO_BIN_EXE_kbind-backend")), &args, "backend", &lines);
     let http = reqwest::Client::new();
     eventually("the gateway to answer /readyz", &lines, async || {
         let r = http.get(format!("{url}{}", path::READYZ)).send().await.ok()?;
@@ -230,5 +238,9 @@ async fn the_web_ui_works_in_a_real_browser() {
         .filter_map(Result::ok)
         .filter(|e| e.path().extension().is_some_and(|x| x == "png"))
         .count();
-    assert!(pngs >= 16, "a screenshot of each of 8 pages at two widths, found {pngs} in {}", screenshots.display());
+    assert!(
+        pngs >= 16,
+        "a screenshot of each of 8 pages at two widths, found {pngs} in {}",
+        screenshots.display()
+    );
 }

@@ -175,7 +175,9 @@ async function pointerPass(browser) {
   await page.waitForFunction((name) => {
     const el = document.querySelector(`[data-grant="${name}"]`);
     return !el || /Being revoked/.test(el.textContent);
-  }, grantName);
+  }, grantName).catch((error) => {
+    throw new Error(`grant ${grantName} never showed as being revoked after Revoke was confirmed: ${error.message}`);
+  });
   await checkPage(page, 'grants-revoked');
 
   assert.deepEqual(problems, [], 'no page errors and no CSP violations');
