@@ -225,7 +225,8 @@ impl Inner {
             // not the token's audience.
             if let (Err(ClaimsVerificationError::InvalidAudience(_)), Some(cli)) = (&verified, &self.cfg.cli_client_id) {
                 let clock = self.clock.clone();
-                let cli_verifier = CoreClient::from_provider_metadata(metadata, cli.clone(), None)
+                let cli_client = CoreClient::from_provider_metadata(metadata, cli.clone(), None);
+                let cli_verifier = cli_client
                     .id_token_verifier()
                     .set_time_fn(move || clock.now_chrono());
                 verified = id_token.claims(&cli_verifier, |_: Option<&Nonce>| Ok(()));
