@@ -328,7 +328,10 @@ async fn signs_in_at_oidc_provider_and_the_gateway_accepts_the_id_token() {
     assert_eq!(query.get("client_id").map(String::as_str), Some(CLI_CLIENT_ID));
     assert_eq!(query.get("code_challenge_method").map(String::as_str), Some("S256"));
     for param in ["code_challenge", "state", "nonce"] {
-        assert!(query.get(param).is_some_and(|v| v.len() >= 16), "{param} in {authorize}");
+        assert!(
+            query.get(param).is_some_and(|v| v.len() >= 16),
+            "{param} in {authorize}"
+        );
     }
     let redirect = reqwest::Url::parse(&query["redirect_uri"]).expect("redirect_uri");
     assert_eq!(redirect.scheme(), "http");
@@ -341,7 +344,10 @@ async fn signs_in_at_oidc_provider_and_the_gateway_accepts_the_id_token() {
         token.expires_at.is_some_and(|t| t > jiff::Timestamp::now()),
         "{token:?}"
     );
-    assert!(!format!("{token:?}").contains(&token.id_token), "Debug redacts the token");
+    assert!(
+        !format!("{token:?}").contains(&token.id_token),
+        "Debug redacts the token"
+    );
 
     // The gateway accepts it as a bearer token: the same subject a browser session gets.
     let caller = s

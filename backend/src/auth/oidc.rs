@@ -223,12 +223,11 @@ impl Inner {
             let mut verified = id_token.claims(&verifier, |_: Option<&Nonce>| Ok(()));
             // One audience per verifier: the CLI's public client is tried when the gateway's is
             // not the token's audience.
-            if let (Err(ClaimsVerificationError::InvalidAudience(_)), Some(cli)) = (&verified, &self.cfg.cli_client_id) {
+            if let (Err(ClaimsVerificationError::InvalidAudience(_)), Some(cli)) = (&verified, &self.cfg.cli_client_id)
+            {
                 let clock = self.clock.clone();
                 let cli_client = CoreClient::from_provider_metadata(metadata, cli.clone(), None);
-                let cli_verifier = cli_client
-                    .id_token_verifier()
-                    .set_time_fn(move || clock.now_chrono());
+                let cli_verifier = cli_client.id_token_verifier().set_time_fn(move || clock.now_chrono());
                 verified = id_token.claims(&cli_verifier, |_: Option<&Nonce>| Ok(()));
             }
             match verified {

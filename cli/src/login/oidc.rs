@@ -14,8 +14,8 @@ use axum::response::{Html, IntoResponse, Response};
 use kbind_api::service::AuthMethod;
 use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
 use openidconnect::{
-    AuthorizationCode, ClaimsVerificationError, ClientId, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge,
-    RedirectUrl, RequestTokenError, Scope, TokenResponse as _,
+    AuthorizationCode, ClaimsVerificationError, ClientId, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge, RedirectUrl,
+    RequestTokenError, Scope, TokenResponse as _,
 };
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
@@ -420,7 +420,11 @@ async fn callback(
     if sender.send(Callback { params, reply }).await.is_err() {
         return page(Err("kbind stopped waiting: run `kbind login` again".into()));
     }
-    page(outcome.await.unwrap_or_else(|_| Err("kbind stopped waiting: run `kbind login` again".into())))
+    page(
+        outcome
+            .await
+            .unwrap_or_else(|_| Err("kbind stopped waiting: run `kbind login` again".into())),
+    )
 }
 
 fn page(outcome: Result<(), String>) -> Response {
@@ -429,7 +433,10 @@ fn page(outcome: Result<(), String>) -> Response {
             axum::http::StatusCode::OK,
             "kbind: signed in. You can close this window and return to the terminal.".to_owned(),
         ),
-        Err(why) => (axum::http::StatusCode::BAD_REQUEST, format!("kbind: the sign-in failed: {}", escape(&why))),
+        Err(why) => (
+            axum::http::StatusCode::BAD_REQUEST,
+            format!("kbind: the sign-in failed: {}", escape(&why)),
+        ),
     };
     (
         status,
