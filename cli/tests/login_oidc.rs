@@ -426,7 +426,10 @@ async fn no_callback_within_the_timeout_is_a_timeout_and_stops_listening() {
     }
     let s = &setup(false).await;
     let opts = s.options(Duration::from_secs(1));
-    let (token, authorize) = login_with(&s.method(), &opts, |url| async move { url }).await;
+    // A deadline on the whole sign-in: a login that never times out fails here instead of hanging.
+    let (token, authorize) = tokio::time::timeout(DEADLINE, login_with(&s.method(), &opts, |url| async move { url }))
+        .await
+        .expect("login gave up by itself");
     let err = token.expect_err("nobody came back");
     assert!(
         matches!(err, LoginError::Timeout { after } if after == Duration::from_secs(1)),
