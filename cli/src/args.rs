@@ -182,7 +182,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         Some(i) => text.split_at(i),
         None => (text, "s"),
     };
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 2m or 1h"))?;
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 2m or 1h"))?;
     let secs = match unit {
         "ms" => return Ok(Duration::from_millis(n)),
         "s" => n,

@@ -26,7 +26,10 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         return Err(CliError::Refused(format!(
             "Export {} cannot be bound now: {}",
             export.name,
-            export.message.clone().unwrap_or_else(|| "not every API is exported".into())
+            export
+                .message
+                .clone()
+                .unwrap_or_else(|| "not every API is exported".into())
         )));
     }
     let client = consumer::connect(target).await?;
@@ -59,7 +62,11 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         let text = format!(
             "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}Nothing was bound or applied.\n",
             export.name,
-            if namespaces.is_empty() { String::new() } else { format!(" in namespaces {}", namespaces.join(",")) },
+            if namespaces.is_empty() {
+                String::new()
+            } else {
+                format!(" in namespaces {}", namespaces.join(","))
+            },
             table(&["KIND", "NAMESPACE", "NAME"], rows)
         );
         return emit(&mut ctx.stdout, &text);
@@ -155,10 +162,18 @@ async fn apply_and_wait(
     client: &kbind_cluster::KubeClusterClient,
     ctx: &mut Context,
 ) -> Result<()> {
-    let checked = bundle::check(objects, &args.konnector_namespace).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+    let checked =
+        bundle::check(objects, &args.konnector_namespace).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
     emit(&mut ctx.stdout, &format!("Applying:\n{}", objects_table(&checked)))?;
     consumer::apply(client, &checked).await?;
-    emit(&mut ctx.stdout, &format!("Applied {} objects (field manager {}).\n", checked.len(), consumer::FIELD_MANAGER))?;
+    emit(
+        &mut ctx.stdout,
+        &format!(
+            "Applied {} objects (field manager {}).\n",
+            checked.len(),
+            consumer::FIELD_MANAGER
+        ),
+    )?;
     if !args.wait {
         return Ok(());
     }
@@ -182,7 +197,13 @@ async fn apply_and_wait(
 fn objects_table(objects: &[BundleObject]) -> String {
     let rows = objects
         .iter()
-        .map(|o| vec![o.kind.clone(), o.namespace.clone().unwrap_or_else(|| "-".into()), o.name.clone()])
+        .map(|o| {
+            vec![
+                o.kind.clone(),
+                o.namespace.clone().unwrap_or_else(|| "-".into()),
+                o.name.clone(),
+            ]
+        })
         .collect();
     table(&["KIND", "NAMESPACE", "NAME"], rows)
 }

@@ -101,8 +101,10 @@ mod tests {
     #[test]
     fn a_bundle_with_a_forbidden_kind_is_refused_whole_with_the_reason() {
         let mut objects = bundle();
-        objects.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "everything"}}));
+        objects.push(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "everything"}}),
+        );
         let err = check(&objects, "kbind").expect_err("refused");
         assert!(err.0.contains("ClusterRoleBinding everything"), "{err}");
         assert!(err.to_string().contains("nothing was applied"), "{err}");

@@ -93,7 +93,11 @@ pub fn catalog_table(catalog: &Catalog) -> String {
             e.name.clone(),
             e.title.clone(),
             if e.namespaced { "Namespaced" } else { "Cluster" }.to_string(),
-            if e.ready { "True".to_string() } else { format!("False ({})", e.message.clone().unwrap_or_default()) },
+            if e.ready {
+                "True".to_string()
+            } else {
+                format!("False ({})", e.message.clone().unwrap_or_default())
+            },
             apis.join(","),
         ]
     };
@@ -135,13 +139,20 @@ async fn grants(gateway: Option<&str>, output: Option<Format>, ctx: &mut Context
                         g.name.clone(),
                         g.export.clone(),
                         g.consumer_cluster_uid.clone(),
-                        if g.namespaces.is_empty() { "-".into() } else { g.namespaces.join(",") },
+                        if g.namespaces.is_empty() {
+                            "-".into()
+                        } else {
+                            g.namespaces.join(",")
+                        },
                         ready,
                         g.heartbeat_age_seconds.map(age).unwrap_or_else(|| "never".into()),
                     ]
                 })
                 .collect();
-            table(&["NAME", "EXPORT", "CONSUMER", "NAMESPACES", "READY", "HEARTBEAT"], rows)
+            table(
+                &["NAME", "EXPORT", "CONSUMER", "NAMESPACES", "READY", "HEARTBEAT"],
+                rows,
+            )
         }
     };
     emit(&mut ctx.stdout, &text)

@@ -98,10 +98,7 @@ pub async fn require_konnector(client: &dyn ClusterClient, namespace: &str) -> R
         .get_typed_opt(Some(namespace), KONNECTOR_LEASE)
         .await
         .map_err(|e| consumer_error("cannot read the konnector's Lease on the consumer", e))?;
-    let renewed = lease
-        .and_then(|l| l.spec)
-        .and_then(|s| s.renew_time)
-        .map(|t| t.0);
+    let renewed = lease.and_then(|l| l.spec).and_then(|s| s.renew_time).map(|t| t.0);
     let fresh = renewed.is_some_and(|t| {
         let age = jiff::Timestamp::now().duration_since(t);
         age.as_secs() < KONNECTOR_FRESH.as_secs() as i64
@@ -109,7 +106,11 @@ pub async fn require_konnector(client: &dyn ClusterClient, namespace: &str) -> R
     if !fresh {
         return Err(CliError::ConsumerRefused(format!(
             "no konnector runs in namespace {namespace:?} (its Lease {KONNECTOR_LEASE} is {}); {} (or pass --konnector-namespace if it runs elsewhere)",
-            if renewed.is_some() { "not renewed recently" } else { "missing" },
+            if renewed.is_some() {
+                "not renewed recently"
+            } else {
+                "missing"
+            },
             install_hint(namespace)
         )));
     }
@@ -179,7 +180,11 @@ pub async fn wait_ready(
 ) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     for object in objects {
-        let what = format!("{} {}", object.kind, qualified(object.namespace.as_deref(), &object.name));
+        let what = format!(
+            "{} {}",
+            object.kind,
+            qualified(object.namespace.as_deref(), &object.name)
+        );
         progress.waiting(&format!("waiting for {what} to be Ready"));
         let mut last = None;
         loop {
@@ -216,10 +221,19 @@ pub async fn wait_ready(
 }
 
 /// Polls until every listed object is gone, or `timeout` passes.
-pub async fn wait_gone(client: &dyn ClusterClient, objects: &[Awaited], timeout: Duration, progress: &mut dyn Progress) -> Result<()> {
+pub async fn wait_gone(
+    client: &dyn ClusterClient,
+    objects: &[Awaited],
+    timeout: Duration,
+    progress: &mut dyn Progress,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     for object in objects {
-        let what = format!("{} {}", object.kind, qualified(object.namespace.as_deref(), &object.name));
+        let what = format!(
+            "{} {}",
+            object.kind,
+            qualified(object.namespace.as_deref(), &object.name)
+        );
         progress.waiting(&format!("waiting for {what} to be deleted"));
         loop {
             let gone = matches!(

@@ -40,7 +40,13 @@ pub fn normalize(gateway: &str) -> String {
 fn file_name(gateway: &str) -> String {
     let key: String = normalize(gateway)
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("{key}.json")
 }
@@ -169,7 +175,10 @@ mod tests {
         let loaded = load(dir.path(), None).expect("current gateway loads");
         assert_eq!(loaded.token, "t0k3n");
         assert!(!format!("{loaded:?}").contains("t0k3n"), "Debug never shows the token");
-        assert_eq!(remove(dir.path(), None).expect("removed").as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(
+            remove(dir.path(), None).expect("removed").as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
         assert!(matches!(load(dir.path(), None), Err(CliError::Unauthorized(_))));
     }
 

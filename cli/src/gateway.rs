@@ -86,8 +86,9 @@ impl Gateway {
 /// Picks a bundle up (no authentication: the URL is the capability) and returns its objects.
 /// The URL never appears in an error.
 pub async fn pickup(url: &str) -> Result<Vec<Value>> {
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|_| CliError::Usage("the pickup URL is not a URL; copy it again from `kbind bind` or the web UI".into()))?;
+    let parsed = reqwest::Url::parse(url).map_err(|_| {
+        CliError::Usage("the pickup URL is not a URL; copy it again from `kbind bind` or the web UI".into())
+    })?;
     let origin = parsed.origin().ascii_serialization();
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(60))
@@ -121,8 +122,12 @@ async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T> {
         .bytes()
         .await
         .map_err(|e| CliError::failed("the gateway's answer broke off", e.without_url()))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| CliError::failed("the gateway answered something unexpected (is the URL a kbind gateway?)", e))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        CliError::failed(
+            "the gateway answered something unexpected (is the URL a kbind gateway?)",
+            e,
+        )
+    })
 }
 
 async fn api_error(response: reqwest::Response) -> CliError {
@@ -173,6 +178,10 @@ mod tests {
         assert_eq!(map_api_error(&api(409, "NamespaceClaimed")).exit_code(), 5);
         assert_eq!(map_api_error(&api(410, "PickupGone")).exit_code(), 5);
         assert_eq!(map_api_error(&api(502, "ProviderError")).exit_code(), 1);
-        assert!(map_api_error(&api(410, "PickupGone")).to_string().contains("kbind bind"));
+        assert!(
+            map_api_error(&api(410, "PickupGone"))
+                .to_string()
+                .contains("kbind bind")
+        );
     }
 }

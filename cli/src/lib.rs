@@ -60,7 +60,11 @@ pub async fn run(args: Vec<String>, mut ctx: Context) -> i32 {
         Ok(matches) => matches,
         Err(e) => {
             let text = e.render().to_string();
-            let out = if e.use_stderr() { &mut ctx.stderr } else { &mut ctx.stdout };
+            let out = if e.use_stderr() {
+                &mut ctx.stderr
+            } else {
+                &mut ctx.stdout
+            };
             let _ = write!(out, "{text}");
             return if e.use_stderr() { exit::USAGE } else { exit::OK };
         }

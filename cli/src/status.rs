@@ -29,7 +29,11 @@ impl BindingRef {
     pub fn apis(&self) -> Vec<String> {
         self.object["spec"]["apis"]
             .as_array()
-            .map(|a| a.iter().filter_map(|x| x["name"].as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x["name"].as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }
@@ -39,7 +43,10 @@ pub async fn bindings(client: &dyn ClusterClient) -> Result<Vec<(String, Binding
     let mut out = Vec::new();
     for kind in ["ClusterBinding", "Binding"] {
         for object in consumer::list(client, &consumer::resource_of(kind), None).await? {
-            let connection = object["spec"]["connectionRef"]["name"].as_str().unwrap_or_default().to_string();
+            let connection = object["spec"]["connectionRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             out.push((
                 connection,
                 BindingRef {
@@ -67,7 +74,11 @@ pub async fn served_objects(client: &dyn ClusterClient, binding: &BindingRef) ->
             continue;
         };
         let res = found.api_resource();
-        let ns = if found.namespaced { binding.namespace.as_deref() } else { None };
+        let ns = if found.namespaced {
+            binding.namespace.as_deref()
+        } else {
+            None
+        };
         for object in consumer::list(client, &res, ns).await? {
             out.push((res.clone(), object));
         }
@@ -89,7 +100,13 @@ fn conditions_column(object: &Value) -> String {
         .map(|cs| {
             cs.iter()
                 .filter(|c| c["type"] != "Ready")
-                .map(|c| format!("{}={}", c["type"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?")))
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c["type"].as_str().unwrap_or("?"),
+                        c["status"].as_str().unwrap_or("?")
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -117,8 +134,10 @@ pub async fn status(target: &Target, output: Option<Format>, ctx: &mut Context) 
             "-".into(),
             "-".into(),
         ]);
-        machine.push(json!({"kind": "Connection", "name": name, "ready": ready, "reason": reason,
-            "conditions": connection.pointer("/status/conditions").cloned().unwrap_or(json!([]))}));
+        machine.push(
+            json!({"kind": "Connection", "name": name, "ready": ready, "reason": reason,
+            "conditions": connection.pointer("/status/conditions").cloned().unwrap_or(json!([]))}),
+        );
     }
     for (connection, binding) in &bindings {
         let (ready, reason) = ready_columns(&binding.object);
@@ -142,15 +161,29 @@ pub async fn status(target: &Target, output: Option<Format>, ctx: &mut Context) 
             conflicts.to_string(),
             stale.to_string(),
         ]);
-        machine.push(json!({"kind": binding.kind, "namespace": binding.namespace, "name": binding.name,
+        machine.push(
+            json!({"kind": binding.kind, "namespace": binding.namespace, "name": binding.name,
             "connection": connection, "ready": ready, "reason": reason, "conflicts": conflicts, "staleObjects": stale,
-            "conditions": binding.object.pointer("/status/conditions").cloned().unwrap_or(json!([]))}));
+            "conditions": binding.object.pointer("/status/conditions").cloned().unwrap_or(json!([]))}),
+        );
     }
     let text = match output {
         Some(format) => render(&json!({"items": machine}), format)?,
-        None if rows.is_empty() => "No Connections or bindings on this cluster; `kbind catalog` and `kbind bind` add one.\n".into(),
+        None if rows.is_empty() => {
+            "No Connections or bindings on this cluster; `kbind catalog` and `kbind bind` add one.\n".into()
+        }
         None => table(
-            &["KIND", "NAMESPACE", "NAME", "CONNECTION", "READY", "REASON", "CONDITIONS", "CONFLICTS", "STALE"],
+            &[
+                "KIND",
+                "NAMESPACE",
+                "NAME",
+                "CONNECTION",
+                "READY",
+                "REASON",
+                "CONDITIONS",
+                "CONFLICTS",
+                "STALE",
+            ],
             rows,
         ),
     };

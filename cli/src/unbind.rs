@@ -20,11 +20,16 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     let client = consumer::connect(target).await?;
     let connection = find_connection(&client, &args.target).await?;
     let name = connection["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let grant = connection["metadata"]["labels"][LABEL_GRANT].as_str().map(str::to_string);
-    let secret_ref = &connection["spec"]["kubeconfigSecretRef"];
-    let secret = secret_ref["name"]
+    let grant = connection["metadata"]["labels"][LABEL_GRANT]
         .as_str()
-        .map(|n| (secret_ref["namespace"].as_str().unwrap_or_default().to_string(), n.to_string()));
+        .map(str::to_string);
+    let secret_ref = &connection["spec"]["kubeconfigSecretRef"];
+    let secret = secret_ref["name"].as_str().map(|n| {
+        (
+            secret_ref["namespace"].as_str().unwrap_or_default().to_string(),
+            n.to_string(),
+        )
+    });
     let mine: Vec<BindingRef> = bindings(&client)
         .await?
         .into_iter()
@@ -54,21 +59,36 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
             "Unbinding Connection {name} with --orphan: nothing is deleted on either side. These objects stay on this cluster and their copies stay on the provider, unmanaged:\n{listing}"
         )
     } else {
-        format!("Unbinding Connection {name}: the konnector deletes the provider's copies of these objects (they stay on this cluster):\n{listing}")
+        format!(
+            "Unbinding Connection {name}: the konnector deletes these objects on the provider; on this cluster they go with their API's CRD when no other binding serves it (use --orphan to keep everything):\n{listing}"
+        )
     };
     emit(&mut ctx.stdout, &plan)?;
     confirm(&format!("Unbind {name}?"), args.yes, ctx)?;
 
     if args.orphan {
-        let patch = Patch::Merge(json!({"metadata": {"annotations": {annotation::DELETION_POLICY: DELETION_POLICY_ORPHAN}}}));
+        let patch =
+            Patch::Merge(json!({"metadata": {"annotations": {annotation::DELETION_POLICY: DELETION_POLICY_ORPHAN}}}));
         for binding in &mine {
             client
-                .patch(&consumer::resource_of(&binding.kind), binding.namespace.as_deref(), &binding.name, &patch, &PatchParams::default())
+                .patch(
+                    &consumer::resource_of(&binding.kind),
+                    binding.namespace.as_deref(),
+                    &binding.name,
+                    &patch,
+                    &PatchParams::default(),
+                )
                 .await
                 .map_err(|e| consumer_error(&format!("cannot mark {} {} Orphan", binding.kind, binding.name), e))?;
         }
         client
-            .patch(&consumer::resource_of("Connection"), None, &name, &patch, &PatchParams::default())
+            .patch(
+                &consumer::resource_of("Connection"),
+                None,
+                &name,
+                &patch,
+                &PatchParams::default(),
+            )
             .await
             .map_err(|e| consumer_error(&format!("cannot mark Connection {name} Orphan"), e))?;
     }
@@ -101,15 +121,21 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
         None => Ok(()),
         Some(grant) => match session(gateway, ctx) {
             Ok(session) => match session.revoke(&grant).await {
-                Ok(()) => emit(&mut ctx.stdout, &format!("Grant {grant} revoked at {}.\n", session.base())),
-                Err(CliError::Refused(m)) if m.contains("GrantNotFound") => {
-                    emit(&mut ctx.stdout, &format!("Grant {grant} was already gone at {}.\n", session.base()))
-                }
+                Ok(()) => emit(
+                    &mut ctx.stdout,
+                    &format!("Grant {grant} revoked at {}.\n", session.base()),
+                ),
+                Err(CliError::Refused(m)) if m.contains("GrantNotFound") => emit(
+                    &mut ctx.stdout,
+                    &format!("Grant {grant} was already gone at {}.\n", session.base()),
+                ),
                 Err(e) => Err(e),
             },
             Err(CliError::Unauthorized(_)) => emit(
                 &mut ctx.stdout,
-                &format!("Not logged in: grant {grant} stays on the provider until revoked (`kbind login`, then `kbind revoke {grant}`) or reaped.\n"),
+                &format!(
+                    "Not logged in: grant {grant} stays on the provider until revoked (`kbind login`, then `kbind revoke {grant}`) or reaped.\n"
+                ),
             ),
             Err(e) => Err(e),
         },
@@ -117,10 +143,16 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
 }
 
 async fn delete(client: &dyn ClusterClient, kind: &str, ns: Option<&str>, name: &str) -> Result<()> {
-    match client.delete(&consumer::resource_of(kind), ns, name, &DeleteParams::default()).await {
+    match client
+        .delete(&consumer::resource_of(kind), ns, name, &DeleteParams::default())
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(consumer_error(&format!("cannot delete {kind} {}", qualified(ns, name)), e)),
+        Err(e) => Err(consumer_error(
+            &format!("cannot delete {kind} {}", qualified(ns, name)),
+            e,
+        )),
     }
 }
 

@@ -48,9 +48,7 @@ pub async fn login(args: &LoginArgs, ctx: &mut Context) -> Result<()> {
 /// Without `--token`: OIDC when offered, else a clear request for a token.
 fn token_without_flag(info: &ProviderInfo, base: &str) -> Result<(String, Option<String>)> {
     if info.auth_methods.iter().any(|m| m.kind == "oidc") {
-        return Err(CliError::Failed(
-            "OIDC login is not built yet; use --token".into(),
-        ));
+        return Err(CliError::Failed("OIDC login is not built yet; use --token".into()));
     }
     Err(CliError::Usage(format!(
         "{base} signs in with a bearer token: run `kbind login {base} --token <token>` (or set KBIND_TOKEN)"
