@@ -18,7 +18,7 @@ Exit codes:
 
 /// Bind APIs offered by a kbind provider into this cluster.
 #[derive(Parser, Debug)]
-#[command(version, about, after_long_help = EXIT_CODES, propagate_version = true)]
+#[command(version, about = "Bind APIs offered by a kbind provider into this cluster (also `kubectl bind`).", after_long_help = EXIT_CODES, propagate_version = true)]
 pub struct Cli {
     /// The gateway to talk to (default: the one you last logged in to).
     #[arg(long, global = true, env = "KBIND_GATEWAY", value_name = "URL")]
