@@ -505,6 +505,18 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
     assert_code(&run, 4, "redeem with nobody to make it Ready", &lines);
     assert!(run.stderr.contains("--timeout"), "{}", run.stderr);
 
+    // Revoke asks unless --yes; an unknown grant is the gateway's refusal (5).
+    let run = world.kbind(&["revoke", &bound.grant]).await;
+    assert_code(&run, 2, "revoke without --yes", &lines);
+    let run = world.kbind(&["revoke", "no-such-grant", "--yes"]).await;
+    assert_code(&run, 5, "revoke an unknown grant", &lines);
+    let run = world.kbind(&["revoke", &bound.grant, "--yes"]).await;
+    assert_code(&run, 0, "revoke", &lines);
+    eventually("the grant revoked", &lines, async || {
+        (world.kbind(&["grants"]).await.stdout == "You have no grants.\n").then_some(())
+    })
+    .await;
+
     // kubectl's plugin mechanism finds kubectl-bind on PATH.
     let bin = world.dir.path().join("bin");
     std::fs::create_dir_all(&bin).expect("bin dir");
