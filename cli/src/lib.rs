@@ -79,8 +79,22 @@ pub async fn run(args: Vec<String>, mut ctx: Context) -> i32 {
     match commands::dispatch(cli, name, &mut ctx).await {
         Ok(()) => exit::OK,
         Err(e) => {
-            let _ = writeln!(ctx.stderr, "error: {e}");
+            // Why: hints name commands to run next; as a plugin they are run through kubectl.
+            let message = e.to_string().replace("`kbind ", &format!("`{name} "));
+            let _ = writeln!(ctx.stderr, "error: {message}");
             e.exit_code()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_binary_calls_itself_kubectl_bind() {
+        assert_eq!(program_name(&["/usr/local/bin/kubectl-bind".into()]), "kubectl bind");
+        assert_eq!(program_name(&["kbind".into()]), "kbind");
+        assert_eq!(program_name(&[]), "kbind");
     }
 }

@@ -156,6 +156,24 @@ impl World {
         response.json().await.expect("a BindResponse")
     }
 
+    /// Waits until `kbind grants` lists none and the provider holds no Grant object (a revoked
+    /// Grant is listed no more while the issuer still cleans up; binding again needs it gone).
+    async fn grants_gone(&self) {
+        eventually("the grant revoked", &self.lines, async || {
+            (self.kbind(&["grants"]).await.stdout == "You have no grants.\n").then_some(())
+        })
+        .await;
+        let p = &self.provider.client;
+        eventually("the Grant gone on the provider", &self.lines, async || {
+            let list = p
+                .list(&erase::<kbind_api::Grant>(), None, &Default::default())
+                .await
+                .ok()?;
+            list.items.is_empty().then_some(())
+        })
+        .await;
+    }
+
     fn konnector(&self) -> Process {
         let args: Vec<String> = vec![
             "run".into(),
@@ -472,10 +490,7 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
         .await
         .expect("read");
     assert!(secret.is_none(), "the Secret is deleted");
-    eventually("the grant revoked", &lines, async || {
-        (world.kbind(&["grants"]).await.stdout == "You have no grants.\n").then_some(())
-    })
-    .await;
+    world.grants_gone().await;
 
     // Redeem a pickup URL from the web UI's path; a second redeem is refused by the gateway.
     let bound = world.bind_over_http().await;
@@ -497,6 +512,7 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
         world.widget_on(&world.provider.client, "w2").await.is_some(),
         "--orphan keeps the provider copy"
     );
+    world.grants_gone().await;
 
     // Waiting runs out: the konnector stopped (its Lease still fresh), redeem times out with 4.
     konnector.stop().await;
@@ -512,10 +528,7 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
     assert_code(&run, 5, "revoke an unknown grant", &lines);
     let run = world.kbind(&["revoke", &bound.grant, "--yes"]).await;
     assert_code(&run, 0, "revoke", &lines);
-    eventually("the grant revoked", &lines, async || {
-        (world.kbind(&["grants"]).await.stdout == "You have no grants.\n").then_some(())
-    })
-    .await;
+    world.grants_gone().await;
 
     // kubectl's plugin mechanism finds kubectl-bind on PATH.
     let bin = world.dir.path().join("bin");
@@ -528,6 +541,15 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
     assert!(run.stdout.contains("widgets"), "{}", run.stdout);
     let run = world.run_program(&kubectl, &["bind", "--help"], Some(&path)).await;
     assert!(run.stdout.contains("Usage: kubectl bind"), "{}", run.stdout);
+    let run = world
+        .run_program(&kubectl, &["bind", "unbind", "nothing-bound", "--yes"], Some(&path))
+        .await;
+    assert_code(&run, 2, "kubectl bind unbind of nothing", &lines);
+    assert!(
+        run.stderr.contains("`kubectl bind status`"),
+        "hints name the plugin: {}",
+        run.stderr
+    );
 
     // Logout: not logged in again.
     let run = world.kbind(&["logout"]).await;
