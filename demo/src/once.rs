@@ -1,0 +1,177 @@
+//! `--once`: the CLI path, driven in process through `kbind_cli::run`, each CLI step one call,
+//! with what the CLI cannot show checked on the clusters in between.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, ensure};
+use kbind_api::conditions;
+use kbind_api::consts::condition;
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
+use konnector::demo::{wait_for, widgets};
+use serde_json::{Value, json};
+
+use crate::world::{EXPORT, PROVIDER_NAME, World, erase, object, step};
+
+/// A writer the CLI's output is captured into, shown under each step.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+/// Runs `kbind <args>` in process against the demo's consumer and a credential cache in its
+/// folder; fails unless it exits 0. Returns what it printed on stdout.
+async fn kbind(world: &World, args: &[&str]) -> anyhow::Result<String> {
+    let (stdout, stderr) = (Captured::default(), Captured::default());
+    let ctx = kbind_cli::Context {
+        stdout: Box::new(stdout.clone()),
+        stderr: Box::new(stderr.clone()),
+        interactive: false,
+        config_dir: world.dir.join("kbind-config"),
+        kubeconfig: Some(world.consumer_kubeconfig.clone()),
+    };
+    let argv = std::iter::once("kbind")
+        .chain(args.iter().copied())
+        .map(String::from)
+        .collect();
+    let code = kbind_cli::run(argv, ctx).await;
+    // The token is the user's own and shown above; keep it out of the transcript all the same.
+    let shown = args.iter().map(|a| if *a == world.token { "<token>" } else { a });
+    println!("  $ kbind {}", shown.collect::<Vec<_>>().join(" "));
+    for line in stdout.text().lines().chain(stderr.text().lines()) {
+        println!("    {line}");
+    }
+    if code != 0 {
+        bail!(
+            "`kbind {}` exited {code}; its output is above",
+            args.first().copied().unwrap_or_default()
+        );
+    }
+    Ok(stdout.text())
+}
+
+fn is_ready(obj: &kbind_cluster::DynamicObject) -> bool {
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(|c| {
+            serde_json::from_value::<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>(c.clone()).ok()
+        })
+        .is_some_and(|c| conditions::is_true(&c, condition::READY))
+}
+
+/// The Bindings in `default` and the ClusterBindings on the consumer that bind widgets.
+async fn widget_bindings(consumer: &dyn ClusterClient) -> Option<Vec<kbind_cluster::DynamicObject>> {
+    let mut found = Vec::new();
+    let kinds: [(ApiResource, Option<&str>); 2] = [
+        (erase::<kbind_api::Binding>(), Some("default")),
+        (erase::<kbind_api::ClusterBinding>(), None),
+    ];
+    for (res, ns) in kinds {
+        let list = consumer.list(&res, ns, &Default::default()).await.ok()?;
+        found.extend(list.items.into_iter().filter(|b| {
+            b.data
+                .pointer("/spec/apis")
+                .and_then(Value::as_array)
+                .is_some_and(|apis| apis.iter().any(|a| a["name"] == "widgets.example.org"))
+        }));
+    }
+    Some(found)
+}
+
+/// login → catalog → bind → an object synced both ways → status → unbind.
+pub async fn run(world: &World) -> anyhow::Result<()> {
+    let (consumer, provider) = (world.consumer.as_ref(), world.provider.as_ref());
+
+    kbind(world, &["login", &world.gateway_url, "--token", &world.token]).await?;
+    step("kbind login: signed in to the gateway with the static token");
+
+    let catalog = kbind(world, &["catalog"]).await?;
+    ensure!(
+        catalog.contains(EXPORT),
+        "`kbind catalog` did not list the Export {EXPORT}"
+    );
+    step("kbind catalog: Export widgets offered in Collection basics");
+
+    kbind(
+        world,
+        &["bind", EXPORT, "--namespace", "default", "--wait", "--timeout", "2m"],
+    )
+    .await?;
+    let connections = erase::<kbind_api::Connection>();
+    wait_for("the Connection to be Ready", || async {
+        let c = consumer.get_opt(&connections, None, PROVIDER_NAME).await.ok()??;
+        is_ready(&c).then_some(())
+    })
+    .await?;
+    wait_for("a Ready binding of widgets on the consumer", || async {
+        let bindings = widget_bindings(consumer).await?;
+        (!bindings.is_empty() && bindings.iter().all(is_ready)).then_some(())
+    })
+    .await?;
+    step(&format!(
+        "kbind bind: bundle applied; Connection {PROVIDER_NAME} and the binding of widgets are Ready"
+    ));
+
+    wait_for("widgets served on the consumer", || async {
+        consumer
+            .list(&widgets(), Some("default"), &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await?;
+    let widget = json!({"apiVersion": "example.org/v1", "kind": "Widget",
+        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"size": 3, "color": "blue"}});
+    consumer
+        .create(&widgets(), Some("default"), &object(widget)?, &Default::default())
+        .await?;
+    step("consumer: created widget default/hello");
+    wait_for("widget default/hello on the provider", || async {
+        let copy = provider.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+        (copy.data.pointer("/spec/size") == Some(&json!(3))).then_some(())
+    })
+    .await?;
+    step("provider: widget default/hello arrived (spec up)");
+    wait_for("the provider's status on the consumer", || async {
+        let obj = consumer.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+        (obj.data.pointer("/status/phase") == Some(&json!("Ready"))).then_some(())
+    })
+    .await?;
+    step("consumer: widget default/hello has status phase=Ready from the provider (status down)");
+
+    kbind(world, &["status"]).await?;
+    step("kbind status");
+
+    kbind(world, &["unbind", EXPORT, "--yes"]).await?;
+    wait_for("the bindings of widgets to be gone from the consumer", || async {
+        widget_bindings(consumer).await?.is_empty().then_some(())
+    })
+    .await?;
+    step("kbind unbind: the bindings of widgets are gone from the consumer");
+    wait_for("the provider's copy of default/hello to be drained", || async {
+        provider
+            .get_opt(&widgets(), Some("default"), "hello")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    step("provider: widget default/hello drained by the unbind");
+    Ok(())
+}
