@@ -11,7 +11,7 @@ use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
 use konnector::demo::{wait_for, widgets};
 use serde_json::{Value, json};
 
-use crate::world::{EXPORT, PROVIDER_NAME, World, erase, object, step};
+use crate::world::{EXPORT, PROVIDER_NAME, TEAM, World, erase, object, step};
 
 /// A writer the CLI's output is captured into, shown under each step.
 #[derive(Clone, Default)]
@@ -49,10 +49,10 @@ async fn kbind(world: &World, args: &[&str]) -> anyhow::Result<String> {
         .chain(args.iter().copied())
         .map(String::from)
         .collect();
-    let code = kbind_cli::run(argv, ctx).await;
-    // The token is the user's own and shown above; keep it out of the transcript all the same.
+    // The transcript shows the commands, not the credential.
     let shown = args.iter().map(|a| if *a == world.token { "<token>" } else { a });
     println!("  $ kbind {}", shown.collect::<Vec<_>>().join(" "));
+    let code = kbind_cli::run(argv, ctx).await;
     for line in stdout.text().lines().chain(stderr.text().lines()) {
         println!("    {line}");
     }
@@ -74,11 +74,11 @@ fn is_ready(obj: &kbind_cluster::DynamicObject) -> bool {
         .is_some_and(|c| conditions::is_true(&c, condition::READY))
 }
 
-/// The Bindings in `default` and the ClusterBindings on the consumer that bind widgets.
+/// The Bindings in the team's namespace and the ClusterBindings on the consumer that bind widgets.
 async fn widget_bindings(consumer: &dyn ClusterClient) -> Option<Vec<kbind_cluster::DynamicObject>> {
     let mut found = Vec::new();
     let kinds: [(ApiResource, Option<&str>); 2] = [
-        (erase::<kbind_api::Binding>(), Some("default")),
+        (erase::<kbind_api::Binding>(), Some(TEAM)),
         (erase::<kbind_api::ClusterBinding>(), None),
     ];
     for (res, ns) in kinds {
@@ -109,50 +109,60 @@ pub async fn run(world: &World) -> anyhow::Result<()> {
 
     kbind(
         world,
-        &["bind", EXPORT, "--namespace", "default", "--wait", "--timeout", "2m"],
+        &["bind", EXPORT, "--namespace", TEAM, "--wait", "--timeout", "2m"],
     )
     .await?;
     let connections = erase::<kbind_api::Connection>();
-    wait_for("the Connection to be Ready", || async {
-        let c = consumer.get_opt(&connections, None, PROVIDER_NAME).await.ok()??;
-        is_ready(&c).then_some(())
+    let ready = wait_for("the Connection to be Ready", || async {
+        let list = consumer.list(&connections, None, &Default::default()).await.ok()?;
+        (!list.items.is_empty() && list.items.iter().all(is_ready)).then_some(())
     })
-    .await?;
+    .await;
+    if let Err(e) = ready {
+        // Conditions carry reasons, never credentials (DESIGN.md §7): they say what went wrong.
+        let list = consumer.list(&connections, None, &Default::default()).await.ok();
+        let conditions: Vec<Value> = list
+            .into_iter()
+            .flat_map(|l| l.items)
+            .filter_map(|c| c.data.pointer("/status/conditions").cloned())
+            .collect();
+        bail!("{e}; the Connections' conditions: {}", Value::Array(conditions));
+    }
     wait_for("a Ready binding of widgets on the consumer", || async {
         let bindings = widget_bindings(consumer).await?;
         (!bindings.is_empty() && bindings.iter().all(is_ready)).then_some(())
     })
     .await?;
     step(&format!(
-        "kbind bind: bundle applied; Connection {PROVIDER_NAME} and the binding of widgets are Ready"
+        "kbind bind: bundle applied; the Connection to {PROVIDER_NAME} and the binding of widgets are Ready"
     ));
 
     wait_for("widgets served on the consumer", || async {
         consumer
-            .list(&widgets(), Some("default"), &Default::default())
+            .list(&widgets(), Some(TEAM), &Default::default())
             .await
             .ok()
             .map(|_| ())
     })
     .await?;
     let widget = json!({"apiVersion": "example.org/v1", "kind": "Widget",
-        "metadata": {"name": "hello", "namespace": "default"}, "spec": {"size": 3, "color": "blue"}});
+        "metadata": {"name": "hello", "namespace": TEAM}, "spec": {"size": 3, "color": "blue"}});
     consumer
-        .create(&widgets(), Some("default"), &object(widget)?, &Default::default())
+        .create(&widgets(), Some(TEAM), &object(widget)?, &Default::default())
         .await?;
-    step("consumer: created widget default/hello");
-    wait_for("widget default/hello on the provider", || async {
-        let copy = provider.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+    step("consumer: created widget team-a/hello");
+    wait_for("widget team-a/hello on the provider", || async {
+        let copy = provider.get_opt(&widgets(), Some(TEAM), "hello").await.ok()??;
         (copy.data.pointer("/spec/size") == Some(&json!(3))).then_some(())
     })
     .await?;
-    step("provider: widget default/hello arrived (spec up)");
+    step("provider: widget team-a/hello arrived (spec up)");
     wait_for("the provider's status on the consumer", || async {
-        let obj = consumer.get_opt(&widgets(), Some("default"), "hello").await.ok()??;
+        let obj = consumer.get_opt(&widgets(), Some(TEAM), "hello").await.ok()??;
         (obj.data.pointer("/status/phase") == Some(&json!("Ready"))).then_some(())
     })
     .await?;
-    step("consumer: widget default/hello has status phase=Ready from the provider (status down)");
+    step("consumer: widget team-a/hello has status phase=Ready from the provider (status down)");
 
     kbind(world, &["status"]).await?;
     step("kbind status");
@@ -163,15 +173,15 @@ pub async fn run(world: &World) -> anyhow::Result<()> {
     })
     .await?;
     step("kbind unbind: the bindings of widgets are gone from the consumer");
-    wait_for("the provider's copy of default/hello to be drained", || async {
+    wait_for("the provider's copy of team-a/hello to be drained", || async {
         provider
-            .get_opt(&widgets(), Some("default"), "hello")
+            .get_opt(&widgets(), Some(TEAM), "hello")
             .await
             .ok()?
             .is_none()
             .then_some(())
     })
     .await?;
-    step("provider: widget default/hello drained by the unbind");
+    step("provider: widget team-a/hello drained by the unbind");
     Ok(())
 }

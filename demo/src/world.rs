@@ -28,6 +28,9 @@ use crate::DEFAULT_PORT;
 pub const PROVIDER_NAME: &str = "demo-provider";
 /// The Export the provider offers (and the CLI binds).
 pub const EXPORT: &str = "widgets";
+/// The consumer namespace the demo binds into. Not `default`: the provider has its own
+/// `default`, which kbind may not claim for a consumer.
+pub const TEAM: &str = "team-a";
 /// The user the static token signs in as (`token:demo` to the gateway).
 const USER: &str = "demo";
 
@@ -99,7 +102,9 @@ impl World {
         offer_widgets(provider.as_ref()).await?;
         step("provider: CRD widgets.example.org exported; Export widgets in Collection basics");
         install_kbind(consumer.as_ref()).await?;
-        step("consumer: kbind's CRDs and namespace kbind installed (what the konnector's chart does)");
+        step(
+            "consumer: kbind's CRDs and namespace kbind installed (what the konnector's chart does); namespace team-a",
+        );
 
         let token = random_token();
         let token_file = dir.join("tokens.csv");
@@ -195,9 +200,9 @@ impl World {
              \n\n  export KUBECONFIG={consumer}\
              \n  kbind login {url} --token {token}\
              \n  kbind catalog\
-             \n  kbind bind {EXPORT} --namespace default --wait\
+             \n  kbind bind {EXPORT} --namespace {TEAM} --wait\
              \n  kubectl create -f - <<EOF\
-             \n  {{\"apiVersion\": \"example.org/v1\", \"kind\": \"Widget\", \"metadata\": {{\"name\": \"hello\", \"namespace\": \"default\"}}, \"spec\": {{\"size\": 3}}}}\
+             \n  {{\"apiVersion\": \"example.org/v1\", \"kind\": \"Widget\", \"metadata\": {{\"name\": \"hello\", \"namespace\": \"{TEAM}\"}}, \"spec\": {{\"size\": 3}}}}\
              \n  EOF\
              \n  kubectl get widgets -A                              # status.phase comes back from the provider\
              \n  kubectl --kubeconfig {provider} get widgets -A      # the provider's copy\
@@ -285,21 +290,23 @@ async fn offer_widgets(provider: &dyn ClusterClient) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a consumer's admin does once: kbind's CRDs and its namespace.
+/// What a consumer's admin does once: kbind's CRDs and its namespace; and the team's namespace.
 async fn install_kbind(consumer: &dyn ClusterClient) -> anyhow::Result<()> {
     for crd in kbind_api::crds() {
         consumer.create_typed(&crd).await.context("creating kbind's CRDs")?;
     }
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}});
-    consumer
-        .create(
-            &erase::<k8s_openapi::api::core::v1::Namespace>(),
-            None,
-            &object(namespace)?,
-            &Default::default(),
-        )
-        .await
-        .context("creating namespace kbind")?;
+    for name in ["kbind", TEAM] {
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        consumer
+            .create(
+                &erase::<k8s_openapi::api::core::v1::Namespace>(),
+                None,
+                &object(namespace)?,
+                &Default::default(),
+            )
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+    }
     wait_for("kbind's CRDs served on the consumer", || async {
         consumer
             .list(&erase::<kbind_api::Connection>(), None, &Default::default())

@@ -65,7 +65,7 @@ async fn prints_the_url_token_and_commands_serves_the_api_and_ui_and_stops_on_ct
         format!("export KUBECONFIG={kubeconfig}"),
         format!("kbind login {ui} --token {token}"),
         "kbind catalog".to_string(),
-        "kbind bind widgets --namespace default --wait".to_string(),
+        "kbind bind widgets --namespace team-a --wait".to_string(),
         "kbind status".to_string(),
         "kbind unbind widgets --yes".to_string(),
     ] {
