@@ -13,13 +13,19 @@ use serde_json::{Value, json};
 
 use crate::world::{EXPORT, PROVIDER_NAME, TEAM, World, erase, object, step};
 
-/// A writer the CLI's output is captured into, shown under each step.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+/// A writer the CLI's output is captured into: its own stream, and both streams in the order
+/// they were written (shown under each step).
+#[derive(Clone)]
+struct Captured {
+    own: Arc<Mutex<Vec<u8>>>,
+    both: Arc<Mutex<Vec<u8>>>,
+}
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        for sink in [&self.own, &self.both] {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        }
         Ok(buf.len())
     }
 
@@ -28,19 +34,22 @@ impl Write for Captured {
     }
 }
 
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
+fn text(buffer: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&buffer.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
 
 /// Runs `kbind <args>` in process against the demo's consumer and a credential cache in its
 /// folder; fails unless it exits 0. Returns what it printed on stdout.
 async fn kbind(world: &World, args: &[&str]) -> anyhow::Result<String> {
-    let (stdout, stderr) = (Captured::default(), Captured::default());
+    let both = Arc::new(Mutex::new(Vec::new()));
+    let stream = || Captured {
+        own: Arc::new(Mutex::new(Vec::new())),
+        both: both.clone(),
+    };
+    let (stdout, stderr) = (stream(), stream());
     let ctx = kbind_cli::Context {
         stdout: Box::new(stdout.clone()),
-        stderr: Box::new(stderr.clone()),
+        stderr: Box::new(stderr),
         interactive: false,
         config_dir: world.dir.join("kbind-config"),
         kubeconfig: Some(world.consumer_kubeconfig.clone()),
@@ -53,7 +62,7 @@ async fn kbind(world: &World, args: &[&str]) -> anyhow::Result<String> {
     let shown = args.iter().map(|a| if *a == world.token { "<token>" } else { a });
     println!("  $ kbind {}", shown.collect::<Vec<_>>().join(" "));
     let code = kbind_cli::run(argv, ctx).await;
-    for line in stdout.text().lines().chain(stderr.text().lines()) {
+    for line in text(&both).lines() {
         println!("    {line}");
     }
     if code != 0 {
@@ -62,7 +71,7 @@ async fn kbind(world: &World, args: &[&str]) -> anyhow::Result<String> {
             args.first().copied().unwrap_or_default()
         );
     }
-    Ok(stdout.text())
+    Ok(text(&stdout.own))
 }
 
 fn is_ready(obj: &kbind_cluster::DynamicObject) -> bool {

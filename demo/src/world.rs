@@ -5,7 +5,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
+use clap::Parser;
 use fakeapi::FakeCluster;
 use fakeapi::serve::{ClusterServeOptions, RunningServer, serve_cluster};
 use kbind_api::service::path;
@@ -14,7 +15,7 @@ use kbind_backend::gateway;
 use kbind_backend::issuer::{self, KubernetesIssuer};
 use kbind_backend::reaper::{self, Reaper};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, SystemClock};
-use kbind_engine::context::{Context, EngineConfig};
+use kbind_engine::context::Context;
 use kbind_engine::engine::Engine;
 use kbind_engine::remote::KubeConnector;
 use konnector::demo::{kube_client, wait_for, widgets, widgets_crd, write_file};
@@ -134,12 +135,23 @@ impl World {
             "backend on the provider: gateway with the UI at {gateway_url}, issuer, reaper"
         ));
 
+        // `konnector run`'s own defaults, leader election included: its Lease is how `kbind bind`
+        // tells that a konnector runs on the consumer.
+        let konnector_args = match konnector::Cli::try_parse_from(["konnector", "run", "--identity", "kbind-demo"]) {
+            Ok(konnector::Cli {
+                command: konnector::Command::Run(args),
+            }) => *args,
+            Ok(_) => bail!("`konnector run` parsed as another command"),
+            Err(e) => bail!("the konnector's default flags: {e}"),
+        };
+        let leader = konnector_args.leader_config();
         let engine = Engine::builder(Context {
             consumer: consumer.clone(),
             connector: Arc::new(KubeConnector::default()),
             clock: Arc::new(SystemClock),
-            config: EngineConfig::default(),
+            config: konnector_args.engine_config(),
         })
+        .leader_election(leader.clone())
         .build();
         let stop = shutdown.clone().cancelled_owned();
         tasks.spawn(async move {
@@ -155,6 +167,17 @@ impl World {
             }
             Ok(())
         });
+        if let Some(leader) = &leader {
+            let leases = erase::<k8s_openapi::api::coordination::v1::Lease>();
+            wait_for("the konnector to hold its leader Lease", || async {
+                let lease = consumer
+                    .get_opt(&leases, Some(&leader.namespace), &leader.name)
+                    .await
+                    .ok()??;
+                lease.data.pointer("/spec/holderIdentity").map(|_| ())
+            })
+            .await?;
+        }
         step("konnector on the consumer; the provider's widget controller on the provider");
 
         Ok(World {
