@@ -53,7 +53,7 @@ pub struct ProviderInfo {
 }
 
 /// One sign-in method.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthMethod {
     /// `token` (a bearer token) or `oidc`.
@@ -62,6 +62,13 @@ pub struct AuthMethod {
     /// Where a browser starts signing in, for methods with a login flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login_path: Option<String>,
+    /// For `oidc`: the issuer a CLI discovers and signs in at (`issuerURL`).
+    #[serde(default, rename = "issuerURL", skip_serializing_if = "Option::is_none")]
+    pub issuer_url: Option<String>,
+    /// For `oidc`: the public native client (PKCE, loopback redirect) a CLI signs in as
+    /// (`clientID`); absent when the gateway offers no CLI sign-in.
+    #[serde(default, rename = "clientID", skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
 }
 
 /// `GET /api/v1/whoami`.

@@ -20,26 +20,7 @@ use serde_json::{Value, json};
 const CONSUMER: &str = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
 const OTHER_CONSUMER: &str = "7d0e8c1f-2b3a-4c5d-8e9f-a0b1c2d3e4f5";
 
-fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
-    let labels = if exported {
-        json!({"core.kbind.io/exported": "true"})
-    } else {
-        json!({})
-    };
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
-        "spec": {
-            "group": "example.org", "scope": scope,
-            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-            }],
-        },
-    })
-}
+use kbind_scenarios::apis::crd;
 
 fn res(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {

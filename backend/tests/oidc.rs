@@ -273,6 +273,7 @@ async fn setup() -> Setup {
         token_file: Some(tokens),
         oidc_issuer_url: Some(provider.issuer.clone()),
         oidc_client_id: Some(CLIENT_ID.into()),
+        oidc_cli_client_id: None,
         oidc_client_secret_file: Some(secret),
         oidc_redirect_url: None,
         oidc_ca_file: Some(ca.clone()),

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+pub mod login;
+
 /// Where a run reads and writes: its output streams, its configuration folder and the consumer.
 pub struct Context {
     /// Standard output (tables, YAML, JSON).

@@ -7,6 +7,9 @@
 // closes, so a test that dies does not leave it behind.
 //   OIDC_CLIENT_ID, OIDC_CLIENT_SECRET   the one client (client_secret_basic, PKCE required)
 //   OIDC_REDIRECT_URIS                   comma-separated redirect URIs of that client
+//   OIDC_CLI_CLIENT_ID                   optional: a public native client too (no secret, PKCE,
+//                                        redirect http://127.0.0.1/callback on any port, RFC 8252)
+//   OIDC_DENY=1                          the person declines: every sign-in ends in access_denied
 //   OIDC_ACCOUNT, OIDC_ACCOUNT_NAME      the `sub` and `name` of the account that signs in
 //   OIDC_ID_TOKEN_TTL                    ID token lifetime in seconds (default 3600)
 //   OIDC_TLS_CERT, OIDC_TLS_KEY          PEM files: serve https instead of http
@@ -29,6 +32,8 @@ const env = (name, fallback) => {
 const clientId = env('OIDC_CLIENT_ID');
 const clientSecret = env('OIDC_CLIENT_SECRET');
 const redirectUris = env('OIDC_REDIRECT_URIS').split(',').filter(Boolean);
+const cliClientId = process.env.OIDC_CLI_CLIENT_ID;
+const deny = process.env.OIDC_DENY === '1';
 const account = env('OIDC_ACCOUNT', 'alice');
 const accountName = env('OIDC_ACCOUNT_NAME', 'Alice Example');
 const idTokenTtl = Number(env('OIDC_ID_TOKEN_TTL', '3600'));
@@ -57,6 +62,10 @@ const handler = async (req, res) => {
 async function interact(req, res) {
   const details = await provider.interactionDetails(req, res);
   const { prompt, params, session } = details;
+  if (deny) {
+    await provider.interactionFinished(req, res, { error: 'access_denied', error_description: 'the person declined' }, { mergeWithLastSubmission: false });
+    return;
+  }
   if (prompt.name === 'login') {
     await provider.interactionFinished(req, res, { login: { accountId: account } }, { mergeWithLastSubmission: false });
     return;
@@ -88,7 +97,16 @@ server.listen(0, '127.0.0.1', () => {
       grant_types: ['authorization_code'],
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
-    }],
+    }, ...(cliClientId ? [{
+      // `kbind login`: a native app holds no secret; oidc-provider lets a native client's
+      // loopback redirect use any port.
+      client_id: cliClientId,
+      application_type: 'native',
+      redirect_uris: ['http://127.0.0.1/callback'],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    }] : [])],
     pkce: { required: () => true },
     jwks: { keys: [signingKey] },
     cookies: { keys: ['kbind-oidc-test-provider-cookie-key'] },

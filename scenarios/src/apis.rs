@@ -34,6 +34,29 @@ pub fn exported_crd(plural: &str, kind: &str, scope: &str) -> Value {
     })
 }
 
+/// A provider CRD for `<plural>.example.org` whose schema keeps any field, labelled exported
+/// or not: for tests about who may see and use an API rather than about its schema.
+pub fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
+    let labels = if exported {
+        json!({"core.kbind.io/exported": "true"})
+    } else {
+        json!({})
+    };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
+        "spec": {
+            "group": "example.org", "scope": scope,
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    })
+}
+
 /// `widgets.example.org`.
 pub fn widgets_crd() -> Value {
     exported_crd("widgets", "Widget", "Namespaced")

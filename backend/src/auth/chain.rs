@@ -45,6 +45,7 @@ impl Authenticator for Chain {
         self.methods.first().map(|m| m.method()).unwrap_or_else(|| AuthMethod {
             kind: "none".into(),
             login_path: None,
+            ..Default::default()
         })
     }
 
@@ -83,6 +84,7 @@ mod tests {
             AuthMethod {
                 kind: self.0.into(),
                 login_path: None,
+                ..Default::default()
             }
         }
 

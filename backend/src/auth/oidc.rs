@@ -55,6 +55,9 @@ pub struct OidcConfig {
     pub issuer: IssuerUrl,
     /// This gateway's client id (the audience of its ID tokens).
     pub client_id: ClientId,
+    /// The public native client `kbind login` signs in as (published in the provider metadata);
+    /// its ID tokens are accepted as bearer tokens beside the gateway's own.
+    pub cli_client_id: Option<ClientId>,
     /// The client secret; `None` for a public client (PKCE alone).
     pub client_secret: Option<ClientSecret>,
     /// Where the IdP sends the browser back: `<public-url>/auth/oidc/callback`.
@@ -200,7 +203,8 @@ impl Inner {
     }
 
     /// Verifies an ID token presented as a bearer token: signature by the IdP's keys, issuer,
-    /// audience = our client id, expiry on our clock. Any nonce is accepted (the CLI's own).
+    /// audience = our client id or the CLI's, expiry on our clock. Any nonce is accepted (the
+    /// CLI checked its own).
     async fn verify_bearer(&self, token: &str) -> Result<Identity, AuthError> {
         let invalid = |why: &str| {
             AuthError::Unauthenticated(format!(
@@ -212,10 +216,21 @@ impl Inner {
         let id_token: CoreIdToken = token.parse().map_err(|_| invalid("it is malformed"))?;
         let mut refresh = false;
         loop {
-            let client = self.client(self.metadata(refresh).await?);
+            let metadata = self.metadata(refresh).await?;
             let clock = self.clock.clone();
+            let client = self.client(metadata.clone());
             let verifier = client.id_token_verifier().set_time_fn(move || clock.now_chrono());
-            match id_token.claims(&verifier, |_: Option<&Nonce>| Ok(())) {
+            let mut verified = id_token.claims(&verifier, |_: Option<&Nonce>| Ok(()));
+            // One audience per verifier: the CLI's public client is tried when the gateway's is
+            // not the token's audience.
+            if let (Err(ClaimsVerificationError::InvalidAudience(_)), Some(cli)) = (&verified, &self.cfg.cli_client_id)
+            {
+                let clock = self.clock.clone();
+                let cli_client = CoreClient::from_provider_metadata(metadata, cli.clone(), None);
+                let cli_verifier = cli_client.id_token_verifier().set_time_fn(move || clock.now_chrono());
+                verified = id_token.claims(&cli_verifier, |_: Option<&Nonce>| Ok(()));
+            }
+            match verified {
                 Ok(claims) => {
                     return Ok(Identity {
                         subject: self.subject(claims.subject().as_str()),
@@ -502,6 +517,8 @@ impl Authenticator for Oidc {
         AuthMethod {
             kind: "oidc".into(),
             login_path: Some(LOGIN_PATH.into()),
+            issuer_url: Some(self.inner.cfg.issuer.as_str().to_owned()),
+            client_id: self.inner.cfg.cli_client_id.as_ref().map(|c| c.as_str().to_owned()),
         }
     }
 
@@ -557,6 +574,7 @@ mod tests {
         let cfg = OidcConfig {
             issuer: IssuerUrl::new("http://127.0.0.1:1".into()).expect("url"),
             client_id: ClientId::new("kbind".into()),
+            cli_client_id: None,
             client_secret: None,
             redirect_url: RedirectUrl::new("https://kbind.example/auth/oidc/callback".into()).expect("url"),
             cookie_path: "/".into(),

@@ -31,6 +31,11 @@ pub struct Options {
     #[arg(long, value_name = "ID")]
     pub oidc_client_id: Option<String>,
 
+    /// The public native OIDC client `kbind login` signs in as (PKCE, loopback redirect
+    /// `http://127.0.0.1/callback` on any port); its ID tokens are accepted too. Absent → no CLI sign-in.
+    #[arg(long, value_name = "ID")]
+    pub oidc_cli_client_id: Option<String>,
+
     /// File holding the OIDC client secret; absent → a public client (PKCE only).
     #[arg(long, value_name = "PATH")]
     pub oidc_client_secret_file: Option<PathBuf>,
@@ -102,6 +107,7 @@ pub fn authenticator_with_clock(opts: &Options, public_url: &str, clock: Clock) 
         None => {
             let orphans = [
                 ("--oidc-client-id", opts.oidc_client_id.is_some()),
+                ("--oidc-cli-client-id", opts.oidc_cli_client_id.is_some()),
                 ("--oidc-client-secret-file", opts.oidc_client_secret_file.is_some()),
                 ("--oidc-redirect-url", opts.oidc_redirect_url.is_some()),
                 ("--oidc-ca-file", opts.oidc_ca_file.is_some()),
@@ -172,6 +178,11 @@ fn oidc_config(opts: &Options, issuer: &str, public_url: &str) -> Result<OidcCon
     Ok(OidcConfig {
         issuer,
         client_id: ClientId::new(client_id),
+        cli_client_id: opts
+            .oidc_cli_client_id
+            .clone()
+            .filter(|id| !id.trim().is_empty())
+            .map(ClientId::new),
         client_secret,
         redirect_url,
         cookie_path: match public.path().trim_end_matches('/') {

@@ -104,6 +104,7 @@ impl Authenticator for StaticTokens {
         AuthMethod {
             kind: "token".into(),
             login_path: None,
+            ..Default::default()
         }
     }
 

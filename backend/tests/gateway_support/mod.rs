@@ -41,6 +41,7 @@ impl Authenticator for TestAuth {
         AuthMethod {
             kind: "token".into(),
             login_path: None,
+            ..Default::default()
         }
     }
 

@@ -49,23 +49,7 @@ impl World {
     }
 }
 
-pub fn crd(plural: &str, kind: &str, scope: &str, exported: bool) -> Value {
-    let labels = if exported {
-        json!({"core.kbind.io/exported": "true"})
-    } else {
-        json!({})
-    };
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.example.org"), "labels": labels},
-        "spec": {
-            "group": "example.org", "scope": scope,
-            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
-        },
-    })
-}
+pub use kbind_scenarios::apis::crd;
 
 pub async fn create(client: &dyn ClusterClient, res: ApiResource, namespace: Option<&str>, value: Value) {
     let obj = serde_json::from_value(value).unwrap();

@@ -1,0 +1,304 @@
+// The web UI in a real browser (Debian's chromium through playwright-core) against a running
+// gateway: sign in, browse, bind, copy the command, download the bundle, see Grants, revoke. Every
+// page is checked with axe-core, at 375 px wide for horizontal overflow, and screenshotted; a second
+// pass does the whole flow with key presses only.
+//
+// Started by backend/tests/ui.rs, which runs the backend and a fakeapi provider. Environment:
+//   KBIND_UI_URL            the gateway, e.g. http://127.0.0.1:8080
+//   KBIND_UI_TOKEN          a static token the gateway accepts
+//   KBIND_UI_CONSUMER_UID   a consumer cluster UID with a heartbeat Lease on the provider
+//   KBIND_UI_CONSUMER_UID_2 a second consumer cluster UID, without a heartbeat (the keyboard pass)
+//   KBIND_UI_SCREENSHOTS    where the PNG screenshots and downloaded bundles go
+//   KBIND_CHROMIUM          the browser (default /usr/bin/chromium)
+
+import { readFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import assert from 'node:assert/strict';
+import { chromium } from 'playwright-core';
+import axe from 'axe-core';
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) {
+    console.error(`${name} is not set; run this through backend/tests/ui.rs (cargo test -p kbind-backend --test ui)`);
+    process.exit(2);
+  }
+  return value;
+};
+
+const BASE = env('KBIND_UI_URL').replace(/\/$/, '');
+const TOKEN = env('KBIND_UI_TOKEN');
+const UID_1 = env('KBIND_UI_CONSUMER_UID');
+const UID_2 = env('KBIND_UI_CONSUMER_UID_2');
+const OUT = env('KBIND_UI_SCREENSHOTS');
+const CHROMIUM = process.env.KBIND_CHROMIUM || '/usr/bin/chromium';
+const DESKTOP = { width: 1280, height: 900 };
+const PHONE = { width: 375, height: 800 };
+const STEP_TIMEOUT = 30_000;
+
+mkdirSync(OUT, { recursive: true });
+
+const axeSummary = [];
+const screenshots = [];
+let shot = 0;
+
+/** Page-level checks: axe at both widths, no overflow at 375 px, a screenshot at each width. */
+async function checkPage(page, name) {
+  await page.evaluate(axe.source);
+  for (const viewport of [DESKTOP, PHONE]) {
+    await page.setViewportSize(viewport);
+    const result = await page.evaluate(() => window.axe.run(document));
+    axeSummary.push({ page: name, width: viewport.width, violations: result.violations.length, passes: result.passes.length, incomplete: result.incomplete.length });
+    const details = result.violations
+      .map((v) => `  ${v.id} (${v.impact}): ${v.help}\n${v.nodes.map((n) => `    ${n.target.join(' ')}: ${n.failureSummary}`).join('\n')}`)
+      .join('\n');
+    assert.equal(result.violations.length, 0, `axe found violations on ${name} at ${viewport.width} px:\n${details}`);
+    const file = join(OUT, `${String(++shot).padStart(2, '0')}-${name}-${viewport.width}.png`);
+    await page.screenshot({ path: file, fullPage: true });
+    screenshots.push(file);
+    if (viewport === PHONE) {
+      const widths = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth }));
+      assert.ok(widths.scroll <= 375, `${name} overflows horizontally at 375 px: scrollWidth ${widths.scroll} (see ${file})`);
+    }
+  }
+  await page.setViewportSize(DESKTOP);
+}
+
+async function heading(page, text) {
+  await page.getByRole('heading', { level: 1, name: text }).waitFor({ timeout: STEP_TIMEOUT });
+}
+
+async function liveRegion(page, pattern) {
+  await page.waitForFunction((source) => new RegExp(source, 'i').test(document.getElementById('status').textContent), pattern.source, { timeout: STEP_TIMEOUT });
+}
+
+function checkBundle(file) {
+  const yaml = readFileSync(file, 'utf8');
+  assert.match(yaml, /^kind: Connection$/m, `the downloaded bundle ${file} has no Connection`);
+  assert.match(yaml, /^apiVersion: /m, `the downloaded bundle ${file} is not Kubernetes YAML`);
+  assert.doesNotMatch(yaml.trimStart(), /^[{[]/, `the downloaded bundle ${file} is JSON, not YAML`);
+  return yaml;
+}
+
+async function newPage(browser) {
+  const context = await browser.newContext({ viewport: DESKTOP, acceptDownloads: true });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+  const page = await context.newPage();
+  page.setDefaultTimeout(STEP_TIMEOUT);
+  const problems = [];
+  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('console', (message) => {
+    if (/Content Security Policy/i.test(message.text())) problems.push(`CSP: ${message.text()}`);
+  });
+  return { context, page, problems };
+}
+
+async function pointerPass(browser) {
+  const { context, page, problems } = await newPage(browser);
+
+  // Sign in: a wrong token is refused with a reason, the right one is kept for the tab.
+  await page.goto(BASE);
+  await heading(page, 'Sign in to acme');
+  assert.equal(new URL(page.url()).pathname, '/signin');
+  assert.equal(await page.getByRole('link', { name: /single sign-on/i }).count(), 0, 'no OIDC link without oidc in the provider metadata');
+  await checkPage(page, 'sign-in');
+  await page.getByLabel('Access token').fill('not-a-valid-token');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('alert').filter({ hasText: 'did not accept this token' }).waitFor();
+  await page.getByLabel('Access token').fill(TOKEN);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+
+  // The catalog, by Collection.
+  await heading(page, 'Catalog');
+  const basics = page.getByRole('region', { name: 'Basics' });
+  await basics.getByRole('heading', { name: 'Widgets' }).waitFor();
+  await checkPage(page, 'catalog');
+
+  // Bind: the form validates, then the command and the bundle.
+  await basics.getByRole('link', { name: 'Bind Widgets' }).click();
+  await heading(page, 'Bind Widgets');
+  assert.match(await page.locator('#consumer-uid-hint').textContent(), /kubectl get ns kube-system -o jsonpath='\{\.metadata\.uid\}'/);
+  await checkPage(page, 'bind');
+  await page.getByRole('button', { name: 'Bind' }).click();
+  await page.getByRole('alert').filter({ hasText: 'UUID' }).waitFor();
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'consumer-uid', 'an invalid UID takes the focus');
+  await page.getByLabel('Consumer cluster UID').fill(UID_1);
+  await page.getByLabel('Namespaces').fill('team-a');
+  await page.getByRole('button', { name: 'Bind' }).click();
+  const command = page.locator('#redeem-command');
+  await command.waitFor();
+  const commandText = (await command.textContent()).trim();
+  assert.match(commandText, new RegExp(`^kbind redeem ${BASE.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}/api/v1/pickup/\\S+$`));
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'bind-result-title', 'the result takes the focus');
+  const grantName = (await page.locator('#bind-result-title').textContent()).replace('Bound: grant ', '').trim();
+  await checkPage(page, 'bind-result');
+
+  await page.getByRole('button', { name: 'Copy command' }).click();
+  await liveRegion(page, /copied/);
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), commandText, 'the clipboard holds the command');
+
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.getByRole('button', { name: 'Download the bundle' }).click(),
+  ]);
+  const bundleFile = join(OUT, `pointer-${download.suggestedFilename()}`);
+  await download.saveAs(bundleFile);
+  assert.equal(download.suggestedFilename(), 'widgets-bundle.yaml');
+  checkBundle(bundleFile);
+  await page.locator('#pickup-note').filter({ hasText: 'no longer works' }).waitFor();
+  const replay = await fetch(commandText.replace('kbind redeem ', ''), { headers: { Accept: 'application/yaml' } });
+  assert.notEqual(replay.status, 200, 'the pickup works once: after the download the command no longer works');
+  await checkPage(page, 'bind-downloaded');
+
+  // Grants with the consumer's heartbeat age.
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'My grants' }).click();
+  await heading(page, 'My grants');
+  const card = page.locator(`[data-grant="${grantName}"]`);
+  await card.waitFor();
+  assert.match(await card.locator('.heartbeat').textContent(), /^\d+ (s|min) ago$/, 'the heartbeat age of a consumer with a Lease');
+  assert.match(await card.textContent(), new RegExp(UID_1));
+  await checkPage(page, 'grants');
+
+  // Revoke: Cancel keeps the grant, Revoke revokes it.
+  const revoke = card.getByRole('button', { name: `Revoke grant ${grantName}` });
+  await revoke.click();
+  const dialog = page.getByRole('dialog', { name: `Revoke grant ${grantName}?` });
+  await dialog.waitFor();
+  await checkPage(page, 'revoke-confirm');
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await dialog.waitFor({ state: 'hidden' });
+  await liveRegion(page, /Nothing was revoked/);
+  assert.doesNotMatch(await card.textContent(), /Being revoked/);
+  await revoke.click();
+  await dialog.getByRole('button', { name: 'Revoke' }).click();
+  await liveRegion(page, new RegExp(`${grantName} is being revoked`));
+  await page.waitForFunction((name) => {
+    const el = document.querySelector(`[data-grant="${name}"]`);
+    return !el || /Being revoked/.test(el.textContent);
+  }, grantName).catch((error) => {
+    throw new Error(`grant ${grantName} never showed as being revoked after Revoke was confirmed: ${error.message}`);
+  });
+  await checkPage(page, 'grants-revoked');
+
+  assert.deepEqual(problems, [], 'no page errors and no CSP violations');
+  await context.close();
+}
+
+/** Tabs (forwards or backwards) until the focused element matches; asserts focus is visible. */
+async function tabTo(page, what, selector, text, { back = false, max = 80 } = {}) {
+  for (let i = 0; i < max; i++) {
+    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab');
+    const hit = await page.evaluate(({ selector, text }) => {
+      const el = document.activeElement;
+      if (!el || !el.matches(selector)) return false;
+      return text === null || el.textContent.replace(/\s+/g, ' ').trim() === text;
+    }, { selector, text });
+    if (hit) {
+      const visible = await page.evaluate(() => {
+        const el = document.activeElement;
+        const style = getComputedStyle(el);
+        return el.matches(':focus-visible') && style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0;
+      });
+      assert.ok(visible, `the focus on ${what} is not visible`);
+      return;
+    }
+  }
+  throw new Error(`Tab never reached ${what}`);
+}
+
+async function focusedId(page) {
+  return page.evaluate(() => document.activeElement?.id ?? '');
+}
+
+async function keyboardPass(browser) {
+  const { context, page, problems } = await newPage(browser);
+  await page.goto(BASE);
+  await heading(page, 'Sign in to acme');
+
+  await tabTo(page, 'the skip link', 'a.skip', 'Skip to content');
+  await tabTo(page, 'the token field', '#token', null);
+  await page.keyboard.type(TOKEN);
+  await page.keyboard.press('Enter');
+  await heading(page, 'Catalog');
+  assert.equal(await focusedId(page), 'page-title', 'after signing in the focus is on the page heading');
+
+  await tabTo(page, 'the Bind link', 'a.button', 'Bind Widgets');
+  await page.keyboard.press('Enter');
+  await heading(page, 'Bind Widgets');
+  assert.equal(await focusedId(page), 'page-title');
+  await tabTo(page, 'the UID field', '#consumer-uid', null);
+  await page.keyboard.type(UID_2);
+  await tabTo(page, 'the namespaces field', '#namespaces', null, { max: 1 });
+  await page.keyboard.type('team-b');
+  await page.keyboard.press('Enter');
+  await page.locator('#redeem-command').waitFor();
+  assert.equal(await focusedId(page), 'bind-result-title', 'the result takes the focus');
+  const commandText = (await page.locator('#redeem-command').textContent()).trim();
+  const grantName = (await page.locator('#bind-result-title').textContent()).replace('Bound: grant ', '').trim();
+
+  await tabTo(page, 'Copy command', 'button', 'Copy command');
+  await page.keyboard.press('Enter');
+  await liveRegion(page, /copied/);
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), commandText);
+
+  await tabTo(page, 'Download the bundle', 'button', 'Download the bundle', { max: 1 });
+  const [download] = await Promise.all([page.waitForEvent('download'), page.keyboard.press('Enter')]);
+  const bundleFile = join(OUT, `keyboard-${download.suggestedFilename()}`);
+  await download.saveAs(bundleFile);
+  checkBundle(bundleFile);
+  await page.locator('#pickup-note').filter({ hasText: 'no longer works' }).waitFor();
+  assert.equal(await focusedId(page), 'pickup-note', 'after the download the focus is on what it means');
+
+  await tabTo(page, 'the My grants link', 'a', 'My grants');
+  await page.keyboard.press('Enter');
+  await heading(page, 'My grants');
+  assert.equal(await focusedId(page), 'page-title');
+  const card = page.locator(`[data-grant="${grantName}"]`);
+  await card.waitFor();
+  assert.match(await card.locator('.heartbeat').textContent(), /None yet/, 'a consumer without a Lease has no heartbeat');
+
+  // Escape cancels and gives the focus back to the button that opened the dialog.
+  await tabTo(page, 'the Revoke button', 'button', `Revoke grant ${grantName}`);
+  await page.keyboard.press('Enter');
+  const dialog = page.getByRole('dialog', { name: `Revoke grant ${grantName}?` });
+  await dialog.waitFor();
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Cancel', 'the dialog opens on Cancel');
+  await page.keyboard.press('Escape');
+  await dialog.waitFor({ state: 'hidden' });
+  await liveRegion(page, /Nothing was revoked/);
+  assert.equal(await page.evaluate(() => document.activeElement.textContent.replace(/\s+/g, ' ').trim()), `Revoke grant ${grantName}`);
+  await page.keyboard.press('Enter');
+  await dialog.waitFor();
+  await tabTo(page, 'the dialog\'s Revoke', 'dialog button', 'Revoke', { max: 1 });
+  await page.keyboard.press('Enter');
+  await liveRegion(page, new RegExp(`${grantName} is being revoked`));
+  assert.equal(await focusedId(page), 'page-title');
+
+  await tabTo(page, 'Sign out', 'button', 'Sign out', { back: true });
+  await page.keyboard.press('Enter');
+  await heading(page, 'Sign in to acme');
+
+  assert.deepEqual(problems, [], 'no page errors and no CSP violations');
+  await context.close();
+}
+
+const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true });
+let failed = false;
+try {
+  await pointerPass(browser);
+  console.log('pointer pass: sign in, browse, bind, copy, download, grants, revoke: ok');
+  await keyboardPass(browser);
+  console.log('keyboard pass (key presses only): ok');
+} catch (error) {
+  failed = true;
+  console.error(error);
+} finally {
+  await browser.close();
+}
+console.log('\naxe-core', axe.version, 'results (violations / passes / incomplete):');
+for (const r of axeSummary) {
+  console.log(`  ${r.page.padEnd(16)} ${String(r.width).padStart(4)} px: ${r.violations} / ${r.passes} / ${r.incomplete}`);
+}
+console.log(`\nscreenshots (${screenshots.length}) in ${OUT}:`);
+for (const file of screenshots) console.log(`  ${file}`);
+process.exit(failed ? 1 : 0);
