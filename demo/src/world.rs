@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::DEFAULT_PORT;
 
-/// The provider's name: it names the bundle's Connection on the consumer.
+/// The provider's name, as the gateway shows it; the bundle's Connection is named after it.
 pub const PROVIDER_NAME: &str = "demo-provider";
 /// The Export the provider offers (and the CLI binds).
 pub const EXPORT: &str = "widgets";
@@ -57,14 +57,17 @@ pub struct World {
     tasks: JoinSet<anyhow::Result<()>>,
 }
 
+/// Prints a step that was observed.
 pub fn step(text: &str) {
     println!("  ✓ {text}");
 }
 
+/// A JSON value as a dynamic object.
 pub fn object(value: Value) -> anyhow::Result<DynamicObject> {
     serde_json::from_value(value).context("building a demo object")
 }
 
+/// A typed resource's `ApiResource`.
 pub fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
