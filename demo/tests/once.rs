@@ -9,7 +9,6 @@ use tokio::process::Command;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the kbind CLI commands (issue #15 branch cli)"]
 async fn once_observes_every_step_of_the_cli_path() {
     let dir = tempfile::tempdir().expect("temp dir");
     let run = Command::new(env!("CARGO_BIN_EXE_kbind-demo"))

@@ -1,0 +1,187 @@
+//! The gateway's HTTP API as the CLI calls it, with every [`ApiError`] turned into a
+//! [`CliError`] whose exit code and message say what to do next.
+
+use kbind_api::service::{ApiError, BindRequest, BindResponse, Catalog, GrantList, ProviderInfo, WhoAmI, path};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{CliError, Result};
+
+/// A client of one gateway, with or without a bearer token.
+pub struct Gateway {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Gateway {
+    /// A client of `base` (a URL without trailing slash), authenticated with `token` when given.
+    pub fn new(base: &str, token: Option<String>) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .build()
+            .map_err(|e| CliError::failed("cannot build an HTTP client", e))?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            http,
+        })
+    }
+
+    /// The gateway's URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET /api/v1/provider`.
+    pub async fn provider(&self) -> Result<ProviderInfo> {
+        self.get_json(path::PROVIDER).await
+    }
+
+    /// `GET /api/v1/whoami`.
+    pub async fn whoami(&self) -> Result<WhoAmI> {
+        self.get_json(path::WHOAMI).await
+    }
+
+    /// `GET /api/v1/catalog`.
+    pub async fn catalog(&self) -> Result<Catalog> {
+        self.get_json(path::CATALOG).await
+    }
+
+    /// `GET /api/v1/grants`.
+    pub async fn grants(&self) -> Result<GrantList> {
+        self.get_json(path::GRANTS).await
+    }
+
+    /// `POST /api/v1/bind`.
+    pub async fn bind(&self, request: &BindRequest) -> Result<BindResponse> {
+        let req = self.authed(self.http.post(format!("{}{}", self.base, path::BIND)).json(request));
+        decode(send(req, &self.base).await?).await
+    }
+
+    /// `DELETE /api/v1/grants/<name>`.
+    pub async fn revoke(&self, grant: &str) -> Result<()> {
+        let req = self.authed(self.http.delete(format!("{}{}/{grant}", self.base, path::GRANTS)));
+        let response = send(req, &self.base).await?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(api_error(response).await)
+        }
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, p: &str) -> Result<T> {
+        let req = self.authed(self.http.get(format!("{}{p}", self.base)));
+        decode(send(req, &self.base).await?).await
+    }
+
+    fn authed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
+    }
+}
+
+/// Picks a bundle up (no authentication: the URL is the capability) and returns its objects.
+/// The URL never appears in an error.
+pub async fn pickup(url: &str) -> Result<Vec<Value>> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| {
+        CliError::Usage("the pickup URL is not a URL; copy it again from `kbind bind` or the web UI".into())
+    })?;
+    let origin = parsed.origin().ascii_serialization();
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .map_err(|e| CliError::failed("cannot build an HTTP client", e))?;
+    let req = http.get(parsed).header(reqwest::header::ACCEPT, "application/json");
+    let list: Value = decode(send(req, &origin).await?).await?;
+    match list.get("items").and_then(Value::as_array) {
+        Some(items) => Ok(items.clone()),
+        None => Err(CliError::Failed(
+            "the pickup answered something that is not a bundle; check that the URL is a kbind pickup URL".into(),
+        )),
+    }
+}
+
+async fn send(req: reqwest::RequestBuilder, base: &str) -> Result<reqwest::Response> {
+    // Why `without_url`: a pickup URL is a capability and must not reach error text.
+    req.send().await.map_err(|e| {
+        CliError::Failed(format!(
+            "cannot reach the gateway at {base}: {}; check the URL and that kbind-backend runs",
+            e.without_url()
+        ))
+    })
+}
+
+async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T> {
+    if !response.status().is_success() {
+        return Err(api_error(response).await);
+    }
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| CliError::failed("the gateway's answer broke off", e.without_url()))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        CliError::failed(
+            "the gateway answered something unexpected (is the URL a kbind gateway?)",
+            e,
+        )
+    })
+}
+
+async fn api_error(response: reqwest::Response) -> CliError {
+    let status = response.status().as_u16();
+    let body = response.bytes().await.unwrap_or_default();
+    let error: ApiError = serde_json::from_slice(&body).unwrap_or(ApiError {
+        code: status,
+        reason: "Unknown".into(),
+        message: format!("the gateway answered HTTP {status} without a kbind error body; is the URL a kbind gateway?"),
+    });
+    map_api_error(&error)
+}
+
+/// The CLI error for a gateway error: its exit code and what to do next.
+pub fn map_api_error(error: &ApiError) -> CliError {
+    let message = &error.message;
+    let reason = &error.reason;
+    match (error.code, reason.as_str()) {
+        (401, _) => CliError::Unauthorized(format!(
+            "the gateway did not accept your credential ({message}); run `kbind login <gateway-url>` again"
+        )),
+        (403, _) => CliError::Unauthorized(format!("the gateway refused access: {message}")),
+        (_, "PickupGone") => CliError::Refused(format!(
+            "{message} (PickupGone); a pickup URL works once: run `kbind bind` again for a new one"
+        )),
+        (_, "TooManyRequests") => CliError::Refused(format!("{message} (TooManyRequests)")),
+        (code, _) if (400..500).contains(&code) => CliError::Refused(format!("{message} ({reason})")),
+        _ => CliError::Failed(format!("the gateway failed: {message} ({reason}); try again later")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, reason: &str) -> ApiError {
+        ApiError {
+            code,
+            reason: reason.into(),
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn gateway_errors_map_to_documented_exit_codes() {
+        assert_eq!(map_api_error(&api(401, "Unauthenticated")).exit_code(), 3);
+        assert_eq!(map_api_error(&api(404, "ExportNotFound")).exit_code(), 5);
+        assert_eq!(map_api_error(&api(409, "NamespaceClaimed")).exit_code(), 5);
+        assert_eq!(map_api_error(&api(410, "PickupGone")).exit_code(), 5);
+        assert_eq!(map_api_error(&api(502, "ProviderError")).exit_code(), 1);
+        assert!(
+            map_api_error(&api(410, "PickupGone"))
+                .to_string()
+                .contains("kbind bind")
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! `kbind status`: this cluster's Connections and bindings, their conditions, conflict counts
+//! and stale objects, plus what `unbind` shares with it (finding a Connection's bindings and the
+//! objects of their APIs).
+
+use kbind_api::consts::annotation;
+use kbind_cluster::{ApiResource, ClusterClient};
+use serde_json::{Value, json};
+
+use crate::Context;
+use crate::args::Format;
+use crate::consumer::{self, Target, condition_of};
+use crate::error::Result;
+use crate::output::{emit, render, table};
+
+/// A binding of a Connection on the consumer.
+pub struct BindingRef {
+    /// `Binding` or `ClusterBinding`.
+    pub kind: String,
+    /// The Binding's namespace.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// The object.
+    pub object: Value,
+}
+
+impl BindingRef {
+    /// The APIs it binds (`<plural>.<group>`).
+    pub fn apis(&self) -> Vec<String> {
+        self.object["spec"]["apis"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Every binding on the consumer, with the Connection each references.
+pub async fn bindings(client: &dyn ClusterClient) -> Result<Vec<(String, BindingRef)>> {
+    let mut out = Vec::new();
+    for kind in ["ClusterBinding", "Binding"] {
+        for object in consumer::list(client, &consumer::resource_of(kind), None).await? {
+            let connection = object["spec"]["connectionRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            out.push((
+                connection,
+                BindingRef {
+                    kind: kind.into(),
+                    namespace: object["metadata"]["namespace"].as_str().map(str::to_string),
+                    name: object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                    object,
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The consumer objects a binding serves: its APIs' objects (in its namespace for a Binding).
+pub async fn served_objects(client: &dyn ClusterClient, binding: &BindingRef) -> Result<Vec<(ApiResource, Value)>> {
+    let discovery = client
+        .discovery()
+        .await
+        .map_err(|e| consumer::consumer_error("cannot discover the consumer's APIs", e))?;
+    let mut out = Vec::new();
+    for api in binding.apis() {
+        let (plural, group) = api.split_once('.').unwrap_or((api.as_str(), ""));
+        let Some(found) = discovery.find(group, plural) else {
+            continue;
+        };
+        let res = found.api_resource();
+        let ns = if found.namespaced {
+            binding.namespace.as_deref()
+        } else {
+            None
+        };
+        for object in consumer::list(client, &res, ns).await? {
+            out.push((res.clone(), object));
+        }
+    }
+    Ok(out)
+}
+
+fn ready_columns(object: &Value) -> (String, String) {
+    match condition_of(object, kbind_api::consts::condition::READY) {
+        Some((status, reason, _)) => (status, if reason.is_empty() { "-".into() } else { reason }),
+        None => ("Unknown".into(), "-".into()),
+    }
+}
+
+fn conditions_column(object: &Value) -> String {
+    let list: Vec<String> = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c["type"] != "Ready")
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c["type"].as_str().unwrap_or("?"),
+                        c["status"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if list.is_empty() { "-".into() } else { list.join(",") }
+}
+
+/// `kbind status`.
+pub async fn status(target: &Target, output: Option<Format>, ctx: &mut Context) -> Result<()> {
+    let client = consumer::connect(target).await?;
+    let connections = consumer::list(&client, &consumer::resource_of("Connection"), None).await?;
+    let bindings = bindings(&client).await?;
+    let mut rows = Vec::new();
+    let mut machine = Vec::new();
+    for connection in &connections {
+        let name = connection["metadata"]["name"].as_str().unwrap_or_default();
+        let (ready, reason) = ready_columns(connection);
+        rows.push(vec![
+            "Connection".into(),
+            "-".into(),
+            name.to_string(),
+            "-".into(),
+            ready.clone(),
+            reason.clone(),
+            conditions_column(connection),
+            "-".into(),
+            "-".into(),
+        ]);
+        machine.push(
+            json!({"kind": "Connection", "name": name, "ready": ready, "reason": reason,
+            "conditions": connection.pointer("/status/conditions").cloned().unwrap_or(json!([]))}),
+        );
+    }
+    for (connection, binding) in &bindings {
+        let (ready, reason) = ready_columns(&binding.object);
+        let conflicts: i64 = binding.object["status"]["boundAPIs"]
+            .as_array()
+            .map(|apis| apis.iter().filter_map(|a| a["conflictCount"].as_i64()).sum())
+            .unwrap_or(0);
+        let stale = served_objects(&client, binding)
+            .await?
+            .iter()
+            .filter(|(_, o)| o["metadata"]["annotations"][annotation::STATUS_STALE].is_string())
+            .count();
+        rows.push(vec![
+            binding.kind.clone(),
+            binding.namespace.clone().unwrap_or_else(|| "-".into()),
+            binding.name.clone(),
+            connection.clone(),
+            ready.clone(),
+            reason.clone(),
+            conditions_column(&binding.object),
+            conflicts.to_string(),
+            stale.to_string(),
+        ]);
+        machine.push(
+            json!({"kind": binding.kind, "namespace": binding.namespace, "name": binding.name,
+            "connection": connection, "ready": ready, "reason": reason, "conflicts": conflicts, "staleObjects": stale,
+            "conditions": binding.object.pointer("/status/conditions").cloned().unwrap_or(json!([]))}),
+        );
+    }
+    let text = match output {
+        Some(format) => render(&json!({"items": machine}), format)?,
+        None if rows.is_empty() => {
+            "No Connections or bindings on this cluster; `kbind catalog` and `kbind bind` add one.\n".into()
+        }
+        None => table(
+            &[
+                "KIND",
+                "NAMESPACE",
+                "NAME",
+                "CONNECTION",
+                "READY",
+                "REASON",
+                "CONDITIONS",
+                "CONFLICTS",
+                "STALE",
+            ],
+            rows,
+        ),
+    };
+    emit(&mut ctx.stdout, &text)
+}

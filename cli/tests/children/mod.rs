@@ -1,0 +1,214 @@
+//! What the CLI tests that run the real binaries share (as backend/tests/children): `fakeapi serve` clusters, `kbind-backend run`
+//! and `konnector run` as child processes with their stderr kept for failure messages, and
+//! waiting on a condition with a deadline.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Generous: the machine running the suite may be compiling, or running real apiservers.
+pub const DEADLINE: Duration = Duration::from_secs(180);
+/// How often a condition is polled.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// Every stderr line of the children of one test, kept for failure messages.
+pub type Lines = Arc<Mutex<Vec<String>>>;
+
+/// The collected lines, for a failure message.
+pub fn dump(lines: &Lines) -> String {
+    lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` and the children's logs.
+pub async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what}; logs:\n{}",
+            dump(lines)
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A binary of another workspace package, next to this package's binary; built when missing
+/// (Cargo gives a test only its own package's `CARGO_BIN_EXE_*`).
+pub fn sibling_binary(package: &str, bin: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<()>> = OnceLock::new();
+    let _guard = BUILT
+        .get_or_init(|| Mutex::new(()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let path = Path::new(env!("CARGO_BIN_EXE_kbind")).with_file_name(bin);
+    if !path.exists() {
+        let mut build = std::process::Command::new(env!("CARGO"));
+        build.args(["build", "-p", package, "--bin", bin]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "cargo build -p {package} --bin {bin} failed");
+    }
+    assert!(path.exists(), "no {bin} binary at {}", path.display());
+    path
+}
+
+/// Collects a child's stderr lines, prefixed with `who`.
+pub fn follow_stderr(child: &mut Child, who: &str, lines: Lines) {
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let who = who.to_string();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("[{who}] {line}"));
+        }
+    });
+}
+
+/// A free loopback port (the OS picks it; the tiny window before the child binds it is accepted).
+pub fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr")
+}
+
+/// A `fakeapi serve` child process and an admin client of it.
+pub struct FakeCluster {
+    /// The process.
+    pub child: Child,
+    /// Its admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// An admin client.
+    pub client: KubeClusterClient,
+}
+
+impl FakeCluster {
+    /// Starts `fakeapi serve` and waits for its admin kubeconfig (written atomically once it listens).
+    pub async fn start(dir: &Path, name: &str, lines: &Lines) -> Self {
+        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+        let mut child = Command::new(sibling_binary("fakeapi", "fakeapi"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--name", name, "--kubeconfig"])
+            .arg(&kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("fakeapi starts");
+        follow_stderr(&mut child, name, lines.clone());
+        eventually(&format!("fakeapi {name} to write its kubeconfig"), lines, async || {
+            kubeconfig.exists().then_some(())
+        })
+        .await;
+        let client = client(&kubeconfig).await;
+        Self {
+            child,
+            kubeconfig,
+            client,
+        }
+    }
+
+    /// The server URL and the CA (PEM) of its admin kubeconfig.
+    pub fn server_and_ca(&self) -> (String, String) {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig readable");
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig parses");
+        let cluster = kubeconfig.clusters[0].cluster.clone().expect("a cluster entry");
+        let ca = cluster.certificate_authority_data.expect("inline CA data");
+        let ca = base64_decode(&ca);
+        (cluster.server.expect("a server"), ca)
+    }
+}
+
+fn base64_decode(text: &str) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .expect("CA data is base64");
+    String::from_utf8(bytes).expect("CA is PEM")
+}
+
+/// A client from a kubeconfig file.
+pub async fn client(kubeconfig: &Path) -> KubeClusterClient {
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig readable");
+    client_from_yaml(&text).await
+}
+
+/// A client from kubeconfig text.
+pub async fn client_from_yaml(text: &str) -> KubeClusterClient {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(text).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig usable");
+    KubeClusterClient::from_config(config).expect("client builds")
+}
+
+/// A typed resource's `ApiResource`.
+pub fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+/// A JSON value as a dynamic object.
+pub fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("a Kubernetes object")
+}
+
+/// The `type` condition of an object's `status.conditions`.
+pub async fn condition(
+    client: &dyn ClusterClient,
+    res: &ApiResource,
+    ns: Option<&str>,
+    name: &str,
+    type_: &str,
+) -> Option<Condition> {
+    let obj = client.get_opt(res, ns, name).await.ok()??;
+    let conditions: Vec<Condition> = obj
+        .data
+        .pointer("/status/conditions")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    conditions.into_iter().find(|c| c.type_ == type_)
+}
+
+/// A child process killed when dropped.
+pub struct Process {
+    /// The process.
+    pub child: Child,
+}
+
+impl Process {
+    /// Starts `program` with `args`, its stderr collected into `lines` as `who`.
+    pub fn start(program: &Path, args: &[String], who: &str, lines: &Lines) -> Self {
+        let mut child = Command::new(program)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", program.display()));
+        follow_stderr(&mut child, who, lines.clone());
+        Self { child }
+    }
+
+    /// Stops the process (SIGKILL) and waits for it.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}

@@ -1,0 +1,567 @@
+//! The real `kbind` binary against a real `kbind-backend run --gateway --issuer --reaper` on a
+//! `fakeapi serve` provider and a `fakeapi serve` consumer with `konnector run`: every command's
+//! exit code, the main outputs as insta snapshots (UIDs, ages, URLs and ports normalised), and
+//! `kubectl bind` through kubectl's plugin mechanism.
+
+mod children;
+
+use std::path::{Path, PathBuf};
+
+use children::*;
+use k8s_openapi::api::core::v1::Namespace;
+use kbind_api::service::{BindRequest, BindResponse, path};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "alice-secret-token-0123456789";
+const TEAM: &str = "team-a";
+
+fn widgets() -> ApiResource {
+    ApiResource {
+        group: "example.org".into(),
+        version: "v1".into(),
+        api_version: "example.org/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
+fn widgets_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
+        "spec": {
+            "group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                    "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
+                }}}
+            }]
+        }
+    })
+}
+
+/// What one `kbind` run returned.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// The clusters, the backend, and a config folder for the CLI.
+struct World {
+    dir: tempfile::TempDir,
+    lines: Lines,
+    provider: FakeCluster,
+    consumer: FakeCluster,
+    gateway: String,
+    _backend: Process,
+}
+
+impl World {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let lines = Lines::default();
+        let provider = FakeCluster::start(dir.path(), "provider", &lines).await;
+        let consumer = FakeCluster::start(dir.path(), "consumer", &lines).await;
+        offer_widgets(&provider.client, &lines).await;
+        install_kbind(&consumer.client, &lines).await;
+        let (backend, gateway) = backend(dir.path(), &provider, &lines).await;
+        Self {
+            dir,
+            lines,
+            provider,
+            consumer,
+            gateway,
+            _backend: backend,
+        }
+    }
+
+    fn config_home(&self) -> PathBuf {
+        self.dir.path().join("config")
+    }
+
+    /// Runs `kbind` with `args` against the consumer, with this world's config folder.
+    async fn kbind(&self, args: &[&str]) -> Run {
+        self.run_program(Path::new(env!("CARGO_BIN_EXE_kbind")), args, None)
+            .await
+    }
+
+    async fn run_program(&self, program: &Path, args: &[&str], path: Option<&str>) -> Run {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .arg(format!("--kubeconfig={}", self.consumer.kubeconfig.display()))
+            .env("XDG_CONFIG_HOME", self.config_home())
+            .env_remove("KUBECONFIG")
+            .env_remove("KBIND_GATEWAY")
+            .env_remove("KBIND_TOKEN")
+            .kill_on_drop(true);
+        if let Some(path) = path {
+            command.env("PATH", path);
+        }
+        let output = tokio::time::timeout(DEADLINE, command.output())
+            .await
+            .unwrap_or_else(|_| panic!("kbind {args:?} did not finish; logs:\n{}", dump(&self.lines)))
+            .expect("kbind runs");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Normalises what changes between runs: URLs and ports, UIDs, grant names, ages.
+    fn normalise(&self, text: &str) -> String {
+        let text = text.replace(&self.gateway, "http://GATEWAY");
+        let uid = regex::Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").expect("regex");
+        let text = uid.replace_all(&text, "<uid>");
+        let grant = regex::Regex::new(r"\bg-[0-9a-z-]+|grant-[0-9a-z]+").expect("regex");
+        let text = grant.replace_all(&text, "<grant>");
+        let port = regex::Regex::new(r"127\.0\.0\.1:\d+").expect("regex");
+        port.replace_all(&text, "127.0.0.1:<port>").into_owned()
+    }
+
+    async fn consumer_uid(&self) -> String {
+        let ns: Namespace = self
+            .consumer
+            .client
+            .get_typed(None, "kube-system")
+            .await
+            .expect("kube-system");
+        ns.metadata.uid.expect("a uid")
+    }
+
+    /// Binds over HTTP, as the web UI does, and returns the pickup URL.
+    async fn bind_over_http(&self) -> BindResponse {
+        let request = BindRequest {
+            export: "widgets".into(),
+            consumer_cluster_uid: self.consumer_uid().await,
+            namespaces: vec![TEAM.into()],
+            konnector_namespace: None,
+        };
+        let response = reqwest::Client::new()
+            .post(format!("{}{}", self.gateway, path::BIND))
+            .bearer_auth(TOKEN)
+            .json(&request)
+            .send()
+            .await
+            .expect("bind answers");
+        assert_eq!(response.status().as_u16(), 201, "bind over HTTP\n{}", dump(&self.lines));
+        response.json().await.expect("a BindResponse")
+    }
+
+    /// Waits until `kbind grants` lists none and the provider holds no Grant object (a revoked
+    /// Grant is listed no more while the issuer still cleans up; binding again needs it gone).
+    async fn grants_gone(&self) {
+        eventually("the grant revoked", &self.lines, async || {
+            (self.kbind(&["grants"]).await.stdout == "You have no grants.\n").then_some(())
+        })
+        .await;
+        let p = &self.provider.client;
+        eventually("the Grant gone on the provider", &self.lines, async || {
+            let list = p
+                .list(&erase::<kbind_api::Grant>(), None, &Default::default())
+                .await
+                .ok()?;
+            list.items.is_empty().then_some(())
+        })
+        .await;
+    }
+
+    fn konnector(&self) -> Process {
+        let args: Vec<String> = vec![
+            "run".into(),
+            format!("--kubeconfig={}", self.consumer.kubeconfig.display()),
+            "--namespace=kbind".into(),
+            "--metrics-addr=127.0.0.1:0".into(),
+            "--health-addr=127.0.0.1:0".into(),
+            "--log-format=json".into(),
+            "--heartbeat-interval=1s".into(),
+            "--retry-period=1s".into(),
+        ];
+        Process::start(
+            &sibling_binary("konnector", "konnector"),
+            &args,
+            "konnector",
+            &self.lines,
+        )
+    }
+
+    async fn widget_on(&self, client: &dyn ClusterClient, name: &str) -> Option<Value> {
+        client
+            .get_opt(&widgets(), Some(TEAM), name)
+            .await
+            .expect("read a widget")
+            .map(|o| serde_json::to_value(o).expect("json"))
+    }
+
+    async fn create_widget(&self, name: &str) {
+        let widget = json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": TEAM}, "spec": {"size": 1}});
+        let c = &self.consumer.client;
+        eventually("widgets served on the consumer", &self.lines, async || {
+            c.list(&widgets(), Some(TEAM), &Default::default())
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+        c.create(&widgets(), Some(TEAM), &object(widget), &Default::default())
+            .await
+            .expect("widget created");
+        let p = &self.provider.client;
+        eventually(&format!("{name} synced to the provider"), &self.lines, async || {
+            p.get_opt(&widgets(), Some(TEAM), name).await.ok()?.map(|_| ())
+        })
+        .await;
+    }
+}
+
+async fn offer_widgets(p: &kbind_cluster::KubeClusterClient, lines: &Lines) {
+    for crd in kbind_api::backend_crds() {
+        p.create_typed(&crd).await.expect("backend CRD created");
+    }
+    p.create(
+        &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(),
+        None,
+        &object(widgets_crd()),
+        &Default::default(),
+    )
+    .await
+    .expect("widgets CRD created");
+    eventually("exports served on the provider", lines, async || {
+        p.list(&erase::<kbind_api::Export>(), None, &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    let export = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
+        "spec": {"title": "Widgets", "description": "Widgets as a service", "apis": [{"name": "widgets.example.org"}]}});
+    p.create(
+        &erase::<kbind_api::Export>(),
+        None,
+        &object(export),
+        &Default::default(),
+    )
+    .await
+    .expect("Export created");
+    let collection = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "basics"},
+        "spec": {"title": "Basics", "exports": [{"name": "widgets"}]}});
+    p.create(
+        &erase::<kbind_api::Collection>(),
+        None,
+        &object(collection),
+        &Default::default(),
+    )
+    .await
+    .expect("Collection created");
+}
+
+async fn install_kbind(c: &kbind_cluster::KubeClusterClient, lines: &Lines) {
+    for crd in kbind_api::crds() {
+        c.create_typed(&crd).await.expect("kbind CRD created");
+    }
+    for ns in ["kbind", TEAM] {
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        c.create(&erase::<Namespace>(), None, &object(namespace), &Default::default())
+            .await
+            .expect("namespace created");
+    }
+    eventually("kbind's CRDs served on the consumer", lines, async || {
+        c.list(&erase::<kbind_api::Connection>(), None, &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+}
+
+async fn backend(dir: &Path, provider: &FakeCluster, lines: &Lines) -> (Process, String) {
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, format!("{TOKEN},alice\n")).expect("token file written");
+    let (server, ca) = provider.server_and_ca();
+    let ca_path = dir.join("provider-ca.pem");
+    std::fs::write(&ca_path, ca).expect("CA written");
+    let addr = free_addr();
+    let args: Vec<String> = vec![
+        "run".into(),
+        "--gateway".into(),
+        "--issuer".into(),
+        "--reaper".into(),
+        format!("--kubeconfig={}", provider.kubeconfig.display()),
+        format!("--listen={addr}"),
+        format!("--public-url=http://{addr}"),
+        "--provider-name=acme".into(),
+        format!("--provider-url={server}"),
+        format!("--provider-ca={}", ca_path.display()),
+        format!("--token-file={}", tokens.display()),
+        "--reap-ttl=1h".into(),
+    ];
+    let process = Process::start(
+        &sibling_binary("kbind-backend", "kbind-backend"),
+        &args,
+        "backend",
+        lines,
+    );
+    let url = format!("http://{addr}");
+    let http = reqwest::Client::new();
+    eventually("the gateway to answer /readyz", lines, async || {
+        let r = http.get(format!("{url}{}", path::READYZ)).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+    (process, url)
+}
+
+fn assert_code(run: &Run, code: i32, what: &str, lines: &Lines) {
+    assert_eq!(
+        run.code,
+        code,
+        "{what}: exit code\nstdout:\n{}\nstderr:\n{}\nlogs:\n{}",
+        run.stdout,
+        run.stderr,
+        dump(lines)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() {
+    let world = World::new().await;
+    let lines = world.lines.clone();
+    let gw = world.gateway.clone();
+
+    // Not logged in: exit 3 with what to do.
+    let run = world.kbind(&["catalog"]).await;
+    assert_code(&run, 3, "catalog before login", &lines);
+    assert!(run.stderr.contains("kbind login"), "{}", run.stderr);
+
+    // A bad token is refused and nothing is cached.
+    let run = world.kbind(&["login", &gw, "--token", "wrong-token"]).await;
+    assert_code(&run, 3, "login with a bad token", &lines);
+    assert!(!run.stderr.contains("wrong-token"), "the token is never printed");
+    insta::assert_snapshot!("login_bad_token", world.normalise(&run.stderr));
+    let run = world.kbind(&["grants"]).await;
+    assert_code(&run, 3, "grants after a failed login", &lines);
+
+    // Usage errors are exit 2.
+    let run = world.kbind(&["bind"]).await;
+    assert_code(&run, 2, "bind without an export", &lines);
+
+    // Login: cached 0600, one file per gateway, the token never printed.
+    let run = world.kbind(&["login", &gw, "--token", TOKEN]).await;
+    assert_code(&run, 0, "login", &lines);
+    assert!(!run.stdout.contains(TOKEN) && !run.stderr.contains(TOKEN));
+    insta::assert_snapshot!("login", world.normalise(&run.stdout));
+    let files: Vec<PathBuf> = std::fs::read_dir(world.config_home().join("kbind/credentials"))
+        .expect("credentials folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "one file per gateway: {files:?}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&files[0]).expect("file").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    // Catalog: a table by Collection, and JSON.
+    let run = eventually("the catalog to list widgets as ready", &lines, async || {
+        let run = world.kbind(&["catalog"]).await;
+        (run.code == 0 && run.stdout.contains("widgets") && run.stdout.contains("True")).then_some(run)
+    })
+    .await;
+    insta::assert_snapshot!("catalog", world.normalise(&run.stdout));
+    let run = world.kbind(&["catalog", "-o", "json"]).await;
+    assert_code(&run, 0, "catalog -o json", &lines);
+    let catalog: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(catalog["collections"][0]["exports"], json!(["widgets"]));
+
+    // A namespaced Export without --namespace and no terminal: exit 2, nothing bound.
+    let run = world.kbind(&["bind", "widgets"]).await;
+    assert_code(&run, 6, "bind checks for a konnector first", &lines);
+
+    // No konnector: bind refuses before binding, says how to install it.
+    let run = world.kbind(&["bind", "widgets", "-n", TEAM]).await;
+    assert_code(&run, 6, "bind without a konnector", &lines);
+    assert!(
+        run.stderr
+            .contains("helm install konnector deploy/charts/konnector -n kbind --create-namespace"),
+        "{}",
+        run.stderr
+    );
+    insta::assert_snapshot!("bind_no_konnector", world.normalise(&run.stderr));
+    let run = world.kbind(&["grants"]).await;
+    assert_code(&run, 0, "grants", &lines);
+    assert_eq!(run.stdout, "You have no grants.\n", "nothing was bound");
+
+    let konnector = world.konnector();
+    let c = &world.consumer.client;
+    eventually("the konnector's leader Lease", &lines, async || {
+        let lease: k8s_openapi::api::coordination::v1::Lease =
+            c.get_typed_opt(Some("kbind"), "kbind-konnector").await.ok()??;
+        lease.spec?.renew_time.map(|_| ())
+    })
+    .await;
+
+    let run = world.kbind(&["bind", "widgets"]).await;
+    assert_code(&run, 2, "a namespaced Export without --namespace", &lines);
+    assert!(run.stderr.contains("--namespace"), "{}", run.stderr);
+
+    // Dry run: shows, binds nothing.
+    let run = world.kbind(&["bind", "widgets", "-n", TEAM, "--dry-run"]).await;
+    assert_code(&run, 0, "bind --dry-run", &lines);
+    insta::assert_snapshot!("bind_dry_run", world.normalise(&run.stdout));
+    assert_eq!(
+        world.kbind(&["grants"]).await.stdout,
+        "You have no grants.\n",
+        "a dry run binds nothing"
+    );
+
+    // Bind: applies the bundle and waits for Ready.
+    let run = world.kbind(&["bind", "widgets", "-n", TEAM, "--timeout=3m"]).await;
+    assert_code(&run, 0, "bind", &lines);
+    insta::assert_snapshot!("bind", world.normalise(&run.stdout));
+    insta::assert_snapshot!("bind_progress", world.normalise(&run.stderr));
+    let connection: kbind_api::Connection = c.get_typed(None, "acme-widgets").await.expect("Connection applied");
+    let managers: Vec<String> = connection
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers.contains(&"kbind-cli".to_string()),
+        "server-side applied as kbind-cli: {managers:?}"
+    );
+
+    let run = world.kbind(&["status"]).await;
+    assert_code(&run, 0, "status", &lines);
+    assert!(
+        run.stdout.contains("Connection") && run.stdout.contains("Binding"),
+        "{}",
+        run.stdout
+    );
+    insta::assert_snapshot!("status", world.normalise(&run.stdout));
+    let status: Value = serde_json::from_str(&world.kbind(&["status", "-o", "json"]).await.stdout).expect("JSON");
+    assert_eq!(status["items"][0]["ready"], "True", "{status}");
+    assert_eq!(status["items"][1]["conflicts"], 0, "{status}");
+    assert_eq!(status["items"][1]["staleObjects"], 0, "{status}");
+
+    let run = world.kbind(&["grants"]).await;
+    assert_code(&run, 0, "grants", &lines);
+    let heartbeat = regex::Regex::new(r"(\d+[smhd]|never)\n").expect("regex");
+    insta::assert_snapshot!(
+        "grants",
+        heartbeat.replace_all(&world.normalise(&run.stdout), "<age>\n")
+    );
+
+    // Unbind: without --yes and no terminal it asks for --yes (exit 2) and changes nothing.
+    world.create_widget("w1").await;
+    let run = world.kbind(&["unbind", "widgets"]).await;
+    assert_code(&run, 2, "unbind without --yes", &lines);
+    assert!(
+        c.get_opt(&erase::<kbind_api::Connection>(), None, "acme-widgets")
+            .await
+            .expect("read")
+            .is_some()
+    );
+    let run = world.kbind(&["unbind", "widgets", "--yes"]).await;
+    assert_code(&run, 0, "unbind", &lines);
+    insta::assert_snapshot!("unbind", world.normalise(&run.stdout));
+    assert!(
+        world.widget_on(&world.provider.client, "w1").await.is_none(),
+        "the provider copy was drained"
+    );
+    assert!(
+        c.get_opt(&erase::<kbind_api::Connection>(), None, "acme-widgets")
+            .await
+            .expect("read")
+            .is_none()
+    );
+    let secret: Option<k8s_openapi::api::core::v1::Secret> = c
+        .get_typed_opt(Some("kbind"), "acme-widgets-kubeconfig")
+        .await
+        .expect("read");
+    assert!(secret.is_none(), "the Secret is deleted");
+    world.grants_gone().await;
+
+    // Redeem a pickup URL from the web UI's path; a second redeem is refused by the gateway.
+    let bound = world.bind_over_http().await;
+    let run = world.kbind(&["redeem", &bound.pickup_url, "--timeout=3m"]).await;
+    assert_code(&run, 0, "redeem", &lines);
+    assert!(!run.stdout.contains(&bound.pickup_url) && !run.stderr.contains(&bound.pickup_url));
+    let run = world.kbind(&["redeem", &bound.pickup_url]).await;
+    assert_code(&run, 5, "a used pickup", &lines);
+    assert!(run.stderr.contains("PickupGone"), "{}", run.stderr);
+    assert!(!run.stderr.contains(&bound.pickup_url), "the pickup URL is not echoed");
+
+    // Unbind --orphan: nothing deleted on either side.
+    world.create_widget("w2").await;
+    let run = world.kbind(&["unbind", "acme-widgets", "--yes", "--orphan"]).await;
+    assert_code(&run, 0, "unbind --orphan", &lines);
+    insta::assert_snapshot!("unbind_orphan", world.normalise(&run.stdout));
+    assert!(world.widget_on(c, "w2").await.is_some());
+    assert!(
+        world.widget_on(&world.provider.client, "w2").await.is_some(),
+        "--orphan keeps the provider copy"
+    );
+    world.grants_gone().await;
+
+    // Waiting runs out: the konnector stopped (its Lease still fresh), redeem times out with 4.
+    konnector.stop().await;
+    let bound = world.bind_over_http().await;
+    let run = world.kbind(&["redeem", &bound.pickup_url, "--timeout=2s"]).await;
+    assert_code(&run, 4, "redeem with nobody to make it Ready", &lines);
+    assert!(run.stderr.contains("--timeout"), "{}", run.stderr);
+
+    // Revoke asks unless --yes; an unknown grant is the gateway's refusal (5).
+    let run = world.kbind(&["revoke", &bound.grant]).await;
+    assert_code(&run, 2, "revoke without --yes", &lines);
+    let run = world.kbind(&["revoke", "no-such-grant", "--yes"]).await;
+    assert_code(&run, 5, "revoke an unknown grant", &lines);
+    let run = world.kbind(&["revoke", &bound.grant, "--yes"]).await;
+    assert_code(&run, 0, "revoke", &lines);
+    world.grants_gone().await;
+
+    // kubectl's plugin mechanism finds kubectl-bind on PATH.
+    let bin = world.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-bind"), bin.join("kubectl-bind")).expect("symlink");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let kubectl = which("kubectl").expect("kubectl on PATH");
+    let run = world.run_program(&kubectl, &["bind", "catalog"], Some(&path)).await;
+    assert_code(&run, 0, "kubectl bind catalog", &lines);
+    assert!(run.stdout.contains("widgets"), "{}", run.stdout);
+    let run = world.run_program(&kubectl, &["bind", "--help"], Some(&path)).await;
+    assert!(run.stdout.contains("Usage: kubectl bind"), "{}", run.stdout);
+    let run = world
+        .run_program(&kubectl, &["bind", "unbind", "nothing-bound", "--yes"], Some(&path))
+        .await;
+    assert_code(&run, 2, "kubectl bind unbind of nothing", &lines);
+    assert!(
+        run.stderr.contains("`kubectl bind status`"),
+        "hints name the plugin: {}",
+        run.stderr
+    );
+
+    // Logout: not logged in again.
+    let run = world.kbind(&["logout"]).await;
+    assert_code(&run, 0, "logout", &lines);
+    let run = world.kbind(&["grants"]).await;
+    assert_code(&run, 3, "grants after logout", &lines);
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
