@@ -114,7 +114,7 @@ fn namespace(name: &str) -> Value {
 }
 
 /// Polls `check` until it yields a value, or fails naming `what`.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -135,7 +135,8 @@ fn step(text: &str) {
     println!("  ✓ {text}");
 }
 
-fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+/// Writes `text` to `path`, readable by its owner only (kubeconfigs, tokens).
+pub fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     #[cfg(unix)]
     {
@@ -146,7 +147,8 @@ fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn kube_client(kubeconfig: &str) -> anyhow::Result<Arc<dyn ClusterClient>> {
+/// A cluster client from kubeconfig text.
+pub async fn kube_client(kubeconfig: &str) -> anyhow::Result<Arc<dyn ClusterClient>> {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).context("reading a demo kubeconfig")?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -157,7 +159,7 @@ async fn kube_client(kubeconfig: &str) -> anyhow::Result<Arc<dyn ClusterClient>>
 }
 
 /// Plays the provider's own controller: every widget gets `phase: Ready` for its generation.
-async fn provider_controller(provider: Arc<dyn ClusterClient>) {
+pub async fn provider_controller(provider: Arc<dyn ClusterClient>) {
     loop {
         if let Ok(list) = provider.list(&widgets(), None, &Default::default()).await {
             for w in list.items {

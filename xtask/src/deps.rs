@@ -33,6 +33,9 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Crates above everything: they may depend on any crate, and no crate may depend on them.
+const TOP: &[&str] = &["kbind-demo"];
+
 /// A production build and the crates it must never carry.
 pub struct ProductionBuild {
     /// The package built.
@@ -117,6 +120,12 @@ pub fn violations(graph: &Graph) -> Vec<String> {
             out.push(format!("{krate} depends on {f}"));
         }
     }
+    for krate in graph.keys() {
+        let reach = reachable(graph, krate);
+        for top in TOP.iter().filter(|top| **top != krate && reach.contains(**top)) {
+            out.push(format!("{krate} depends on {top}"));
+        }
+    }
     out
 }
 
@@ -160,6 +169,34 @@ mod tests {
         assert_eq!(
             violations(&g),
             vec!["kbind-backend depends on kbind-engine".to_string()]
+        );
+    }
+
+    #[test]
+    fn the_demo_may_depend_on_everything_and_nothing_on_it() {
+        let clean = graph(&[
+            (
+                "kbind-demo",
+                &["kbind-backend", "kbind-cli", "konnector", "fakeapi", "kbind-engine"],
+            ),
+            ("kbind-backend", &[]),
+            ("kbind-cli", &[]),
+            ("konnector", &["kbind-engine"]),
+            ("kbind-engine", &[]),
+            ("fakeapi", &[]),
+        ]);
+        assert!(violations(&clean).is_empty());
+        let g = graph(&[
+            ("kbind-demo", &[]),
+            ("konnector", &["helper"]),
+            ("helper", &["kbind-demo"]),
+        ]);
+        assert_eq!(
+            violations(&g),
+            vec![
+                "helper depends on kbind-demo".to_string(),
+                "konnector depends on kbind-demo".to_string(),
+            ]
         );
     }
 

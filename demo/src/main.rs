@@ -1,0 +1,84 @@
+//! `kbind-demo`: the whole system in one process, on a fresh machine with no setup. A provider
+//! and a consumer fake cluster (fakeapi over HTTPS on loopback), kbind-backend on the provider
+//! (gateway with static-token sign-in and the embedded UI, issuer, reaper) and the konnector on
+//! the consumer. Interactive by default (prints the UI URL, the token and the `kbind` commands to
+//! try, then runs until Ctrl-C); `--once` drives the CLI path in process and exits 0 only if every
+//! step was observed.
+
+mod once;
+mod world;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+/// The port the gateway tries first when `--port` is not given (a stable URL across restarts).
+const DEFAULT_PORT: u16 = 8080;
+
+/// The whole kbind system in one process: two fake clusters, kbind-backend and the konnector.
+#[derive(Parser, Debug)]
+#[command(name = "kbind-demo", version)]
+struct Args {
+    /// Drive the CLI path (login, catalog, bind, an object synced both ways, status, unbind), then
+    /// exit: 0 only if every step was observed.
+    #[arg(long)]
+    once: bool,
+    /// Folder for the kubeconfigs, the token file and the CLI's credential cache (default: a new
+    /// folder under the system's temporary folder, kept after exit).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// The gateway's port on 127.0.0.1; 0 picks any free port. Default: 8080, or any free port
+    /// when 8080 is taken.
+    #[arg(long)]
+    port: Option<u16>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // The demo narrates on stdout; kube's per-request errors while things start would drown it.
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kube_client=off".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kbind-demo: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("  ✗ {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let dir = match args.dir {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("kbind-demo-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}; pass another --dir", dir.display()))?;
+    println!("kbind-demo: the whole system in this process");
+    let world = world::World::start(&dir, args.port).await?;
+    let result = if args.once {
+        once::run(&world).await
+    } else {
+        world.print_next_steps();
+        println!("\nRunning until Ctrl-C.");
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot wait for Ctrl-C; stop the process another way")
+    };
+    world.stop().await;
+    if args.once && result.is_ok() {
+        println!("\nEvery step was observed.");
+    }
+    result
+}
