@@ -7,6 +7,7 @@
 //! revoke → the Connection goes not Ready with a reason → a consumer that stops heartbeating is
 //! reaped.
 
+#[path = "../../tests/support/children.rs"]
 mod children;
 
 use std::time::Duration;
@@ -14,40 +15,11 @@ use std::time::Duration;
 use children::*;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kbind_api::service::{BindRequest, BindResponse, Catalog, GrantList, WhoAmI, path};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Patch, PatchParams};
+use kbind_cluster::{ClusterClient, ClusterClientExt, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "alice-secret-token-0123456789";
 const TEAM: &str = "team-a";
-
-fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
-
-fn widgets_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}},
-                    "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
-                }}}
-            }]
-        }
-    })
-}
 
 /// The provider and consumer clusters, the provider's offer and kbind installed on the consumer.
 struct World {
@@ -78,66 +50,12 @@ impl World {
 
     /// What a provider's platform team does once: the backend's CRDs, an exported API and an Export.
     async fn offer_widgets(&self) {
-        let p = &self.provider.client;
-        for crd in kbind_api::backend_crds() {
-            p.create_typed(&crd).await.expect("backend CRD created");
-        }
-        p.create(
-            &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(),
-            None,
-            &object(widgets_crd()),
-            &Default::default(),
-        )
-        .await
-        .expect("widgets CRD created");
-        eventually("exports and widgets served on the provider", &self.lines, async || {
-            p.list(&erase::<kbind_api::Export>(), None, &Default::default())
-                .await
-                .ok()?;
-            p.list(&widgets(), None, &Default::default()).await.ok().map(|_| ())
-        })
-        .await;
-        let export = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
-            "spec": {"title": "Widgets", "description": "Widgets as a service", "apis": [{"name": "widgets.example.org"}]}});
-        p.create(
-            &erase::<kbind_api::Export>(),
-            None,
-            &object(export),
-            &Default::default(),
-        )
-        .await
-        .expect("Export created");
-        let collection = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "basics"},
-            "spec": {"title": "Basics", "exports": [{"name": "widgets"}]}});
-        p.create(
-            &erase::<kbind_api::Collection>(),
-            None,
-            &object(collection),
-            &Default::default(),
-        )
-        .await
-        .expect("Collection created");
+        offer_widgets(&self.provider.client, &self.lines).await;
     }
 
     /// What a consumer's admin does once: kbind's CRDs, its namespace, and the team's namespace.
     async fn install_kbind(&self) {
-        let c = &self.consumer.client;
-        for crd in kbind_api::crds() {
-            c.create_typed(&crd).await.expect("kbind CRD created");
-        }
-        for ns in ["kbind", TEAM] {
-            let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-            c.create(&erase::<Namespace>(), None, &object(namespace), &Default::default())
-                .await
-                .expect("namespace created");
-        }
-        eventually("kbind's CRDs served on the consumer", &self.lines, async || {
-            c.list(&erase::<kbind_api::Connection>(), None, &Default::default())
-                .await
-                .ok()
-                .map(|_| ())
-        })
-        .await;
+        install_kbind(&self.consumer.client, &["kbind", TEAM], &self.lines).await;
     }
 
     async fn consumer_uid(&self) -> String {

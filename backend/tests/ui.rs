@@ -7,6 +7,7 @@
 //! Skipped (with the reason) when chromium, node or `web/node_modules` is missing, unless
 //! `KBIND_REQUIRE_BROWSER=1` (CI), where that fails the test.
 
+#[path = "../../tests/support/children.rs"]
 mod children;
 
 use std::path::{Path, PathBuf};
@@ -71,61 +72,11 @@ fn screenshots_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"))
 }
 
-fn widgets_crd() -> serde_json::Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    })
-}
-
 /// The provider's offer: the backend's CRDs, an exported CRD, an Export in a Collection, and a
 /// fresh heartbeat Lease of `UID_1`.
 async fn offer(provider: &FakeCluster, lines: &Lines) {
     let p = &provider.client;
-    for crd in kbind_api::backend_crds() {
-        p.create_typed(&crd).await.expect("backend CRD created");
-    }
-    p.create(
-        &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(),
-        None,
-        &object(widgets_crd()),
-        &Default::default(),
-    )
-    .await
-    .expect("widgets CRD created");
-    eventually("Exports served on the provider", lines, async || {
-        p.list(&erase::<kbind_api::Export>(), None, &Default::default())
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
-    let export = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
-        "spec": {"title": "Widgets", "description": "Widgets as a service", "apis": [{"name": "widgets.example.org"}]}});
-    p.create(
-        &erase::<kbind_api::Export>(),
-        None,
-        &object(export),
-        &Default::default(),
-    )
-    .await
-    .expect("Export created");
-    let collection = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "basics"},
-        "spec": {"title": "Basics", "description": "The everyday APIs", "exports": [{"name": "widgets"}]}});
-    p.create(
-        &erase::<kbind_api::Collection>(),
-        None,
-        &object(collection),
-        &Default::default(),
-    )
-    .await
-    .expect("Collection created");
+    offer_widgets(p, lines).await;
     let namespace =
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kbind_api::consts::lease::NAMESPACE}});
     p.create(&erase::<Namespace>(), None, &object(namespace), &Default::default())

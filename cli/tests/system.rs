@@ -3,6 +3,7 @@
 //! exit code, the main outputs as insta snapshots (UIDs, ages, URLs and ports normalised), and
 //! `kubectl bind` through kubectl's plugin mechanism.
 
+#[path = "../../tests/support/children.rs"]
 mod children;
 
 use std::path::{Path, PathBuf};
@@ -10,40 +11,11 @@ use std::path::{Path, PathBuf};
 use children::*;
 use k8s_openapi::api::core::v1::Namespace;
 use kbind_api::service::{BindRequest, BindResponse, path};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
+use kbind_cluster::{ClusterClient, ClusterClientExt};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "alice-secret-token-0123456789";
 const TEAM: &str = "team-a";
-
-fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
-
-fn widgets_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
-                    "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
-                }}}
-            }]
-        }
-    })
-}
 
 /// What one `kbind` run returned.
 #[derive(Debug)]
@@ -70,7 +42,7 @@ impl World {
         let provider = FakeCluster::start(dir.path(), "provider", &lines).await;
         let consumer = FakeCluster::start(dir.path(), "consumer", &lines).await;
         offer_widgets(&provider.client, &lines).await;
-        install_kbind(&consumer.client, &lines).await;
+        install_kbind(&consumer.client, &["kbind", TEAM], &lines).await;
         let (backend, gateway) = backend(dir.path(), &provider, &lines).await;
         Self {
             dir,
@@ -221,66 +193,6 @@ impl World {
         })
         .await;
     }
-}
-
-async fn offer_widgets(p: &kbind_cluster::KubeClusterClient, lines: &Lines) {
-    for crd in kbind_api::backend_crds() {
-        p.create_typed(&crd).await.expect("backend CRD created");
-    }
-    p.create(
-        &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(),
-        None,
-        &object(widgets_crd()),
-        &Default::default(),
-    )
-    .await
-    .expect("widgets CRD created");
-    eventually("exports served on the provider", lines, async || {
-        p.list(&erase::<kbind_api::Export>(), None, &Default::default())
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
-    let export = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
-        "spec": {"title": "Widgets", "description": "Widgets as a service", "apis": [{"name": "widgets.example.org"}]}});
-    p.create(
-        &erase::<kbind_api::Export>(),
-        None,
-        &object(export),
-        &Default::default(),
-    )
-    .await
-    .expect("Export created");
-    let collection = json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "basics"},
-        "spec": {"title": "Basics", "exports": [{"name": "widgets"}]}});
-    p.create(
-        &erase::<kbind_api::Collection>(),
-        None,
-        &object(collection),
-        &Default::default(),
-    )
-    .await
-    .expect("Collection created");
-}
-
-async fn install_kbind(c: &kbind_cluster::KubeClusterClient, lines: &Lines) {
-    for crd in kbind_api::crds() {
-        c.create_typed(&crd).await.expect("kbind CRD created");
-    }
-    for ns in ["kbind", TEAM] {
-        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        c.create(&erase::<Namespace>(), None, &object(namespace), &Default::default())
-            .await
-            .expect("namespace created");
-    }
-    eventually("kbind's CRDs served on the consumer", lines, async || {
-        c.list(&erase::<kbind_api::Connection>(), None, &Default::default())
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
 }
 
 async fn backend(dir: &Path, provider: &FakeCluster, lines: &Lines) -> (Process, String) {

@@ -1,4 +1,5 @@
-//! What the tests that run the real binaries share: `fakeapi serve` clusters, `kbind-backend run`
+//! What the tests that run the real binaries share (included by path from backend/tests and
+//! cli/tests, which already depend on everything it uses, so it needs no crate of its own): `fakeapi serve` clusters, `kbind-backend run`
 //! and `konnector run` as child processes with their stderr kept for failure messages, and
 //! waiting on a condition with a deadline.
 
@@ -10,6 +11,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient};
 use serde_json::Value;
@@ -53,7 +56,13 @@ pub fn sibling_binary(package: &str, bin: &str) -> PathBuf {
         .get_or_init(|| Mutex::new(()))
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    let path = Path::new(env!("CARGO_BIN_EXE_kbind-backend")).with_file_name(bin);
+    // A test executable lives in `<target>/<profile>/deps/`; the workspace's binaries one level up.
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from <target>/<profile>/deps");
+    let path = profile_dir.join(bin);
     if !path.exists() {
         let mut build = std::process::Command::new(env!("CARGO"));
         build.args(["build", "-p", package, "--bin", bin]);
@@ -211,4 +220,99 @@ impl Process {
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+}
+
+/// The sample API `widgets.example.org` (namespaced, with a status subresource).
+pub fn widgets() -> ApiResource {
+    ApiResource {
+        group: "example.org".into(),
+        version: "v1".into(),
+        api_version: "example.org/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
+/// The provider's CRD of [`widgets`], labelled exported.
+pub fn widgets_crd() -> Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
+        "spec": {
+            "group": "example.org", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}},
+                    "status": {"type": "object", "properties": {"phase": {"type": "string"}}}
+                }}}
+            }]
+        }
+    })
+}
+
+/// What a provider's platform team does once: the backend's CRDs, the exported widgets CRD, the
+/// Export `widgets` and the Collection `basics`.
+pub async fn offer_widgets(p: &KubeClusterClient, lines: &Lines) {
+    for crd in kbind_api::backend_crds() {
+        p.create_typed(&crd).await.expect("backend CRD created");
+    }
+    p.create(
+        &erase::<CustomResourceDefinition>(),
+        None,
+        &object(widgets_crd()),
+        &Default::default(),
+    )
+    .await
+    .expect("widgets CRD created");
+    eventually("Exports and widgets served on the provider", lines, async || {
+        p.list(&erase::<kbind_api::Export>(), None, &Default::default())
+            .await
+            .ok()?;
+        p.list(&widgets(), None, &Default::default()).await.ok().map(|_| ())
+    })
+    .await;
+    let export = serde_json::json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
+        "spec": {"title": "Widgets", "description": "Widgets as a service", "apis": [{"name": "widgets.example.org"}]}});
+    p.create(
+        &erase::<kbind_api::Export>(),
+        None,
+        &object(export),
+        &Default::default(),
+    )
+    .await
+    .expect("Export created");
+    let collection = serde_json::json!({"apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Collection", "metadata": {"name": "basics"},
+        "spec": {"title": "Basics", "description": "The everyday APIs", "exports": [{"name": "widgets"}]}});
+    p.create(
+        &erase::<kbind_api::Collection>(),
+        None,
+        &object(collection),
+        &Default::default(),
+    )
+    .await
+    .expect("Collection created");
+}
+
+/// What a consumer's admin does once: kbind's CRDs and the `namespaces` (the konnector's `kbind`
+/// and the teams').
+pub async fn install_kbind(c: &KubeClusterClient, namespaces: &[&str], lines: &Lines) {
+    for crd in kbind_api::crds() {
+        c.create_typed(&crd).await.expect("kbind CRD created");
+    }
+    for ns in namespaces {
+        let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        c.create(&erase::<Namespace>(), None, &object(namespace), &Default::default())
+            .await
+            .expect("namespace created");
+    }
+    eventually("kbind's CRDs served on the consumer", lines, async || {
+        c.list(&erase::<kbind_api::Connection>(), None, &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
 }
