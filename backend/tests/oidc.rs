@@ -9,11 +9,13 @@
 //! line and passes, unless `KBIND_REQUIRE_OIDC=1` (CI), where it fails.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
+
+#[path = "../../tests/support/oidc_provider.rs"]
+mod oidc_provider;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -22,9 +24,8 @@ use base64::Engine as _;
 use http::StatusCode;
 use kbind_api::service::{ApiError, CSRF_HEADER, WhoAmI, path};
 use kbind_backend::auth::{self, AuthError, Authenticator, Clock, Options, Via};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use oidc_provider::{Provider, provider_available, write_pki};
 use sha2::Digest as _;
-use tokio::io::AsyncBufReadExt as _;
 
 const CLIENT_ID: &str = "kbind-gateway";
 const CLIENT_SECRET: &str = "test-client-secret-7c1f";
@@ -37,83 +38,16 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A static token, to show both methods work side by side.
 const STATIC_TOKEN: &str = "static-token-for-bob-2d9e";
 
-fn hack_oidc() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/oidc")
-}
-
-/// Whether the provider can run here; `false` means skip (never in CI).
-fn provider_available() -> bool {
-    let node = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let package = hack_oidc().join("node_modules/oidc-provider/package.json").exists();
-    if node && package {
-        return true;
-    }
-    let why = if node {
-        "hack/oidc/node_modules is missing (run `npm ci --prefix hack/oidc`)"
-    } else {
-        "node is not installed"
-    };
-    assert!(
-        std::env::var("KBIND_REQUIRE_OIDC").as_deref() != Ok("1"),
-        "KBIND_REQUIRE_OIDC=1 but {why}"
-    );
-    eprintln!("skipped: the OIDC end-to-end test needs oidc-provider: {why}");
-    false
-}
-
-/// The running provider; dropping it ends node (killed, and its stdin closes).
-struct Provider {
-    issuer: String,
-    _child: tokio::process::Child,
-}
-
-/// A CA and a serving certificate for 127.0.0.1 under `dir`: (CA, certificate, key) paths.
-fn write_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("CA key")).expect("CA");
-    let mut serving = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
-    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let serving_key = KeyPair::generate().expect("serving key");
-    let serving = serving.signed_by(&serving_key, &ca).expect("serving cert");
-    let paths = (dir.join("ca.crt"), dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&paths.0, ca.pem()).expect("write CA");
-    std::fs::write(&paths.1, serving.pem()).expect("write cert");
-    std::fs::write(&paths.2, serving_key.serialize_pem()).expect("write key");
-    paths
-}
-
 async fn start_provider(redirect_uri: &str, cert: &Path, key: &Path) -> Provider {
-    let mut child = tokio::process::Command::new("node")
-        .arg("server.mjs")
-        .current_dir(hack_oidc())
-        .env("OIDC_CLIENT_ID", CLIENT_ID)
-        .env("OIDC_CLIENT_SECRET", CLIENT_SECRET)
-        .env("OIDC_REDIRECT_URIS", redirect_uri)
-        .env("OIDC_ACCOUNT", ACCOUNT)
-        .env("OIDC_ACCOUNT_NAME", ACCOUNT_NAME)
-        .env("OIDC_ID_TOKEN_TTL", ID_TOKEN_TTL_SECS.to_string())
-        .env("OIDC_TLS_CERT", cert)
-        .env("OIDC_TLS_KEY", key)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("oidc-provider did not print its issuer within 30 s")
-        .expect("read node's stdout")
-        .expect("node exited before printing its issuer (see its stderr above)");
-    let ready: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
-    let issuer = ready["issuer"].as_str().expect("issuer").to_owned();
-    Provider { issuer, _child: child }
+    let env = [
+        ("OIDC_CLIENT_ID", CLIENT_ID.to_owned()),
+        ("OIDC_CLIENT_SECRET", CLIENT_SECRET.to_owned()),
+        ("OIDC_REDIRECT_URIS", redirect_uri.to_owned()),
+        ("OIDC_ACCOUNT", ACCOUNT.to_owned()),
+        ("OIDC_ACCOUNT_NAME", ACCOUNT_NAME.to_owned()),
+        ("OIDC_ID_TOKEN_TTL", ID_TOKEN_TTL_SECS.to_string()),
+    ];
+    oidc_provider::start_provider(&env, cert, key).await
 }
 
 /// What a gateway does with the chain: mounts its routes and authenticates `/api/v1/whoami`.
@@ -410,7 +344,7 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oidc_sign_in_across_replicas_and_id_tokens_as_bearer_against_oidc_provider() {
-    if !provider_available() {
+    if !provider_available("the OIDC end-to-end test") {
         return;
     }
     let s = setup().await;

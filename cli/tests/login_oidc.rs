@@ -7,15 +7,16 @@
 //! Without node or `hack/oidc/node_modules` the provider tests print one line and pass, unless
 //! `KBIND_REQUIRE_OIDC=1` (CI), where they fail.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
+
+#[path = "../../tests/support/oidc_provider.rs"]
+mod oidc_provider;
 
 use kbind_api::service::AuthMethod;
 use kbind_backend::auth::{self, AuthError, Authenticator as _, Options};
 use kbind_cli::login::oidc::{IssuedToken, LoginError, OidcLoginOptions, login};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-use tokio::io::AsyncBufReadExt as _;
+use oidc_provider::{Provider, provider_available, start_provider, write_pki};
 
 const GATEWAY_CLIENT_ID: &str = "kbind-gateway";
 const GATEWAY_CLIENT_SECRET: &str = "test-client-secret-7c1f";
@@ -24,33 +25,6 @@ const ACCOUNT: &str = "alice";
 /// A deadline for every wait, so a hung provider fails the test instead of hanging CI.
 const DEADLINE: Duration = Duration::from_secs(30);
 const URL_LINE: &str = "open this URL to sign in: ";
-
-fn hack_oidc() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/oidc")
-}
-
-/// Whether the provider can run here; `false` means skip (never in CI).
-fn provider_available() -> bool {
-    let node = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let package = hack_oidc().join("node_modules/oidc-provider/package.json").exists();
-    if node && package {
-        return true;
-    }
-    let why = if node {
-        "hack/oidc/node_modules is missing (run `npm ci --prefix hack/oidc`)"
-    } else {
-        "node is not installed"
-    };
-    assert!(
-        std::env::var("KBIND_REQUIRE_OIDC").as_deref() != Ok("1"),
-        "KBIND_REQUIRE_OIDC=1 but {why}"
-    );
-    eprintln!("skipped: the OIDC login test needs oidc-provider: {why}");
-    false
-}
 
 /// The provider, its CA and a gateway's auth chain that trusts it; dropping it ends node.
 struct Setup {
@@ -61,56 +35,27 @@ struct Setup {
     /// The same gateway without it (only its own client's ID tokens).
     gateway_without_cli: std::sync::Arc<auth::Chain>,
     browser: reqwest::Client,
-    _node: tokio::process::Child,
+    _node: Provider,
     _dir: tempfile::TempDir,
-}
-
-/// A CA and a serving certificate for 127.0.0.1 under `dir`: (CA, certificate, key) paths.
-fn write_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("CA key")).expect("CA");
-    let mut serving = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
-    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let serving_key = KeyPair::generate().expect("serving key");
-    let serving = serving.signed_by(&serving_key, &ca).expect("serving cert");
-    let paths = (dir.join("ca.crt"), dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&paths.0, ca.pem()).expect("write CA");
-    std::fs::write(&paths.1, serving.pem()).expect("write cert");
-    std::fs::write(&paths.2, serving_key.serialize_pem()).expect("write key");
-    paths
 }
 
 /// Starts the provider (every sign-in declined when `deny`) and a gateway's auth chain.
 async fn setup(deny: bool) -> Setup {
     let dir = tempfile::tempdir().expect("temp dir");
     let (ca, cert, key) = write_pki(dir.path());
-    let mut node = tokio::process::Command::new("node")
-        .arg("server.mjs")
-        .current_dir(hack_oidc())
-        .env("OIDC_CLIENT_ID", GATEWAY_CLIENT_ID)
-        .env("OIDC_CLIENT_SECRET", GATEWAY_CLIENT_SECRET)
-        .env("OIDC_REDIRECT_URIS", "https://kbind.example/auth/oidc/callback")
-        .env("OIDC_CLI_CLIENT_ID", CLI_CLIENT_ID)
-        .env("OIDC_ACCOUNT", ACCOUNT)
-        .env("OIDC_DENY", if deny { "1" } else { "0" })
-        .env("OIDC_TLS_CERT", &cert)
-        .env("OIDC_TLS_KEY", &key)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node starts");
-    let stdout = node.stdout.take().expect("piped stdout");
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(DEADLINE, lines.next_line())
-        .await
-        .expect("oidc-provider did not print its issuer in time")
-        .expect("read node's stdout")
-        .expect("node exited before printing its issuer (see its stderr above)");
-    let ready: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
-    let issuer = ready["issuer"].as_str().expect("issuer").to_owned();
+    let env = [
+        ("OIDC_CLIENT_ID", GATEWAY_CLIENT_ID.to_owned()),
+        ("OIDC_CLIENT_SECRET", GATEWAY_CLIENT_SECRET.to_owned()),
+        (
+            "OIDC_REDIRECT_URIS",
+            "https://kbind.example/auth/oidc/callback".to_owned(),
+        ),
+        ("OIDC_CLI_CLIENT_ID", CLI_CLIENT_ID.to_owned()),
+        ("OIDC_ACCOUNT", ACCOUNT.to_owned()),
+        ("OIDC_DENY", if deny { "1" } else { "0" }.to_owned()),
+    ];
+    let node = start_provider(&env, &cert, &key).await;
+    let issuer = node.issuer.clone();
 
     let key_file = dir.path().join("session.key");
     std::fs::write(&key_file, "k".repeat(48)).expect("write session key");
@@ -290,7 +235,7 @@ fn redirect_port(authorize: &reqwest::Url) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signs_in_at_oidc_provider_and_the_gateway_accepts_the_id_token() {
-    if !provider_available() {
+    if !provider_available("the OIDC login test") {
         return;
     }
     let s = &setup(false).await;
@@ -373,7 +318,7 @@ async fn signs_in_at_oidc_provider_and_the_gateway_accepts_the_id_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callback_with_another_state_fails_the_sign_in() {
-    if !provider_available() {
+    if !provider_available("the OIDC login test") {
         return;
     }
     let s = &setup(false).await;
@@ -391,7 +336,7 @@ async fn a_callback_with_another_state_fails_the_sign_in() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idp_that_declines_fails_the_sign_in_with_its_error_code() {
-    if !provider_available() {
+    if !provider_available("the OIDC login test") {
         return;
     }
     let s = &setup(true).await;
@@ -421,7 +366,7 @@ async fn an_idp_that_declines_fails_the_sign_in_with_its_error_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_callback_within_the_timeout_is_a_timeout_and_stops_listening() {
-    if !provider_available() {
+    if !provider_available("the OIDC login test") {
         return;
     }
     let s = &setup(false).await;
