@@ -287,4 +287,17 @@ fn kubectl_works_against_the_router() {
     assert!(s.kubectl(&["get", "cm", "a"]).unwrap_err().contains("NotFound"));
     s.ok(&["delete", "-f", &widget]);
     s.ok(&["delete", "-f", &deploy]);
+
+    // A kind with no CRD: kubectl reads /openapi/v2 to validate, and must then say what a real
+    // server makes it say (a wrong content type there gave "mime: unexpected content after
+    // media subtype" instead).
+    let gizmo = s.file(
+        "gizmo.yaml",
+        "apiVersion: example.org/v1\nkind: Gizmo\nmetadata: {name: g1, namespace: default}\n",
+    );
+    let refused = s.kubectl(&["apply", "-f", &gizmo]).unwrap_err();
+    assert!(
+        refused.contains("resource mapping not found") && refused.contains("ensure CRDs are installed first"),
+        "{refused}"
+    );
 }

@@ -17,8 +17,12 @@ use super::{auth, json_body, media};
 use crate::FakeCluster;
 use crate::rbac::UserInfo;
 
-/// The media type kubectl asks `/openapi/v2` for.
-const PROTO_V2: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// The media type kubectl asks `/openapi/v2` for (client-go's `Accept`).
+const PROTO_V2_ACCEPT: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// The content type a real kube-apiserver answers it with: `@` is not valid in a media subtype,
+/// so Go's `mime.ParseMediaType` refuses the form clients ask with, and kubectl then fails with
+/// "mime: unexpected content after media subtype" instead of its own error.
+const PROTO_V2: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
 /// `/openapi/v2`.
 pub(crate) async fn v2(
@@ -27,7 +31,7 @@ pub(crate) async fn v2(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     cluster.authorize_path(&user, "get", "/openapi/v2")?;
-    if media::prefers(&headers, PROTO_V2) {
+    if media::prefers(&headers, PROTO_V2_ACCEPT) || media::prefers(&headers, PROTO_V2) {
         return Ok(([(header::CONTENT_TYPE, PROTO_V2)], Vec::<u8>::new()).into_response());
     }
     let caller = auth::caller(&headers, user);
