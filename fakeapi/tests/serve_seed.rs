@@ -1,5 +1,6 @@
 //! `fakeapi serve` identities: without `--seed` two servers are two clusters (a random seed,
-//! printed so the run can be replayed); the same `--seed` gives the same cluster.
+//! printed so the run can be replayed); the same `--seed` gives the same cluster; without a seed
+//! the clock is wall time, with one it starts at the deterministic worlds' fixed instant.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -21,10 +22,11 @@ impl Drop for Running {
     }
 }
 
-/// A served fake cluster: its printed seed and its kube-system UID.
+/// A served fake cluster: its printed seed, its kube-system UID and creation time.
 struct Served {
     seed: u64,
     kube_system_uid: String,
+    kube_system_created: jiff::Timestamp,
     _server: Running,
 }
 
@@ -88,6 +90,11 @@ async fn serve(dir: &Path, name: &str, seed: Option<u64>) -> Served {
     Served {
         seed: printed,
         kube_system_uid: namespace["metadata"]["uid"].as_str().unwrap().to_string(),
+        kube_system_created: namespace["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
         _server: server,
     }
 }
@@ -116,4 +123,24 @@ async fn the_same_seed_gives_the_same_cluster() {
     let first = serve(dir.path(), "first", Some(7)).await;
     let second = serve(dir.path(), "second", Some(7)).await;
     assert_eq!(first.kube_system_uid, second.kube_system_uid);
+}
+
+#[tokio::test]
+async fn a_server_without_a_seed_keeps_wall_time_and_a_seeded_one_the_fixed_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
+    let wall = serve(dir.path(), "wall", None).await;
+    let after = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
+    assert!(
+        before <= wall.kube_system_created && wall.kube_system_created <= after,
+        "kube-system was created at {}, not between {before} and {after}: AGE columns would be off",
+        wall.kube_system_created
+    );
+    let seeded = serve(dir.path(), "seeded", Some(7)).await;
+    let fixed: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    assert!(
+        seeded.kube_system_created >= fixed && seeded.kube_system_created < fixed + jiff::SignedDuration::from_secs(60),
+        "a seeded server starts at the fixed instant, not {}",
+        seeded.kube_system_created
+    );
 }

@@ -69,11 +69,17 @@ async fn run_serve(args: ServeArgs) -> Result<()> {
     let seed = args.seed.unwrap_or_else(random_seed);
     // On stderr, whatever the log filter: stdout's first line stays the "listening on" line.
     eprintln!("fakeapi: seed {seed} (replay with --seed {seed})");
-    let cluster = FakeCluster::builder(&args.name)
+    let mut builder = FakeCluster::builder(&args.name)
         .seed(seed)
         .kcp_like(args.kcp_like)
-        .garbage_collector(!args.no_gc)
-        .build();
+        .garbage_collector(!args.no_gc);
+    // A served cluster is looked at by kubectl and by controllers that compare its times with
+    // their own (AGE columns, Lease ages): wall time, unless --seed asks for a replayable run,
+    // whose clock starts at the deterministic worlds' fixed instant.
+    if args.seed.is_none() {
+        builder = builder.clock(std::sync::Arc::new(kbind_cluster::SystemClock));
+    }
+    let cluster = builder.build();
     let transport = if args.insecure_http {
         Transport::InsecureHttp
     } else {
