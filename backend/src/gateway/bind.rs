@@ -23,7 +23,7 @@ use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Error as ClusterError, Patch, PatchParams, PostParams,
     to_dynamic,
 };
-use kube::api::ObjectMeta;
+use kube::api::{ObjectMeta, Preconditions};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -113,7 +113,7 @@ async fn run(
     .await;
     match outcome {
         Ok((secret, expires_at)) => {
-            tracing::info!(grant = %name, export = %request.export, created = matches!(upsert, Upsert::Created), "bound");
+            tracing::info!(grant = %name, export = %request.export, created = matches!(upsert, Upsert::Created { .. }), "bound");
             Ok(BindResponse {
                 grant: name.clone(),
                 pickup_url: format!(
@@ -133,8 +133,13 @@ async fn run(
 
 /// What [`upsert_grant`] did, so a failed bind can undo it.
 enum Upsert {
-    Created,
-    Updated { previous_namespaces: Vec<String> },
+    /// Created by this request, with the UID it got (an undo deletes exactly that Grant).
+    Created {
+        uid: Option<String>,
+    },
+    Updated {
+        previous_namespaces: Vec<String>,
+    },
     Unchanged,
 }
 
@@ -145,8 +150,19 @@ enum Upsert {
 async fn undo(provider: &dyn ClusterClient, name: &str, upsert: Upsert, requested: &[String]) {
     let result = match upsert {
         Upsert::Unchanged => Ok(()),
-        Upsert::Created => match provider
-            .delete(&grant_res(), None, name, &DeleteParams::default())
+        Upsert::Created { uid } => match provider
+            .delete(
+                &grant_res(),
+                None,
+                name,
+                &DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid,
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                },
+            )
             .await
         {
             Err(e) if !e.is_not_found() => Err(e),
@@ -311,7 +327,11 @@ async fn upsert_grant(
                     .create(&grant_res(), None, &to_dynamic(&grant)?, &PostParams::default())
                     .await
                 {
-                    Ok(_) => return Ok(Upsert::Created),
+                    Ok(created) => {
+                        return Ok(Upsert::Created {
+                            uid: created.metadata.uid,
+                        });
+                    }
                     // Another replica created it first: update that one.
                     Err(ClusterError::AlreadyExists { .. }) => continue,
                     Err(e) => return Err(e.into()),
