@@ -229,3 +229,61 @@ async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_
     let status = serde_json::to_string(&cluster_binding(&world, "acme").await.unwrap().status).unwrap();
     assert!(!world.log().text().contains(PASSWORD) && !status.contains(PASSWORD));
 }
+
+/// Unbinding removes the related copies the binding made on the consumer; the story allows
+/// that delete of a core-group object, which the world must record under the name fakeapi's
+/// write log uses (`configmaps`, not `configmaps.`), or §8.1 counts the allowed delete as a loss.
+#[tokio::test(start_paused = true)]
+async fn an_unbind_removes_its_related_copy_and_the_allowed_delete_is_no_loss() {
+    let (mut world, _cred) = bound_world(
+        "an_unbind_removes_its_related_copy_and_the_allowed_delete_is_no_loss",
+        34,
+    )
+    .await;
+    let consumer = world.consumer().admin_client();
+    let provider = world.provider("acme").admin_client();
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    create(
+        &provider,
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "endpoints", "namespace": "default"}, "data": {"url": "https://db.acme"}}),
+    )
+    .await;
+    consumer
+        .patch(
+            &cluster_bindings(),
+            None,
+            "acme",
+            &Patch::Merge(json!({"spec": {"relatedResources": [
+                {"group": "", "resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}},
+            ]}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("adding a related resource to the binding");
+    world
+        .run_until_async("the ConfigMap comes down", 60, |w| {
+            async move {
+                w.consumer_get(&configmaps(), Some("default"), "endpoints")
+                    .await
+                    .is_some()
+            }
+            .boxed()
+        })
+        .await;
+
+    world.allow_konnector_delete(&configmaps(), Some("default"), "endpoints");
+    world.delete_on_consumer(&cluster_bindings(), None, "acme").await;
+    world
+        .run_until_async("the binding is gone with its related copy", 120, |w| {
+            async move {
+                w.consumer_get(&cluster_bindings(), None, "acme").await.is_none()
+                    && w.consumer_get(&configmaps(), Some("default"), "endpoints")
+                        .await
+                        .is_none()
+            }
+            .boxed()
+        })
+        .await;
+}
