@@ -13,4 +13,5 @@
 pub mod auth;
 pub mod gateway;
 pub mod issuer;
+pub mod modules;
 pub mod reaper;

@@ -1,17 +1,14 @@
 //! The `kbind-backend` binary: `crds` prints the service layer's CRDs; `run` starts the enabled
 //! modules (`--gateway`, `--issuer`, `--reaper`, any subset) against one provider cluster.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use kbind_backend::auth::{self, Authenticator};
-use kbind_backend::gateway;
-use kbind_backend::issuer::{self, KubernetesIssuer};
-use kbind_backend::reaper::{self, Reaper};
-use kbind_cluster::{ClusterClient, KubeClusterClient, SystemClock};
+use kbind_backend::modules::{self, GatewayModule, Modules};
+use kbind_backend::{auth, gateway, issuer, reaper};
+use kbind_cluster::{ClusterClient, KubeClusterClient};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -118,9 +115,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let provider = provider_client(args.kubeconfig.as_deref()).await?;
-    let lease_namespace = args.issuer_options.lease_namespace.clone();
-    // The gateway mints credentials at pickup with the same issuer the controller provisions with.
-    let issuer = Arc::new(KubernetesIssuer::new(provider.clone(), args.issuer_options.clone()));
+    let gateway = match (gateway_config, authenticator) {
+        (Some(config), Some(auth)) => {
+            let listen = args.gateway_options.listen;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("failed to listen on {listen}"))?;
+            let addr = listener.local_addr().context("failed to read the listening address")?;
+            tracing::info!(%addr, "gateway listening");
+            Some(GatewayModule { config, auth, listener })
+        }
+        _ => None,
+    };
+    let modules = Modules {
+        gateway,
+        issuer: args.issuer,
+        reaper: args.reaper.then(|| args.reaper_options.clone()),
+        issuer_options: args.issuer_options.clone(),
+    };
     let shutdown = CancellationToken::new();
     tokio::spawn({
         let shutdown = shutdown.clone();
@@ -129,63 +141,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             shutdown.cancel();
         }
     });
-    let mut tasks = tokio::task::JoinSet::new();
-
-    if args.issuer {
-        let stop = shutdown.clone().cancelled_owned();
-        let (provider, issuer) = (provider.clone(), issuer.clone());
-        tasks.spawn(async move {
-            issuer::run_controller(provider, issuer, stop).await;
-            Ok(())
-        });
-        tracing::info!("issuer running");
-    }
-
-    let mut reaper_metrics = None;
-    if args.reaper {
-        let reaper = Reaper::new(
-            provider.clone(),
-            args.reaper_options.clone(),
-            lease_namespace.clone(),
-            Arc::new(SystemClock),
-        );
-        reaper_metrics = Some(reaper.metrics().clone());
-        let stop = shutdown.clone();
-        tasks.spawn(async move { reaper.run(stop).await.context("the reaper stopped") });
-        tracing::info!(ttl = ?args.reaper_options.reap_ttl, "reaper running");
-    }
-
-    if let (Some(mut config), Some(authenticator)) = (gateway_config, authenticator) {
-        config.lease_namespace = lease_namespace;
-        let metrics = gateway::Metrics::with_others(|registry| {
-            if let Some(reaper) = &reaper_metrics {
-                reaper.register(registry);
-            }
-        });
-        let authenticators: Vec<Arc<dyn Authenticator>> = authenticator.members().to_vec();
-        let state = gateway::Gateway::with_metrics(
-            config,
-            provider.clone(),
-            authenticators,
-            issuer,
-            Arc::new(SystemClock),
-            metrics,
-        );
-        let listener = tokio::net::TcpListener::bind(args.gateway_options.listen)
-            .await
-            .with_context(|| format!("failed to listen on {}", args.gateway_options.listen))?;
-        let addr = listener.local_addr().context("failed to read the listening address")?;
-        tracing::info!(%addr, "gateway listening");
-        let app = gateway::router(state).into_make_service_with_connect_info::<SocketAddr>();
-        let stop = shutdown.clone().cancelled_owned();
-        tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
-                .await
-                .context("the gateway's server failed")
-        });
-    }
-
+    let mut tasks = modules::start(provider, modules, &shutdown);
     while let Some(done) = tasks.join_next().await {
         done.context("a module panicked")??;
     }

@@ -10,10 +10,8 @@ use clap::Parser;
 use fakeapi::FakeCluster;
 use fakeapi::serve::{ClusterServeOptions, RunningServer, serve_cluster};
 use kbind_api::service::path;
-use kbind_backend::auth::{self, Authenticator};
-use kbind_backend::gateway;
-use kbind_backend::issuer::{self, KubernetesIssuer};
-use kbind_backend::reaper::{self, Reaper};
+use kbind_backend::modules::{self, GatewayModule, Modules};
+use kbind_backend::{auth, gateway, issuer, reaper};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, SystemClock};
 use kbind_engine::context::Context;
 use kbind_engine::engine::Engine;
@@ -343,7 +341,8 @@ async fn install_kbind(consumer: &dyn ClusterClient) -> anyhow::Result<()> {
     .await
 }
 
-/// kbind-backend's three modules, wired as `kbind-backend run --gateway --issuer --reaper` does.
+/// kbind-backend's three modules, started by the same wiring as `kbind-backend run --gateway
+/// --issuer --reaper`; the modules' task set is joined by one task of `tasks`.
 #[allow(clippy::too_many_arguments)]
 fn start_backend(
     tasks: &mut JoinSet<anyhow::Result<()>>,
@@ -360,42 +359,19 @@ fn start_backend(
         token_file: Some(token_file.to_path_buf()),
         ..Default::default()
     };
-    let authenticator = auth::authenticator(&auth_options, &config.public_url)?;
-    let issuer_options = issuer::Options::default();
-    let lease_namespace = issuer_options.lease_namespace.clone();
-    // The gateway mints credentials at pickup with the same issuer the controller provisions with.
-    let issuer = Arc::new(KubernetesIssuer::new(provider.clone(), issuer_options));
-
-    let stop = shutdown.clone().cancelled_owned();
-    let (p, i) = (provider.clone(), issuer.clone());
+    let auth = auth::authenticator(&auth_options, &config.public_url)?;
+    let modules = Modules {
+        gateway: Some(GatewayModule { config, auth, listener }),
+        issuer: true,
+        reaper: Some(reaper::Options::default()),
+        issuer_options: issuer::Options::default(),
+    };
+    let mut running = modules::start(provider, modules, shutdown);
     tasks.spawn(async move {
-        issuer::run_controller(p, i, stop).await;
+        while let Some(done) = running.join_next().await {
+            done.map_err(|e| anyhow!("a backend module panicked: {e}"))??;
+        }
         Ok(())
-    });
-
-    let reaper = Reaper::new(
-        provider.clone(),
-        reaper::Options::default(),
-        lease_namespace.clone(),
-        Arc::new(SystemClock),
-    );
-    let reaper_metrics = reaper.metrics().clone();
-    let stop = shutdown.clone();
-    tasks.spawn(async move { reaper.run(stop).await.context("the reaper stopped") });
-
-    let mut config = config;
-    config.lease_namespace = lease_namespace;
-    let metrics = gateway::Metrics::with_others(|registry| reaper_metrics.register(registry));
-    let authenticators: Vec<Arc<dyn Authenticator>> = authenticator.members().to_vec();
-    let state =
-        gateway::Gateway::with_metrics(config, provider, authenticators, issuer, Arc::new(SystemClock), metrics);
-    let app = gateway::router(state).into_make_service_with_connect_info::<SocketAddr>();
-    let stop = shutdown.clone().cancelled_owned();
-    tasks.spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-            .map_err(|e| anyhow!("the gateway's server failed: {e}"))
     });
     Ok(())
 }

@@ -1,0 +1,111 @@
+//! Starting the enabled modules against one provider: what `kbind-backend run` and the
+//! whole-system demo share, so the demo runs exactly the wiring the binary does.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use kbind_cluster::{ClusterClient, SystemClock};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{self, Authenticator};
+use crate::gateway;
+use crate::issuer::{self, KubernetesIssuer};
+use crate::reaper::{self, Reaper};
+
+/// The gateway module: its checked configuration, its sign-in methods and its bound listener.
+pub struct GatewayModule {
+    /// From [`gateway::Options::config`] or [`gateway::Config::new`].
+    pub config: gateway::Config,
+    /// From [`auth::authenticator`].
+    pub auth: Arc<auth::Chain>,
+    /// Where it serves.
+    pub listener: tokio::net::TcpListener,
+}
+
+/// Which modules run, and the issuer's options (its lease namespace is every module's).
+pub struct Modules {
+    /// The gateway, when enabled.
+    pub gateway: Option<GatewayModule>,
+    /// Whether the issuer's Grant and Export controllers run.
+    pub issuer: bool,
+    /// The reaper's options, when enabled.
+    pub reaper: Option<reaper::Options>,
+    /// The Kubernetes issuer's options (the gateway mints credentials with it too).
+    pub issuer_options: issuer::Options,
+}
+
+/// Why a running module stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    /// The reaper stopped.
+    #[error("the reaper stopped: {0}")]
+    Reaper(#[from] reaper::Error),
+    /// The gateway's HTTP server failed.
+    #[error("the gateway's server failed: {0}")]
+    Gateway(std::io::Error),
+}
+
+/// Spawns the enabled modules; each stops when `shutdown` is cancelled.
+pub fn start(
+    provider: Arc<dyn ClusterClient>,
+    modules: Modules,
+    shutdown: &CancellationToken,
+) -> JoinSet<Result<(), ModuleError>> {
+    let mut tasks = JoinSet::new();
+    let lease_namespace = modules.issuer_options.lease_namespace.clone();
+    // The gateway mints credentials at pickup with the same issuer the controller provisions with.
+    let issuer = Arc::new(KubernetesIssuer::new(provider.clone(), modules.issuer_options));
+
+    if modules.issuer {
+        let stop = shutdown.clone().cancelled_owned();
+        let (provider, issuer) = (provider.clone(), issuer.clone());
+        tasks.spawn(async move {
+            issuer::run_controller(provider, issuer, stop).await;
+            Ok(())
+        });
+        tracing::info!("issuer running");
+    }
+
+    let mut reaper_metrics = None;
+    if let Some(options) = modules.reaper {
+        let ttl = options.reap_ttl;
+        let reaper = Reaper::new(
+            provider.clone(),
+            options,
+            lease_namespace.clone(),
+            Arc::new(SystemClock),
+        );
+        reaper_metrics = Some(reaper.metrics().clone());
+        let stop = shutdown.clone();
+        tasks.spawn(async move { Ok(reaper.run(stop).await?) });
+        tracing::info!(?ttl, "reaper running");
+    }
+
+    if let Some(GatewayModule {
+        mut config,
+        auth,
+        listener,
+    }) = modules.gateway
+    {
+        config.lease_namespace = lease_namespace;
+        // One /metrics for every module in this process.
+        let metrics = gateway::Metrics::with_others(|registry| {
+            if let Some(reaper) = &reaper_metrics {
+                reaper.register(registry);
+            }
+        });
+        let authenticators: Vec<Arc<dyn Authenticator>> = auth.members().to_vec();
+        let state =
+            gateway::Gateway::with_metrics(config, provider, authenticators, issuer, Arc::new(SystemClock), metrics);
+        let app = gateway::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let stop = shutdown.clone().cancelled_owned();
+        tasks.spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+                .map_err(ModuleError::Gateway)
+        });
+    }
+    tasks
+}
