@@ -6,12 +6,15 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
+#[path = "../../../tests/support/helm.rs"]
+mod helm;
+#[allow(unused_imports)] // Not every test binary that includes this world renders the chart.
+pub use helm::helm;
+
 pub const RELEASE: &str = "kbind-backend";
 pub const NAMESPACE: &str = "kbind-system";
 pub const GATEWAY: &str = "kbind-backend-gateway";
 pub const CONTROLLER: &str = "kbind-backend-controller";
-/// Keep in step with hack/helm/build.sh.
-pub const HELM_VERSION: &str = "v3.22.0";
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -19,29 +22,6 @@ pub fn repo_root() -> PathBuf {
 
 pub fn chart_dir() -> PathBuf {
     repo_root().join("deploy/charts/kbind-backend")
-}
-
-/// The helm binary, or `None` after one line on stderr when it is absent and not required.
-pub fn helm() -> Option<PathBuf> {
-    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
-            });
-        cache.join(format!("helm-{HELM_VERSION}/helm"))
-    });
-    if path.is_file() {
-        return Some(path);
-    }
-    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
-        path.display()
-    );
-    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
-    None
 }
 
 /// `helm template` of release [`RELEASE`] with extra arguments: the documents, or helm's stderr.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,12 +14,15 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+#[path = "../../../tests/support/helm.rs"]
+mod helm;
+#[allow(unused_imports)] // Only the chart tests render with helm.
+pub use helm::helm;
+
 /// Generous: the machine running the suite may be compiling, or running real apiservers.
 pub const DEADLINE: Duration = Duration::from_secs(180);
 /// How often a condition is polled.
 pub const POLL: Duration = Duration::from_millis(100);
-/// Keep in step with hack/helm/build.sh.
-pub const HELM_VERSION: &str = "v3.22.0";
 
 /// Every stderr line of the konnectors of one test, kept for failure messages.
 pub type Lines = Arc<Mutex<Vec<String>>>;
@@ -79,30 +82,6 @@ pub fn follow_stderr(
         }
     });
     rx
-}
-
-/// The helm binary (`KBIND_HELM`, else where hack/helm/build.sh puts it), or `None` after one
-/// line on stderr when it is absent and not required (`KBIND_REQUIRE_HELM=1` in CI).
-pub fn helm() -> Option<PathBuf> {
-    let path = std::env::var_os("KBIND_HELM").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("KBIND_TOOLS_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kbind-tools")
-            });
-        cache.join(format!("helm-{HELM_VERSION}/helm"))
-    });
-    if path.is_file() {
-        return Some(path);
-    }
-    let required = std::env::var("KBIND_REQUIRE_HELM").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "KBIND_REQUIRE_HELM=1 but there is no helm at {}: run hack/helm/build.sh",
-        path.display()
-    );
-    eprintln!("skipped: no helm at {} (hack/helm/build.sh builds it)", path.display());
-    None
 }
 
 /// A `konnector run` child process.
