@@ -38,6 +38,48 @@ async fn ensure_namespace(client: &dyn ClusterClient, ns: &str) {
         .await;
 }
 
+/// What a bind does on the provider for alice's Grant of `export` into `team-a`: the Kubernetes
+/// issuer provisions it and mints the token the bundle carries, returned as the scenarios world
+/// applies it.
+async fn issue(
+    world: &World,
+    admin: Arc<dyn ClusterClient>,
+    export: &Export,
+    consumer_uid: &str,
+    seed: u64,
+) -> Credential {
+    let name = grant_name("token:alice", "widgets", consumer_uid);
+    let grant = Grant::new(
+        &name,
+        GrantSpec {
+            identity: GrantIdentity {
+                subject: "token:alice".into(),
+                name: None,
+            },
+            export: "widgets".into(),
+            consumer_cluster_uid: consumer_uid.to_string(),
+            namespaces: vec!["team-a".into()],
+        },
+    );
+    let issuer = KubernetesIssuer::new(admin, Options::default());
+    // The CRD may take a few steps to be served; provisioning only needs it to exist.
+    issuer
+        .provision(&grant, export)
+        .await
+        .unwrap_or_else(|e| panic!("seed {seed}: provision: {e}"));
+    let credential = issuer.credential(&grant).await.expect("a token");
+    let user = world
+        .provider("acme")
+        .authenticate(&credential.token)
+        .expect("the token authenticates");
+    Credential {
+        provider: "acme".into(),
+        token: credential.token.clone(),
+        user: user.name.clone(),
+        service_account: Some(("kbind-grants".into(), name)),
+    }
+}
+
 async fn binding(w: &World) -> Option<ClusterBinding> {
     w.consumer()
         .admin_client()
@@ -72,36 +114,7 @@ async fn the_konnector_works_on_exactly_what_the_issuer_granted() {
             related_resources: vec![],
         },
     );
-    let name = grant_name("token:alice", "widgets", &consumer_uid);
-    let grant = Grant::new(
-        &name,
-        GrantSpec {
-            identity: GrantIdentity {
-                subject: "token:alice".into(),
-                name: None,
-            },
-            export: "widgets".into(),
-            consumer_cluster_uid: consumer_uid.clone(),
-            namespaces: vec!["team-a".into()],
-        },
-    );
-    let issuer = KubernetesIssuer::new(admin.clone(), Options::default());
-    // The CRD may take a few steps to be served; provisioning only needs it to exist.
-    issuer
-        .provision(&grant, &export)
-        .await
-        .unwrap_or_else(|e| panic!("seed {seed}: provision: {e}"));
-    let credential = issuer.credential(&grant).await.expect("a token");
-    let user = world
-        .provider("acme")
-        .authenticate(&credential.token)
-        .expect("the token authenticates");
-    let cred = Credential {
-        provider: "acme".into(),
-        token: credential.token.clone(),
-        user: user.name.clone(),
-        service_account: Some(("kbind-grants".into(), name.clone())),
-    };
+    let cred = issue(&world, admin.clone(), &export, &consumer_uid, seed).await;
     world.apply_bundle("acme", &cred, &[WIDGETS]).await;
     world.start_konnector();
 
@@ -248,35 +261,7 @@ async fn a_namespaced_binding_with_related_resources_syncs_and_unbinds_on_the_is
             related_resources: related.clone(),
         },
     );
-    let name = grant_name("token:alice", "widgets", &consumer_uid);
-    let grant = Grant::new(
-        &name,
-        GrantSpec {
-            identity: GrantIdentity {
-                subject: "token:alice".into(),
-                name: None,
-            },
-            export: "widgets".into(),
-            consumer_cluster_uid: consumer_uid.clone(),
-            namespaces: vec!["team-a".into()],
-        },
-    );
-    let issuer = KubernetesIssuer::new(admin.clone(), Options::default());
-    issuer
-        .provision(&grant, &export)
-        .await
-        .unwrap_or_else(|e| panic!("seed {seed}: provision: {e}"));
-    let credential = issuer.credential(&grant).await.expect("a token");
-    let user = world
-        .provider("acme")
-        .authenticate(&credential.token)
-        .expect("the token authenticates");
-    let cred = Credential {
-        provider: "acme".into(),
-        token: credential.token.clone(),
-        user: user.name.clone(),
-        service_account: Some(("kbind-grants".into(), name.clone())),
-    };
+    let cred = issue(&world, admin.clone(), &export, &consumer_uid, seed).await;
 
     // The provider's original Secret, in the claimed namespace.
     admin
