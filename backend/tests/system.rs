@@ -108,22 +108,7 @@ impl World {
 
     /// `konnector run` on the consumer, heartbeating every second so the reaper's TTL can be short.
     fn konnector(&self) -> Process {
-        let args: Vec<String> = vec![
-            "run".into(),
-            format!("--kubeconfig={}", self.consumer.kubeconfig.display()),
-            "--namespace=kbind".into(),
-            "--metrics-addr=127.0.0.1:0".into(),
-            "--health-addr=127.0.0.1:0".into(),
-            "--log-format=json".into(),
-            "--heartbeat-interval=1s".into(),
-            "--identity=konnector".into(),
-        ];
-        Process::start(
-            &sibling_binary("konnector", "konnector"),
-            &args,
-            "konnector",
-            &self.lines,
-        )
+        konnector(&self.consumer.kubeconfig, &["--identity=konnector"], &self.lines)
     }
 
     async fn call(&self, request: reqwest::RequestBuilder) -> (u16, Value) {

@@ -147,22 +147,7 @@ impl World {
     }
 
     fn konnector(&self) -> Process {
-        let args: Vec<String> = vec![
-            "run".into(),
-            format!("--kubeconfig={}", self.consumer.kubeconfig.display()),
-            "--namespace=kbind".into(),
-            "--metrics-addr=127.0.0.1:0".into(),
-            "--health-addr=127.0.0.1:0".into(),
-            "--log-format=json".into(),
-            "--heartbeat-interval=1s".into(),
-            "--retry-period=1s".into(),
-        ];
-        Process::start(
-            &sibling_binary("konnector", "konnector"),
-            &args,
-            "konnector",
-            &self.lines,
-        )
+        konnector(&self.consumer.kubeconfig, &["--retry-period=1s"], &self.lines)
     }
 
     async fn widget_on(&self, client: &dyn ClusterClient, name: &str) -> Option<Value> {

@@ -316,3 +316,19 @@ pub async fn install_kbind(c: &KubeClusterClient, namespaces: &[&str], lines: &L
     })
     .await;
 }
+
+/// `konnector run` on the consumer of `kubeconfig`, heartbeating every second (so a reaper's TTL
+/// can be short), with `extra` flags.
+pub fn konnector(kubeconfig: &Path, extra: &[&str], lines: &Lines) -> Process {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--namespace=kbind".into(),
+        "--metrics-addr=127.0.0.1:0".into(),
+        "--health-addr=127.0.0.1:0".into(),
+        "--log-format=json".into(),
+        "--heartbeat-interval=1s".into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    Process::start(&sibling_binary("konnector", "konnector"), &args, "konnector", lines)
+}
