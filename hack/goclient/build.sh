@@ -4,6 +4,7 @@
 #
 # Usage: hack/goclient/build.sh            build goclient when missing or stale, print where it is
 #        hack/goclient/build.sh --env      also print an `export KBIND_GOCLIENT=path` line on stdout (for eval)
+#        hack/goclient/build.sh --sources-hash   only print the sources' hash (go_client.rs checks it is its own)
 #
 # The binary lives outside the repo:
 #   ${KBIND_TOOLS_CACHE:-$HOME/.cache/kbind-tools}/goclient/goclient
@@ -67,4 +68,8 @@ main() {
   fi
 }
 
+if [[ "${1:-}" == "--sources-hash" ]]; then
+  sources_hash
+  exit 0
+fi
 main
