@@ -104,7 +104,28 @@ impl FakeCluster {
             fields,
         };
         let state = self.inner.lock();
+        // Why: a WatchList (sendInitialEvents=true, resourceVersionMatch=NotOlderThan) streams the
+        // current state from any resourceVersion; a reflector sends one after every watch error with
+        // the last version it knew, and waits for the initial-events-end bookmark to replace its store.
         let phase = match resource_version {
+            rv if params.send_initial_events => {
+                if !rv.is_empty() {
+                    rv.parse::<u64>().map_err(|_| Error::BadRequest {
+                        message: format!("invalid resource version: {rv:?}"),
+                    })?;
+                }
+                let objects = state
+                    .list(&filter.gr, namespace)
+                    .iter()
+                    .filter(|o| filter.selects(o))
+                    .map(|o| present(o, &info))
+                    .collect();
+                Phase::Initial {
+                    objects,
+                    then: state.rv,
+                    end_bookmark: true,
+                }
+            }
             "" | "0" => {
                 let objects = state
                     .list(&filter.gr, namespace)
@@ -115,7 +136,7 @@ impl FakeCluster {
                 Phase::Initial {
                     objects,
                     then: state.rv,
-                    end_bookmark: params.send_initial_events,
+                    end_bookmark: false,
                 }
             }
             rv => Phase::Live {

@@ -348,6 +348,57 @@ async fn watch_streams_events_then_bookmarks() {
     }
 }
 
+/// A WatchList (client-go's reflector, since v0.35 by default) from a known resourceVersion, as
+/// it is sent after every watch error: the current state as ADDED events, then the bookmark
+/// annotated `k8s.io/initial-events-end`; without resourceVersionMatch=NotOlderThan, 422.
+#[tokio::test(start_paused = true)]
+async fn watch_list_from_a_known_version_streams_the_state_then_the_end_bookmark() {
+    let cluster = cluster();
+    let client = admin(&cluster);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &configmap("a", json!({})))
+        .await
+        .unwrap();
+    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    api.create(&PostParams::default(), &configmap("b", json!({})))
+        .await
+        .unwrap();
+    for from in ["", rv.as_str()] {
+        let uri = format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion={from}"
+        );
+        let response = raw(&client, "GET", &uri, None).await;
+        assert_eq!(response.status(), 200, "from {from:?}");
+        let events: Vec<Value> = response
+            .body()
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect();
+        let seen: Vec<String> = events
+            .iter()
+            .map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap_or("")))
+            .collect();
+        assert_eq!(seen[..3], ["ADDED a", "ADDED b", "BOOKMARK "], "from {from:?}: {seen:?}");
+        assert_eq!(
+            events[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true",
+            "from {from:?}"
+        );
+        assert_eq!(
+            events[2]["object"]["metadata"]["resourceVersion"],
+            cluster.resource_version().to_string()
+        );
+    }
+    for refused in [
+        format!("watch=true&sendInitialEvents=true&resourceVersion={rv}"),
+        format!("watch=true&resourceVersionMatch=NotOlderThan&resourceVersion={rv}"),
+    ] {
+        let response = raw(&client, "GET", &format!("/api/v1/namespaces/default/configmaps?{refused}"), None).await;
+        assert_eq!(response.status(), 422, "{refused}");
+        assert_eq!(json_of(&response)["reason"], "Invalid", "{refused}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn watches_end_when_their_timeout_passes() {
     let cluster = cluster();

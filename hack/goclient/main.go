@@ -107,6 +107,7 @@ func cases() []testCase {
 		{"watch-event-order", watchEventOrder},
 		{"informer-resync", informerResync},
 		{"watchlist-informer", watchListInformer},
+		{"watchlist-raw", watchListRaw},
 		{"ssa-conflict", ssaConflict},
 		{"ssa-force", ssaForce},
 		{"status-subresource", statusSubresource},

@@ -204,3 +204,75 @@ func watchListInformer(ctx context.Context, e *env) string {
 	}
 	return strings.Join(facts, "; ")
 }
+
+// watchListRaw is the request a reflector sends for its initial list and again after every watch
+// error: sendInitialEvents=true with resourceVersionMatch=NotOlderThan, first without a
+// resourceVersion, then from the last one it knew. Both must stream what exists as ADDED events
+// and close the initial state with a bookmark annotated k8s.io/initial-events-end=true (client-go
+// v0.35 waits for that bookmark and for nothing else). Without NotOlderThan the server refuses it.
+func watchListRaw(ctx context.Context, e *env) string {
+	api := e.client.CoreV1().ConfigMaps(namespace)
+	if _, err := api.Create(ctx, &corev1.ConfigMap{ObjectMeta: meta("streamed")}, metav1.CreateOptions{}); err != nil {
+		return describe("create", err)
+	}
+	defer func() { _ = api.Delete(context.Background(), "streamed", metav1.DeleteOptions{}) }()
+	list, err := api.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return describe("list", err)
+	}
+	var facts []string
+	for _, from := range []struct{ name, rv string }{{"from nothing", ""}, {"from a known version", list.ResourceVersion}} {
+		send := true
+		w, err := api.Watch(ctx, metav1.ListOptions{
+			FieldSelector:        "metadata.name=streamed",
+			ResourceVersion:      from.rv,
+			ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+			SendInitialEvents:    &send,
+			AllowWatchBookmarks:  true,
+		})
+		if err != nil {
+			facts = append(facts, describe(from.name, err))
+			continue
+		}
+		facts = append(facts, from.name+" "+initialEvents(ctx, w))
+	}
+	send := true
+	_, err = api.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, SendInitialEvents: &send, AllowWatchBookmarks: true})
+	facts = append(facts, describe("without NotOlderThan", err))
+	got := strings.Join(facts, "; ")
+	want := "from nothing ADDED streamed,END; from a known version ADDED streamed,END; without NotOlderThan: 422 Invalid"
+	if got == want {
+		return ""
+	}
+	return got
+}
+
+// initialEvents reads a watch until the initial-events-end bookmark (or 5 s of nothing) and names
+// what it saw: ADDED name, BOOKMARK (plain), END (the closing bookmark).
+func initialEvents(ctx context.Context, w watch.Interface) string {
+	defer w.Stop()
+	var seen []string
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return strings.Join(append(seen, "closed"), ",")
+			}
+			m, _ := ev.Object.(metav1.Object)
+			switch {
+			case ev.Type == watch.Bookmark && m != nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true":
+				return strings.Join(append(seen, "END"), ",")
+			case ev.Type == watch.Bookmark:
+				seen = append(seen, "BOOKMARK")
+			case m != nil:
+				seen = append(seen, string(ev.Type)+" "+m.GetName())
+			default:
+				seen = append(seen, string(ev.Type))
+			}
+		case <-time.After(5 * time.Second):
+			return strings.Join(append(seen, "no end bookmark in 5s"), ",")
+		case <-ctx.Done():
+			return strings.Join(append(seen, "timed out"), ",")
+		}
+	}
+}

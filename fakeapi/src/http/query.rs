@@ -85,6 +85,30 @@ impl Query {
         }
     }
 
+    /// kube-apiserver's rule for a watch's WatchList options (ValidateListOptions): sendInitialEvents
+    /// needs resourceVersionMatch=NotOlderThan, and resourceVersionMatch needs sendInitialEvents.
+    pub(crate) fn check_watch_list(&self) -> Result<()> {
+        let forbidden = |field: &str, message: &str| Error::Invalid {
+            message: format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: Forbidden: {message}"),
+            causes: vec![kbind_cluster::error::Cause {
+                reason: "FieldValueForbidden".into(),
+                message: format!("Forbidden: {message}"),
+                field: field.into(),
+            }],
+        };
+        match (self.send_initial_events, &self.resource_version_match) {
+            (true, Some(VersionMatch::NotOlderThan)) | (false, None) => Ok(()),
+            (true, _) => Err(forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )),
+            (false, Some(_)) => Err(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )),
+        }
+    }
+
     /// The options of a watch (its resourceVersion travels separately).
     pub(crate) fn watch_params(&self) -> WatchParams {
         WatchParams {

@@ -253,6 +253,7 @@ impl ResourceRequest<'_> {
 
     async fn watch(&self, name: Option<&str>) -> Result<Response> {
         let answer = self.read_answer()?;
+        self.query.check_watch_list()?;
         let mut params = self.query.watch_params();
         if let Some(name) = name {
             let pinned = format!("metadata.name={name}");
