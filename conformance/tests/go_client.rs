@@ -29,7 +29,15 @@ fn fakeapi_binary() -> PathBuf {
         .expect("the test runs from <target>/<profile>/deps");
     let mut build = std::process::Command::new(env!("CARGO"));
     build
-        .args(["build", "--quiet", "-p", "fakeapi", "--bin", "fakeapi", "--manifest-path"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "fakeapi",
+            "--bin",
+            "fakeapi",
+            "--manifest-path",
+        ])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"));
     if !cfg!(debug_assertions) {
         build.arg("--release");
@@ -110,7 +118,10 @@ fn goclient() -> Option<PathBuf> {
         return Some(path);
     };
     let required = std::env::var("KBIND_REQUIRE_GOCLIENT").is_ok_and(|v| v == "1");
-    assert!(!required, "KBIND_REQUIRE_GOCLIENT=1 but {problem}: run hack/goclient/build.sh");
+    assert!(
+        !required,
+        "KBIND_REQUIRE_GOCLIENT=1 but {problem}: run hack/goclient/build.sh"
+    );
     eprintln!("skipped: {problem} (hack/goclient/build.sh builds it)");
     None
 }
@@ -199,7 +210,10 @@ fn compare(
     }
     for d in listed {
         if !real.contains_key(d.case) && !fake.contains_key(d.case) {
-            problems.push(format!("GO_CLIENT_DIFFERENCES lists {}, which the program does not print", d.case));
+            problems.push(format!(
+                "GO_CLIENT_DIFFERENCES lists {}, which the program does not print",
+                d.case
+            ));
         }
     }
     problems
@@ -244,11 +258,7 @@ async fn go_client_agrees_on_fakeapi_and_kube_apiserver() {
     );
     println!("{}", table(&real, &fake_run));
     let problems = compare(&real, &fake_run, GO_CLIENT_DIFFERENCES);
-    assert!(
-        problems.is_empty(),
-        "run (4) differs:\n{}",
-        problems.join("\n")
-    );
+    assert!(problems.is_empty(), "run (4) differs:\n{}", problems.join("\n"));
 }
 
 fn outcomes(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -271,10 +281,16 @@ fn compare_accepts_agreement_and_listed_differences() {
 #[test]
 fn compare_fails_on_an_unlisted_difference() {
     let real = outcomes(&[("a", "ok"), ("pb", "ok")]);
-    let fake = outcomes(&[("a", "update: 409 Conflict"), ("pb", "create: 415 UnsupportedMediaType")]);
+    let fake = outcomes(&[
+        ("a", "update: 409 Conflict"),
+        ("pb", "create: 415 UnsupportedMediaType"),
+    ]);
     let problems = compare(&real, &fake, LISTED);
     assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(problems[0].starts_with("a: fakeapi says \"update: 409 Conflict\""), "{problems:?}");
+    assert!(
+        problems[0].starts_with("a: fakeapi says \"update: 409 Conflict\""),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -283,7 +299,10 @@ fn compare_fails_when_a_listed_difference_is_gone_or_changed() {
     let gone = compare(&real, &outcomes(&[("pb", "ok")]), LISTED);
     assert!(gone.len() == 1 && gone[0].contains("remove the entry"), "{gone:?}");
     let changed = compare(&real, &outcomes(&[("pb", "delete: 400 BadRequest")]), LISTED);
-    assert!(changed.len() == 1 && changed[0].contains("lists \"create: 415"), "{changed:?}");
+    assert!(
+        changed.len() == 1 && changed[0].contains("lists \"create: 415"),
+        "{changed:?}"
+    );
 }
 
 #[test]
@@ -292,7 +311,10 @@ fn compare_fails_when_the_real_server_does_not_say_ok_or_a_case_is_missing() {
     let fake = outcomes(&[("a", "get: 404 NotFound")]);
     let problems = compare(&real, &fake, &[]);
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert!(problems[0].contains("Go program's expectation is wrong"), "{problems:?}");
+    assert!(
+        problems[0].contains("Go program's expectation is wrong"),
+        "{problems:?}"
+    );
     assert!(problems[1].starts_with("b: printed by only one"), "{problems:?}");
 }
 
@@ -307,7 +329,10 @@ fn listed_go_client_differences_are_unique_and_say_why() {
 
 #[test]
 fn parse_rejects_malformed_and_repeated_lines() {
-    assert!(parse("a: ok\nb: create: 415 UnsupportedMediaType\n").is_ok_and(|m| m["b"] == "create: 415 UnsupportedMediaType"));
+    assert!(
+        parse("a: ok\nb: create: 415 UnsupportedMediaType\n")
+            .is_ok_and(|m| m["b"] == "create: 415 UnsupportedMediaType")
+    );
     assert!(parse("garbage\n").is_err());
     assert!(parse("a: ok\na: ok\n").is_err());
     assert!(parse("").is_err());
@@ -316,7 +341,11 @@ fn parse_rejects_malformed_and_repeated_lines() {
 #[test]
 fn the_hash_matches_build_sh() {
     let script = goclient_dir().join("build.sh");
-    let Ok(output) = std::process::Command::new("bash").arg(&script).arg("--sources-hash").output() else {
+    let Ok(output) = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--sources-hash")
+        .output()
+    else {
         eprintln!("skipped: no bash to run {}", script.display());
         return;
     };

@@ -359,7 +359,13 @@ async fn watch_list_from_a_known_version_streams_the_state_then_the_end_bookmark
     api.create(&PostParams::default(), &configmap("a", json!({})))
         .await
         .unwrap();
-    let rv = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     api.create(&PostParams::default(), &configmap("b", json!({})))
         .await
         .unwrap();
@@ -377,9 +383,19 @@ async fn watch_list_from_a_known_version_streams_the_state_then_the_end_bookmark
             .collect();
         let seen: Vec<String> = events
             .iter()
-            .map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap_or("")))
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["type"].as_str().unwrap(),
+                    e["object"]["metadata"]["name"].as_str().unwrap_or("")
+                )
+            })
             .collect();
-        assert_eq!(seen[..3], ["ADDED a", "ADDED b", "BOOKMARK "], "from {from:?}: {seen:?}");
+        assert_eq!(
+            seen[..3],
+            ["ADDED a", "ADDED b", "BOOKMARK "],
+            "from {from:?}: {seen:?}"
+        );
         assert_eq!(
             events[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true",
             "from {from:?}"
@@ -393,7 +409,13 @@ async fn watch_list_from_a_known_version_streams_the_state_then_the_end_bookmark
         format!("watch=true&sendInitialEvents=true&resourceVersion={rv}"),
         format!("watch=true&resourceVersionMatch=NotOlderThan&resourceVersion={rv}"),
     ] {
-        let response = raw(&client, "GET", &format!("/api/v1/namespaces/default/configmaps?{refused}"), None).await;
+        let response = raw(
+            &client,
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?{refused}"),
+            None,
+        )
+        .await;
         assert_eq!(response.status(), 422, "{refused}");
         assert_eq!(json_of(&response)["reason"], "Invalid", "{refused}");
     }
