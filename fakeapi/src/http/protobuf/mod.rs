@@ -24,9 +24,9 @@ use serde_json::{Value, json};
 use schema::schema;
 
 /// The media type of Kubernetes protobuf.
-pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 /// The media type of a protobuf watch stream.
-pub(crate) const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 
 /// The 4-byte prefix of every Kubernetes protobuf message.
 const MAGIC: &[u8] = b"k8s\0";
@@ -34,7 +34,7 @@ const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";
 const WATCH_EVENT: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent";
 
 /// Decodes a protobuf request body (envelope and object) into the object's JSON form.
-pub(crate) fn decode(body: &[u8]) -> Result<Value, Error> {
+pub fn decode(body: &[u8]) -> Result<Value, Error> {
     let envelope = body
         .strip_prefix(MAGIC)
         .ok_or_else(|| malformed("missing the k8s protobuf prefix"))?;
@@ -66,12 +66,12 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, Error> {
 }
 
 /// Whether fakeapi can answer `apiVersion`/`kind` in protobuf (built-in kinds, lists, Status).
-pub(crate) fn encodes(api_version: &str, kind: &str) -> bool {
+pub fn encodes(api_version: &str, kind: &str) -> bool {
     schema().message_of(api_version, kind).is_some()
 }
 
 /// Encodes a JSON object (its `apiVersion` and `kind` name the message) as a protobuf body.
-pub(crate) fn encode(object: &Value) -> Result<Vec<u8>, Error> {
+pub fn encode(object: &Value) -> Result<Vec<u8>, Error> {
     let field = |name: &str| object.get(name).and_then(Value::as_str).unwrap_or_default();
     let (api_version, kind) = (field("apiVersion"), field("kind"));
     let desc = schema()
@@ -82,7 +82,7 @@ pub(crate) fn encode(object: &Value) -> Result<Vec<u8>, Error> {
 }
 
 /// One frame of a protobuf watch stream: a `WatchEvent` of `event_type` carrying `object`.
-pub(crate) fn watch_frame(event_type: &str, object: &Value) -> Result<Vec<u8>, Error> {
+pub fn watch_frame(event_type: &str, object: &Value) -> Result<Vec<u8>, Error> {
     let desc = message(WATCH_EVENT)?;
     let mut event = DynamicMessage::new(desc.clone());
     event
@@ -101,6 +101,42 @@ pub(crate) fn watch_frame(event_type: &str, object: &Value) -> Result<Vec<u8>, E
     let payload = event.encode_to_vec();
     let len = u32::try_from(payload.len()).map_err(|_| unencodable("watch event too large"))?;
     Ok([len.to_be_bytes().as_slice(), &payload].concat())
+}
+
+/// The event type and object of one protobuf watch frame (its 4-byte length included), as JSON.
+pub fn decode_watch_frame(frame: &[u8]) -> Result<(String, Value), Error> {
+    let (len, payload) = frame
+        .split_first_chunk::<4>()
+        .ok_or_else(|| malformed("watch frame shorter than its length"))?;
+    if usize::try_from(u32::from_be_bytes(*len)).ok() != Some(payload.len()) {
+        return Err(malformed("watch frame length does not match its payload"));
+    }
+    let event = DynamicMessage::decode(message(WATCH_EVENT)?, payload).map_err(|e| malformed(&e.to_string()))?;
+    let raw = match event.get_field_by_name("object").as_deref() {
+        Some(PbValue::Message(ext)) => match ext.get_field_by_name("raw").as_deref() {
+            Some(PbValue::Bytes(raw)) => raw.clone(),
+            _ => Default::default(),
+        },
+        _ => Default::default(),
+    };
+    Ok((string_field(&event, "type"), decode(&raw)?))
+}
+
+/// Splits a protobuf watch body into its frames (each with its 4-byte length); a trailing
+/// partial frame is left out.
+pub fn watch_frames(body: &[u8]) -> Vec<&[u8]> {
+    let mut frames = Vec::new();
+    let mut rest = body;
+    while let Some((len, _)) = rest.split_first_chunk::<4>() {
+        let end = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX).saturating_add(4);
+        if end > rest.len() {
+            break;
+        }
+        let (frame, tail) = rest.split_at(end);
+        frames.push(frame);
+        rest = tail;
+    }
+    frames
 }
 
 fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Result<Vec<u8>, Error> {

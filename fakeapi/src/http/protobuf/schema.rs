@@ -29,6 +29,7 @@ struct GoJson {
     kinds: HashMap<String, String>,
     messages: HashMap<String, HashMap<u32, GoField>>,
     wrappers: Vec<String>,
+    #[cfg_attr(not(test), allow(dead_code))]
     custom: Vec<String>,
 }
 
@@ -39,6 +40,7 @@ pub(super) struct Schema {
     messages: HashMap<String, HashMap<u32, GoField>>,
     wrappers: HashSet<String>,
     /// Messages whose Go type writes its own JSON (checked against the codec's list in tests).
+    #[cfg(test)]
     pub custom: Vec<String>,
 }
 
@@ -56,6 +58,7 @@ pub(super) fn schema() -> &'static Schema {
             kinds: go.kinds,
             messages: go.messages,
             wrappers: go.wrappers.into_iter().collect(),
+            #[cfg(test)]
             custom: go.custom,
         }
     })

@@ -291,6 +291,10 @@ fn unknown_kinds_and_garbage_are_refused() {
 fn watch_frames_are_length_prefixed_watch_events() {
     let object = sample("coordination.k8s.io/v1", "Lease").unwrap();
     let frame = watch_frame("ADDED", &object).unwrap();
+    let two = [frame.clone(), frame.clone(), frame[..5].to_vec()].concat();
+    let frames = watch_frames(&two);
+    assert_eq!(frames.len(), 2);
+    assert_eq!(decode_watch_frame(frames[1]).unwrap(), ("ADDED".to_string(), object.clone()));
     let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
     assert_eq!(len, frame.len() - 4);
     let event = DynamicMessage::decode(message(WATCH_EVENT).unwrap(), &frame[4..]).unwrap();

@@ -9,6 +9,7 @@ use super::malformed;
 use super::schema::{GoField, Schema};
 
 /// The Go types (by message) that write their own JSON, each mapped here.
+#[cfg(test)]
 pub(super) const CUSTOM: &[&str] = &[
     TIME,
     MICRO_TIME,
