@@ -6,7 +6,7 @@
 # Copies the `generated.proto` files of the groups fakeapi serves from the Go module cache
 # (downloading k8s.io/api, apimachinery and apiextensions-apiserver at the version below through
 # the Go module proxy when missing), and writes fakeapi/proto/gojson.json: the JSON names,
-# omitempty and pointer-ness of every field, read from the Go types by hack/fakeapi-proto/main.go.
+# omitempty, omitzero and pointer-ness of every field, read from the Go types by hack/fakeapi-proto/main.go.
 # fakeapi/build.rs compiles the .proto files (protox) into the descriptor set it embeds.
 set -euo pipefail
 

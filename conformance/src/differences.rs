@@ -57,12 +57,6 @@ pub const DIFFERENCES: &[Difference] = &[
         target: On::Fakeapi,
         why: "fakeapi stores Deployments without the built-in Go defaulting; kbind never writes Deployments, which are in the fake for RBAC, GC and strategic-merge stories only",
     },
-    // --- protobuf (issue #17, gap 1) ---
-    Difference {
-        case: "protobuf_table_is_served",
-        target: On::Fakeapi,
-        why: "fakeapi writes Tables only as JSON (what kubectl asks for); a Table asked for in protobuf only is 406",
-    },
 ];
 
 /// The difference that makes `case` skip on `kind`, if any.

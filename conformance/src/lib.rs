@@ -91,7 +91,7 @@ macro_rules! __with_cases {
             protobuf_watch_streams_frames,
             protobuf_errors_are_statuses,
             protobuf_custom_resources_fall_back_to_json,
-            protobuf_table_is_served,
+            protobuf_table_is_not_acceptable,
         }
     };
 }

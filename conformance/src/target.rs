@@ -166,8 +166,10 @@ impl Target for InProcessTarget {
             .map_request(move |mut req: http::Request<kube::client::Body>| {
                 req.headers_mut().insert(http::header::AUTHORIZATION, header.clone());
                 // The field manager of a write defaults to the user agent, as kube-apiserver's.
-                req.headers_mut()
-                    .insert(http::header::USER_AGENT, http::HeaderValue::from_static("kbind-conformance"));
+                req.headers_mut().insert(
+                    http::header::USER_AGENT,
+                    http::HeaderValue::from_static("kbind-conformance"),
+                );
                 req
             })
             .service(fakeapi::http::router(self.cluster.clone()));

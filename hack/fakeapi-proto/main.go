@@ -1,6 +1,6 @@
 // Command fakeapi-proto writes the Go-JSON facts fakeapi needs to turn Kubernetes protobuf into
 // the JSON kube-apiserver would store: for every message, each field's JSON name and whether Go
-// omits it when empty; which kind (group/version/Kind) is which message; which messages stand for
+// omits it when empty or zero; which kind (group/version/Kind) is which message; which messages stand for
 // a Go slice (their JSON is the `items` array); which have a hand-written JSON form.
 package main
 
@@ -26,6 +26,7 @@ import (
 type field struct {
 	JSON      string `json:"json"`
 	OmitEmpty bool   `json:"omitempty,omitempty"`
+	OmitZero  bool   `json:"omitzero,omitempty"`
 	Pointer   bool   `json:"pointer,omitempty"`
 	Inline    bool   `json:"inline,omitempty"`
 }
@@ -92,6 +93,7 @@ func walk(t reflect.Type) {
 		fl := field{JSON: jsonTag[0], Pointer: f.Type.Kind() == reflect.Pointer}
 		for _, opt := range jsonTag[1:] {
 			fl.OmitEmpty = fl.OmitEmpty || opt == "omitempty"
+			fl.OmitZero = fl.OmitZero || opt == "omitzero"
 			fl.Inline = fl.Inline || opt == "inline"
 		}
 		if fl.JSON == "" && !fl.Inline {

@@ -143,7 +143,10 @@ mod tests {
         assert_eq!(negotiate(&HeaderMap::new()), Answer::Json);
         let both = headers("application/vnd.kubernetes.protobuf, application/json");
         assert_eq!(negotiate_for(&both, true), Answer::Protobuf);
-        assert_eq!(negotiate_for(&headers("application/json, application/vnd.kubernetes.protobuf"), true), Answer::Json);
+        assert_eq!(
+            negotiate_for(&headers("application/json, application/vnd.kubernetes.protobuf"), true),
+            Answer::Json
+        );
         let table = headers("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io");
         assert_eq!(negotiate_for(&table, true), Answer::NotAcceptable);
         assert_eq!(negotiate(&headers("*/*")), Answer::Json);

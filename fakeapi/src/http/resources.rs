@@ -36,7 +36,13 @@ pub(crate) async fn serve(State(cluster): State<FakeCluster>, request: Request) 
         Target::Unknown => Err(not_found()),
         target => discovery_document(&cluster, &caller, &parts, target).await,
     };
-    result.unwrap_or_else(IntoResponse::into_response)
+    result.unwrap_or_else(|e| e.into_response_as(status_in_protobuf(&parts.headers)))
+}
+
+/// Whether an error Status is written in protobuf: kube-apiserver can always encode a Status,
+/// so it does whenever plain protobuf comes first in the Accept header, whatever the resource.
+fn status_in_protobuf(headers: &HeaderMap) -> bool {
+    media::negotiate_for(headers, true) == Answer::Protobuf
 }
 
 fn not_found() -> ApiError {
@@ -55,7 +61,7 @@ fn not_acceptable() -> Error {
     Error::Server {
         code: 406,
         reason: "NotAcceptable".into(),
-        message: "the server was unable to respond with a content type that the client supports".into(),
+        message: "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
     }
 }
 
@@ -157,15 +163,9 @@ async fn resource(
         headers: &parts.headers,
         protobuf,
     };
-    match req.dispatch(&parts.method, body).await {
-        Ok(response) => Ok(response),
-        // Errors are written as the answer would have been, when the client's Accept allows.
-        Err(e) => {
-            let error = ApiError::from(e).about(Some(subject));
-            let as_protobuf = media::negotiate_for(&parts.headers, protobuf) == Answer::Protobuf;
-            Ok(error.into_response_as(as_protobuf))
-        }
-    }
+    req.dispatch(&parts.method, body)
+        .await
+        .map_err(|e| ApiError::from(e).about(Some(subject)))
 }
 
 impl ResourceRequest<'_> {
@@ -605,6 +605,15 @@ mod tests {
             params.propagation_policy,
             Some(kbind_cluster::PropagationPolicy::Orphan)
         );
+    }
+
+    #[test]
+    fn protobuf_bodies_are_for_built_in_kinds_only() {
+        let cm = super::protobuf::encode(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}))
+            .unwrap();
+        let pb = with_type("application/vnd.kubernetes.protobuf");
+        assert_eq!(decode_object(&pb, &cm, true).unwrap()["metadata"]["name"], "a");
+        assert_eq!(decode_object(&pb, &cm, false).unwrap_err().code(), 415);
     }
 
     #[test]

@@ -128,7 +128,9 @@ pub fn watch_frames(body: &[u8]) -> Vec<&[u8]> {
     let mut frames = Vec::new();
     let mut rest = body;
     while let Some((len, _)) = rest.split_first_chunk::<4>() {
-        let end = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX).saturating_add(4);
+        let end = usize::try_from(u32::from_be_bytes(*len))
+            .unwrap_or(usize::MAX)
+            .saturating_add(4);
         if end > rest.len() {
             break;
         }

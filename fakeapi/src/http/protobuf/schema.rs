@@ -16,6 +16,9 @@ pub(super) struct GoField {
     /// `omitempty`: a zero scalar or empty list/map is left out.
     #[serde(default)]
     pub omitempty: bool,
+    /// `omitzero`: a zero value (a zero Time) is left out.
+    #[serde(default)]
+    pub omitzero: bool,
     /// A Go pointer: present means written, even when zero.
     #[serde(default)]
     pub pointer: bool,

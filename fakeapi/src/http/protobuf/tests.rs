@@ -41,7 +41,7 @@ fn sample(api_version: &str, kind: &str) -> Option<Value> {
             json!({"metadata": meta("e.1", Some("default")), "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p", "uid": "u", "apiVersion": "v1", "resourceVersion": "7", "fieldPath": "spec.containers{c}"}, "reason": "Started", "message": "started", "source": {"component": "kubelet", "host": "node-1"}, "firstTimestamp": "2026-01-01T10:00:00Z", "lastTimestamp": "2026-01-01T10:05:00Z", "count": 2, "type": "Normal", "eventTime": "2026-01-01T10:00:00.123456Z", "series": {"count": 3, "lastObservedTime": "2026-01-01T10:06:00.000001Z"}, "action": "Start", "related": {"kind": "Node", "name": "node-1"}, "reportingComponent": "kubelet", "reportingInstance": "node-1"})
         }
         "Event" => {
-            json!({"metadata": meta("e.2", Some("default")), "eventTime": "2026-01-01T10:00:00.123456Z", "series": {"count": 2, "lastObservedTime": "2026-01-01T10:01:00.500000Z"}, "reportingController": "example.com/ctl", "reportingInstance": "ctl-0", "action": "Reconcile", "reason": "Synced", "regarding": {"kind": "Lease", "name": "l", "namespace": "default"}, "note": "synced", "type": "Normal", "deprecatedCount": 1, "deprecatedFirstTimestamp": "2026-01-01T10:00:00Z"})
+            json!({"metadata": meta("e.2", Some("default")), "eventTime": "2026-01-01T10:00:00.123456Z", "series": {"count": 2, "lastObservedTime": "2026-01-01T10:01:00.500000Z"}, "reportingController": "example.com/ctl", "reportingInstance": "ctl-0", "action": "Reconcile", "reason": "Synced", "regarding": {"kind": "Lease", "name": "l", "namespace": "default"}, "note": "synced", "type": "Normal", "deprecatedCount": 1, "deprecatedFirstTimestamp": "2026-01-01T10:00:00Z", "deprecatedLastTimestamp": null})
         }
         "Lease" => {
             json!({"metadata": meta("leader", Some("kube-system")), "spec": {"holderIdentity": "ctl-0_abc", "leaseDurationSeconds": 15, "acquireTime": "2026-01-01T10:00:00.000000Z", "renewTime": "2026-01-01T10:00:10.250000Z", "leaseTransitions": 0, "strategy": "OldestEmulationVersion", "preferredHolder": "ctl-1"}})
@@ -111,7 +111,7 @@ fn sample(api_version: &str, kind: &str) -> Option<Value> {
 fn crd_schema() -> Value {
     let spec = json!({"type": "object", "required": ["size"], "x-kubernetes-preserve-unknown-fields": true,
         "properties": {
-            "size": {"type": "integer", "format": "int32", "minimum": 0.0, "maximum": 10.5, "default": 1},
+            "size": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 10.5, "default": 1},
             "color": {"type": "string", "enum": ["red", "blue"], "pattern": "^[a-z]+$"},
             "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
             "extra": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -130,8 +130,10 @@ fn diff(a: &Value, b: &Value) -> String {
         match (a, b) {
             (Value::Object(x), Value::Object(y)) => {
                 for key in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
-                    let (va, vb) = (x.get(key).unwrap_or(&Value::Null), y.get(key).unwrap_or(&Value::Null));
-                    walk(format!("{path}/{key}"), va, vb, out);
+                    match (x.get(key), y.get(key)) {
+                        (Some(va), Some(vb)) => walk(format!("{path}/{key}"), va, vb, out),
+                        (va, vb) => out.push(format!("{path}/{key}: {va:?} -> {vb:?}")),
+                    }
                 }
             }
             (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
@@ -294,7 +296,10 @@ fn watch_frames_are_length_prefixed_watch_events() {
     let two = [frame.clone(), frame.clone(), frame[..5].to_vec()].concat();
     let frames = watch_frames(&two);
     assert_eq!(frames.len(), 2);
-    assert_eq!(decode_watch_frame(frames[1]).unwrap(), ("ADDED".to_string(), object.clone()));
+    assert_eq!(
+        decode_watch_frame(frames[1]).unwrap(),
+        ("ADDED".to_string(), object.clone())
+    );
     let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
     assert_eq!(len, frame.len() - 4);
     let event = DynamicMessage::decode(message(WATCH_EVENT).unwrap(), &frame[4..]).unwrap();

@@ -66,7 +66,12 @@ pub(super) fn message(schema: &Schema, msg: &DynamicMessage) -> Result<Value, Er
             }
             continue;
         }
-        if value.is_null() || (go.omitempty && !go.pointer && is_empty(&field, &value)) {
+        // A Go struct is never omitted unless `omitzero`; one that writes `null` (a zero Time)
+        // is written so.
+        if value.is_null() && (go.omitzero || !matches!(field.kind(), Kind::Message(_))) {
+            continue;
+        }
+        if (go.omitempty || go.omitzero) && !go.pointer && is_empty(&field, &value) {
             continue;
         }
         out.insert(go.json.clone(), value);
@@ -83,6 +88,7 @@ fn go_field(schema: &Schema, field: &FieldDescriptor) -> GoField {
         .unwrap_or_else(|| GoField {
             json: field.name().to_string(),
             omitempty: true,
+            omitzero: false,
             pointer: false,
             inline: false,
         })
@@ -111,8 +117,8 @@ fn value(schema: &Schema, value: &PbValue) -> Result<Value, Error> {
         PbValue::I64(n) => json!(n),
         PbValue::U32(n) => json!(n),
         PbValue::U64(n) => json!(n),
-        PbValue::F32(n) => json!(n),
-        PbValue::F64(n) => json!(n),
+        PbValue::F32(n) => float(f64::from(*n)),
+        PbValue::F64(n) => float(*n),
         PbValue::String(s) => json!(s),
         PbValue::Bytes(b) => json!(base64(b)),
         PbValue::EnumNumber(n) => json!(n),
@@ -134,6 +140,15 @@ fn value(schema: &Schema, value: &PbValue) -> Result<Value, Error> {
             Value::Object(out)
         }
     })
+}
+
+/// A float as Go writes it: integral values without a fraction (`0`, not `0.0`).
+fn float(n: f64) -> Value {
+    // Beyond 2^53 integral floats stay floats (Go switches to exponent form there too).
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+        return json!(n as i64);
+    }
+    json!(n)
 }
 
 fn int(msg: &DynamicMessage, name: &str) -> i64 {
