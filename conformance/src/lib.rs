@@ -86,6 +86,12 @@ macro_rules! __with_cases {
             fault_dropped_watches_end_streams,
             fault_replace_with_fresh_changes_identity,
             fake_is_deterministic,
+            protobuf_round_trips_every_builtin_kind,
+            protobuf_token_request,
+            protobuf_watch_streams_frames,
+            protobuf_errors_are_statuses,
+            protobuf_custom_resources_fall_back_to_json,
+            protobuf_table_is_not_acceptable,
         }
     };
 }

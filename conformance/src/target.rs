@@ -58,6 +58,12 @@ pub trait Target: Send + Sync {
         None
     }
 
+    /// An administrator `kube::Client` for raw HTTP (what the seam cannot send, such as
+    /// protobuf); `None` where the target has none (cases needing it skip).
+    fn admin_http(&self) -> Option<kube::Client> {
+        None
+    }
+
     /// Why this target cannot run (e.g. real binaries missing); every case then skips.
     fn unavailable(&self) -> Option<String> {
         None
@@ -149,6 +155,25 @@ impl Target for InProcessTarget {
 
     fn kind(&self) -> TargetKind {
         TargetKind::InProcess
+    }
+
+    /// The cluster's HTTP router as a tower service, without sockets.
+    fn admin_http(&self) -> Option<kube::Client> {
+        let token = format!("raw-http-admin-{}", self.seed);
+        self.cluster.add_token(&token, UserInfo::admin());
+        let header = http::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut req: http::Request<kube::client::Body>| {
+                req.headers_mut().insert(http::header::AUTHORIZATION, header.clone());
+                // The field manager of a write defaults to the user agent, as kube-apiserver's.
+                req.headers_mut().insert(
+                    http::header::USER_AGENT,
+                    http::HeaderValue::from_static("kbind-conformance"),
+                );
+                req
+            })
+            .service(fakeapi::http::router(self.cluster.clone()));
+        Some(kube::Client::new(service, "default"))
     }
 
     fn kcp_like(&self) -> Option<Arc<dyn ClusterClient>> {
@@ -303,6 +328,10 @@ impl Target for HttpTarget {
 
     fn kind(&self) -> TargetKind {
         TargetKind::Http
+    }
+
+    fn admin_http(&self) -> Option<kube::Client> {
+        kube::Client::try_from(self.configs["admin"].clone()).ok()
     }
 
     fn kcp_like(&self) -> Option<Arc<dyn ClusterClient>> {

@@ -54,6 +54,10 @@ impl Target for RealTarget {
     fn unavailable(&self) -> Option<String> {
         self.unavailable.clone()
     }
+
+    fn admin_http(&self) -> Option<kube::Client> {
+        kube::Client::try_from(self.configs.get("admin")?.clone()).ok()
+    }
 }
 
 async fn real_apiserver() -> Arc<dyn Target> {

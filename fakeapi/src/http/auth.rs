@@ -37,7 +37,9 @@ pub(crate) fn caller(headers: &HeaderMap, user: UserInfo) -> Caller {
     let agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+        .filter(|a| !a.is_empty())
+        // kube-apiserver's name for a client without a User-Agent (`utilnet.GetHTTPClient`).
+        .unwrap_or("unknown");
     Caller::new(user, agent)
 }
 

@@ -87,10 +87,32 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl ApiError {
+    /// The answer, its Status in protobuf when `protobuf` (JSON should that fail).
+    pub(crate) fn into_response_as(self, protobuf: bool) -> Response {
+        let status = self.status();
+        if !protobuf {
+            return status_response(&status);
+        }
+        match super::protobuf::encode(&status_value(&status)) {
+            Ok(bytes) => with_status_headers(
+                &status,
+                ([(header::CONTENT_TYPE, super::protobuf::MEDIA_TYPE)], bytes).into_response(),
+            ),
+            Err(_) => status_response(&status),
+        }
+    }
+}
+
 /// A `Status` as the JSON body kube-apiserver sends, with its code as the HTTP status.
 pub(crate) fn status_response(status: &Status) -> Response {
+    with_status_headers(status, super::json_body(&status_value(status)))
+}
+
+/// `body` with the Status's HTTP code (and `Retry-After` on 429).
+fn with_status_headers(status: &Status, body: Response) -> Response {
     let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (code, super::json_body(&status_value(status))).into_response();
+    let mut response = (code, body).into_response();
     if code == StatusCode::TOO_MANY_REQUESTS {
         let seconds = status
             .details

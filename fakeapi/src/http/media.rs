@@ -57,17 +57,29 @@ pub(crate) enum Answer {
     Table(String),
     /// Aggregated discovery of this `apidiscovery.k8s.io` version (`v2` or `v2beta1`).
     AggregatedDiscovery(String),
-    /// Nothing fakeapi can produce (protobuf only, say).
+    /// Kubernetes protobuf (built-in kinds only, as kube-apiserver).
+    Protobuf,
+    /// Nothing fakeapi can produce (protobuf only for a custom resource, say).
     NotAcceptable,
 }
 
 /// The first answer in the client's order that fakeapi can give; no `Accept` means JSON.
 pub(crate) fn negotiate(headers: &HeaderMap) -> Answer {
+    negotiate_for(headers, false)
+}
+
+/// As [`negotiate`], for an answer that can also be protobuf when `protobuf` (a built-in kind:
+/// kube-apiserver has no protobuf for custom resources, so it passes over that range).
+pub(crate) fn negotiate_for(headers: &HeaderMap, protobuf: bool) -> Answer {
     let ranges = accepted(headers);
     if ranges.is_empty() {
         return Answer::Json;
     }
     for range in &ranges {
+        // Protobuf profiles (a Table in protobuf) are not served: that range is passed over.
+        if protobuf && range.essence == super::protobuf::MEDIA_TYPE && range.profile().is_none() {
+            return Answer::Protobuf;
+        }
         if !range.is_json() {
             continue;
         }
@@ -129,6 +141,14 @@ mod tests {
             Answer::NotAcceptable
         );
         assert_eq!(negotiate(&HeaderMap::new()), Answer::Json);
+        let both = headers("application/vnd.kubernetes.protobuf, application/json");
+        assert_eq!(negotiate_for(&both, true), Answer::Protobuf);
+        assert_eq!(
+            negotiate_for(&headers("application/json, application/vnd.kubernetes.protobuf"), true),
+            Answer::Json
+        );
+        let table = headers("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io");
+        assert_eq!(negotiate_for(&table, true), Answer::NotAcceptable);
         assert_eq!(negotiate(&headers("*/*")), Answer::Json);
     }
 

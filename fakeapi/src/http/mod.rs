@@ -7,7 +7,7 @@ mod errors;
 mod media;
 mod openapi;
 mod paths;
-mod protobuf;
+pub mod protobuf;
 mod query;
 mod resources;
 mod table;

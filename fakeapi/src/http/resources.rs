@@ -14,7 +14,7 @@ use super::media::{self, Answer};
 use super::paths::{self, ResourcePath, Target};
 use super::query::{self, Query};
 use super::table::{self, TableOptions};
-use super::{auth, discovery, json_body, json_with_type, watch};
+use super::{auth, discovery, json_body, json_with_type, protobuf, watch};
 use crate::rbac::UserInfo;
 use crate::registry::ResourceInfo;
 use crate::{Caller, FakeCluster, Subresource};
@@ -36,7 +36,13 @@ pub(crate) async fn serve(State(cluster): State<FakeCluster>, request: Request) 
         Target::Unknown => Err(not_found()),
         target => discovery_document(&cluster, &caller, &parts, target).await,
     };
-    result.unwrap_or_else(IntoResponse::into_response)
+    result.unwrap_or_else(|e| e.into_response_as(status_in_protobuf(&parts.headers)))
+}
+
+/// Whether an error Status is written in protobuf: kube-apiserver can always encode a Status,
+/// so it does whenever plain protobuf comes first in the Accept header, whatever the resource.
+fn status_in_protobuf(headers: &HeaderMap) -> bool {
+    media::negotiate_for(headers, true) == Answer::Protobuf
 }
 
 fn not_found() -> ApiError {
@@ -55,7 +61,7 @@ fn not_acceptable() -> Error {
     Error::Server {
         code: 406,
         reason: "NotAcceptable".into(),
-        message: "the server was unable to respond with a content type that the client supports".into(),
+        message: "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
     }
 }
 
@@ -125,6 +131,8 @@ struct ResourceRequest<'a> {
     path: ResourcePath,
     query: Query,
     headers: &'a HeaderMap,
+    /// Whether answers may be protobuf (a built-in kind kube-apiserver has messages for).
+    protobuf: bool,
 }
 
 async fn resource(
@@ -144,6 +152,7 @@ async fn resource(
         plural: path.plural.clone(),
         kind: info.resource.kind.clone(),
     };
+    let protobuf = !info.is_custom() && protobuf::encodes(&info.api_version(), &info.resource.kind);
     let req = ResourceRequest {
         cluster,
         caller,
@@ -152,6 +161,7 @@ async fn resource(
         path,
         query,
         headers: &parts.headers,
+        protobuf,
     };
     req.dispatch(&parts.method, body)
         .await
@@ -191,13 +201,23 @@ impl ResourceRequest<'_> {
         }
     }
 
-    /// How reads are answered: JSON, or a Table of this `meta.k8s.io` version.
-    fn read_answer(&self) -> Result<Option<String>> {
-        match media::negotiate(self.headers) {
-            Answer::Table(version) => Ok(Some(version)),
+    /// How reads are answered: JSON, protobuf, or a Table of this `meta.k8s.io` version.
+    fn read_answer(&self) -> Result<Answer> {
+        match media::negotiate_for(self.headers, self.protobuf) {
             Answer::NotAcceptable => Err(not_acceptable()),
-            Answer::Json | Answer::AggregatedDiscovery(_) => Ok(None),
+            Answer::AggregatedDiscovery(_) => Ok(Answer::Json),
+            answer => Ok(answer),
         }
+    }
+
+    /// An object (or list, or Status) in the format the client asked for (Tables aside: a
+    /// write answers with the object, as JSON when a Table was asked).
+    fn body(&self, code: StatusCode, value: &Value) -> Result<Response> {
+        if self.read_answer()? != Answer::Protobuf {
+            return Ok((code, json_body(value)).into_response());
+        }
+        let bytes = protobuf::encode(value)?;
+        Ok((code, [(header::CONTENT_TYPE, protobuf::MEDIA_TYPE)], bytes).into_response())
     }
 
     fn table(&self, version: &str, objects: &[Value], list_meta: Value) -> Response {
@@ -214,13 +234,13 @@ impl ResourceRequest<'_> {
     async fn get(&self, name: &str) -> Result<Response> {
         let answer = self.read_answer()?;
         let obj = self.cluster.get(self.caller, &self.res, self.namespace(), name).await?;
-        Ok(match answer {
-            Some(version) => {
+        match answer {
+            Answer::Table(version) => {
                 let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
-                self.table(&version, std::slice::from_ref(&obj), meta)
+                Ok(self.table(&version, std::slice::from_ref(&obj), meta))
             }
-            None => json_body(&obj),
-        })
+            _ => self.body(StatusCode::OK, &obj),
+        }
     }
 
     async fn get_status(&self, name: &str) -> Result<Response> {
@@ -232,7 +252,7 @@ impl ResourceRequest<'_> {
             .cluster
             .peek(&self.info, self.namespace(), name)
             .ok_or_else(|| Error::not_found(&self.info.group_resource().qualified(), name))?;
-        Ok(json_body(&obj))
+        self.body(StatusCode::OK, &obj)
     }
 
     async fn list(&self) -> Result<Response> {
@@ -241,14 +261,14 @@ impl ResourceRequest<'_> {
             .cluster
             .list(self.caller, &self.res, self.namespace(), &self.query.list_params())
             .await?;
-        Ok(match answer {
-            Some(version) => {
+        match answer {
+            Answer::Table(version) => {
                 let items = list.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
                 let meta = list.get("metadata").cloned().unwrap_or_else(|| json!({}));
-                self.table(&version, &items, meta)
+                Ok(self.table(&version, &items, meta))
             }
-            None => json_body(&list),
-        })
+            _ => self.body(StatusCode::OK, &list),
+        }
     }
 
     async fn watch(&self, name: Option<&str>) -> Result<Response> {
@@ -267,9 +287,9 @@ impl ResourceRequest<'_> {
             .cluster
             .watch(self.caller, &self.res, self.namespace(), &params, &rv)
             .await?;
-        let transform: watch::Transform = match answer {
-            None => Box::new(|o| o),
-            Some(version) => {
+        let transform: watch::Transform = match &answer {
+            Answer::Table(version) => {
+                let version = version.clone();
                 let (cluster, info, include) = (self.cluster.clone(), self.info.clone(), self.query.include_object);
                 Box::new(move |obj| {
                     let options = TableOptions {
@@ -282,31 +302,35 @@ impl ResourceRequest<'_> {
                     table::table(&options, std::slice::from_ref(&obj), meta)
                 })
             }
+            _ => Box::new(|o| o),
         };
-        Ok(watch::response(events, transform))
+        Ok(watch::response(events, transform, answer == Answer::Protobuf))
     }
 
     async fn create(&self, body: Bytes) -> Result<Response> {
-        let obj = decode_object(self.headers, &body)?;
+        self.read_answer()?;
+        let obj = decode_object(self.headers, &body, self.protobuf)?;
         self.check_kind(&obj)?;
         let created = self
             .cluster
             .create(self.caller, &self.res, self.namespace(), obj, &self.query.post_params())
             .await?;
-        Ok((StatusCode::CREATED, json_body(&created)).into_response())
+        self.body(StatusCode::CREATED, &created)
     }
 
     async fn create_subresource(&self, name: &str, sub: &str, body: Bytes) -> Result<Response> {
-        let obj = decode_object(self.headers, &body)?;
+        self.read_answer()?;
+        let obj = decode_object(self.headers, &body, self.protobuf)?;
         let answer = self
             .cluster
             .create_subresource(self.caller, &self.res, self.namespace(), name, sub, &obj)
             .await?;
-        Ok((StatusCode::CREATED, json_body(&answer)).into_response())
+        self.body(StatusCode::CREATED, &answer)
     }
 
     async fn update(&self, name: &str, sub: Subresource, body: Bytes) -> Result<Response> {
-        let obj = decode_object(self.headers, &body)?;
+        self.read_answer()?;
+        let obj = decode_object(self.headers, &body, self.protobuf)?;
         self.check_kind(&obj)?;
         let updated = self
             .cluster
@@ -320,10 +344,11 @@ impl ResourceRequest<'_> {
                 sub,
             )
             .await?;
-        Ok(json_body(&updated))
+        self.body(StatusCode::OK, &updated)
     }
 
     async fn patch(&self, name: &str, sub: Subresource, body: Bytes) -> Result<Response> {
+        self.read_answer()?;
         let patch = decode_patch(self.headers, &body)?;
         let creates = matches!(patch, Patch::Apply(_))
             && sub == Subresource::Main
@@ -341,23 +366,24 @@ impl ResourceRequest<'_> {
             )
             .await?;
         let code = if creates { StatusCode::CREATED } else { StatusCode::OK };
-        Ok((code, json_body(&patched)).into_response())
+        self.body(code, &patched)
     }
 
     async fn delete(&self, name: &str, body: Bytes) -> Result<Response> {
-        let params = delete_params(&self.query, &body)?;
+        self.read_answer()?;
+        let params = delete_params(self.headers, &self.query, &body)?;
         let before = self.cluster.peek(&self.info, self.namespace(), name);
         let outcome = self
             .cluster
             .delete(self.caller, &self.res, self.namespace(), name, &params)
             .await?;
-        Ok(match (outcome, before) {
-            (Some(obj), _) => json_body(&obj),
+        match (outcome, before) {
+            (Some(obj), _) => self.body(StatusCode::OK, &obj),
             // Stores with `ReturnDeletedObject` answer with the object even once it is gone.
-            (None, Some(obj)) if returns_deleted_object(&self.info) => json_body(&obj),
+            (None, Some(obj)) if returns_deleted_object(&self.info) => self.body(StatusCode::OK, &obj),
             (None, before) => {
                 let (name, uid) = before.as_ref().map(super::name_and_uid).unwrap_or_default();
-                json_body(&json!({
+                self.body(StatusCode::OK, &json!({
                     "kind": "Status",
                     "apiVersion": "v1",
                     "metadata": {},
@@ -365,12 +391,13 @@ impl ResourceRequest<'_> {
                     "details": {"name": name, "group": self.info.resource.group, "kind": self.info.resource.plural, "uid": uid},
                 }))
             }
-        })
+        }
     }
 
     /// Deletes every object a list with the request's selectors returns, answering with them.
     async fn delete_collection(&self, body: Bytes) -> Result<Response> {
-        let params = delete_params(&self.query, &body)?;
+        self.read_answer()?;
+        let params = delete_params(self.headers, &self.query, &body)?;
         let mut list_params = self.query.list_params();
         list_params.limit = None;
         list_params.continue_token = None;
@@ -391,7 +418,7 @@ impl ResourceRequest<'_> {
             }
         }
         list["items"] = Value::Array(deleted);
-        Ok(json_body(&list))
+        self.body(StatusCode::OK, &list)
     }
 
     /// A body whose `kind` names another kind is refused, as the apiserver's decoder does.
@@ -439,12 +466,14 @@ fn unsupported_media_type(accepted: &str) -> Error {
     }
 }
 
-/// An object body in JSON, YAML or (for a few kinds) protobuf.
-fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value> {
+/// An object body in JSON, YAML or (for built-in kinds, when `protobuf`) protobuf.
+fn decode_object(headers: &HeaderMap, body: &[u8], protobuf: bool) -> Result<Value> {
     match content_type(headers).as_str() {
         "" | "application/json" => json(body),
         "application/yaml" => yaml(body),
-        "application/vnd.kubernetes.protobuf" => super::protobuf::decode(body),
+        protobuf::MEDIA_TYPE if protobuf => protobuf::decode(body),
+        // kube-apiserver has no protobuf for custom resources.
+        protobuf::MEDIA_TYPE => Err(unsupported_media_type("application/json, application/yaml")),
         _ => Err(unsupported_media_type(
             "application/json, application/yaml, application/vnd.kubernetes.protobuf",
         )),
@@ -482,13 +511,17 @@ fn yaml(body: &[u8]) -> Result<Value> {
     })
 }
 
-/// Delete options: the query's, overridden by a `DeleteOptions` body when one is sent.
-fn delete_params(query: &Query, body: &[u8]) -> Result<DeleteParams> {
+/// Delete options: the query's, overridden by a `DeleteOptions` body (JSON or protobuf) when one
+/// is sent.
+fn delete_params(headers: &HeaderMap, query: &Query, body: &[u8]) -> Result<DeleteParams> {
     let mut params = query.delete_params()?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(params);
     }
-    let options = json(body)?;
+    let options = match content_type(headers).as_str() {
+        protobuf::MEDIA_TYPE => protobuf::decode(body)?,
+        _ => json(body)?,
+    };
     if let Some(policy) = options.get("propagationPolicy").and_then(Value::as_str) {
         params.propagation_policy = Some(query::propagation(policy)?);
     } else if let Some(orphan) = options.get("orphanDependents").and_then(Value::as_bool) {
@@ -557,6 +590,7 @@ mod tests {
     fn delete_options_in_the_body_override_the_query() {
         let query = Query::parse(Some("propagationPolicy=Orphan")).unwrap();
         let params = delete_params(
+            &HeaderMap::new(),
             &query,
             br#"{"kind":"DeleteOptions","propagationPolicy":"Foreground","dryRun":["All"],"preconditions":{"uid":"u1"}}"#,
         )
@@ -567,7 +601,7 @@ mod tests {
         );
         assert!(params.dry_run);
         assert_eq!(params.preconditions.unwrap().uid.as_deref(), Some("u1"));
-        let params = delete_params(&query, b"").unwrap();
+        let params = delete_params(&HeaderMap::new(), &query, b"").unwrap();
         assert_eq!(
             params.propagation_policy,
             Some(kbind_cluster::PropagationPolicy::Orphan)
@@ -575,8 +609,17 @@ mod tests {
     }
 
     #[test]
+    fn protobuf_bodies_are_for_built_in_kinds_only() {
+        let cm = super::protobuf::encode(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}))
+            .unwrap();
+        let pb = with_type("application/vnd.kubernetes.protobuf");
+        assert_eq!(decode_object(&pb, &cm, true).unwrap()["metadata"]["name"], "a");
+        assert_eq!(decode_object(&pb, &cm, false).unwrap_err().code(), 415);
+    }
+
+    #[test]
     fn malformed_bodies_are_bad_requests() {
-        let err = decode_object(&with_type("application/json"), b"{not json").unwrap_err();
+        let err = decode_object(&with_type("application/json"), b"{not json", true).unwrap_err();
         assert_eq!(err.code(), 400);
     }
 }

@@ -1,5 +1,5 @@
-//! Watches on the wire: newline-delimited JSON events in one streamed (chunked) body that ends
-//! when the cluster's watch ends.
+//! Watches on the wire: newline-delimited JSON events (or length-prefixed protobuf `WatchEvent`
+//! frames) in one streamed (chunked) body that ends when the cluster's watch ends.
 
 use std::io;
 
@@ -16,10 +16,10 @@ use crate::watch::ValueWatchStream;
 /// Turns an event's object into what the client asked for (a Table row, say).
 pub(crate) type Transform = Box<dyn Fn(Value) -> Value + Send + 'static>;
 
-/// The streamed answer to a watch request.
-pub(crate) fn response(events: ValueWatchStream, transform: Transform) -> Response {
+/// The streamed answer to a watch request, in protobuf frames when `protobuf`.
+pub(crate) fn response(events: ValueWatchStream, transform: Transform, protobuf: bool) -> Response {
     let lines = events
-        .map(move |item| line(item, &transform))
+        .map(move |item| line(item, &transform, protobuf))
         // An ERROR event ends the watch, as kube-apiserver closes the stream after sending one.
         .scan(false, |ended, line| {
             if *ended {
@@ -33,7 +33,12 @@ pub(crate) fn response(events: ValueWatchStream, transform: Transform) -> Respon
             // A partitioned cluster breaks the connection rather than answering.
             Line::Broken(reason) => Err(io::Error::new(io::ErrorKind::ConnectionAborted, reason)),
         });
-    ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(lines)).into_response()
+    let content_type = if protobuf {
+        super::protobuf::WATCH_MEDIA_TYPE
+    } else {
+        "application/json"
+    };
+    ([(header::CONTENT_TYPE, content_type)], Body::from_stream(lines)).into_response()
 }
 
 /// One line of a watch body.
@@ -45,24 +50,42 @@ enum Line {
     Broken(String),
 }
 
-fn line(item: kbind_cluster::Result<WatchEvent<Value>>, transform: &Transform) -> Line {
+fn line(item: kbind_cluster::Result<WatchEvent<Value>>, transform: &Transform, protobuf: bool) -> Line {
     let event = match item {
         Ok(WatchEvent::Added(o)) => json!({"type": "ADDED", "object": transform(o)}),
         Ok(WatchEvent::Modified(o)) => json!({"type": "MODIFIED", "object": transform(o)}),
         Ok(WatchEvent::Deleted(o)) => json!({"type": "DELETED", "object": transform(o)}),
         Ok(WatchEvent::Bookmark(b)) => json!({"type": "BOOKMARK", "object": b}),
-        Ok(WatchEvent::Error(status)) => return Line::Final(encode(&error_event(status_value(&status)))),
+        Ok(WatchEvent::Error(status)) => return Line::Final(encode(&error_event(status_value(&status)), protobuf)),
         Err(Error::Transport(reason)) => return Line::Broken(reason),
-        Err(err) => return Line::Final(encode(&error_event(status_value(&ApiError::from(err).status())))),
+        Err(err) => {
+            let status = status_value(&ApiError::from(err).status());
+            return Line::Final(encode(&error_event(status), protobuf));
+        }
     };
-    Line::Event(encode(&event))
+    if protobuf {
+        // An object protobuf cannot carry ends the watch with an ERROR event naming why.
+        return match frame(&event) {
+            Ok(bytes) => Line::Event(bytes),
+            Err(err) => Line::Final(encode(&error_event(status_value(&ApiError::from(err).status())), true)),
+        };
+    }
+    Line::Event(encode(&event, false))
+}
+
+fn frame(event: &Value) -> kbind_cluster::Result<Bytes> {
+    let event_type = event["type"].as_str().unwrap_or_default();
+    super::protobuf::watch_frame(event_type, &event["object"]).map(Bytes::from)
 }
 
 fn error_event(status: Value) -> Value {
     json!({"type": "ERROR", "object": status})
 }
 
-fn encode(event: &Value) -> Bytes {
+fn encode(event: &Value, protobuf: bool) -> Bytes {
+    if protobuf && let Ok(bytes) = frame(event) {
+        return bytes;
+    }
     let mut bytes = serde_json::to_vec(event).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
@@ -79,7 +102,7 @@ mod tests {
     }
 
     async fn body_lines(events: Vec<kbind_cluster::Result<WatchEvent<Value>>>) -> Result<Vec<Value>, String> {
-        let response = response(stream::iter(events).boxed(), identity());
+        let response = response(stream::iter(events).boxed(), identity(), false);
         let bytes = to_bytes(response.into_body(), usize::MAX)
             .await
             .map_err(|e| e.to_string())?;
