@@ -96,33 +96,7 @@ pub struct GoClientDifference {
 
 /// Every deliberate difference of run (4). A fakeapi bug awaiting a fix is listed as
 /// `fakeapi bug: ... (to fix)`; run (4) fails when a listed case no longer differs.
-pub const GO_CLIENT_DIFFERENCES: &[GoClientDifference] = &[
-    GoClientDifference {
-        case: "typed-protobuf-configmap-crud",
-        fakeapi_says: "delete: 400 BadRequest",
-        why: "fakeapi bug: a protobuf DeleteOptions body is not decoded (to fix: issue #17 gap 1, protobuf codec)",
-    },
-    GoClientDifference {
-        case: "typed-protobuf-secret-crud",
-        fakeapi_says: "delete: 400 BadRequest",
-        why: "fakeapi bug: a protobuf DeleteOptions body is not decoded (to fix: issue #17 gap 1, protobuf codec)",
-    },
-    GoClientDifference {
-        case: "typed-protobuf-lease-crud",
-        fakeapi_says: "create: 415 UnsupportedMediaType",
-        why: "fakeapi bug: Lease is not decoded from protobuf (to fix: issue #17 gap 1, protobuf codec)",
-    },
-    GoClientDifference {
-        case: "typed-protobuf-response",
-        fakeapi_says: "answered in application/json",
-        why: "fakeapi bug: answers JSON to a client that asks for protobuf first (to fix: issue #17 gap 1, protobuf codec)",
-    },
-    GoClientDifference {
-        case: "leader-election-protobuf",
-        fakeapi_says: "never acquired the lease",
-        why: "fakeapi bug: the elector's protobuf Lease create is answered 415, so it never leads (to fix: issue #17 gap 1, protobuf codec)",
-    },
-];
+pub const GO_CLIENT_DIFFERENCES: &[GoClientDifference] = &[];
 
 /// The run (4) difference listed for `case`, if any.
 pub fn go_client_difference_for(case: &str) -> Option<&'static GoClientDifference> {
