@@ -807,6 +807,7 @@ async fn unknown_paths_and_methods_answer_kube_statuses() {
     assert_eq!(json_of(&missing)["reason"], "NotFound");
     let wrong = raw(&client, "POST", "/api/v1/namespaces/default/configmaps/a", None).await;
     assert_eq!(wrong.status(), 405);
+    // Built-in kinds are answered in protobuf; a Table in protobuf is not served (as upstream).
     let protobuf_only = raw(
         &client,
         "GET",
@@ -814,7 +815,19 @@ async fn unknown_paths_and_methods_answer_kube_statuses() {
         Some("application/vnd.kubernetes.protobuf"),
     )
     .await;
-    assert_eq!(protobuf_only.status(), 406);
+    assert_eq!(protobuf_only.status(), 200);
+    assert_eq!(
+        protobuf_only.headers()[http::header::CONTENT_TYPE],
+        "application/vnd.kubernetes.protobuf"
+    );
+    let protobuf_table = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"),
+    )
+    .await;
+    assert_eq!(protobuf_table.status(), 406);
     let obj = json_of(&raw(&client, "GET", "/api/v1/namespaces/default/configmaps/zzz", None).await);
     assert_eq!(obj["details"], json!({"name": "zzz", "kind": "configmaps"}));
 }
