@@ -294,12 +294,12 @@ pub async fn protobuf_round_trips_every_builtin_kind(t: &dyn Target) -> CaseResu
             let item = format!("{}/{}", sample.path, sample.name);
             // Controllers may still be writing (a CRD becoming Established): compare two reads
             // of the same resourceVersion.
-            let (client, item) = (&client, &item);
+            let (http, uri) = (&client, &item);
             eventually(s.patience(), &what("get"), async || {
-                let in_protobuf = call(client, Method::GET, item, PROTOBUF_FIRST, None)
+                let in_protobuf = call(http, Method::GET, uri, PROTOBUF_FIRST, None)
                     .await?
                     .protobuf(200, &what("get"))?;
-                let in_json = call(client, Method::GET, item, "application/json", None)
+                let in_json = call(http, Method::GET, uri, "application/json", None)
                     .await?
                     .json(&what("get as JSON"))?;
                 let rv = |v: &Value| v["metadata"]["resourceVersion"].clone();

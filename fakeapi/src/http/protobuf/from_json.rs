@@ -71,10 +71,11 @@ fn fill<'a>(
         if value.is_null() {
             // Go writes a non-pointer struct even when it is zero (a `null` Time), and nothing
             // for a nil pointer.
-            if let (Some(inner), false) = (field.kind().as_message(), go.is_some_and(|g| g.pointer)) {
-                if !field.is_list() && !field.is_map() {
-                    msg.set_field(&field, PbValue::Message(DynamicMessage::new(inner.clone())));
-                }
+            if let (Some(inner), false) = (field.kind().as_message(), go.is_some_and(|g| g.pointer))
+                && !field.is_list()
+                && !field.is_map()
+            {
+                msg.set_field(&field, PbValue::Message(DynamicMessage::new(inner.clone())));
             }
             continue;
         }

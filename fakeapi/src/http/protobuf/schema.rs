@@ -88,10 +88,4 @@ impl Schema {
     pub fn is_wrapper(&self, message: &MessageDescriptor) -> bool {
         self.wrappers.contains(message.full_name())
     }
-
-    /// Every `group/version/Kind` with a message.
-    #[cfg(test)]
-    pub fn kinds(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.kinds.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
 }

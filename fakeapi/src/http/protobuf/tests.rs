@@ -49,9 +49,9 @@ fn sample(api_version: &str, kind: &str) -> Option<Value> {
         "Role" | "ClusterRole" => {
             let mut role = json!({"metadata": meta("r", (kind == "Role").then_some("default")), "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a"]}]});
             if kind == "ClusterRole" {
-                role["rules"]
-                    .as_array_mut()
-                    .map(|rules| rules.push(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]})));
+                if let Some(rules) = role["rules"].as_array_mut() {
+                    rules.push(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]}));
+                }
                 role["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {"agg": "true"}, "matchExpressions": [{"key": "k", "operator": "In", "values": ["a", "b"]}]}]});
             }
             role

@@ -83,7 +83,7 @@ pub(super) fn message(schema: &Schema, msg: &DynamicMessage) -> Result<Value, Er
 /// reaches from a served kind, which still decode faithfully).
 fn go_field(schema: &Schema, field: &FieldDescriptor) -> GoField {
     schema
-        .go_field(&field.parent_message(), field.number())
+        .go_field(field.parent_message(), field.number())
         .cloned()
         .unwrap_or_else(|| GoField {
             json: field.name().to_string(),
