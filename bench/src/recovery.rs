@@ -57,6 +57,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
         Profile::Smoke => vec![Args {
             changes: 10,
             creates: 3,
+            deadline: 60,
             ..args(Backend::Fake, 2)
         }],
         Profile::Full => [10, 30, 60].into_iter().map(|p| args(Backend::Real, p)).collect(),

@@ -260,14 +260,12 @@ impl World {
             self.consumer.create_typed(&crd).await.context("creating kbind's CRDs")?;
         }
         create(&*self.consumer, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}})).await?;
-        wait_for("kbind's CRDs served", SETUP_DEADLINE, async || {
-            self.consumer
-                .list(&erase::<kbind_api::ClusterBinding>(), None, &Default::default())
-                .await
-                .ok()
-                .map(|_| ())
-        })
-        .await?;
+        for res in [erase::<kbind_api::Connection>(), erase::<kbind_api::ClusterBinding>()] {
+            wait_for(&format!("{} served", res.plural), SETUP_DEADLINE, async || {
+                self.consumer.list(&res, None, &Default::default()).await.ok().map(|_| ())
+            })
+            .await?;
+        }
         for (c, kubeconfig) in provider_kubeconfigs.iter().enumerate() {
             let name = format!("p{c}");
             let apis: Vec<Value> = (0..self.layout.apis)
@@ -767,8 +765,9 @@ async fn answer(provider: &Arc<dyn ClusterClient>, res: &ApiResource, obj: Dynam
     };
     let (provider, res) = (provider.clone(), res.clone());
     tokio::spawn(async move {
-        let generation = obj.metadata.generation.unwrap_or(0);
-        let status = json!({"status": {"phase": "Ready", "observedGeneration": generation}});
+        // No observedGeneration: the konnector holds a status that answers an older generation,
+        // and the workloads' later spec changes would leave it older.
+        let status = json!({"status": {"phase": "Ready"}});
         let name = obj.metadata.name.unwrap_or_default();
         // A copy deleted meanwhile, or a conflict with a workload's own status change: the
         // workload's value wins, nothing to retry.
