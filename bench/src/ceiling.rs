@@ -13,10 +13,10 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::Profile;
 use crate::measure::Percentiles;
 use crate::output::{Envelope, Table, fmt};
 use crate::world::{Backend, Layout, NAMESPACE, World, crd, item_name};
-use crate::Profile;
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "ceiling";
@@ -48,7 +48,11 @@ pub fn profile(profile: Profile) -> Vec<Args> {
     };
     match profile {
         Profile::Smoke => vec![args(Backend::Fake, 30)],
-        Profile::Full => vec![args(Backend::Real, 1000), args(Backend::Real, 10_000), args(Backend::Fake, 10_000)],
+        Profile::Full => vec![
+            args(Backend::Real, 1000),
+            args(Backend::Real, 10_000),
+            args(Backend::Fake, 10_000),
+        ],
     }
 }
 
@@ -66,7 +70,9 @@ pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
     world
         .consumer
         .create(
-            &kube::api::ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&()),
+            &kube::api::ApiResource::erase::<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            >(&()),
             None,
             &serde_json::from_value(crd(&res)).context("the consumer CRD")?,
             &Default::default(),
@@ -74,7 +80,12 @@ pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
         .await
         .context("creating the consumer CRD")?;
     crate::measure::wait_for("the consumer CRD served", crate::world::SETUP_DEADLINE, async || {
-        world.consumer.list(&res, None, &Default::default()).await.ok().map(|_| ())
+        world
+            .consumer
+            .list(&res, None, &Default::default())
+            .await
+            .ok()
+            .map(|_| ())
     })
     .await?;
     world.create_items(&res, 0..args.objects, args.spec_bytes, 16).await?;
@@ -118,7 +129,9 @@ pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
     let (copies, _) = World::count(&*world.provider, &res).await.unwrap_or_default();
     let (_, statuses) = World::count(&*world.consumer, &res).await.unwrap_or_default();
     world.shutdown().await?;
-    let per_object = Percentiles::of(std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner())));
+    let per_object = Percentiles::of(std::mem::take(
+        &mut *latencies.lock().unwrap_or_else(|p| p.into_inner()),
+    ));
     Ok(json!({
         "objects": args.objects,
         "writes_per_object": 3,
@@ -137,7 +150,16 @@ pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
 pub fn table(runs: &[&Envelope]) -> Table {
     let mut table = Table::new(
         "Ceiling (workload 5): a plain kube::Client, three writes per object",
-        &["backend", "objects", "in flight", "seconds", "objects/s", "writes/s", "per object p50 / p99 ms", "load before → after"],
+        &[
+            "backend",
+            "objects",
+            "in flight",
+            "seconds",
+            "objects/s",
+            "writes/s",
+            "per object p50 / p99 ms",
+            "load before → after",
+        ],
     );
     for run in runs {
         table.row(vec![
@@ -147,7 +169,11 @@ pub fn table(runs: &[&Envelope]) -> Table {
             fmt(run.num("/seconds"), 1),
             fmt(run.num("/objects_per_second"), 0),
             fmt(run.num("/writes_per_second"), 0),
-            format!("{} / {}", fmt(run.num("/per_object_latency/p50_ms"), 1), fmt(run.num("/per_object_latency/p99_ms"), 1)),
+            format!(
+                "{} / {}",
+                fmt(run.num("/per_object_latency/p50_ms"), 1),
+                fmt(run.num("/per_object_latency/p99_ms"), 1)
+            ),
             format!("{} → {}", run.machine.load_before, run.machine.load_after),
         ]);
     }

@@ -14,10 +14,10 @@ use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParam
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::Profile;
 use crate::measure::{Histogram, Percentiles, wait_for};
 use crate::output::{Envelope, Table, fmt};
 use crate::world::{Backend, Layout, NAMESPACE, World, item_name};
-use crate::Profile;
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "churn";
@@ -98,7 +98,12 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
     let res = world.api(0, 0);
     world.create_items(&res, 0..args.objects, args.spec_bytes, 16).await?;
     world
-        .wait_synced(std::slice::from_ref(&res), args.objects, Duration::from_secs(1800), Duration::from_millis(250))
+        .wait_synced(
+            std::slice::from_ref(&res),
+            args.objects,
+            Duration::from_secs(1800),
+            Duration::from_millis(250),
+        )
         .await?;
 
     let metrics_before = world.konnector_metrics().await?;
@@ -158,8 +163,20 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
     let spec_seen: Samples = Arc::default();
     let status_writes: Samples = Arc::default();
     let spec_writes: Samples = Arc::default();
-    let status_watch = tokio::spawn(observe(world.consumer.clone(), res.clone(), "/status/phase", status_pending.clone(), status_seen.clone()));
-    let spec_watch = tokio::spawn(observe(world.provider.clone(), res.clone(), "/spec/color", spec_pending.clone(), spec_seen.clone()));
+    let status_watch = tokio::spawn(observe(
+        world.consumer.clone(),
+        res.clone(),
+        "/status/phase",
+        status_pending.clone(),
+        status_seen.clone(),
+    ));
+    let spec_watch = tokio::spawn(observe(
+        world.provider.clone(),
+        res.clone(),
+        "/spec/color",
+        spec_pending.clone(),
+        spec_seen.clone(),
+    ));
     wait_watching(world, res, &status_pending, &spec_pending).await?;
     lock(&status_seen).clear();
     lock(&spec_seen).clear();
@@ -179,8 +196,22 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
         let status_object = item_name(sent as usize % n);
         let spec_object = item_name((sent as usize + n / 2) % n);
         let jobs = [
-            (world.provider.clone(), status_object, format!("s-{sent}"), true, status_pending.clone(), status_writes.clone()),
-            (world.consumer.clone(), spec_object, format!("c-{sent}"), false, spec_pending.clone(), spec_writes.clone()),
+            (
+                world.provider.clone(),
+                status_object,
+                format!("s-{sent}"),
+                true,
+                status_pending.clone(),
+                status_writes.clone(),
+            ),
+            (
+                world.consumer.clone(),
+                spec_object,
+                format!("c-{sent}"),
+                false,
+                spec_pending.clone(),
+                spec_writes.clone(),
+            ),
         ];
         for (client, name, marker, status, pending, writes) in jobs {
             let permit = slots.clone().acquire_owned().await.context("the write slots closed")?;
@@ -235,7 +266,12 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
 }
 
 /// Changes one object on each side and waits until both watches have seen it.
-async fn wait_watching(world: &World, res: &ApiResource, status_pending: &Pending, spec_pending: &Pending) -> anyhow::Result<()> {
+async fn wait_watching(
+    world: &World,
+    res: &ApiResource,
+    status_pending: &Pending,
+    spec_pending: &Pending,
+) -> anyhow::Result<()> {
     let probe = item_name(0);
     // A new marker per attempt: writing the same value again would be no change and no event.
     let mut attempt = 0u32;
@@ -250,7 +286,10 @@ async fn wait_watching(world: &World, res: &ApiResource, status_pending: &Pendin
         let params = PatchParams::default();
         let status = Patch::Merge(json!({"status": {"phase": status_marker}}));
         let spec = Patch::Merge(json!({"spec": {"color": spec_marker}}));
-        let _ = world.consumer.patch_status(res, Some(NAMESPACE), &probe, &status, &params).await;
+        let _ = world
+            .consumer
+            .patch_status(res, Some(NAMESPACE), &probe, &status, &params)
+            .await;
         let _ = world.provider.patch(res, Some(NAMESPACE), &probe, &spec, &params).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let done = !lock(status_pending).contains_key(&status_marker) && !lock(spec_pending).contains_key(&spec_marker);
@@ -263,7 +302,13 @@ async fn wait_watching(world: &World, res: &ApiResource, status_pending: &Pendin
 
 /// Watches the objects of `res` and, for each object whose `field` holds a pending marker,
 /// records how long ago that marker was sent.
-async fn observe(client: Arc<dyn ClusterClient>, res: ApiResource, field: &'static str, pending: Pending, seen: Samples) {
+async fn observe(
+    client: Arc<dyn ClusterClient>,
+    res: ApiResource,
+    field: &'static str,
+    pending: Pending,
+    seen: Samples,
+) {
     let mut resource_version = String::new();
     loop {
         if resource_version.is_empty() {
@@ -276,7 +321,10 @@ async fn observe(client: Arc<dyn ClusterClient>, res: ApiResource, field: &'stat
                 }
             }
         }
-        let mut stream = match client.watch(&res, Some(NAMESPACE), &WatchParams::default(), &resource_version).await {
+        let mut stream = match client
+            .watch(&res, Some(NAMESPACE), &WatchParams::default(), &resource_version)
+            .await
+        {
             Ok(stream) => stream,
             Err(e) => {
                 eprintln!("the latency watch failed to open: {e}");
@@ -324,10 +372,26 @@ fn note(obj: &DynamicObject, field: &str, pending: &Pending, seen: &Mutex<Vec<Du
 pub fn table(runs: &[&Envelope]) -> Table {
     let mut table = Table::new(
         "Churn (workload 2): end to end p50 / p99 / max, write p99, added p99 (ms)",
-        &["backend", "rate/s per side", "achieved/s", "direction", "p50", "p99", "max", "write p99", "added p99", "seen/sent", "CPU %", "load before → after"],
+        &[
+            "backend",
+            "rate/s per side",
+            "achieved/s",
+            "direction",
+            "p50",
+            "p99",
+            "max",
+            "write p99",
+            "added p99",
+            "seen/sent",
+            "CPU %",
+            "load before → after",
+        ],
     );
     for run in runs {
-        for (direction, e2e, write) in [("spec up", "spec_up", "consumer_spec_write"), ("status down", "status_down", "provider_status_write")] {
+        for (direction, e2e, write) in [
+            ("spec up", "spec_up", "consumer_spec_write"),
+            ("status down", "status_down", "provider_status_write"),
+        ] {
             table.row(vec![
                 run.backend().into(),
                 fmt(run.param("/rate"), 0),
@@ -338,7 +402,11 @@ pub fn table(runs: &[&Envelope]) -> Table {
                 fmt(run.num(&format!("/{e2e}/max_ms")), 1),
                 fmt(run.num(&format!("/{write}/p99_ms")), 1),
                 fmt(run.num(&format!("/added_p99_ms/{e2e}")), 1),
-                format!("{}/{}", fmt(run.num(&format!("/{e2e}/count")), 0), fmt(run.num("/sent_per_side"), 0)),
+                format!(
+                    "{}/{}",
+                    fmt(run.num(&format!("/{e2e}/count")), 0),
+                    fmt(run.num("/sent_per_side"), 0)
+                ),
                 fmt(run.num("/konnector_cpu_percent"), 0),
                 format!("{} → {}", run.machine.load_before, run.machine.load_after),
             ]);

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::Profile;
 use crate::output::{Envelope, Table, fmt};
 use crate::world::{Backend, Layout, World};
-use crate::Profile;
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "initial_sync";
@@ -45,7 +45,11 @@ pub fn profile(profile: Profile) -> Vec<Args> {
     };
     match profile {
         Profile::Smoke => vec![args(Backend::Fake, 20)],
-        Profile::Full => vec![args(Backend::Real, 1000), args(Backend::Real, 10_000), args(Backend::Fake, 50_000)],
+        Profile::Full => vec![
+            args(Backend::Real, 1000),
+            args(Backend::Real, 10_000),
+            args(Backend::Fake, 50_000),
+        ],
     }
 }
 
@@ -65,7 +69,9 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
     world.start_konnector(konnector).await?;
     world.stop_konnector().await?;
     let created = Instant::now();
-    world.create_items(&res, 0..args.objects, args.spec_bytes, args.create_concurrency).await?;
+    world
+        .create_items(&res, 0..args.objects, args.spec_bytes, args.create_concurrency)
+        .await?;
     let create_seconds = created.elapsed().as_secs_f64();
 
     let start = Instant::now();
@@ -75,7 +81,12 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
     // Polling lists cost the servers too: once a second is enough against a sync of seconds.
     let every = Duration::from_millis(if args.objects > 5000 { 1000 } else { 250 });
     world
-        .wait_synced(std::slice::from_ref(&res), args.objects, Duration::from_secs(args.deadline), every)
+        .wait_synced(
+            std::slice::from_ref(&res),
+            args.objects,
+            Duration::from_secs(args.deadline),
+            every,
+        )
         .await?;
     let sync_seconds = start.elapsed().as_secs_f64();
     let cpu_seconds = world.konnector_cpu_seconds()? - cpu_start;
@@ -107,7 +118,17 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
 pub fn table(runs: &[&Envelope], ceilings: &[&Envelope]) -> Table {
     let mut table = Table::new(
         "Initial sync (workload 1)",
-        &["backend", "objects", "sync s", "objects/s", "ceiling objects/s", "ratio", "konnector CPU s", "RSS MiB", "load before → after"],
+        &[
+            "backend",
+            "objects",
+            "sync s",
+            "objects/s",
+            "ceiling objects/s",
+            "ratio",
+            "konnector CPU s",
+            "RSS MiB",
+            "load before → after",
+        ],
     );
     for run in runs {
         let rate = run.num("/objects_per_second");

@@ -161,9 +161,15 @@ fn konnector_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         return Ok(path);
     }
     let exe = std::env::current_exe().context("locating this binary")?;
-    let path = exe.parent().ok_or_else(|| anyhow!("no folder around {}", exe.display()))?.join("konnector");
+    let path = exe
+        .parent()
+        .ok_or_else(|| anyhow!("no folder around {}", exe.display()))?
+        .join("konnector");
     if !path.exists() {
-        bail!("no konnector binary at {}: run `cargo build --release -p konnector` first", path.display());
+        bail!(
+            "no konnector binary at {}: run `cargo build --release -p konnector` first",
+            path.display()
+        );
     }
     Ok(path)
 }
@@ -175,7 +181,9 @@ where
     F: AsyncFnOnce(&A, &Path) -> anyhow::Result<Value>,
 {
     let machine = Machine::now(&konnector.display().to_string());
-    let results = run(args, konnector).await.with_context(|| format!("the {name} workload"))?;
+    let results = run(args, konnector)
+        .await
+        .with_context(|| format!("the {name} workload"))?;
     Ok(Envelope {
         workload: name.into(),
         params: serde_json::to_value(args).context("encoding the flags")?,
@@ -236,8 +244,15 @@ where
             println!("skipped: {name} #{i} on real servers (no kube binaries; see hack/kube/build.sh)");
             continue;
         }
-        let label = format!("{name}-{}-{i:02}", serde_json::to_value(backend)?.as_str().unwrap_or("?"));
-        eprintln!("[{}] {label} (load {})", chrono::Utc::now().format("%H:%M:%S"), machine::load_average());
+        let label = format!(
+            "{name}-{}-{i:02}",
+            serde_json::to_value(backend)?.as_str().unwrap_or("?")
+        );
+        eprintln!(
+            "[{}] {label} (load {})",
+            chrono::Utc::now().format("%H:%M:%S"),
+            machine::load_average()
+        );
         match envelope(name, args, konnector, run).await {
             Ok(envelope) => {
                 envelope.write(&out.join(format!("{label}.json")))?;
@@ -256,19 +271,64 @@ async fn all(profile: Profile, out: &Path, only: &[String], konnector: Option<Pa
     let mut errors = Vec::new();
     // The ceiling first: the sync figures are ratios to it.
     if wanted(ceiling::NAME) {
-        runs_of(ceiling::NAME, ceiling::profile(profile), |a| a.backend, &konnector, out, ceiling::run, &mut errors).await?;
+        runs_of(
+            ceiling::NAME,
+            ceiling::profile(profile),
+            |a| a.backend,
+            &konnector,
+            out,
+            ceiling::run,
+            &mut errors,
+        )
+        .await?;
     }
     if wanted(initial_sync::NAME) {
-        runs_of(initial_sync::NAME, initial_sync::profile(profile), |a| a.backend, &konnector, out, initial_sync::run, &mut errors).await?;
+        runs_of(
+            initial_sync::NAME,
+            initial_sync::profile(profile),
+            |a| a.backend,
+            &konnector,
+            out,
+            initial_sync::run,
+            &mut errors,
+        )
+        .await?;
     }
     if wanted(churn::NAME) {
-        runs_of(churn::NAME, churn::profile(profile), |a| a.backend, &konnector, out, churn::run, &mut errors).await?;
+        runs_of(
+            churn::NAME,
+            churn::profile(profile),
+            |a| a.backend,
+            &konnector,
+            out,
+            churn::run,
+            &mut errors,
+        )
+        .await?;
     }
     if wanted(scale_out::NAME) {
-        runs_of(scale_out::NAME, scale_out::profile(profile), |a| a.backend, &konnector, out, scale_out::run, &mut errors).await?;
+        runs_of(
+            scale_out::NAME,
+            scale_out::profile(profile),
+            |a| a.backend,
+            &konnector,
+            out,
+            scale_out::run,
+            &mut errors,
+        )
+        .await?;
     }
     if wanted(recovery::NAME) {
-        runs_of(recovery::NAME, recovery::profile(profile), |a| a.backend, &konnector, out, recovery::run, &mut errors).await?;
+        runs_of(
+            recovery::NAME,
+            recovery::profile(profile),
+            |a| a.backend,
+            &konnector,
+            out,
+            recovery::run,
+            &mut errors,
+        )
+        .await?;
     }
     let runs = Envelope::read_dir(out)?;
     for table in report::tables(&runs) {

@@ -12,7 +12,11 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 pub const POLL: Duration = Duration::from_millis(100);
 
 /// Polls `check` until it yields a value, or fails naming `what`.
-pub async fn wait_for<T>(what: &str, deadline: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> anyhow::Result<T> {
+pub async fn wait_for<T>(
+    what: &str,
+    deadline: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> anyhow::Result<T> {
     let start = Instant::now();
     loop {
         if let Some(value) = check().await {
@@ -173,7 +177,13 @@ impl Histogram {
                     .split("le=\"")
                     .nth(1)
                     .and_then(|v| v.split('"').next())
-                    .and_then(|v| if v == "+Inf" { Some(f64::INFINITY) } else { v.parse().ok() });
+                    .and_then(|v| {
+                        if v == "+Inf" {
+                            Some(f64::INFINITY)
+                        } else {
+                            v.parse().ok()
+                        }
+                    });
                 let (Some(le), Ok(count)) = (le, value.parse::<f64>()) else {
                     continue;
                 };
@@ -227,7 +237,10 @@ mod tests {
     fn percentiles_take_the_nearest_rank() {
         let ms = |v: u64| Duration::from_millis(v);
         let p = Percentiles::of((1..=100).rev().map(ms).collect());
-        assert_eq!((p.count, p.p50_ms, p.p99_ms, p.max_ms), (100, Some(50.0), Some(99.0), Some(100.0)));
+        assert_eq!(
+            (p.count, p.p50_ms, p.p99_ms, p.max_ms),
+            (100, Some(50.0), Some(99.0), Some(100.0))
+        );
         assert_eq!(Percentiles::of(Vec::new()).p50_ms, None);
     }
 

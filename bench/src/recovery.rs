@@ -12,9 +12,9 @@ use kbind_cluster::{ApiResource, ClusterClient, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::Profile;
 use crate::output::{Envelope, Table, fmt};
 use crate::world::{Backend, Layout, NAMESPACE, World, item_name};
-use crate::Profile;
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "recovery";
@@ -79,10 +79,18 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
     let objects = args.changes;
     world.create_items(&res, 0..objects, args.spec_bytes, 16).await?;
     world
-        .wait_synced(std::slice::from_ref(&res), objects, Duration::from_secs(1800), Duration::from_millis(250))
+        .wait_synced(
+            std::slice::from_ref(&res),
+            objects,
+            Duration::from_secs(1800),
+            Duration::from_millis(250),
+        )
         .await?;
 
-    let proxy = world.proxy.as_ref().ok_or_else(|| anyhow!("the recovery world has no proxy"))?;
+    let proxy = world
+        .proxy
+        .as_ref()
+        .ok_or_else(|| anyhow!("the recovery world has no proxy"))?;
     proxy.partition();
     let partitioned = Instant::now();
     // The changes spread over the partition, each side at the same pace, creates among them.
@@ -93,12 +101,22 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
         if i < args.changes {
             let name = item_name(i);
             let spec = Patch::Merge(json!({"spec": {"color": format!("r-{i}")}}));
-            world.consumer.patch(&res, Some(NAMESPACE), &name, &spec, &params).await.with_context(|| format!("changing {name}"))?;
+            world
+                .consumer
+                .patch(&res, Some(NAMESPACE), &name, &spec, &params)
+                .await
+                .with_context(|| format!("changing {name}"))?;
             let status = Patch::Merge(json!({"status": {"phase": format!("q-{i}")}}));
-            world.provider.patch_status(&res, Some(NAMESPACE), &name, &status, &params).await.with_context(|| format!("changing the status of {name}"))?;
+            world
+                .provider
+                .patch_status(&res, Some(NAMESPACE), &name, &status, &params)
+                .await
+                .with_context(|| format!("changing the status of {name}"))?;
         }
         if i < args.creates {
-            world.create_items(&res, objects + i..objects + i + 1, args.spec_bytes, 1).await?;
+            world
+                .create_items(&res, objects + i..objects + i + 1, args.spec_bytes, 1)
+                .await?;
         }
         tokio::time::sleep_until((partitioned + pace * (i as u32 + 1)).into()).await;
     }
@@ -158,10 +176,23 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    async fn of(provider: &dyn ClusterClient, consumer: &dyn ClusterClient, res: &ApiResource, args: &Args, objects: usize) -> anyhow::Result<Self> {
+    async fn of(
+        provider: &dyn ClusterClient,
+        consumer: &dyn ClusterClient,
+        res: &ApiResource,
+        args: &Args,
+        objects: usize,
+    ) -> anyhow::Result<Self> {
         let on = async |client: &dyn ClusterClient| -> anyhow::Result<BTreeMap<String, Value>> {
-            let list = client.list(res, Some(NAMESPACE), &Default::default()).await.context("listing objects")?;
-            Ok(list.items.into_iter().map(|o| (o.metadata.name.clone().unwrap_or_default(), o.data)).collect())
+            let list = client
+                .list(res, Some(NAMESPACE), &Default::default())
+                .await
+                .context("listing objects")?;
+            Ok(list
+                .items
+                .into_iter()
+                .map(|o| (o.metadata.name.clone().unwrap_or_default(), o.data))
+                .collect())
         };
         let provider_objects = on(provider).await?;
         let consumer_objects = on(consumer).await?;
@@ -198,7 +229,10 @@ impl Verdict {
         for i in objects..objects + args.creates {
             let name = item_name(i);
             let copied = provider_objects.contains_key(&name);
-            let status_back = consumer_objects.get(&name).and_then(|d| d.pointer("/status/phase")).is_some();
+            let status_back = consumer_objects
+                .get(&name)
+                .and_then(|d| d.pointer("/status/phase"))
+                .is_some();
             verdict.created_missing += usize::from(!(copied && status_back));
         }
         Ok(verdict)
@@ -219,7 +253,16 @@ impl Verdict {
 pub fn table(runs: &[&Envelope]) -> Table {
     let mut table = Table::new(
         "Recovery (workload 4): convergence after a partition",
-        &["backend", "partition s", "changes per side", "creates", "converged after s", "lost", "duplicated", "objects prov / cons / expected"],
+        &[
+            "backend",
+            "partition s",
+            "changes per side",
+            "creates",
+            "converged after s",
+            "lost",
+            "duplicated",
+            "objects prov / cons / expected",
+        ],
     );
     for run in runs {
         let sum = |a: &str, b: &str| run.num(a).zip(run.num(b)).map(|(x, y)| x + y);
@@ -229,7 +272,12 @@ pub fn table(runs: &[&Envelope]) -> Table {
             fmt(run.num("/changes_per_side"), 0),
             fmt(run.num("/creates"), 0),
             fmt(run.num("/converge_seconds"), 1),
-            fmt(sum("/verdict/spec_missing", "/verdict/status_missing").zip(run.num("/verdict/created_missing")).map(|(a, b)| a + b), 0),
+            fmt(
+                sum("/verdict/spec_missing", "/verdict/status_missing")
+                    .zip(run.num("/verdict/created_missing"))
+                    .map(|(a, b)| a + b),
+                0,
+            ),
             fmt(sum("/verdict/spec_duplicated", "/verdict/status_duplicated"), 0),
             format!(
                 "{} / {} / {}",
@@ -257,17 +305,41 @@ mod tests {
             proxy: false,
         };
         let res = api(&layout, 0, 0);
-        let crd_res = ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(&());
+        let crd_res = ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&());
         let mut sides = Vec::new();
         for name in ["provider", "consumer"] {
             let client = fakeapi::FakeCluster::builder(name).build().admin_client();
-            client.create(&crd_res, None, &object(crd(&res)).unwrap(), &Default::default()).await.unwrap();
+            client
+                .create(&crd_res, None, &object(crd(&res)).unwrap(), &Default::default())
+                .await
+                .unwrap();
+            crate::measure::wait_for("the CRD served", Duration::from_secs(30), async || {
+                client.list(&res, None, &Default::default()).await.ok().map(|_| ())
+            })
+            .await
+            .unwrap();
             for i in 0..n {
-                client.create(&res, Some(NAMESPACE), &item(&res, &item_name(i), i, 64).unwrap(), &Default::default()).await.unwrap();
+                client
+                    .create(
+                        &res,
+                        Some(NAMESPACE),
+                        &item(&res, &item_name(i), i, 64).unwrap(),
+                        &Default::default(),
+                    )
+                    .await
+                    .unwrap();
                 let status = Patch::Merge(json!({"status": {"phase": format!("q-{i}")}}));
-                client.patch_status(&res, Some(NAMESPACE), &item_name(i), &status, &PatchParams::default()).await.unwrap();
+                client
+                    .patch_status(&res, Some(NAMESPACE), &item_name(i), &status, &PatchParams::default())
+                    .await
+                    .unwrap();
                 let spec = Patch::Merge(json!({"spec": {"color": format!("r-{i}")}}));
-                client.patch(&res, Some(NAMESPACE), &item_name(i), &spec, &PatchParams::default()).await.unwrap();
+                client
+                    .patch(&res, Some(NAMESPACE), &item_name(i), &spec, &PatchParams::default())
+                    .await
+                    .unwrap();
             }
             sides.push(client);
         }
@@ -296,13 +368,23 @@ mod tests {
     #[tokio::test]
     async fn a_lost_copy_a_lost_status_and_a_duplicated_value_are_each_caught() {
         let (provider, consumer, res) = converged(4).await;
-        provider.delete(&res, Some(NAMESPACE), &item_name(1), &Default::default()).await.unwrap();
+        provider
+            .delete(&res, Some(NAMESPACE), &item_name(1), &Default::default())
+            .await
+            .unwrap();
         let stale = Patch::Merge(json!({"status": {"phase": "q-0"}}));
-        consumer.patch_status(&res, Some(NAMESPACE), &item_name(2), &stale, &PatchParams::default()).await.unwrap();
+        consumer
+            .patch_status(&res, Some(NAMESPACE), &item_name(2), &stale, &PatchParams::default())
+            .await
+            .unwrap();
         let verdict = Verdict::of(&provider, &consumer, &res, &args(4), 4).await.unwrap();
         assert!(!verdict.converged());
         assert_eq!((verdict.provider_objects, verdict.spec_missing), (3, 1), "{verdict:?}");
         // q-2 is lost, q-0 is held twice.
-        assert_eq!((verdict.status_missing, verdict.status_duplicated), (1, 1), "{verdict:?}");
+        assert_eq!(
+            (verdict.status_missing, verdict.status_duplicated),
+            (1, 1),
+            "{verdict:?}"
+        );
     }
 }

@@ -52,7 +52,10 @@ pub fn targets(runs: &[Envelope]) -> Table {
             verdict(ratio.map(|r| r >= 0.8)),
         ]);
     }
-    for run in of(runs, churn::NAME).into_iter().filter(|r| r.param("/rate") == Some(500.0)) {
+    for run in of(runs, churn::NAME)
+        .into_iter()
+        .filter(|r| r.param("/rate") == Some(500.0))
+    {
         for direction in ["spec_up", "status_down"] {
             let added = run.num(&format!("/added_p99_ms/{direction}"));
             table.row(vec![
@@ -68,12 +71,20 @@ pub fn targets(runs: &[Envelope]) -> Table {
         .map(|r| (r, "/rss_kib"))
         .chain(of(runs, scale_out::NAME).into_iter().map(|r| (r, "/rss_kib/idle")));
     for (run, rss_pointer) in memory_runs {
-        let json_kib = run.num("/json_bytes/provider").zip(run.num("/json_bytes/consumer")).map(|(p, c)| (p + c) / 1024.0);
+        let json_kib = run
+            .num("/json_bytes/provider")
+            .zip(run.num("/json_bytes/consumer"))
+            .map(|(p, c)| (p + c) / 1024.0);
         let target = json_kib.map(scale_out::rss_target_mib_of_kib);
         let rss = run.num(rss_pointer).map(|k| k / 1024.0);
         table.row(vec![
             "RSS ≤ 30 MiB + 3 × JSON of the cached copies".into(),
-            format!("{} {} ({} objects)", run.backend(), run.workload, fmt(run.num("/objects").or(run.num("/objects_total")), 0)),
+            format!(
+                "{} {} ({} objects)",
+                run.backend(),
+                run.workload,
+                fmt(run.num("/objects").or(run.num("/objects_total")), 0)
+            ),
             format!("{} of {} MiB", fmt(rss, 1), fmt(target, 1)),
             verdict(rss.zip(target).map(|(r, t)| r <= t)),
         ]);
@@ -81,15 +92,27 @@ pub fn targets(runs: &[Envelope]) -> Table {
     let scale = of(runs, scale_out::NAME);
     if scale.len() >= 2 {
         let series = |pointer: &str| -> Vec<(f64, f64)> {
-            scale.iter().filter_map(|r| r.num("/connections").zip(r.num(pointer))).collect()
+            scale
+                .iter()
+                .filter_map(|r| r.num("/connections").zip(r.num(pointer)))
+                .collect()
         };
         for (what, pointer) in [
             ("idle CPU % flat in N", "/idle_cpu_percent"),
-            ("idle provider req/min flat in N", "/idle_requests/provider/konnector_per_minute"),
-            ("idle consumer req/min flat in N", "/idle_requests/consumer/konnector_per_minute"),
+            (
+                "idle provider req/min flat in N",
+                "/idle_requests/provider/konnector_per_minute",
+            ),
+            (
+                "idle consumer req/min flat in N",
+                "/idle_requests/consumer/konnector_per_minute",
+            ),
         ] {
             let points = series(pointer);
-            let (low, high) = (points.iter().min_by(|a, b| a.0.total_cmp(&b.0)), points.iter().max_by(|a, b| a.0.total_cmp(&b.0)));
+            let (low, high) = (
+                points.iter().min_by(|a, b| a.0.total_cmp(&b.0)),
+                points.iter().max_by(|a, b| a.0.total_cmp(&b.0)),
+            );
             if let (Some(low), Some(high)) = (low, high) {
                 table.row(vec![
                     what.into(),
@@ -139,7 +162,8 @@ fn register_font() -> anyhow::Result<()> {
     })?;
     // plotters keeps registered fonts for the process's life.
     let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| anyhow!("{path} is not a usable font"))
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow!("{path} is not a usable font"))
 }
 
 type Series = (String, Vec<(f64, f64)>);
@@ -148,9 +172,11 @@ type Series = (String, Vec<(f64, f64)>);
 fn chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> anyhow::Result<()> {
     let points: Vec<(f64, f64)> = series.iter().flat_map(|(_, p)| p.iter().copied()).collect();
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("drawing {}: {e}", path.display()))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow!("drawing {}: {e}", path.display()))?;
     if points.is_empty() {
-        root.titled(&format!("{title}: no runs"), ("sans-serif", 22)).map_err(|e| anyhow!("{e}"))?;
+        root.titled(&format!("{title}: no runs"), ("sans-serif", 22))
+            .map_err(|e| anyhow!("{e}"))?;
         root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))?;
         return Ok(());
     }
@@ -214,18 +240,36 @@ fn plot_churn(runs: &[&Envelope], path: &Path) -> anyhow::Result<()> {
         }
         for (direction, pointer) in [("spec up", "spec_up"), ("status down", "status_down")] {
             for q in ["p50", "p99"] {
-                series.push(series_of(&runs, format!("{backend} {direction} {q}"), "/rate", &format!("/{pointer}/{q}_ms"), true));
+                series.push(series_of(
+                    &runs,
+                    format!("{backend} {direction} {q}"),
+                    "/rate",
+                    &format!("/{pointer}/{q}_ms"),
+                    true,
+                ));
             }
         }
     }
-    chart(path, "Churn: end-to-end latency against rate", "changes/s per side", "latency (ms)", &series)
+    chart(
+        path,
+        "Churn: end-to-end latency against rate",
+        "changes/s per side",
+        "latency (ms)",
+        &series,
+    )
 }
 
 fn plot_memory(runs: &[Envelope], path: &Path) -> anyhow::Result<()> {
     let mut series = Vec::new();
     for backend in ["real", "fake"] {
-        let sync: Vec<&Envelope> = of(runs, initial_sync::NAME).into_iter().filter(|r| r.backend() == backend).collect();
-        let scale: Vec<&Envelope> = of(runs, scale_out::NAME).into_iter().filter(|r| r.backend() == backend).collect();
+        let sync: Vec<&Envelope> = of(runs, initial_sync::NAME)
+            .into_iter()
+            .filter(|r| r.backend() == backend)
+            .collect();
+        let scale: Vec<&Envelope> = of(runs, scale_out::NAME)
+            .into_iter()
+            .filter(|r| r.backend() == backend)
+            .collect();
         let mut points = series_of(&sync, String::new(), "/objects", "/rss_kib", false).1;
         points.extend(series_of(&scale, String::new(), "/objects_total", "/rss_kib/idle", false).1);
         if !points.is_empty() {
@@ -233,8 +277,15 @@ fn plot_memory(runs: &[Envelope], path: &Path) -> anyhow::Result<()> {
             series.push((format!("{backend}: konnector RSS"), points));
         }
         let mut targets = Vec::new();
-        for (run, objects) in sync.iter().map(|r| (r, "/objects")).chain(scale.iter().map(|r| (r, "/objects_total"))) {
-            let json_kib = run.num("/json_bytes/provider").zip(run.num("/json_bytes/consumer")).map(|(p, c)| (p + c) / 1024.0);
+        for (run, objects) in sync
+            .iter()
+            .map(|r| (r, "/objects"))
+            .chain(scale.iter().map(|r| (r, "/objects_total")))
+        {
+            let json_kib = run
+                .num("/json_bytes/provider")
+                .zip(run.num("/json_bytes/consumer"))
+                .map(|(p, c)| (p + c) / 1024.0);
             if let Some(point) = run.num(objects).zip(json_kib.map(scale_out::rss_target_mib_of_kib)) {
                 targets.push(point);
             }
@@ -243,7 +294,13 @@ fn plot_memory(runs: &[Envelope], path: &Path) -> anyhow::Result<()> {
             series.push((format!("{backend}: target 30 MiB + 3 × JSON"), targets));
         }
     }
-    chart(path, "Konnector memory against synced objects", "objects", "MiB", &series)
+    chart(
+        path,
+        "Konnector memory against synced objects",
+        "objects",
+        "MiB",
+        &series,
+    )
 }
 
 fn plot_recovery(runs: &[&Envelope], path: &Path) -> anyhow::Result<()> {
@@ -251,17 +308,32 @@ fn plot_recovery(runs: &[&Envelope], path: &Path) -> anyhow::Result<()> {
     for backend in ["real", "fake"] {
         let runs: Vec<&Envelope> = runs.iter().copied().filter(|r| r.backend() == backend).collect();
         if !runs.is_empty() {
-            series.push(series_of(&runs, format!("{backend}: convergence after heal"), "/partition_seconds", "/converge_seconds", false));
+            series.push(series_of(
+                &runs,
+                format!("{backend}: convergence after heal"),
+                "/partition_seconds",
+                "/converge_seconds",
+                false,
+            ));
         }
     }
-    chart(path, "Recovery: convergence time against partition length", "partition (s)", "converged after heal (s)", &series)
+    chart(
+        path,
+        "Recovery: convergence time against partition length",
+        "partition (s)",
+        "converged after heal (s)",
+        &series,
+    )
 }
 
 /// Runs side by side: every number in the results, a column per file.
 pub fn compare(files: &[std::path::PathBuf]) -> anyhow::Result<Table> {
     let runs: Vec<Envelope> = files.iter().map(|f| Envelope::read(f)).collect::<anyhow::Result<_>>()?;
     let mut headers = vec!["figure".to_string()];
-    headers.extend(files.iter().map(|f| f.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned())));
+    headers.extend(files.iter().map(|f| {
+        f.file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+    }));
     let mut leaves = Vec::new();
     for run in &runs {
         collect_leaves(&run.results, String::new(), &mut leaves);
@@ -273,9 +345,14 @@ pub fn compare(files: &[std::path::PathBuf]) -> anyhow::Result<Table> {
         headers,
         rows: Vec::new(),
     };
-    table.row(std::iter::once("load before → after".to_string())
-        .chain(runs.iter().map(|r| format!("{} → {}", r.machine.load_before, r.machine.load_after)))
-        .collect());
+    table.row(
+        std::iter::once("load before → after".to_string())
+            .chain(
+                runs.iter()
+                    .map(|r| format!("{} → {}", r.machine.load_before, r.machine.load_after)),
+            )
+            .collect(),
+    );
     for pointer in leaves {
         let mut row = vec![pointer.clone()];
         row.extend(runs.iter().map(|r| match r.results.pointer(&pointer) {

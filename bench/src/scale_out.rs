@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::Profile;
 use crate::output::{Envelope, Table, fmt};
 use crate::world::{Backend, Layout, World};
-use crate::Profile;
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "scale_out";
@@ -150,18 +150,38 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
 pub fn table(runs: &[&Envelope]) -> Table {
     let mut table = Table::new(
         "Scale-out (workload 3): idle cost by Connections",
-        &["backend", "Connections", "APIs", "objects", "sync s", "RSS ready / synced / idle MiB", "JSON KiB (prov + cons)", "RSS target MiB", "idle CPU %", "idle req/min prov / cons", "watches open prov / cons"],
+        &[
+            "backend",
+            "Connections",
+            "APIs",
+            "objects",
+            "sync s",
+            "RSS ready / synced / idle MiB",
+            "JSON KiB (prov + cons)",
+            "RSS target MiB",
+            "idle CPU %",
+            "idle req/min prov / cons",
+            "watches open prov / cons",
+        ],
     );
     for run in runs {
         let mib = |p: &str| fmt(run.num(p).map(|k| k / 1024.0), 1);
-        let json_kib = run.num("/json_bytes/provider").zip(run.num("/json_bytes/consumer")).map(|(p, c)| (p + c) / 1024.0);
+        let json_kib = run
+            .num("/json_bytes/provider")
+            .zip(run.num("/json_bytes/consumer"))
+            .map(|(p, c)| (p + c) / 1024.0);
         table.row(vec![
             run.backend().into(),
             fmt(run.num("/connections"), 0),
             fmt(run.num("/apis_total"), 0),
             fmt(run.num("/objects_total"), 0),
             fmt(run.num("/sync_seconds"), 1),
-            format!("{} / {} / {}", mib("/rss_kib/ready"), mib("/rss_kib/synced"), mib("/rss_kib/idle")),
+            format!(
+                "{} / {} / {}",
+                mib("/rss_kib/ready"),
+                mib("/rss_kib/synced"),
+                mib("/rss_kib/idle")
+            ),
             fmt(json_kib, 0),
             fmt(json_kib.map(rss_target_mib_of_kib), 1),
             fmt(run.num("/idle_cpu_percent"), 2),

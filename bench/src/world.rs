@@ -217,8 +217,18 @@ impl World {
                 consumer_server,
                 ..
             } => (
-                config_of(&provider_server.admin_kubeconfig().ok_or_else(|| anyhow!("no admin kubeconfig"))?).await?,
-                config_of(&consumer_server.admin_kubeconfig().ok_or_else(|| anyhow!("no admin kubeconfig"))?).await?,
+                config_of(
+                    &provider_server
+                        .admin_kubeconfig()
+                        .ok_or_else(|| anyhow!("no admin kubeconfig"))?,
+                )
+                .await?,
+                config_of(
+                    &consumer_server
+                        .admin_kubeconfig()
+                        .ok_or_else(|| anyhow!("no admin kubeconfig"))?,
+                )
+                .await?,
             ),
             Servers::Real { env, .. } => (
                 env.cluster(0).config(User::Admin).await?,
@@ -257,12 +267,23 @@ impl World {
 
     async fn prepare_consumer(&self, provider_kubeconfigs: &[String]) -> anyhow::Result<()> {
         for crd in kbind_api::crds() {
-            self.consumer.create_typed(&crd).await.context("creating kbind's CRDs")?;
+            self.consumer
+                .create_typed(&crd)
+                .await
+                .context("creating kbind's CRDs")?;
         }
-        create(&*self.consumer, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}})).await?;
+        create(
+            &*self.consumer,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}}),
+        )
+        .await?;
         for res in [erase::<kbind_api::Connection>(), erase::<kbind_api::ClusterBinding>()] {
             wait_for(&format!("{} served", res.plural), SETUP_DEADLINE, async || {
-                self.consumer.list(&res, None, &Default::default()).await.ok().map(|_| ())
+                self.consumer
+                    .list(&res, None, &Default::default())
+                    .await
+                    .ok()
+                    .map(|_| ())
             })
             .await?;
         }
@@ -271,8 +292,12 @@ impl World {
             let apis: Vec<Value> = (0..self.layout.apis)
                 .map(|a| json!({"name": format!("{}.{GROUP}", self.api(c, a).plural)}))
                 .collect();
-            create(&*self.consumer, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "kbind"},
-                                           "stringData": {"kubeconfig": kubeconfig}})).await?;
+            create(
+                &*self.consumer,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "kbind"},
+                                           "stringData": {"kubeconfig": kubeconfig}}),
+            )
+            .await?;
             create(&*self.consumer, json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection", "metadata": {"name": name},
                                            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": name, "key": "kubeconfig"}}})).await?;
             create(&*self.consumer, json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "ClusterBinding", "metadata": {"name": format!("b{c}")},
@@ -313,9 +338,17 @@ impl World {
             .map_err(|e| self.with_log(e))?;
         }
         for res in self.apis() {
-            wait_for(&format!("{} served on the consumer", res.plural), SETUP_DEADLINE, async || {
-                self.consumer.list(&res, None, &Default::default()).await.ok().map(|_| ())
-            })
+            wait_for(
+                &format!("{} served on the consumer", res.plural),
+                SETUP_DEADLINE,
+                async || {
+                    self.consumer
+                        .list(&res, None, &Default::default())
+                        .await
+                        .ok()
+                        .map(|_| ())
+                },
+            )
             .await?;
         }
         Ok(())
@@ -330,7 +363,9 @@ impl World {
     }
 
     fn child(&self) -> anyhow::Result<&Child> {
-        self.konnector.as_ref().ok_or_else(|| anyhow!("the konnector is not running"))
+        self.konnector
+            .as_ref()
+            .ok_or_else(|| anyhow!("the konnector is not running"))
     }
 
     /// The konnector's `VmRSS` and `VmHWM`, KiB.
@@ -400,7 +435,8 @@ impl World {
     /// workloads' own).
     pub fn start_provider_controllers(&mut self) {
         for res in self.apis() {
-            self.controllers.push(tokio::spawn(status_controller(self.provider.clone(), res)));
+            self.controllers
+                .push(tokio::spawn(status_controller(self.provider.clone(), res)));
         }
     }
 
@@ -418,12 +454,17 @@ impl World {
     /// A mark where a window of [`World::requests_since`] starts.
     pub async fn request_mark(&self) -> anyhow::Result<RequestMark> {
         Ok(match &self.servers {
-            Servers::Fake { provider, consumer, .. } => RequestMark::Fake(provider.request_log().len(), consumer.request_log().len()),
+            Servers::Fake { provider, consumer, .. } => {
+                RequestMark::Fake(provider.request_log().len(), consumer.request_log().len())
+            }
             Servers::Real {
                 provider_admin,
                 consumer_admin,
                 ..
-            } => RequestMark::Real(apiserver_counts(provider_admin).await?, apiserver_counts(consumer_admin).await?),
+            } => RequestMark::Real(
+                apiserver_counts(provider_admin).await?,
+                apiserver_counts(consumer_admin).await?,
+            ),
         })
     }
 
@@ -526,12 +567,21 @@ impl Side {
 
 /// The apiserver's request counters and open watches, from its `/metrics`.
 async fn apiserver_counts(client: &kube::Client) -> anyhow::Result<Side> {
-    let request = http::Request::get("/metrics").body(Vec::new()).context("a metrics request")?;
-    let text = client.request_text(request).await.context("reading the apiserver's /metrics")?;
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .context("a metrics request")?;
+    let text = client
+        .request_text(request)
+        .await
+        .context("reading the apiserver's /metrics")?;
     Ok(Side {
         all: measure::metric_sum(&text, "apiserver_request_total", &[]),
         watches_opened: measure::metric_sum(&text, "apiserver_request_total", &["verb=\"WATCH\""]),
-        watches_open: Some(measure::metric_sum(&text, "apiserver_longrunning_requests", &["verb=\"WATCH\""])),
+        watches_open: Some(measure::metric_sum(
+            &text,
+            "apiserver_longrunning_requests",
+            &["verb=\"WATCH\""],
+        )),
         by_kind: BTreeMap::new(),
     })
 }
@@ -547,7 +597,10 @@ async fn create(client: &dyn ClusterClient, value: Value) -> anyhow::Result<()> 
         "ClusterBinding" => erase::<kbind_api::ClusterBinding>(),
         other => bail!("the benchmark does not create {other}"),
     };
-    let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+    let namespace = value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     client
         .create(&res, namespace.as_deref(), &object(value)?, &Default::default())
         .await
@@ -579,21 +632,32 @@ async fn prepare_provider(provider: &dyn ClusterClient, layout: &Layout, subject
         }
     }
     for (res, rbac) in provider_rbac(subjects) {
-        provider.create(&res, None, &object(rbac)?, &Default::default()).await.context("creating RBAC")?;
+        provider
+            .create(&res, None, &object(rbac)?, &Default::default())
+            .await
+            .context("creating RBAC")?;
     }
     for c in 0..layout.connections {
         for a in 0..layout.apis {
             let res = api(layout, c, a);
-            wait_for(&format!("{} served on the provider", res.plural), SETUP_DEADLINE, async || {
-                provider.list(&res, None, &Default::default()).await.ok().map(|_| ())
-            })
+            wait_for(
+                &format!("{} served on the provider", res.plural),
+                SETUP_DEADLINE,
+                async || provider.list(&res, None, &Default::default()).await.ok().map(|_| ()),
+            )
             .await?;
         }
     }
     Ok(())
 }
 
-type Started = (Servers, Arc<dyn ClusterClient>, Arc<dyn ClusterClient>, Vec<String>, Option<FaultProxy>);
+type Started = (
+    Servers,
+    Arc<dyn ClusterClient>,
+    Arc<dyn ClusterClient>,
+    Vec<String>,
+    Option<FaultProxy>,
+);
 
 async fn start_fake(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Result<Started> {
     let random = || Token::random().map_err(|_| anyhow!("no randomness for a token"));
@@ -630,8 +694,11 @@ async fn start_fake(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Res
     if provider_server.url().starts_with("http:") || consumer_server.url().starts_with("http:") {
         bail!("the fake clusters must be served over HTTPS, as real ones are");
     }
-    std::fs::write(konnector_kubeconfig, consumer_server.kubeconfig(&konnector_token_text, KONNECTOR_USER))
-        .context("writing the konnector's kubeconfig")?;
+    std::fs::write(
+        konnector_kubeconfig,
+        consumer_server.kubeconfig(&konnector_token_text, KONNECTOR_USER),
+    )
+    .context("writing the konnector's kubeconfig")?;
     let provider: Arc<dyn ClusterClient> = Arc::new(provider_cluster.admin_client());
     let consumer: Arc<dyn ClusterClient> = Arc::new(consumer_cluster.admin_client());
     let subjects = (0..layout.connections)
@@ -639,7 +706,11 @@ async fn start_fake(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Res
         .collect();
     prepare_provider(&*provider, layout, subjects).await?;
     let proxy = match layout.proxy {
-        true => Some(FaultProxy::start(provider_server.addr()).await.context("starting the proxy")?),
+        true => Some(
+            FaultProxy::start(provider_server.addr())
+                .await
+                .context("starting the proxy")?,
+        ),
         false => None,
     };
     let kubeconfigs = tokens
@@ -672,10 +743,18 @@ async fn start_real(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Res
     // per request, and the provider side keeps one least-privilege identity per Connection.
     std::fs::copy(env.cluster(1).kubeconfig_path(User::Admin), konnector_kubeconfig)
         .context("copying the consumer's kubeconfig")?;
-    create(&*provider, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROVIDER_ACCOUNTS}})).await?;
+    create(
+        &*provider,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROVIDER_ACCOUNTS}}),
+    )
+    .await?;
     for c in 0..layout.connections {
-        create(&*provider, json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                                  "metadata": {"name": identity(c), "namespace": PROVIDER_ACCOUNTS}})).await?;
+        create(
+            &*provider,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                  "metadata": {"name": identity(c), "namespace": PROVIDER_ACCOUNTS}}),
+        )
+        .await?;
     }
     let subjects = (0..layout.connections)
         .map(|c| json!({"kind": "ServiceAccount", "name": identity(c), "namespace": PROVIDER_ACCOUNTS}))
@@ -691,7 +770,9 @@ async fn start_real(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Res
         true => Some(FaultProxy::start(upstream).await.context("starting the proxy")?),
         false => None,
     };
-    let server = proxy.as_ref().map_or_else(|| env.cluster(0).server(), FaultProxy::server);
+    let server = proxy
+        .as_ref()
+        .map_or_else(|| env.cluster(0).server(), FaultProxy::server);
     let ca_path = env
         .cluster(0)
         .kubeconfig(User::Admin)
@@ -715,7 +796,10 @@ async fn start_real(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Res
             .create_token_request(&identity(c), &Default::default(), &request)
             .await
             .context("minting a ServiceAccount token")?;
-        let token = minted.status.ok_or_else(|| anyhow!("a TokenRequest without a status"))?.token;
+        let token = minted
+            .status
+            .ok_or_else(|| anyhow!("a TokenRequest without a status"))?
+            .token;
         let kubeconfig = json!({
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "provider", "cluster": {"server": server, "certificate-authority-data": ca}}],
@@ -745,7 +829,10 @@ async fn status_controller(provider: Arc<dyn ClusterClient>, res: ApiResource) {
             answer(&provider, &res, obj, &limit).await;
         }
         let rv = list.metadata.resource_version.unwrap_or_default();
-        let Ok(mut stream) = provider.watch(&res, Some(NAMESPACE), &WatchParams::default(), &rv).await else {
+        let Ok(mut stream) = provider
+            .watch(&res, Some(NAMESPACE), &WatchParams::default(), &rv)
+            .await
+        else {
             continue;
         };
         while let Some(Ok(event)) = stream.next().await {
@@ -756,7 +843,12 @@ async fn status_controller(provider: Arc<dyn ClusterClient>, res: ApiResource) {
     }
 }
 
-async fn answer(provider: &Arc<dyn ClusterClient>, res: &ApiResource, obj: DynamicObject, limit: &Arc<tokio::sync::Semaphore>) {
+async fn answer(
+    provider: &Arc<dyn ClusterClient>,
+    res: &ApiResource,
+    obj: DynamicObject,
+    limit: &Arc<tokio::sync::Semaphore>,
+) {
     if obj.data.pointer("/status/phase").is_some() {
         return;
     }
@@ -772,7 +864,13 @@ async fn answer(provider: &Arc<dyn ClusterClient>, res: &ApiResource, obj: Dynam
         // A copy deleted meanwhile, or a conflict with a workload's own status change: the
         // workload's value wins, nothing to retry.
         let _ = provider
-            .patch_status(&res, Some(NAMESPACE), &name, &Patch::Merge(status), &PatchParams::default())
+            .patch_status(
+                &res,
+                Some(NAMESPACE),
+                &name,
+                &Patch::Merge(status),
+                &PatchParams::default(),
+            )
             .await;
         drop(permit);
     });
@@ -781,7 +879,13 @@ async fn answer(provider: &Arc<dyn ClusterClient>, res: &ApiResource, obj: Dynam
 impl World {
     /// Waits until each of `apis` holds `per_api` objects on the provider and as many with a
     /// status on the consumer (every copy made, every status back); polls every `every`.
-    pub async fn wait_synced(&self, apis: &[ApiResource], per_api: usize, deadline: Duration, every: Duration) -> anyhow::Result<()> {
+    pub async fn wait_synced(
+        &self,
+        apis: &[ApiResource],
+        per_api: usize,
+        deadline: Duration,
+        every: Duration,
+    ) -> anyhow::Result<()> {
         let start = std::time::Instant::now();
         let mut last;
         loop {
@@ -816,7 +920,10 @@ impl World {
     pub async fn json_bytes(client: &dyn ClusterClient, apis: &[ApiResource]) -> anyhow::Result<u64> {
         let mut bytes = 0;
         for res in apis {
-            let list = client.list(res, Some(NAMESPACE), &Default::default()).await.context("listing objects")?;
+            let list = client
+                .list(res, Some(NAMESPACE), &Default::default())
+                .await
+                .context("listing objects")?;
             for item in &list.items {
                 bytes += serde_json::to_vec(item).context("encoding an object")?.len() as u64;
             }

@@ -22,7 +22,10 @@ fn konnector_binary() -> PathBuf {
         if !cfg!(debug_assertions) {
             build.arg("--release");
         }
-        assert!(build.status().expect("cargo runs").success(), "building konnector failed");
+        assert!(
+            build.status().expect("cargo runs").success(),
+            "building konnector failed"
+        );
     }
     assert!(path.exists(), "no konnector at {}", path.display());
     path
@@ -69,10 +72,20 @@ fn assert_complete(run: &Value) {
         "/machine/load_after",
         "/machine/konnector_binary",
     ] {
-        assert!(run.pointer(pointer).is_some_and(|v| !v.is_null()), "{workload}: no {pointer} in {run:#}");
+        assert!(
+            run.pointer(pointer).is_some_and(|v| !v.is_null()),
+            "{workload}: no {pointer} in {run:#}"
+        );
     }
     let figures: &[&str] = match workload {
-        "initial_sync" => &["/sync_seconds", "/objects_per_second", "/rss_kib", "/json_bytes/provider", "/json_bytes/consumer", "/konnector_cpu_seconds"],
+        "initial_sync" => &[
+            "/sync_seconds",
+            "/objects_per_second",
+            "/rss_kib",
+            "/json_bytes/provider",
+            "/json_bytes/consumer",
+            "/konnector_cpu_seconds",
+        ],
         "churn" => &[
             "/spec_up/p99_ms",
             "/status_down/p99_ms",
@@ -89,18 +102,36 @@ fn assert_complete(run: &Value) {
             "/idle_requests/consumer/konnector_per_minute",
             "/json_bytes/provider",
         ],
-        "recovery" => &["/converge_seconds", "/verdict/expected_objects", "/verdict/spec_missing", "/verdict/status_duplicated"],
-        "ceiling" => &["/objects_per_second", "/writes_per_second", "/per_object_latency/p99_ms"],
+        "recovery" => &[
+            "/converge_seconds",
+            "/verdict/expected_objects",
+            "/verdict/spec_missing",
+            "/verdict/status_duplicated",
+        ],
+        "ceiling" => &[
+            "/objects_per_second",
+            "/writes_per_second",
+            "/per_object_latency/p99_ms",
+        ],
         other => panic!("an unknown workload {other}"),
     };
     for pointer in figures {
         let value = run["results"].pointer(pointer);
-        assert!(value.is_some_and(|v| v.is_number()), "{workload}: {pointer} is not a number in {:#}", run["results"]);
+        assert!(
+            value.is_some_and(|v| v.is_number()),
+            "{workload}: {pointer} is not a number in {:#}",
+            run["results"]
+        );
     }
     let checks = run["results"]["checks"].as_object().expect("checks");
     assert!(!checks.is_empty(), "{workload}: no checks");
     for (name, held) in checks {
-        assert_eq!(held, &Value::Bool(true), "{workload}: check {name} failed in {:#}", run["results"]);
+        assert_eq!(
+            held,
+            &Value::Bool(true),
+            "{workload}: check {name} failed in {:#}",
+            run["results"]
+        );
     }
 }
 
@@ -113,7 +144,11 @@ fn every_workload_runs_at_smoke_size_and_its_checks_hold() {
     let runs = envelopes(&dir);
     let mut names: Vec<&str> = runs.iter().map(|r| r["workload"].as_str().unwrap()).collect();
     names.sort();
-    assert_eq!(names, ["ceiling", "churn", "initial_sync", "recovery", "scale_out"], "{stdout}");
+    assert_eq!(
+        names,
+        ["ceiling", "churn", "initial_sync", "recovery", "scale_out"],
+        "{stdout}"
+    );
     for run in &runs {
         assert_complete(run);
     }
@@ -122,7 +157,13 @@ fn every_workload_runs_at_smoke_size_and_its_checks_hold() {
         assert!(stdout.contains(title), "no {title} table in:\n{stdout}");
     }
     let report = out.path().join("report");
-    bench(&["report", "--in", dir.to_str().unwrap(), "--out", report.to_str().unwrap()]);
+    bench(&[
+        "report",
+        "--in",
+        dir.to_str().unwrap(),
+        "--out",
+        report.to_str().unwrap(),
+    ]);
     for file in ["tables.md", "churn-latency.png", "rss.png", "recovery.png"] {
         let bytes = std::fs::read(report.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(!bytes.is_empty(), "{file} is empty");
@@ -146,12 +187,36 @@ fn the_real_server_paths_run_at_smoke_size() {
     // the apiservers' own request counters; recovery covers the FaultProxy in front of one.
     let scale = out.path().join("scale.json");
     bench(&[
-        "scale-out", "--backend", "real", "--connections", "2", "--apis", "1", "--objects", "2", "--settle", "1", "--idle", "2",
-        "--baseline", "1", "--json", scale.to_str().unwrap(),
+        "scale-out",
+        "--backend",
+        "real",
+        "--connections",
+        "2",
+        "--apis",
+        "1",
+        "--objects",
+        "2",
+        "--settle",
+        "1",
+        "--idle",
+        "2",
+        "--baseline",
+        "1",
+        "--json",
+        scale.to_str().unwrap(),
     ]);
     let recovery = out.path().join("recovery.json");
     bench(&[
-        "recovery", "--backend", "real", "--partition", "2", "--changes", "5", "--creates", "2", "--json",
+        "recovery",
+        "--backend",
+        "real",
+        "--partition",
+        "2",
+        "--changes",
+        "5",
+        "--creates",
+        "2",
+        "--json",
         recovery.to_str().unwrap(),
     ]);
     for path in [scale, recovery] {
