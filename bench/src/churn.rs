@@ -83,7 +83,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Runs the workload; its figures and checks.
 pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
-    if args.objects < 2 || !(args.rate > 0.0) {
+    if args.objects < 2 || args.rate.is_nan() || args.rate <= 0.0 {
         bail!("--objects must be at least 2 and --rate positive");
     }
     let layout = Layout {

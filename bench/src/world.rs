@@ -168,7 +168,8 @@ enum Servers {
         consumer_server: RunningServer,
     },
     Real {
-        env: TestEnv,
+        // Boxed: the environment is large and a world holds one or the other.
+        env: Box<TestEnv>,
         provider_admin: kube::Client,
         consumer_admin: kube::Client,
     },
@@ -810,7 +811,7 @@ async fn start_real(layout: &Layout, konnector_kubeconfig: &Path) -> anyhow::Res
         kubeconfigs.push(serde_json::to_string_pretty(&kubeconfig).context("encoding a kubeconfig")?);
     }
     let servers = Servers::Real {
-        env,
+        env: Box::new(env),
         provider_admin,
         consumer_admin,
     };
