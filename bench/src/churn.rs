@@ -1,0 +1,416 @@
+//! Workload 2, churn: consumer spec changes and provider status changes at a steady rate while
+//! this process watches both sides and times each change end to end; the time each write itself
+//! took (the apiserver's own latency, as the load generator sees it) is measured beside it, so
+//! the konnector's added latency is the difference of the two p99s.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt as _;
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::Profile;
+use crate::measure::{Histogram, Percentiles, wait_for};
+use crate::output::{Envelope, Table, fmt};
+use crate::world::{Backend, Layout, NAMESPACE, World, item_name};
+
+/// The workload's name in JSON and file names.
+pub const NAME: &str = "churn";
+
+/// How long the changes still in flight when the load stops may take to arrive.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Flags of the churn workload.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct Args {
+    /// Real apiservers or fakeapi.
+    #[arg(long, value_enum, default_value = "fake")]
+    pub backend: Backend,
+    /// Objects synced before the changes start.
+    #[arg(long, default_value_t = 1000)]
+    pub objects: usize,
+    /// Consumer spec changes per second, and as many provider status changes.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Seconds of steady changes.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// Bytes of JSON per object's spec.
+    #[arg(long, default_value_t = 1024)]
+    pub spec_bytes: usize,
+    /// Writes in flight at most (a change waits for a slot rather than pile up).
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight: usize,
+}
+
+/// The runs of a profile.
+pub fn profile(profile: Profile) -> Vec<Args> {
+    let args = |backend, rate, duration| Args {
+        backend,
+        objects: 1000,
+        rate,
+        duration,
+        spec_bytes: 1024,
+        max_in_flight: 64,
+    };
+    match profile {
+        Profile::Smoke => vec![Args {
+            objects: 20,
+            ..args(Backend::Fake, 20.0, 2)
+        }],
+        Profile::Full => vec![
+            args(Backend::Real, 100.0, 30),
+            args(Backend::Real, 500.0, 30),
+            args(Backend::Fake, 100.0, 30),
+            args(Backend::Fake, 500.0, 30),
+            args(Backend::Fake, 2000.0, 30),
+        ],
+    }
+}
+
+/// Changes sent and not yet seen on the other side: marker → (object, when it was sent).
+type Pending = Arc<Mutex<HashMap<String, (String, Instant)>>>;
+type Samples = Arc<Mutex<Vec<Duration>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs the workload; its figures and checks.
+pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
+    if args.objects < 2 || args.rate.is_nan() || args.rate <= 0.0 {
+        bail!("--objects must be at least 2 and --rate positive");
+    }
+    let layout = Layout {
+        backend: args.backend,
+        connections: 1,
+        apis: 1,
+        proxy: false,
+    };
+    let mut world = World::start(layout).await?;
+    world.start_provider_controllers();
+    world.start_konnector(konnector).await?;
+    let res = world.api(0, 0);
+    world.create_items(&res, 0..args.objects, args.spec_bytes, 16).await?;
+    world
+        .wait_synced(
+            std::slice::from_ref(&res),
+            args.objects,
+            Duration::from_secs(1800),
+            Duration::from_millis(250),
+        )
+        .await?;
+
+    let metrics_before = world.konnector_metrics().await?;
+    let cpu_before = world.konnector_cpu_seconds()?;
+    let outcome = changes(&world, &res, args).await?;
+    let cpu = world.konnector_cpu_seconds()? - cpu_before;
+    let metrics_after = world.konnector_metrics().await?;
+    world.check_running()?;
+    let (rss_kib, hwm_kib) = world.konnector_memory_kib()?;
+    world.shutdown().await?;
+
+    let histogram = |name: &str| {
+        let h = Histogram::parse(&metrics_after, name).since(&Histogram::parse(&metrics_before, name));
+        json!({"count": h.count, "p50_le_ms": h.quantile_le_ms(0.5), "p99_le_ms": h.quantile_le_ms(0.99)})
+    };
+    let added = |e2e: &Percentiles, write: &Percentiles| e2e.p99_ms.zip(write.p99_ms).map(|(e, w)| e - w);
+    Ok(json!({
+        "sent_per_side": outcome.sent,
+        "achieved_rate_per_side": outcome.sent as f64 / outcome.load_seconds,
+        "spec_up": outcome.spec_up,
+        "status_down": outcome.status_down,
+        "consumer_spec_write": outcome.spec_write,
+        "provider_status_write": outcome.status_write,
+        "added_p99_ms": {
+            "spec_up": added(&outcome.spec_up, &outcome.spec_write),
+            "status_down": added(&outcome.status_down, &outcome.status_write),
+        },
+        "konnector_histograms": {
+            "spec_up": histogram("kbind_spec_up_seconds"),
+            "status_down": histogram("kbind_status_down_seconds"),
+        },
+        "konnector_cpu_percent": 100.0 * cpu / outcome.load_seconds,
+        "rss_kib": rss_kib,
+        "rss_peak_kib": hwm_kib,
+        "checks": {
+            "every_spec_change_arrived": outcome.spec_up.count as u64 == outcome.sent,
+            "every_status_change_arrived": outcome.status_down.count as u64 == outcome.sent,
+        },
+    }))
+}
+
+struct Outcome {
+    sent: u64,
+    load_seconds: f64,
+    spec_up: Percentiles,
+    status_down: Percentiles,
+    spec_write: Percentiles,
+    status_write: Percentiles,
+}
+
+/// Sends status changes on the provider and spec changes on the consumer at `args.rate` each,
+/// then waits for the last to arrive.
+async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Result<Outcome> {
+    let status_pending: Pending = Arc::default();
+    let spec_pending: Pending = Arc::default();
+    let status_seen: Samples = Arc::default();
+    let spec_seen: Samples = Arc::default();
+    let status_writes: Samples = Arc::default();
+    let spec_writes: Samples = Arc::default();
+    let status_watch = tokio::spawn(observe(
+        world.consumer.clone(),
+        res.clone(),
+        "/status/phase",
+        status_pending.clone(),
+        status_seen.clone(),
+    ));
+    let spec_watch = tokio::spawn(observe(
+        world.provider.clone(),
+        res.clone(),
+        "/spec/color",
+        spec_pending.clone(),
+        spec_seen.clone(),
+    ));
+    wait_watching(world, res, &status_pending, &spec_pending).await?;
+    lock(&status_seen).clear();
+    lock(&spec_seen).clear();
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight.max(2)));
+    let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.duration);
+    let mut sent = 0u64;
+    while Instant::now() < end {
+        tick.tick().await;
+        // Status and spec changes go to different objects, each object changed at most once per
+        // N / rate seconds, so no change is folded into the next.
+        let n = args.objects;
+        let status_object = item_name(sent as usize % n);
+        let spec_object = item_name((sent as usize + n / 2) % n);
+        let jobs = [
+            (
+                world.provider.clone(),
+                status_object,
+                format!("s-{sent}"),
+                true,
+                status_pending.clone(),
+                status_writes.clone(),
+            ),
+            (
+                world.consumer.clone(),
+                spec_object,
+                format!("c-{sent}"),
+                false,
+                spec_pending.clone(),
+                spec_writes.clone(),
+            ),
+        ];
+        for (client, name, marker, status, pending, writes) in jobs {
+            let permit = slots.clone().acquire_owned().await.context("the write slots closed")?;
+            let (res, failures) = (res.clone(), failures.clone());
+            tokio::spawn(async move {
+                let params = PatchParams::default();
+                lock(&pending).insert(marker.clone(), (name.clone(), Instant::now()));
+                let began = Instant::now();
+                let written = if status {
+                    let patch = Patch::Merge(json!({"status": {"phase": marker}}));
+                    client.patch_status(&res, Some(NAMESPACE), &name, &patch, &params).await
+                } else {
+                    let patch = Patch::Merge(json!({"spec": {"color": marker}}));
+                    client.patch(&res, Some(NAMESPACE), &name, &patch, &params).await
+                };
+                match written {
+                    Ok(_) => lock(&writes).push(began.elapsed()),
+                    Err(e) => {
+                        lock(&pending).remove(&marker);
+                        lock(&failures).push(format!("{name}: {e}"));
+                    }
+                }
+                drop(permit);
+            });
+        }
+        sent += 1;
+    }
+    let load_seconds = start.elapsed().as_secs_f64();
+    let _ = slots.acquire_many(args.max_in_flight.max(2) as u32).await;
+    if let Some(failure) = lock(&failures).first() {
+        bail!("{} writes failed, e.g. {failure}", lock(&failures).len());
+    }
+    let drained = wait_for("the last changes to arrive", DRAIN_DEADLINE, async || {
+        (lock(&status_pending).is_empty() && lock(&spec_pending).is_empty()).then_some(())
+    })
+    .await;
+    status_watch.abort();
+    spec_watch.abort();
+    let missing = (lock(&status_pending).len(), lock(&spec_pending).len());
+    if let Err(e) = drained {
+        eprintln!("{e}: {} status and {} spec changes never arrived", missing.0, missing.1);
+    }
+    let take = |s: &Samples| Percentiles::of(std::mem::take(&mut *lock(s)));
+    Ok(Outcome {
+        sent,
+        load_seconds,
+        spec_up: take(&spec_seen),
+        status_down: take(&status_seen),
+        spec_write: take(&spec_writes),
+        status_write: take(&status_writes),
+    })
+}
+
+/// Changes one object on each side and waits until both watches have seen it.
+async fn wait_watching(
+    world: &World,
+    res: &ApiResource,
+    status_pending: &Pending,
+    spec_pending: &Pending,
+) -> anyhow::Result<()> {
+    let probe = item_name(0);
+    // A new marker per attempt: writing the same value again would be no change and no event.
+    let mut attempt = 0u32;
+    wait_for("both watches open", Duration::from_secs(60), async || {
+        attempt += 1;
+        let status_marker = format!("probe-status-{attempt}");
+        let spec_marker = format!("probe-spec-{attempt}");
+        lock(status_pending).insert(status_marker.clone(), (probe.clone(), Instant::now()));
+        lock(spec_pending).insert(spec_marker.clone(), (probe.clone(), Instant::now()));
+        // Written on the sides the watches read: the status on the consumer, the spec on the
+        // provider (the konnector puts the spec back, which is a later event).
+        let params = PatchParams::default();
+        let status = Patch::Merge(json!({"status": {"phase": status_marker}}));
+        let spec = Patch::Merge(json!({"spec": {"color": spec_marker}}));
+        let _ = world
+            .consumer
+            .patch_status(res, Some(NAMESPACE), &probe, &status, &params)
+            .await;
+        let _ = world.provider.patch(res, Some(NAMESPACE), &probe, &spec, &params).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let done = !lock(status_pending).contains_key(&status_marker) && !lock(spec_pending).contains_key(&spec_marker);
+        lock(status_pending).clear();
+        lock(spec_pending).clear();
+        done.then_some(())
+    })
+    .await
+}
+
+/// Watches the objects of `res` and, for each object whose `field` holds a pending marker,
+/// records how long ago that marker was sent.
+async fn observe(
+    client: Arc<dyn ClusterClient>,
+    res: ApiResource,
+    field: &'static str,
+    pending: Pending,
+    seen: Samples,
+) {
+    let mut resource_version = String::new();
+    loop {
+        if resource_version.is_empty() {
+            match client.list(&res, Some(NAMESPACE), &Default::default()).await {
+                Ok(list) => resource_version = list.metadata.resource_version.unwrap_or_default(),
+                Err(e) => {
+                    eprintln!("listing for the latency watch failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        }
+        let mut stream = match client
+            .watch(&res, Some(NAMESPACE), &WatchParams::default(), &resource_version)
+            .await
+        {
+            Ok(stream) => stream,
+            Err(e) => {
+                eprintln!("the latency watch failed to open: {e}");
+                resource_version.clear();
+                continue;
+            }
+        };
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
+                    note(&obj, field, &pending, &seen);
+                    if let Some(rv) = obj.metadata.resource_version {
+                        resource_version = rv;
+                    }
+                }
+                Ok(WatchEvent::Bookmark(b)) => resource_version = b.metadata.resource_version,
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("the latency watch failed, relisting: {e}");
+                    resource_version.clear();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn note(obj: &DynamicObject, field: &str, pending: &Pending, seen: &Mutex<Vec<Duration>>) {
+    let Some(marker) = obj.data.pointer(field).and_then(Value::as_str) else {
+        return;
+    };
+    let mut pending = lock(pending);
+    let Some((name, sent)) = pending.get(marker) else {
+        return;
+    };
+    if obj.metadata.name.as_deref() != Some(name.as_str()) {
+        return;
+    }
+    let latency = sent.elapsed();
+    pending.remove(marker);
+    lock(seen).push(latency);
+}
+
+/// One row per run and direction.
+pub fn table(runs: &[&Envelope]) -> Table {
+    let mut table = Table::new(
+        "Churn (workload 2): end to end p50 / p99 / max, write p99, added p99 (ms)",
+        &[
+            "backend",
+            "rate/s per side",
+            "achieved/s",
+            "direction",
+            "p50",
+            "p99",
+            "max",
+            "write p99",
+            "added p99",
+            "seen/sent",
+            "CPU %",
+            "load before → after",
+        ],
+    );
+    for run in runs {
+        for (direction, e2e, write) in [
+            ("spec up", "spec_up", "consumer_spec_write"),
+            ("status down", "status_down", "provider_status_write"),
+        ] {
+            table.row(vec![
+                run.backend().into(),
+                fmt(run.param("/rate"), 0),
+                fmt(run.num("/achieved_rate_per_side"), 0),
+                direction.into(),
+                fmt(run.num(&format!("/{e2e}/p50_ms")), 1),
+                fmt(run.num(&format!("/{e2e}/p99_ms")), 1),
+                fmt(run.num(&format!("/{e2e}/max_ms")), 1),
+                fmt(run.num(&format!("/{write}/p99_ms")), 1),
+                fmt(run.num(&format!("/added_p99_ms/{e2e}")), 1),
+                format!(
+                    "{}/{}",
+                    fmt(run.num(&format!("/{e2e}/count")), 0),
+                    fmt(run.num("/sent_per_side"), 0)
+                ),
+                fmt(run.num("/konnector_cpu_percent"), 0),
+                format!("{} → {}", run.machine.load_before, run.machine.load_after),
+            ]);
+        }
+    }
+    table
+}

@@ -1,0 +1,158 @@
+//! Workload 1, initial sync: N objects exist on the consumer before the konnector starts; the
+//! time from its start until every copy exists on the provider with its status back.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::Profile;
+use crate::output::{Envelope, Table, fmt};
+use crate::world::{Backend, Layout, World};
+
+/// The workload's name in JSON and file names.
+pub const NAME: &str = "initial_sync";
+
+/// Flags of the initial-sync workload.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct Args {
+    /// Real apiservers or fakeapi.
+    #[arg(long, value_enum, default_value = "fake")]
+    pub backend: Backend,
+    /// Objects present before the konnector starts.
+    #[arg(long, default_value_t = 1000)]
+    pub objects: usize,
+    /// Bytes of JSON per object's spec.
+    #[arg(long, default_value_t = 1024)]
+    pub spec_bytes: usize,
+    /// Creates in flight while the objects are made (before the clock starts).
+    #[arg(long, default_value_t = 16)]
+    pub create_concurrency: usize,
+    /// Seconds the sync may take.
+    #[arg(long, default_value_t = 1800)]
+    pub deadline: u64,
+}
+
+/// The runs of a profile.
+pub fn profile(profile: Profile) -> Vec<Args> {
+    let args = |backend, objects| Args {
+        backend,
+        objects,
+        spec_bytes: 1024,
+        create_concurrency: 16,
+        deadline: 1800,
+    };
+    match profile {
+        Profile::Smoke => vec![args(Backend::Fake, 20)],
+        Profile::Full => vec![
+            args(Backend::Real, 1000),
+            args(Backend::Real, 10_000),
+            args(Backend::Fake, 50_000),
+        ],
+    }
+}
+
+/// Runs the workload; its figures and checks.
+pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
+    let layout = Layout {
+        backend: args.backend,
+        connections: 1,
+        apis: 1,
+        proxy: false,
+    };
+    let mut world = World::start(layout).await?;
+    world.start_provider_controllers();
+    let res = world.api(0, 0);
+    // The consumer CRD comes from the konnector: one start makes it, then the objects are made
+    // with no konnector running.
+    world.start_konnector(konnector).await?;
+    world.stop_konnector().await?;
+    let created = Instant::now();
+    world
+        .create_items(&res, 0..args.objects, args.spec_bytes, args.create_concurrency)
+        .await?;
+    let create_seconds = created.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    world.start_konnector(konnector).await?;
+    let ready_seconds = start.elapsed().as_secs_f64();
+    let cpu_start = world.konnector_cpu_seconds()?;
+    // Polling lists cost the servers too: once a second is enough against a sync of seconds.
+    let every = Duration::from_millis(if args.objects > 5000 { 1000 } else { 250 });
+    world
+        .wait_synced(
+            std::slice::from_ref(&res),
+            args.objects,
+            Duration::from_secs(args.deadline),
+            every,
+        )
+        .await?;
+    let sync_seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = world.konnector_cpu_seconds()? - cpu_start;
+    world.check_running()?;
+    let (rss_kib, hwm_kib) = world.konnector_memory_kib()?;
+    let provider_bytes = World::json_bytes(&*world.provider, std::slice::from_ref(&res)).await?;
+    let consumer_bytes = World::json_bytes(&*world.consumer, std::slice::from_ref(&res)).await?;
+    let (copies, _) = World::count(&*world.provider, &res).await.unwrap_or_default();
+    let (objects, statuses) = World::count(&*world.consumer, &res).await.unwrap_or_default();
+    world.shutdown().await?;
+    Ok(json!({
+        "objects": args.objects,
+        "create_seconds": create_seconds,
+        "ready_seconds": ready_seconds,
+        "sync_seconds": sync_seconds,
+        "objects_per_second": args.objects as f64 / sync_seconds,
+        "konnector_cpu_seconds": cpu_seconds,
+        "rss_kib": rss_kib,
+        "rss_peak_kib": hwm_kib,
+        "json_bytes": {"provider": provider_bytes, "consumer": consumer_bytes},
+        "checks": {
+            "every_copy_exists": copies == args.objects,
+            "every_status_back": statuses == args.objects && objects == args.objects,
+        },
+    }))
+}
+
+/// One row per run; the ratio to the ceiling of the same backend when one was measured.
+pub fn table(runs: &[&Envelope], ceilings: &[&Envelope]) -> Table {
+    let mut table = Table::new(
+        "Initial sync (workload 1)",
+        &[
+            "backend",
+            "objects",
+            "sync s",
+            "objects/s",
+            "ceiling objects/s",
+            "ratio",
+            "konnector CPU s",
+            "RSS MiB",
+            "load before → after",
+        ],
+    );
+    for run in runs {
+        let rate = run.num("/objects_per_second");
+        let ceiling = ceiling_for(ceilings, run.backend());
+        table.row(vec![
+            run.backend().into(),
+            fmt(run.num("/objects"), 0),
+            fmt(run.num("/sync_seconds"), 1),
+            fmt(rate, 0),
+            fmt(ceiling, 0),
+            fmt(rate.zip(ceiling).map(|(r, c)| r / c), 2),
+            fmt(run.num("/konnector_cpu_seconds"), 1),
+            fmt(run.num("/rss_kib").map(|k| k / 1024.0), 1),
+            format!("{} → {}", run.machine.load_before, run.machine.load_after),
+        ]);
+    }
+    table
+}
+
+/// The best ceiling measured on `backend`.
+pub fn ceiling_for(ceilings: &[&Envelope], backend: &str) -> Option<f64> {
+    ceilings
+        .iter()
+        .filter(|c| c.backend() == backend)
+        .filter_map(|c| c.num("/objects_per_second"))
+        .reduce(f64::max)
+}
