@@ -32,7 +32,10 @@ fn the_inner_workload_converges_without_valgrind() {
     );
     let report = read_json(&report);
     assert_eq!(report["objects"], OBJECTS, "{report}");
-    assert_eq!(report["copies_up"], OBJECTS, "every copy reached the provider: {report}");
+    assert_eq!(
+        report["copies_up"], OBJECTS,
+        "every copy reached the provider: {report}"
+    );
     assert_eq!(report["statuses_down"], OBJECTS, "every status came back: {report}");
     assert!(report["virtual_ms"].is_u64() && report["wall_ms"].is_u64(), "{report}");
 }
@@ -74,7 +77,11 @@ fn one_callgrind_run_reports_every_field() {
     let report = read_json(&json);
     assert_eq!(report["workload"], "cost", "{report}");
     assert_eq!(report["params"]["objects"], OBJECTS, "{report}");
-    assert!(report["machine"]["valgrind"].as_str().is_some_and(|v| v.starts_with("valgrind")));
+    assert!(
+        report["machine"]["valgrind"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("valgrind"))
+    );
     let results = &report["results"];
     let runs = results["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 1, "{report}");
@@ -84,13 +91,19 @@ fn one_callgrind_run_reports_every_field() {
     assert!(run["ir_per_object"].is_f64(), "{run}");
     assert_eq!(run["inner"]["copies_up"], OBJECTS, "{run}");
     assert_eq!(run["inner"]["statuses_down"], OBJECTS, "{run}");
-    for key in ["ir_per_object_median", "ir_per_object_min", "ir_per_object_max", "spread_percent"] {
+    for key in [
+        "ir_per_object_median",
+        "ir_per_object_min",
+        "ir_per_object_max",
+        "spread_percent",
+    ] {
         assert!(results[key].is_f64(), "{key} missing: {report}");
     }
     let top = results["top_inclusive"].as_array().expect("top_inclusive");
     assert!(!top.is_empty(), "callgrind_annotate named functions: {report}");
     assert!(
-        top.iter().all(|f| f["name"].as_str().is_some_and(|n| !n.is_empty()) && f["ir"].is_u64()),
+        top.iter()
+            .all(|f| f["name"].as_str().is_some_and(|n| !n.is_empty()) && f["ir"].is_u64()),
         "{report}"
     );
 }
