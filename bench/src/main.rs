@@ -13,6 +13,7 @@
 
 mod ceiling;
 mod churn;
+mod cost;
 mod initial_sync;
 mod machine;
 mod measure;
@@ -112,6 +113,8 @@ enum Command {
         #[arg(long, env = "KONNECTOR_BIN", value_name = "PATH")]
         konnector: Option<PathBuf>,
     },
+    /// Workload 6: instructions per synced object under callgrind (engine + in-process fakeapi).
+    Cost(#[command(flatten)] cost::CostArgs),
     /// Tables (markdown) and PNG plots of the runs in a folder.
     Report {
         /// The folder of JSON files.
@@ -129,9 +132,21 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        // The cost workload runs its own single-threaded runtime with a paused clock, so that
+        // callgrind's count does not depend on scheduling: it must not start inside another.
+        Command::Cost(args) => cost::run(&args),
+        command => tokio::runtime::Runtime::new()
+            .context("failed to start the tokio runtime")?
+            .block_on(run(command)),
+    }
+}
+
+/// Runs every workload but `cost` on a multi-threaded runtime.
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Cost(_) => bail!("the cost workload runs outside the shared runtime"),
         Command::InitialSync { args, common } => single(initial_sync::NAME, &args, &common, initial_sync::run).await,
         Command::Churn { args, common } => single(churn::NAME, &args, &common, churn::run).await,
         Command::ScaleOut { args, common } => single(scale_out::NAME, &args, &common, scale_out::run).await,

@@ -127,7 +127,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let writer: Writer<DynamicObject> = Writer::new(res.clone());
     let store = writer.as_reader();
     let pending = shared.pending.clone();
-    let consumer_events = reflector::reflector(
+    let consumer_events = into_store(
         writer,
         watcher(
             shared.consumer.clone(),
@@ -136,9 +136,6 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             crate::provider::watcher_config(),
         ),
     )
-    // The consumer store is the syncer's own (one per binding scope); what no decision reads
-    // is dropped as in the provider cache.
-    .modify(crate::provider::lean)
     .inspect(move |event| note_consumer_event(&pending, event))
     .applied_objects();
     shared.choose_watches().await;
@@ -157,6 +154,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         })
         .await;
+}
+
+/// The consumer watch through the syncer's store. The store is the syncer's own (one per binding
+/// scope); what no decision reads is dropped as in the provider cache, and before the store
+/// copies the object: leaned after the reflector, the store kept every managedFields entry (each
+/// event deep-copied with them) and only the copy passed on, which nothing keeps, was lean.
+fn into_store(
+    writer: Writer<DynamicObject>,
+    events: impl futures::Stream<Item = Result<Event<DynamicObject>, WatcherError>>,
+) -> impl futures::Stream<Item = Result<Event<DynamicObject>, WatcherError>> {
+    reflector::reflector(writer, events.modify(crate::provider::lean))
 }
 
 /// A consumer watch event: an applied object waits for a reconcile, a deleted one never will.
@@ -899,6 +907,47 @@ mod tests {
         serde_json::from_value(json!({"apiVersion": "example.org/v1", "kind": "Widget",
             "metadata": {"name": name, "namespace": ns, "resourceVersion": rv}}))
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_consumer_store_keeps_lean_objects() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let mut obj = widget("a", "w", "1");
+        obj.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:size": {}}}))),
+            ..Default::default()
+        }]);
+        obj.metadata.annotations = Some(
+            [
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+                    "{}".to_string(),
+                ),
+                ("note".to_string(), "keep".to_string()),
+            ]
+            .into(),
+        );
+        let writer = Writer::new(widgets());
+        let store = writer.as_reader();
+        let passed: Vec<_> = into_store(writer, futures::stream::iter([Ok(Event::Apply(obj))]))
+            .collect()
+            .await;
+        assert_eq!(passed.len(), 1, "the event goes on to the controller");
+        let kept = store
+            .get(&ObjectRef::new_with("w", widgets()).within("a"))
+            .expect("the object is in the store");
+        assert!(
+            kept.metadata.managed_fields.is_none(),
+            "{:?}",
+            kept.metadata.managed_fields
+        );
+        assert_eq!(
+            kept.metadata.annotations,
+            Some([("note".to_string(), "keep".to_string())].into()),
+            "the last-applied copy is dropped, the rest kept"
+        );
     }
 
     #[test]
