@@ -205,12 +205,14 @@ fn publish_root_ca(inner: &Inner, state: &mut State) {
 /// The garbage collector: dependents of vanished owners go; `orphan` and `foregroundDeletion`
 /// owners are honoured.
 fn collect_garbage(inner: &Inner, state: &mut State) {
+    // Only objects with owners can be collected; the index spares a scan of the whole store.
     let all: Vec<(GroupResource, Arc<Value>)> = state
-        .objects
+        .index
+        .owned
         .iter()
-        .flat_map(|(gr, m)| m.values().map(move |o| (gr.clone(), o.clone())))
-        .filter(|(_, o)| o.pointer("/metadata/ownerReferences").is_some())
+        .filter_map(|(gr, key)| state.get(gr, key).map(|o| (gr.clone(), o.clone())))
         .collect();
+    state.index.visited += all.len() as u64;
     for (gr, obj) in &all {
         let refs = meta::owner_references(obj);
         if refs.is_empty() {
@@ -263,25 +265,25 @@ fn collect_garbage(inner: &Inner, state: &mut State) {
 /// Owners waiting on `orphan` / `foregroundDeletion` are released once no dependent points at them.
 fn release_owner_finalizers(inner: &Inner, state: &mut State) {
     let waiting: Vec<(GroupResource, Arc<Value>)> = state
-        .objects
+        .index
+        .waiting_owners
         .iter()
-        .flat_map(|(gr, m)| m.values().map(move |o| (gr.clone(), o.clone())))
-        .filter(|(_, o)| meta::is_terminating(o))
-        .filter(|(_, o)| {
-            meta::finalizers(o)
-                .iter()
-                .any(|f| f == "orphan" || f == "foregroundDeletion")
-        })
+        .filter_map(|(gr, key)| state.get(gr, key).map(|o| (gr.clone(), o.clone())))
         .collect();
+    state.index.visited += waiting.len() as u64;
     for (gr, owner) in waiting {
         let Some(uid) = meta::uid(&owner).map(str::to_string) else {
             continue;
         };
-        let has_dependents = state.objects.values().flat_map(|m| m.values()).any(|o| {
+        // Objects without ownerReferences depend on nothing, so the owned index is enough.
+        let owned = &state.index.owned;
+        let examined = owned.len() as u64;
+        let has_dependents = owned.iter().filter_map(|(gr, key)| state.get(gr, key)).any(|o| {
             meta::owner_references(o)
                 .iter()
                 .any(|r| r["uid"].as_str() == Some(uid.as_str()))
         });
+        state.index.visited += examined;
         if has_dependents {
             continue;
         }
@@ -321,5 +323,81 @@ fn delete_object(inner: &Inner, state: &mut State, gr: &GroupResource, obj: &Arc
     if let Some(info) = info {
         // A controller's delete can only fail if the object vanished meanwhile, which is the goal.
         let _ = inner.delete_locked(state, &system(user), &info, obj, None, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, PostParams};
+    use serde_json::json;
+
+    use crate::FakeCluster;
+
+    fn configmaps() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    fn configmap(name: &str, owner: Option<&str>) -> DynamicObject {
+        let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        if let Some(uid) = owner {
+            obj["metadata"]["ownerReferences"] =
+                json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]);
+        }
+        serde_json::from_value(obj).expect("a valid ConfigMap")
+    }
+
+    /// Objects one controller pass examines after a write, in a store of `plain` unowned objects
+    /// plus one owner and one dependent.
+    async fn visits_per_pass(plain: usize) -> u64 {
+        let cluster = FakeCluster::builder("gc-visits").seed(1).build();
+        let client = cluster.admin_client();
+        let (res, ns) = (configmaps(), Some("default"));
+        let params = PostParams::default();
+        for i in 0..plain {
+            client
+                .create(&res, ns, &configmap(&format!("cm-{i}"), None), &params)
+                .await
+                .expect("create");
+        }
+        let owner = client
+            .create(&res, ns, &configmap("owner", None), &params)
+            .await
+            .expect("create owner");
+        let uid = owner.metadata.uid.expect("a uid");
+        client
+            .create(&res, ns, &configmap("dependent", Some(&uid)), &params)
+            .await
+            .expect("create dependent");
+        // No await from here on: on this single-threaded runtime the background task cannot run a
+        // pass in between, so the counter moves by exactly one pass.
+        let before = cluster.inner.lock().index.visited;
+        super::reconcile_once(&cluster.inner);
+        let after = cluster.inner.lock().index.visited;
+        let state = cluster.inner.lock();
+        let dependent = state.get(
+            &crate::registry::GroupResource::new("", "configmaps"),
+            &("default".into(), "dependent".into()),
+        );
+        assert!(dependent.is_some(), "the dependent of a live owner must stay");
+        after - before
+    }
+
+    /// A controller pass costs what it finds, not the size of the store (a per-write scan made
+    /// every write O(objects), so the ceiling benchmark fell from 181 to 12 objects/s at 5,000).
+    #[tokio::test]
+    async fn a_controller_pass_does_not_scan_the_store() {
+        let small = visits_per_pass(10).await;
+        let large = visits_per_pass(2_000).await;
+        assert_eq!(
+            small, large,
+            "objects examined per pass: {small} with 10 objects, {large} with 2,000"
+        );
+        assert!(small > 0, "the pass must examine the dependent");
     }
 }

@@ -1,7 +1,7 @@
 //! One cluster's storage: objects by group-resource, a single increasing resourceVersion, the
 //! event history watches replay from, and the write log tests read.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use kbind_cluster::Error;
@@ -94,6 +94,56 @@ pub struct State {
     pub write_log: Vec<WriteRecord>,
     /// Bumped to end every open watch (dropped watches, partitions, replacement).
     pub watch_epoch: u64,
+    /// Indexes the controllers read after every write, kept by `put` so a pass costs what it
+    /// finds, not the size of the store.
+    pub index: Index,
+}
+
+/// An object's place in the store: group-resource, then key (the store's own order).
+pub type ObjectRef = (GroupResource, ObjectKey);
+
+/// What the garbage collector looks up, maintained on every write.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// Objects whose metadata has `ownerReferences`.
+    pub owned: BTreeSet<ObjectRef>,
+    /// Terminating objects holding `orphan` or `foregroundDeletion`.
+    pub waiting_owners: BTreeSet<ObjectRef>,
+    /// Objects by uid (a set: nothing stops two stored objects sharing one).
+    pub uids: BTreeMap<String, BTreeSet<ObjectRef>>,
+    /// Objects the controllers examined, a statistic tests read to keep passes from scanning.
+    pub visited: u64,
+}
+
+impl Index {
+    fn remove(&mut self, at: &ObjectRef, obj: &Value) {
+        self.owned.remove(at);
+        self.waiting_owners.remove(at);
+        if let Some(uid) = meta::uid(obj)
+            && let Some(set) = self.uids.get_mut(uid)
+        {
+            set.remove(at);
+            if set.is_empty() {
+                self.uids.remove(uid);
+            }
+        }
+    }
+
+    fn insert(&mut self, at: &ObjectRef, obj: &Value) {
+        if obj.get("metadata").and_then(|m| m.get("ownerReferences")).is_some() {
+            self.owned.insert(at.clone());
+        }
+        if meta::is_terminating(obj)
+            && meta::finalizers(obj)
+                .iter()
+                .any(|f| f == "orphan" || f == "foregroundDeletion")
+        {
+            self.waiting_owners.insert(at.clone());
+        }
+        if let Some(uid) = meta::uid(obj) {
+            self.uids.entry(uid.to_string()).or_default().insert(at.clone());
+        }
+    }
 }
 
 impl State {
@@ -109,6 +159,7 @@ impl State {
             rng,
             write_log: Vec::new(),
             watch_epoch: 0,
+            index: Index::default(),
         }
     }
 
@@ -147,21 +198,25 @@ impl State {
 
     /// Finds an object by uid anywhere (for garbage collection).
     pub fn find_uid(&self, uid: &str) -> Option<(GroupResource, Arc<Value>)> {
-        self.objects
-            .iter()
-            .flat_map(|(gr, m)| m.values().map(move |o| (gr, o)))
-            .find(|(_, o)| meta::uid(o) == Some(uid))
-            .map(|(gr, o)| (gr.clone(), o.clone()))
+        let (gr, key) = self.index.uids.get(uid)?.first()?;
+        self.get(gr, key).map(|o| (gr.clone(), o.clone()))
     }
 
     /// Stores `object` (already carrying its new resourceVersion) and records the event.
     pub fn put(&mut self, gr: &GroupResource, object: Value, kind: EventType) -> Arc<Value> {
         let key = key_of(&object);
         let object = Arc::new(object);
+        let at = (gr.clone(), key.clone());
         let old = match kind {
             EventType::Deleted => self.objects.get_mut(gr).and_then(|m| m.remove(&key)),
             _ => self.objects.entry(gr.clone()).or_default().insert(key, object.clone()),
         };
+        if let Some(old) = &old {
+            self.index.remove(&at, old);
+        }
+        if kind != EventType::Deleted {
+            self.index.insert(&at, &object);
+        }
         self.record(HistoryEvent {
             rv: self.rv,
             gr: gr.clone(),
