@@ -58,12 +58,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 
 /// Runs the workload; its figures and checks.
 pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
-    let layout = Layout {
-        backend: args.backend,
-        connections: 1,
-        apis: 1,
-        proxy: false,
-    };
+    let layout = Layout::single(args.backend, false);
     let world = World::start(layout).await?;
     let res = world.api(0, 0);
     // The consumer CRD as the konnector would have made it, then the objects, before the clock.

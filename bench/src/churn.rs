@@ -86,12 +86,7 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
     if args.objects < 2 || args.rate.is_nan() || args.rate <= 0.0 {
         bail!("--objects must be at least 2 and --rate positive");
     }
-    let layout = Layout {
-        backend: args.backend,
-        connections: 1,
-        apis: 1,
-        proxy: false,
-    };
+    let layout = Layout::single(args.backend, false);
     let mut world = World::start(layout).await?;
     world.start_provider_controllers();
     world.start_konnector(konnector).await?;

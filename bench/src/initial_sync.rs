@@ -55,12 +55,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 
 /// Runs the workload; its figures and checks.
 pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
-    let layout = Layout {
-        backend: args.backend,
-        connections: 1,
-        apis: 1,
-        proxy: false,
-    };
+    let layout = Layout::single(args.backend, false);
     let mut world = World::start(layout).await?;
     world.start_provider_controllers();
     let res = world.api(0, 0);

@@ -76,6 +76,18 @@ pub struct Layout {
     pub proxy: bool,
 }
 
+impl Layout {
+    /// One Connection with one API: the shape of every workload but scale-out.
+    pub fn single(backend: Backend, proxy: bool) -> Self {
+        Layout {
+            backend,
+            connections: 1,
+            apis: 1,
+            proxy,
+        }
+    }
+}
+
 /// The `a`th API of Connection `c`.
 pub fn api(layout: &Layout, c: usize, a: usize) -> ApiResource {
     let k = c * layout.apis + a;

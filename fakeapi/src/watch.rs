@@ -107,6 +107,18 @@ impl FakeCluster {
         // Why: a WatchList (sendInitialEvents=true, resourceVersionMatch=NotOlderThan) streams the
         // current state from any resourceVersion; a reflector sends one after every watch error with
         // the last version it knew, and waits for the initial-events-end bookmark to replace its store.
+        // The current state as synthetic ADDED events, then live events from its resourceVersion;
+        // a WatchList also ends the state with the `initial-events-end` bookmark.
+        let initial = |end_bookmark| Phase::Initial {
+            objects: state
+                .list(&filter.gr, namespace)
+                .iter()
+                .filter(|o| filter.selects(o))
+                .map(|o| present(o, &info))
+                .collect(),
+            then: state.rv,
+            end_bookmark,
+        };
         let phase = match resource_version {
             rv if params.send_initial_events => {
                 if !rv.is_empty() {
@@ -114,31 +126,9 @@ impl FakeCluster {
                         message: format!("invalid resource version: {rv:?}"),
                     })?;
                 }
-                let objects = state
-                    .list(&filter.gr, namespace)
-                    .iter()
-                    .filter(|o| filter.selects(o))
-                    .map(|o| present(o, &info))
-                    .collect();
-                Phase::Initial {
-                    objects,
-                    then: state.rv,
-                    end_bookmark: true,
-                }
+                initial(true)
             }
-            "" | "0" => {
-                let objects = state
-                    .list(&filter.gr, namespace)
-                    .iter()
-                    .filter(|o| filter.selects(o))
-                    .map(|o| present(o, &info))
-                    .collect();
-                Phase::Initial {
-                    objects,
-                    then: state.rv,
-                    end_bookmark: false,
-                }
-            }
+            "" | "0" => initial(false),
             rv => Phase::Live {
                 rv: rv.parse().map_err(|_| Error::BadRequest {
                     message: format!("invalid resource version: {rv:?}"),
