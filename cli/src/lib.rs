@@ -87,6 +87,32 @@ pub async fn run(args: Vec<String>, mut ctx: Context) -> i32 {
     }
 }
 
+/// The process's entry point for both binaries (`kbind`, `kubectl-bind`): the real terminal,
+/// `$XDG_CONFIG_HOME/kbind` (else `~/.config/kbind`) and the process's arguments; the exit code.
+pub fn run_process() -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kbind: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let config_dir = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| std::path::PathBuf::from("."))
+        .join("kbind");
+    let ctx = Context {
+        stdout: Box::new(std::io::stdout()),
+        stderr: Box::new(std::io::stderr()),
+        interactive,
+        config_dir,
+        kubeconfig: None,
+    };
+    runtime.block_on(run(std::env::args().collect(), ctx))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -282,31 +282,43 @@ impl LeaderElector {
 
     /// Gives the Lease up (client-go's `ReleaseOnCancel`): empty holder, one-second duration.
     async fn release(&mut self) {
-        let res = lease_resource();
-        let ns = Some(self.config.namespace.as_str());
-        let Ok(Some(current)) = self.ctx.consumer.get_opt(&res, ns, &self.config.name).await else {
-            return;
-        };
-        let Ok(mut lease) = kbind_cluster::from_dynamic::<Lease>(current) else {
-            return;
-        };
-        let spec = lease.spec.clone().unwrap_or_default();
-        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-            return;
-        }
-        let now = MicroTime(self.ctx.clock.now());
-        lease.spec = Some(LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            renew_time: Some(now.clone()),
-            acquire_time: Some(now),
-            ..spec
-        });
-        if self.replace(&lease).await == Attempt::Held {
-            tracing::info!(lease = %self.config.name, "released leadership");
+        // A renewal cancelled by the shutdown may still land after this read (its request was
+        // already sent), so a conflict means "read again", not "someone else holds it".
+        for _ in 0..RELEASE_ATTEMPTS {
+            let res = lease_resource();
+            let ns = Some(self.config.namespace.as_str());
+            let Ok(Some(current)) = self.ctx.consumer.get_opt(&res, ns, &self.config.name).await else {
+                return;
+            };
+            let Ok(mut lease) = kbind_cluster::from_dynamic::<Lease>(current) else {
+                return;
+            };
+            let spec = lease.spec.clone().unwrap_or_default();
+            if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+                return;
+            }
+            let now = MicroTime(self.ctx.clock.now());
+            lease.spec = Some(LeaseSpec {
+                holder_identity: None,
+                lease_duration_seconds: Some(1),
+                renew_time: Some(now.clone()),
+                acquire_time: Some(now),
+                ..spec
+            });
+            match self.replace(&lease).await {
+                Attempt::Held => {
+                    tracing::info!(lease = %self.config.name, "released leadership");
+                    return;
+                }
+                Attempt::HeldByAnother => continue,
+                Attempt::Failed => return,
+            }
         }
     }
 }
+
+/// How often a release re-reads the Lease after a conflict before leaving it to expire.
+const RELEASE_ATTEMPTS: usize = 3;
 
 /// Why a term of leadership ended.
 enum Stop {

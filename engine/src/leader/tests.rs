@@ -170,6 +170,42 @@ async fn shutdown_releases_the_lease_for_a_prompt_takeover() {
     );
 }
 
+/// A renewal cancelled by the shutdown can still land between the release's read and its write
+/// (its request was already on the wire): the release reads again instead of giving up.
+#[tokio::test(start_paused = true)]
+async fn a_release_that_meets_a_late_renewal_still_releases() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let mut a_leads = a.leading();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let a_task = tokio::spawn(a.run(
+        async {
+            let _ = stopped.await;
+        },
+        |_| std::future::pending(),
+    ));
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
+    consumer.interlope(fakeapi::Interloper {
+        verb: Some("update".into()),
+        resource: "leases".into(),
+        namespace: Some("kbind".into()),
+        name: "kbind-konnector".into(),
+        object: json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "kbind-konnector", "namespace": "kbind"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+        }),
+    });
+    stop.send(()).unwrap();
+    a_task.await.unwrap();
+    assert_eq!(
+        lease(&consumer).await.unwrap().holder_identity,
+        None,
+        "the Lease was not released"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn leader_that_cannot_renew_stops_its_work_within_the_renew_deadline() {
     let (consumer, clock) = consumer().await;
