@@ -28,6 +28,9 @@ use kbind_scenarios::apis::{widget, widgets, widgets_crd};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::machine::Machine;
+use crate::output::Envelope;
+
 /// The workload's name in the JSON envelope and the subcommand.
 pub const WORKLOAD: &str = "cost";
 /// The konnector's namespace on the consumer.
@@ -158,32 +161,6 @@ pub struct CostParams {
     pub spec_bytes: usize,
 }
 
-/// The machine the figures were taken on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Machine {
-    /// Logical CPUs.
-    pub cpus: usize,
-    /// `/proc/loadavg`'s 1-minute load average before the first and after the last run.
-    pub load_before: Option<f64>,
-    /// After the last run.
-    pub load_after: Option<f64>,
-    /// `valgrind --version`.
-    pub valgrind: String,
-}
-
-/// The JSON report: the harness's envelope (`workload`, `params`, `machine`, `results`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CostReport {
-    /// Always [`WORKLOAD`].
-    pub workload: String,
-    /// What was run.
-    pub params: CostParams,
-    /// Where.
-    pub machine: Machine,
-    /// The figures.
-    pub results: CostResults,
-}
-
 /// Runs the subcommand.
 pub fn run(args: &CostArgs) -> anyhow::Result<()> {
     if args.objects == 0 {
@@ -201,18 +178,23 @@ pub fn run(args: &CostArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let report = run_outer(args)?;
-    print!("{}", table(&report));
+    let (machine, params, results) = run_outer(args)?;
+    print!("{}", table(&machine, &params, &results));
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        let envelope = Envelope {
+            workload: WORKLOAD.into(),
+            params: serde_json::to_value(&params).context("encoding the parameters")?,
+            machine,
+            results: serde_json::to_value(&results).context("encoding the results")?,
+        };
+        envelope.write(path)?;
     }
     Ok(())
 }
 
 // ---- the outer command: valgrind runs and their reading ----
 
-fn run_outer(args: &CostArgs) -> anyhow::Result<CostReport> {
+fn run_outer(args: &CostArgs) -> anyhow::Result<(Machine, CostParams, CostResults)> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -223,7 +205,9 @@ fn run_outer(args: &CostArgs) -> anyhow::Result<CostReport> {
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let exe = std::env::current_exe().context("locating this binary")?;
-    let load_before = load_average();
+    // No konnector binary: the engine runs inside this process.
+    let mut machine = Machine::now("in process (kbind-bench cost)");
+    machine.valgrind = Some(valgrind);
     let mut runs = Vec::new();
     for i in 1..=args.runs {
         eprintln!(
@@ -232,26 +216,20 @@ fn run_outer(args: &CostArgs) -> anyhow::Result<CostReport> {
         );
         runs.push(callgrind_run(&args.valgrind, &exe, &dir, i, args.objects)?);
     }
-    let load_after = load_average();
+    let machine = machine.finish();
     let top_inclusive = annotate(&runs[0].callgrind_out)?;
     let mut per: Vec<f64> = runs.iter().map(|r| r.ir_per_object).collect();
     per.sort_by(f64::total_cmp);
     let median = per[per.len() / 2];
     let (min, max) = (per[0], per[per.len() - 1]);
-    Ok(CostReport {
-        workload: WORKLOAD.into(),
-        params: CostParams {
+    Ok((
+        machine,
+        CostParams {
             objects: args.objects,
             runs: args.runs,
             spec_bytes: spec_bytes(),
         },
-        machine: Machine {
-            cpus: std::thread::available_parallelism().map_or(1, usize::from),
-            load_before,
-            load_after,
-            valgrind,
-        },
-        results: CostResults {
+        CostResults {
             runs,
             ir_per_object_median: median,
             ir_per_object_min: min,
@@ -263,7 +241,7 @@ fn run_outer(args: &CostArgs) -> anyhow::Result<CostReport> {
             },
             top_inclusive,
         },
-    })
+    ))
 }
 
 fn valgrind_version(valgrind: &Path) -> anyhow::Result<String> {
@@ -406,24 +384,15 @@ pub fn parse_annotate(text: &str, total: u64, top: usize) -> Vec<Function> {
     functions
 }
 
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// The printed table.
-pub fn table(report: &CostReport) -> String {
+pub fn table(machine: &Machine, params: &CostParams, results: &CostResults) -> String {
     use std::fmt::Write as _;
-    let r = &report.results;
+    let r = results;
     let mut s = String::new();
     let _ = writeln!(
         s,
         "cost: {} widgets ({} B spec) synced up and status down, engine + in-process fakeapi, {} callgrind runs",
-        report.params.objects, report.params.spec_bytes, report.params.runs
+        params.objects, params.spec_bytes, params.runs
     );
     let _ = writeln!(s, "  {:<6} {:>16} {:>14} {:>10}", "run", "Ir", "Ir/object", "wall s");
     for (i, run) in r.runs.iter().enumerate() {
@@ -443,8 +412,8 @@ pub fn table(report: &CostReport) -> String {
         r.ir_per_object_min,
         r.ir_per_object_max,
         r.spread_percent,
-        report.machine.load_before.map_or("?".into(), |l| format!("{l:.2}")),
-        report.machine.load_after.map_or("?".into(), |l| format!("{l:.2}")),
+        machine.load_before,
+        machine.load_after,
     );
     let _ = writeln!(s, "  top {} inclusive (run 1):", r.top_inclusive.len());
     for f in &r.top_inclusive {

@@ -23,6 +23,9 @@ pub struct Machine {
     pub load_before: String,
     /// The same after the run.
     pub load_after: String,
+    /// `valgrind --version`, for a run counted under callgrind (the cost workload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valgrind: Option<String>,
 }
 
 impl Machine {
@@ -38,6 +41,7 @@ impl Machine {
             started_utc: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             load_before: load_average(),
             load_after: String::new(),
+            valgrind: None,
         }
     }
 
