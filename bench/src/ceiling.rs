@@ -98,7 +98,7 @@ pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
             async move {
                 let name = item_name(i);
                 let began = Instant::now();
-                let finalizer = Patch::Merge(json!({"metadata": {"finalizers": ["core.kbind.io/bench-ceiling"]}}));
+                let finalizer = Patch::Merge(json!({"metadata": {"finalizers": [kbind_api::consts::finalizer::SYNCER]}}));
                 let object = consumer.patch(&name, &PatchParams::default(), &finalizer).await.context("the finalizer patch")?;
                 let copy = json!({"apiVersion": res.api_version, "kind": res.kind,
                                   "metadata": {"name": name, "namespace": NAMESPACE},

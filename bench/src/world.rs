@@ -104,7 +104,7 @@ pub fn api(layout: &Layout, c: usize, a: usize) -> ApiResource {
 pub fn crd(res: &ApiResource) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{}.{GROUP}", res.plural), "labels": {"core.kbind.io/exported": "true"}},
+        "metadata": {"name": format!("{}.{GROUP}", res.plural), "labels": {kbind_api::consts::label::EXPORTED: kbind_api::consts::TRUE}},
         "spec": {
             "group": GROUP, "scope": "Namespaced",
             "names": {"plural": res.plural, "singular": res.kind.to_lowercase(), "kind": res.kind, "listKind": format!("{}List", res.kind)},
@@ -291,14 +291,7 @@ impl World {
         )
         .await?;
         for res in [erase::<kbind_api::Connection>(), erase::<kbind_api::ClusterBinding>()] {
-            wait_for(&format!("{} served", res.plural), SETUP_DEADLINE, async || {
-                self.consumer
-                    .list(&res, None, &Default::default())
-                    .await
-                    .ok()
-                    .map(|_| ())
-            })
-            .await?;
+            self.wait_served(&res).await?;
         }
         for (c, kubeconfig) in provider_kubeconfigs.iter().enumerate() {
             let name = format!("p{c}");
@@ -351,20 +344,25 @@ impl World {
             .map_err(|e| self.with_log(e))?;
         }
         for res in self.apis() {
-            wait_for(
-                &format!("{} served on the consumer", res.plural),
-                SETUP_DEADLINE,
-                async || {
-                    self.consumer
-                        .list(&res, None, &Default::default())
-                        .await
-                        .ok()
-                        .map(|_| ())
-                },
-            )
-            .await?;
+            self.wait_served(&res).await?;
         }
         Ok(())
+    }
+
+    /// Waits until the consumer lists `res` (its CRD established and served).
+    async fn wait_served(&self, res: &ApiResource) -> anyhow::Result<()> {
+        wait_for(
+            &format!("{} served on the consumer", res.plural),
+            SETUP_DEADLINE,
+            async || {
+                self.consumer
+                    .list(res, None, &Default::default())
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await
     }
 
     /// Stops the konnector (SIGKILL: nothing is cleaned up on either side).
