@@ -333,16 +333,6 @@ mod tests {
 
     use crate::FakeCluster;
 
-    fn configmaps() -> ApiResource {
-        ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-        }
-    }
-
     fn configmap(name: &str, owner: Option<&str>) -> DynamicObject {
         let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
         if let Some(uid) = owner {
@@ -357,7 +347,10 @@ mod tests {
     async fn visits_per_pass(plain: usize) -> u64 {
         let cluster = FakeCluster::builder("gc-visits").seed(1).build();
         let client = cluster.admin_client();
-        let (res, ns) = (configmaps(), Some("default"));
+        let (res, ns) = (
+            ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            Some("default"),
+        );
         let params = PostParams::default();
         for i in 0..plain {
             client

@@ -143,6 +143,18 @@ async fn crashed_leader_is_replaced_after_the_lease_duration() {
     assert_eq!(spec.lease_transitions, Some(1));
 }
 
+/// Runs `replica` with work that never ends until the returned sender shuts it down.
+fn campaign_until_stopped(replica: LeaderElector) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(replica.run(
+        async {
+            let _ = stopped.await;
+        },
+        |_| std::future::pending(),
+    ));
+    (stop, task)
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_releases_the_lease_for_a_prompt_takeover() {
     let (consumer, clock) = consumer().await;
@@ -150,13 +162,7 @@ async fn shutdown_releases_the_lease_for_a_prompt_takeover() {
     let b = replica(&consumer, &clock, "b");
     let mut a_leads = a.leading();
     let mut b_leads = b.leading();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let a_task = tokio::spawn(a.run(
-        async {
-            let _ = stopped.await;
-        },
-        |_| std::future::pending(),
-    ));
+    let (stop, a_task) = campaign_until_stopped(a);
     wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
     tokio::spawn(b.run(std::future::pending(), |_| std::future::pending()));
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -177,13 +183,7 @@ async fn a_release_that_meets_a_late_renewal_still_releases() {
     let (consumer, clock) = consumer().await;
     let a = replica(&consumer, &clock, "a");
     let mut a_leads = a.leading();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let a_task = tokio::spawn(a.run(
-        async {
-            let _ = stopped.await;
-        },
-        |_| std::future::pending(),
-    ));
+    let (stop, a_task) = campaign_until_stopped(a);
     wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
     consumer.interlope(fakeapi::Interloper {
         verb: Some("update".into()),
