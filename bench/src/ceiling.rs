@@ -3,7 +3,6 @@
 //! server-side apply, the consumer status patch — for N objects, with a fixed number of objects
 //! in flight. Every sync throughput is reported as a ratio to this.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ use serde_json::{Value, json};
 use crate::Profile;
 use crate::measure::Percentiles;
 use crate::output::{Envelope, Table, fmt};
-use crate::world::{Backend, Layout, NAMESPACE, World, crd, item_name};
+use crate::world::{Backend, Konnector, Layout, NAMESPACE, World, crd, item_name};
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "ceiling";
@@ -51,13 +50,14 @@ pub fn profile(profile: Profile) -> Vec<Args> {
         Profile::Full => vec![
             args(Backend::Real, 1000),
             args(Backend::Real, 10_000),
-            args(Backend::Fake, 10_000),
+            args(Backend::Fake, 1000),
+            args(Backend::Fake, 50_000),
         ],
     }
 }
 
 /// Runs the workload; its figures and checks.
-pub async fn run(args: &Args, _konnector: &Path) -> anyhow::Result<Value> {
+pub async fn run(args: &Args, _konnector: &Konnector) -> anyhow::Result<Value> {
     let layout = Layout::single(args.backend, false);
     let world = World::start(layout).await?;
     let res = world.api(0, 0);

@@ -4,7 +4,7 @@
 //! the konnector's added latency is the difference of the two p99s.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::Profile;
 use crate::measure::{Histogram, Percentiles, wait_for};
 use crate::output::{Envelope, Table, fmt};
-use crate::world::{Backend, Layout, NAMESPACE, World, item_name};
+use crate::world::{Backend, Konnector, Layout, NAMESPACE, World, item_name};
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "churn";
@@ -82,7 +82,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Runs the workload; its figures and checks.
-pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
+pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     if args.objects < 2 || args.rate.is_nan() || args.rate <= 0.0 {
         bail!("--objects must be at least 2 and --rate positive");
     }
@@ -120,6 +120,7 @@ pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
         "achieved_rate_per_side": outcome.sent as f64 / outcome.load_seconds,
         "spec_up": outcome.spec_up,
         "status_down": outcome.status_down,
+        "folded": {"spec_up": outcome.spec_folded, "status_down": outcome.status_folded},
         "consumer_spec_write": outcome.spec_write,
         "provider_status_write": outcome.status_write,
         "added_p99_ms": {
@@ -147,6 +148,9 @@ struct Outcome {
     status_down: Percentiles,
     spec_write: Percentiles,
     status_write: Percentiles,
+    /// Changes that arrived folded into a later one on the same object (see [`note`]).
+    spec_folded: u64,
+    status_folded: u64,
 }
 
 /// Sends status changes on the provider and spec changes on the consumer at `args.rate` each,
@@ -158,12 +162,15 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
     let spec_seen: Samples = Arc::default();
     let status_writes: Samples = Arc::default();
     let spec_writes: Samples = Arc::default();
+    let status_folded: Arc<AtomicU64> = Arc::default();
+    let spec_folded: Arc<AtomicU64> = Arc::default();
     let status_watch = tokio::spawn(observe(
         world.consumer.clone(),
         res.clone(),
         "/status/phase",
         status_pending.clone(),
         status_seen.clone(),
+        status_folded.clone(),
     ));
     let spec_watch = tokio::spawn(observe(
         world.provider.clone(),
@@ -171,10 +178,13 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
         "/spec/color",
         spec_pending.clone(),
         spec_seen.clone(),
+        spec_folded.clone(),
     ));
     wait_watching(world, res, &status_pending, &spec_pending).await?;
     lock(&status_seen).clear();
     lock(&spec_seen).clear();
+    status_folded.store(0, Ordering::Relaxed);
+    spec_folded.store(0, Ordering::Relaxed);
 
     let slots = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight.max(2)));
     let failures: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -186,7 +196,7 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
     while Instant::now() < end {
         tick.tick().await;
         // Status and spec changes go to different objects, each object changed at most once per
-        // N / rate seconds, so no change is folded into the next.
+        // N / rate seconds, so a change is folded into the next only behind a backlog that long.
         let n = args.objects;
         let status_object = item_name(sent as usize % n);
         let spec_object = item_name((sent as usize + n / 2) % n);
@@ -257,6 +267,8 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
         status_down: take(&status_seen),
         spec_write: take(&spec_writes),
         status_write: take(&status_writes),
+        spec_folded: spec_folded.load(Ordering::Relaxed),
+        status_folded: status_folded.load(Ordering::Relaxed),
     })
 }
 
@@ -303,6 +315,7 @@ async fn observe(
     field: &'static str,
     pending: Pending,
     seen: Samples,
+    folded: Arc<AtomicU64>,
 ) {
     let mut resource_version = String::new();
     loop {
@@ -330,7 +343,7 @@ async fn observe(
         while let Some(event) = stream.next().await {
             match event {
                 Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
-                    note(&obj, field, &pending, &seen);
+                    note(&obj, field, &pending, &seen, &folded);
                     if let Some(rv) = obj.metadata.resource_version {
                         resource_version = rv;
                     }
@@ -347,20 +360,36 @@ async fn observe(
     }
 }
 
-fn note(obj: &DynamicObject, field: &str, pending: &Pending, seen: &Mutex<Vec<Duration>>) {
+/// Records the arrival of the marker `obj` shows in `field`. Changes sent earlier to the same
+/// object and never shown on their own arrived too: the other side holds a later value, so the
+/// konnector folded them into it (it syncs the current state, not every step). They are timed
+/// to this arrival and counted as folded, so a backlog shows as latency and an arrival check
+/// still tells a lost change from a superseded one.
+fn note(obj: &DynamicObject, field: &str, pending: &Pending, seen: &Mutex<Vec<Duration>>, folded: &AtomicU64) {
     let Some(marker) = obj.data.pointer(field).and_then(Value::as_str) else {
         return;
     };
     let mut pending = lock(pending);
-    let Some((name, sent)) = pending.get(marker) else {
+    let Some((name, sent)) = pending.get(marker).cloned() else {
         return;
     };
     if obj.metadata.name.as_deref() != Some(name.as_str()) {
         return;
     }
-    let latency = sent.elapsed();
+    let superseded: Vec<String> = pending
+        .iter()
+        .filter(|(m, (n, at))| *n == name && *at < sent && m.as_str() != marker)
+        .map(|(m, _)| m.clone())
+        .collect();
+    let mut seen = lock(seen);
+    for m in superseded {
+        if let Some((_, at)) = pending.remove(&m) {
+            seen.push(at.elapsed());
+            folded.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     pending.remove(marker);
-    lock(seen).push(latency);
+    seen.push(sent.elapsed());
 }
 
 /// One row per run and direction.
@@ -377,7 +406,7 @@ pub fn table(runs: &[&Envelope]) -> Table {
             "max",
             "write p99",
             "added p99",
-            "seen/sent",
+            "seen/sent (folded)",
             "CPU %",
             "load before → after",
         ],
@@ -398,9 +427,10 @@ pub fn table(runs: &[&Envelope]) -> Table {
                 fmt(run.num(&format!("/{write}/p99_ms")), 1),
                 fmt(run.num(&format!("/added_p99_ms/{e2e}")), 1),
                 format!(
-                    "{}/{}",
+                    "{}/{} ({})",
                     fmt(run.num(&format!("/{e2e}/count")), 0),
-                    fmt(run.num("/sent_per_side"), 0)
+                    fmt(run.num("/sent_per_side"), 0),
+                    fmt(run.num(&format!("/folded/{e2e}")), 0),
                 ),
                 fmt(run.num("/konnector_cpu_percent"), 0),
                 format!("{} → {}", run.machine.load_before, run.machine.load_after),
@@ -408,4 +438,38 @@ pub fn table(runs: &[&Envelope]) -> Table {
         }
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(name: &str, marker: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"color": marker},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_later_value_completes_the_earlier_changes_of_its_object_as_folded_and_no_other() {
+        let pending: Pending = Arc::default();
+        let seen: Samples = Arc::default();
+        let folded = AtomicU64::new(0);
+        let t0 = Instant::now();
+        for (marker, name, after_ms) in [("c-0", "a", 0), ("c-1", "b", 1), ("c-2", "a", 2), ("c-3", "a", 3)] {
+            lock(&pending).insert(marker.into(), (name.into(), t0 + Duration::from_millis(after_ms)));
+        }
+        // A marker shown on another object than it was sent to proves nothing.
+        note(&shown("b", "c-2"), "/spec/color", &pending, &seen, &folded);
+        assert_eq!(lock(&pending).len(), 4);
+        note(&shown("a", "c-2"), "/spec/color", &pending, &seen, &folded);
+        let mut left: Vec<String> = lock(&pending).keys().cloned().collect();
+        left.sort();
+        assert_eq!(left, ["c-1", "c-3"], "c-0 folded into c-2, which arrived; c-3 is newer");
+        assert_eq!(folded.load(Ordering::Relaxed), 1);
+        assert_eq!(lock(&seen).len(), 2);
+    }
 }

@@ -1,7 +1,6 @@
 //! Workload 1, initial sync: N objects exist on the consumer before the konnector starts; the
 //! time from its start until every copy exists on the provider with its status back.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -9,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::Profile;
 use crate::output::{Envelope, Table, fmt};
-use crate::world::{Backend, Layout, World};
+use crate::world::{Backend, Konnector, Layout, World};
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "initial_sync";
@@ -54,7 +53,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 }
 
 /// Runs the workload; its figures and checks.
-pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
+pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     let layout = Layout::single(args.backend, false);
     let mut world = World::start(layout).await?;
     world.start_provider_controllers();

@@ -17,6 +17,9 @@ pub struct Machine {
     pub git_commit: String,
     /// The konnector binary measured.
     pub konnector_binary: String,
+    /// The extra flags it ran with (`--konnector-arg`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub konnector_args: Vec<String>,
     /// When the run started, UTC.
     pub started_utc: String,
     /// 1, 5 and 15 minute load averages before the run.
@@ -38,6 +41,7 @@ impl Machine {
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             git_commit: git_commit(),
             konnector_binary: konnector_binary.to_string(),
+            konnector_args: Vec::new(),
             started_utc: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             load_before: load_average(),
             load_after: String::new(),

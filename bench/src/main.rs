@@ -32,6 +32,7 @@ use serde_json::Value;
 
 use machine::Machine;
 use output::Envelope;
+use world::Konnector;
 
 /// Benchmarks of the konnector binary.
 #[derive(Parser, Debug)]
@@ -50,6 +51,9 @@ struct Common {
     /// The konnector binary (default: `konnector` beside this binary).
     #[arg(long, env = "KONNECTOR_BIN", value_name = "PATH")]
     konnector: Option<PathBuf>,
+    /// An extra `konnector run` flag, e.g. `--konnector-arg=--sync-workers=64` (repeatable).
+    #[arg(long = "konnector-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    konnector_args: Vec<String>,
 }
 
 /// Which sizes `all` runs.
@@ -112,6 +116,9 @@ enum Command {
         /// The konnector binary (default: `konnector` beside this binary).
         #[arg(long, env = "KONNECTOR_BIN", value_name = "PATH")]
         konnector: Option<PathBuf>,
+        /// An extra `konnector run` flag, e.g. `--konnector-arg=--sync-workers=64` (repeatable).
+        #[arg(long = "konnector-arg", value_name = "FLAG", allow_hyphen_values = true)]
+        konnector_args: Vec<String>,
     },
     /// Workload 6: instructions per synced object under callgrind (engine + in-process fakeapi).
     Cost(#[command(flatten)] cost::CostArgs),
@@ -157,7 +164,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
             out,
             only,
             konnector,
-        } => all(profile, &out, &only, konnector).await,
+            konnector_args,
+        } => all(profile, &out, &only, konnector_of(konnector, konnector_args)?).await,
         Command::Report { input, out } => {
             report::render(&input, &out)?;
             println!("wrote {} (tables.md and the PNGs)", out.display());
@@ -168,6 +176,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The konnector to measure: its binary (see [`konnector_binary`]) and extra flags.
+fn konnector_of(explicit: Option<PathBuf>, args: Vec<String>) -> anyhow::Result<Konnector> {
+    Ok(Konnector {
+        binary: konnector_binary(explicit)?,
+        args,
+    })
 }
 
 /// The konnector binary: the flag or `KONNECTOR_BIN`, else `konnector` beside this binary.
@@ -190,12 +206,13 @@ fn konnector_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 /// Runs one workload into an envelope.
-async fn envelope<A, F>(name: &str, args: &A, konnector: &Path, run: F) -> anyhow::Result<Envelope>
+async fn envelope<A, F>(name: &str, args: &A, konnector: &Konnector, run: F) -> anyhow::Result<Envelope>
 where
     A: Serialize,
-    F: AsyncFnOnce(&A, &Path) -> anyhow::Result<Value>,
+    F: AsyncFnOnce(&A, &Konnector) -> anyhow::Result<Value>,
 {
-    let machine = Machine::now(&konnector.display().to_string());
+    let mut machine = Machine::now(&konnector.binary.display().to_string());
+    machine.konnector_args = konnector.args.clone();
     let results = run(args, konnector)
         .await
         .with_context(|| format!("the {name} workload"))?;
@@ -222,9 +239,9 @@ fn failed_checks(envelope: &Envelope) -> Vec<String> {
 async fn single<A, F>(name: &str, args: &A, common: &Common, run: F) -> anyhow::Result<()>
 where
     A: Serialize,
-    F: AsyncFnOnce(&A, &Path) -> anyhow::Result<Value>,
+    F: AsyncFnOnce(&A, &Konnector) -> anyhow::Result<Value>,
 {
-    let konnector = konnector_binary(common.konnector.clone())?;
+    let konnector = konnector_of(common.konnector.clone(), common.konnector_args.clone())?;
     let envelope = envelope(name, args, &konnector, run).await?;
     if let Some(path) = &common.json {
         envelope.write(path)?;
@@ -244,14 +261,14 @@ async fn runs_of<A, F>(
     name: &str,
     runs: Vec<A>,
     backend: impl Fn(&A) -> world::Backend,
-    konnector: &Path,
+    konnector: &Konnector,
     out: &Path,
     run: F,
     errors: &mut Vec<String>,
 ) -> anyhow::Result<()>
 where
     A: Serialize,
-    F: AsyncFnOnce(&A, &Path) -> anyhow::Result<Value> + Copy,
+    F: AsyncFnOnce(&A, &Konnector) -> anyhow::Result<Value> + Copy,
 {
     for (i, args) in runs.iter().enumerate() {
         let backend = backend(args);
@@ -279,8 +296,7 @@ where
     Ok(())
 }
 
-async fn all(profile: Profile, out: &Path, only: &[String], konnector: Option<PathBuf>) -> anyhow::Result<()> {
-    let konnector = konnector_binary(konnector)?;
+async fn all(profile: Profile, out: &Path, only: &[String], konnector: Konnector) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let mut errors = Vec::new();

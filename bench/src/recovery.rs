@@ -4,7 +4,6 @@
 //! exactly once, on the object it was written to, and the object counts equal.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
@@ -14,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::Profile;
 use crate::output::{Envelope, Table, fmt};
-use crate::world::{Backend, Layout, NAMESPACE, World, item_name};
+use crate::world::{Backend, Konnector, Layout, NAMESPACE, World, item_name};
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "recovery";
@@ -65,7 +64,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 }
 
 /// Runs the workload; its figures and checks.
-pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
+pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     let layout = Layout::single(args.backend, true);
     let mut world = World::start(layout).await?;
     world.start_provider_controllers();

@@ -2,7 +2,6 @@
 //! the konnector's memory, CPU, open watches and requests while idle, at several C so "flat in N"
 //! can be judged.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -10,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::Profile;
 use crate::output::{Envelope, Table, fmt};
-use crate::world::{Backend, Layout, World};
+use crate::world::{Backend, Konnector, Layout, World};
 
 /// The workload's name in JSON and file names.
 pub const NAME: &str = "scale_out";
@@ -70,7 +69,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 }
 
 /// Runs the workload; its figures and checks.
-pub async fn run(args: &Args, konnector: &Path) -> anyhow::Result<Value> {
+pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     let layout = Layout {
         backend: args.backend,
         connections: args.connections,

@@ -194,6 +194,15 @@ struct Child {
     metrics: SocketAddr,
 }
 
+/// The konnector binary measured and the flags it runs with beyond the harness's own.
+#[derive(Debug, Clone)]
+pub struct Konnector {
+    /// The binary.
+    pub binary: std::path::PathBuf,
+    /// Extra `konnector run` flags (`--sync-workers=64`), recorded in every run's machine facts.
+    pub args: Vec<String>,
+}
+
 /// A provider and a consumer with the benchmark's APIs exported and bound.
 pub struct World {
     /// The shape it was built with.
@@ -314,7 +323,8 @@ impl World {
 
     /// Starts `konnector run` and waits until every binding is Ready and every API is served on
     /// the consumer.
-    pub async fn start_konnector(&mut self, binary: &Path) -> anyhow::Result<()> {
+    pub async fn start_konnector(&mut self, konnector: &Konnector) -> anyhow::Result<()> {
+        let binary = &konnector.binary;
         if self.konnector.is_some() {
             bail!("the konnector already runs");
         }
@@ -326,6 +336,7 @@ impl World {
             .arg(&self.konnector_kubeconfig)
             .arg(format!("--metrics-addr={metrics}"))
             .args(["--leader-elect=false", "--health-addr=127.0.0.1:0", "--log-level=warn"])
+            .args(&konnector.args)
             .env_remove("RUST_LOG")
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())

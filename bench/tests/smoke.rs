@@ -94,6 +94,8 @@ fn assert_complete(run: &Value) {
             "/added_p99_ms/spec_up",
             "/added_p99_ms/status_down",
             "/achieved_rate_per_side",
+            "/folded/spec_up",
+            "/folded/status_down",
         ],
         "scale_out" => &[
             "/rss_kib/idle",

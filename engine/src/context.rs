@@ -21,7 +21,12 @@ pub struct EngineConfig {
     pub rediscovery_interval: Duration,
     /// Development only: accept plain `http://` and `insecure-skip-tls-verify` providers.
     pub allow_insecure_providers: bool,
+    /// Reconciles each syncer (one per binding and API) runs at once.
+    pub sync_workers: u16,
 }
+
+/// The default of [`EngineConfig::sync_workers`]; `BENCHMARKS.md` has the measurements behind it.
+pub const DEFAULT_SYNC_WORKERS: u16 = 16;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -31,6 +36,7 @@ impl Default for EngineConfig {
             heartbeat_interval: Duration::from_secs(kbind_api::consts::lease::RENEW_INTERVAL_SECONDS),
             rediscovery_interval: Duration::from_secs(60),
             allow_insecure_providers: false,
+            sync_workers: DEFAULT_SYNC_WORKERS,
         }
     }
 }

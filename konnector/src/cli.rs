@@ -118,6 +118,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES", default_value_t = kbind_cluster::limit::DEFAULT_MAX_RESPONSE_BYTES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_response_bytes: u64,
+    /// Objects each syncer (one per binding and API) reconciles at once: more raises throughput
+    /// on a busy API at the cost of memory while a first sync runs.
+    #[arg(long, value_name = "N", default_value_t = kbind_engine::context::DEFAULT_SYNC_WORKERS,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub sync_workers: u16,
 }
 
 /// The heartbeat interval must stay under the heartbeat Lease's duration, or the Lease lapses
@@ -181,6 +186,7 @@ impl RunArgs {
             heartbeat_interval: self.heartbeat_interval,
             rediscovery_interval: self.resync,
             allow_insecure_providers: self.allow_insecure_providers,
+            sync_workers: self.sync_workers,
         }
     }
 
@@ -285,5 +291,16 @@ mod tests {
         assert_eq!(run(&["--max-response-bytes", "1048576"]).max_response_bytes, 1 << 20);
         let argv = ["konnector", "run", "--max-response-bytes", "0"];
         assert!(Cli::try_parse_from(argv).is_err(), "a zero cap would refuse everything");
+    }
+
+    #[test]
+    fn sync_workers_default_to_the_engines_and_refuse_zero() {
+        assert_eq!(
+            RunArgs::defaults().engine_config().sync_workers,
+            kbind_engine::context::DEFAULT_SYNC_WORKERS
+        );
+        assert_eq!(run(&["--sync-workers", "64"]).engine_config().sync_workers, 64);
+        let argv = ["konnector", "run", "--sync-workers", "0"];
+        assert!(Cli::try_parse_from(argv).is_err(), "no worker would sync nothing");
     }
 }

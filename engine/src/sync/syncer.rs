@@ -29,10 +29,6 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// How long a reconcile waits for a provider store's first list before it reads the provider
 /// directly instead.
 const CACHE_SYNC_WAIT: Duration = Duration::from_secs(10);
-/// Reconciles one syncer runs at once. Unbounded, a first sync of N objects keeps N
-/// reconciles (each a large future holding its objects and requests) alive together, and the
-/// heap they leave behind stays in the process's RSS long after they finished.
-const CONCURRENCY: u16 = 16;
 /// Least time between two creates of the same copy. Provider deletes arrive as events, so a
 /// provider that deletes every copy we make (a garbage collector, a policy controller) would
 /// otherwise meet a create per event as fast as the network allows.
@@ -77,6 +73,10 @@ pub(crate) struct Shared {
     echoes: ProviderEchoes,
     /// When each copy was last created, kept for [`RECREATE_INTERVAL`].
     created: Mutex<BTreeMap<ObjectKey, Instant>>,
+    /// Reconciles run at once. Bounded because, unbounded, a first sync of N objects keeps N
+    /// reconciles (each a large future holding its objects and requests) alive together, and
+    /// the heap they leave behind stays in the process's RSS long after they finished.
+    workers: u16,
 }
 
 /// Where a syncer reports what it did and how long it took.
@@ -113,6 +113,7 @@ impl Shared {
             watches: ProviderWatches::default(),
             echoes: ProviderEchoes::default(),
             created: Mutex::new(BTreeMap::new()),
+            workers: ctx.config.sync_workers.max(1),
         })
     }
 
@@ -145,7 +146,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let triggers = provider_changes
         .flat_map(move |change| futures::stream::iter(trigger_shared.consumers_to_look_at(&consumers, change)));
     Controller::for_stream_with(consumer_events, store, res)
-        .with_config(Config::default().concurrency(CONCURRENCY))
+        .with_config(Config::default().concurrency(shared.workers))
         .reconcile_on(triggers)
         .run(reconcile, error_policy, shared)
         .for_each(|result| async move {
@@ -338,9 +339,13 @@ impl Shared {
         if let Some(current) = self.current_copy(obj, target).await {
             return Ok(Written::Copy(Box::new(current)));
         }
-        // The second pass classifies what won the race against our create.
-        for _ in 0..2 {
-            let live = self.read_target(target).await?;
+        // The second pass classifies what won the race against our create, always from a read.
+        for pass in 0..2 {
+            let live = if pass == 0 && self.cache_says_absent(target) {
+                None
+            } else {
+                self.read_target(target).await?
+            };
             let verdict = meta::classify(
                 live.as_ref(),
                 obj,
@@ -437,6 +442,25 @@ impl Shared {
         }
         let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
         is_current(&body, &cached).then(|| (*cached).clone())
+    }
+
+    /// Whether the listed provider store holds nothing at `target`, so the classifying read can
+    /// be skipped: what it would find is at most an object that appeared since the store last
+    /// heard, and the plain create that follows answers AlreadyExists to that one, which the
+    /// second pass then reads and classifies. Not trusted for a copy we created lately, whose
+    /// event may still be on its way (the read finds it and the reconcile goes on instead of
+    /// waiting out [`RECREATE_INTERVAL`]).
+    fn cache_says_absent(&self, target: &ObjectKey) -> bool {
+        let Some(store) = self.watches.store_for(target.namespace.as_deref()) else {
+            return false;
+        };
+        if !store.is_synced() || store.get(target.namespace.as_deref(), &target.name).is_some() {
+            return false;
+        }
+        let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        !created
+            .get(target)
+            .is_some_and(|at| Instant::now().duration_since(*at) < RECREATE_INTERVAL)
     }
 
     /// How long a create of `target` must wait: `None` unless the copy was created less than

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use futures::FutureExt;
 use kbind_api::consts::annotation;
-use kbind_cluster::{ClusterClient, ListParams, Patch, PatchParams};
+use kbind_cluster::{ClusterClient, ClusterClientExt, ListParams, Patch, PatchParams};
 use kbind_scenarios::apis::{widgets, widgets_crd};
 use kbind_scenarios::{ProviderOpts, World, seed_from_env};
 use serde_json::json;
@@ -435,5 +435,44 @@ async fn a_leader_hand_over_writes_none_of_the_synced_objects() {
         0,
         "seed {}: no widget is marked",
         world.seed()
+    );
+}
+
+/// Issue #16's request budget of a new object: once the provider cache has listed, the copy
+/// costs the provider its three writes (create, apply, the patch that drops the create's
+/// entry) and no classifying read, since the cache already says nothing is there; a copy
+/// that appeared unseen still meets the plain create's AlreadyExists (`write_races.rs`).
+#[tokio::test(start_paused = true)]
+async fn a_new_object_costs_the_provider_three_writes_and_no_read() {
+    let mut world = synced_world("a_new_object_costs_the_provider_three_writes_and_no_read", 151, 1).await;
+    let seed = world.seed();
+    let from = positions(&world);
+    create_widget(&world, "default", "newcomer", json!({"size": 2})).await;
+    let provider = world.provider("acme").admin_client();
+    world
+        .run_until_async("the newcomer is copied to the provider", 120, move |_| {
+            let provider = provider.clone();
+            async move {
+                provider
+                    .get_opt(&widgets(), Some("default"), "newcomer")
+                    .await
+                    .is_ok_and(|copy| copy.is_some())
+            }
+            .boxed()
+        })
+        .await;
+    world.steps_for(30).await;
+    let log = world.provider("acme").request_log_from(from.1);
+    let mut on_the_copy = BTreeMap::new();
+    for r in log
+        .iter()
+        .filter(|r| r.user != "admin" && r.resource == "widgets.example.org" && r.name == "newcomer")
+    {
+        *on_the_copy.entry(r.verb.as_str()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        on_the_copy,
+        BTreeMap::from([("create", 1), ("patch", 2)]),
+        "seed {seed}: the konnector's provider requests on a new object's copy"
     );
 }
