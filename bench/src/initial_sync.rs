@@ -68,6 +68,7 @@ pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
         .await?;
     let create_seconds = created.elapsed().as_secs_f64();
 
+    let mark = world.request_mark().await?;
     let start = Instant::now();
     world.start_konnector(konnector).await?;
     let ready_seconds = start.elapsed().as_secs_f64();
@@ -83,6 +84,7 @@ pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
         )
         .await?;
     let sync_seconds = start.elapsed().as_secs_f64();
+    let requests = world.requests_since(&mark).await?;
     let cpu_seconds = world.konnector_cpu_seconds()? - cpu_start;
     world.check_running()?;
     let (rss_kib, hwm_kib) = world.konnector_memory_kib()?;
@@ -101,6 +103,16 @@ pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
         "rss_kib": rss_kib,
         "rss_peak_kib": hwm_kib,
         "json_bytes": {"provider": provider_bytes, "consumer": consumer_bytes},
+        // On fakeapi the konnector's own requests (the request log names the caller); on real
+        // servers everything the apiserver counted, the load generator's status writes and
+        // this harness's polling lists included.
+        "requests": {
+            "konnector_only": args.backend == Backend::Fake,
+            "provider_per_object": requests.provider.all / args.objects as f64,
+            "consumer_per_object": requests.consumer.all / args.objects as f64,
+            "provider": requests.provider,
+            "consumer": requests.consumer,
+        },
         "checks": {
             "every_copy_exists": copies == args.objects,
             "every_status_back": statuses == args.objects && objects == args.objects,

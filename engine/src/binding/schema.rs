@@ -102,12 +102,15 @@ pub(crate) async fn deliver(
 ) -> Result<Delivery, Error> {
     let connection = conn.metadata.name.clone().unwrap_or_default();
     let mut blocked = None;
+    let mut held = None;
     if conn.spec.schema.pull_policy != PullPolicy::None {
         let desired = match desired_crd(conn, api, provider).await? {
             Ok(crd) => crd,
             Err(not_yet_or_refused) => return Ok(not_yet_or_refused),
         };
-        match crdpull::ensure_consumer_crd(consumer, desired, conn.spec.schema.update_policy).await? {
+        let (outcome, crd) = crdpull::ensure_and_keep(consumer, desired, conn.spec.schema.update_policy).await?;
+        held = Some(crd);
+        match outcome {
             CrdOutcome::Created | CrdOutcome::Updated | CrdOutcome::Unchanged | CrdOutcome::Held => {}
             CrdOutcome::Blocked(message) => blocked = Some(message),
             CrdOutcome::NotManaged => {
@@ -123,7 +126,13 @@ pub(crate) async fn deliver(
             CrdOutcome::OtherConnection(other) => return Ok(another_connection(&api.name, &other)),
         }
     }
-    let Some(raw) = consumer.get_opt(&crd_resource(), None, &api.name).await? else {
+    // The pull above just read or wrote the CRD: reading it again would double every
+    // binding pass's requests for nothing.
+    let raw = match held {
+        Some(crd) => Some(crd),
+        None => consumer.get_opt(&crd_resource(), None, &api.name).await?,
+    };
+    let Some(raw) = raw else {
         return Ok(Delivery::Waiting(format!(
             "schema.pullPolicy is None: install CustomResourceDefinition {} on this cluster",
             api.name

@@ -23,7 +23,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kbind_api::UpdatePolicy;
 use kbind_api::consts::{annotation, field_manager};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Error, PostParams, from_dynamic, to_dynamic};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, PostParams, from_dynamic, to_dynamic,
+};
 
 use super::{UpdateKind, annotation_of, classify_update, is_managed};
 
@@ -60,48 +62,59 @@ pub async fn ensure_consumer_crd(
     desired: CustomResourceDefinition,
     update: UpdatePolicy,
 ) -> Result<CrdOutcome, Error> {
+    Ok(ensure_and_keep(consumer, desired, update).await?.0)
+}
+
+/// [`ensure_consumer_crd`], also returning the consumer CRD as this call left it (read or
+/// written), so a caller that goes on to look at it does not read it a second time.
+pub async fn ensure_and_keep(
+    consumer: &dyn ClusterClient,
+    desired: CustomResourceDefinition,
+    update: UpdatePolicy,
+) -> Result<(CrdOutcome, DynamicObject), Error> {
     let name = desired.metadata.name.clone().unwrap_or_default();
     let params = PostParams {
         field_manager: Some(field_manager::KONNECTOR.to_string()),
         ..PostParams::default()
     };
-    let Some(existing) = consumer.get_opt(&crd_resource(), None, &name).await? else {
-        consumer
+    let Some(raw) = consumer.get_opt(&crd_resource(), None, &name).await? else {
+        let created = consumer
             .create(&crd_resource(), None, &to_dynamic(&desired)?, &params)
             .await?;
-        return Ok(CrdOutcome::Created);
+        return Ok((CrdOutcome::Created, created));
     };
-    let existing: CustomResourceDefinition = from_dynamic(existing)?;
+    let existing: CustomResourceDefinition = from_dynamic(raw.clone())?;
     if !is_managed(&existing) {
-        return Ok(CrdOutcome::NotManaged);
+        return Ok((CrdOutcome::NotManaged, raw));
     }
     let ours = annotation_of(&desired, annotation::CONNECTION);
     let theirs = annotation_of(&existing, annotation::CONNECTION);
     if theirs != ours {
-        return Ok(CrdOutcome::OtherConnection(theirs.unwrap_or_default().to_string()));
+        return Ok((CrdOutcome::OtherConnection(theirs.unwrap_or_default().to_string()), raw));
     }
     let kind = classify_update(&existing, &desired);
     if kind == UpdateKind::Unchanged {
-        return Ok(CrdOutcome::Unchanged);
+        return Ok((CrdOutcome::Unchanged, raw));
     }
     if update == UpdatePolicy::Once {
-        return Ok(CrdOutcome::Held);
+        return Ok((CrdOutcome::Held, raw));
     }
     if let UpdateKind::Destructive(message) = kind {
         let hash = annotation_of(&desired, annotation::SCHEMA_HASH);
         if hash.is_none() || annotation_of(&existing, annotation::ACCEPT_SCHEMA_HASH) != hash {
-            return Ok(CrdOutcome::Blocked(format!(
+            let message = format!(
                 "{message}; set annotation {}: {} on CustomResourceDefinition {name} to accept",
                 annotation::ACCEPT_SCHEMA_HASH,
                 hash.unwrap_or_default()
-            )));
+            );
+            return Ok((CrdOutcome::Blocked(message), raw));
         }
     }
     let replacement = replacement(existing, desired);
-    consumer
+    let replaced = consumer
         .replace(&crd_resource(), None, &name, &to_dynamic(&replacement)?, &params)
         .await?;
-    Ok(CrdOutcome::Updated)
+    Ok((CrdOutcome::Updated, replaced))
 }
 
 /// `desired` over `existing`: others' metadata kept, ours set, the read resourceVersion as the

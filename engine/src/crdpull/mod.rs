@@ -29,7 +29,7 @@ use serde_json::Value;
 use crate::ownership::{self, Copied};
 
 pub use classify::{UpdateKind, classify_update};
-pub use ensure::{CrdOutcome, crd_resource, ensure_consumer_crd};
+pub use ensure::{CrdOutcome, crd_resource, ensure_and_keep, ensure_consumer_crd};
 
 /// Conversion strategy of every consumer CRD.
 const CONVERSION_NONE: &str = "None";

@@ -33,6 +33,9 @@ const CACHE_SYNC_WAIT: Duration = Duration::from_secs(10);
 /// provider that deletes every copy we make (a garbage collector, a policy controller) would
 /// otherwise meet a create per event as fast as the network allows.
 const RECREATE_INTERVAL: Duration = Duration::from_secs(1);
+/// Passes of one write of a copy: the first, one after losing the race to create it, and one
+/// after its apply met a copy changed since (each later pass reads the copy afresh).
+const WRITE_PASSES: usize = 3;
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 const WAIT: Duration = Duration::from_secs(2);
 /// Re-check of a conflicted object (provider changes re-trigger it sooner).
@@ -339,8 +342,9 @@ impl Shared {
         if let Some(current) = self.current_copy(obj, target).await {
             return Ok(Written::Copy(Box::new(current)));
         }
-        // The second pass classifies what won the race against our create, always from a read.
-        for pass in 0..2 {
+        // A later pass classifies, always from a fresh read, what won the race against our
+        // create or changed the copy before our apply.
+        for pass in 0..WRITE_PASSES {
             let live = if pass == 0 && self.cache_says_absent(target) {
                 None
             } else {
@@ -394,7 +398,7 @@ impl Shared {
                 &self.spec.consumer_cluster_uid,
                 precondition.as_deref(),
             );
-            let copy = self
+            let applied = self
                 .provider
                 .client
                 .apply(
@@ -405,8 +409,17 @@ impl Shared {
                     kbind_api::consts::field_manager::KONNECTOR,
                     true,
                 )
-                .await
-                .map_err(|source| self.write_failed("apply", target, source))?;
+                .await;
+            let copy = match applied {
+                Ok(copy) => copy,
+                // The copy changed since the create or the read the precondition came from: most
+                // often the provider's controller answering our create with a status. Read and
+                // classify it again now rather than fail and wait out an error retry.
+                Err(kbind_cluster::Error::Conflict { .. }) if precondition.is_some() && pass + 1 < WRITE_PASSES => {
+                    continue;
+                }
+                Err(source) => return Err(self.write_failed("apply", target, source)),
+            };
             self.echoes
                 .own_write(target.clone(), copy.metadata.resource_version.clone());
             // Checked after every apply, so a pass that lost the race to another writer heals later.
@@ -721,16 +734,29 @@ impl Shared {
         if obj.data.get("status") == Some(&status) {
             return Ok(false);
         }
-        let mut updated = obj.clone();
-        updated.data["status"] = status;
+        // The whole status in one JSON patch, guarded by the object's UID and not by its
+        // resourceVersion: the konnector is the status's only writer and runs one reconcile per
+        // object at a time, so a replace guarded by a version the store may not have caught up
+        // with (our own finalizer patch, a user's spec change) only failed and cost another
+        // round trip and another pass.
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/status", "value": status},
+        ]))
+        .map_err(|e| SyncError::ConsumerWriteFailed {
+            step: STATUS_STEP,
+            object: key.clone(),
+            source: kbind_cluster::Error::Decode(e.to_string()),
+        })?;
         match self
             .consumer
-            .replace_status(
+            .patch_status(
                 self.res(),
                 key.namespace.as_deref(),
                 &key.name,
-                &updated,
-                &PostParams::default(),
+                &Patch::Json(patch),
+                &PatchParams::default(),
             )
             .await
         {

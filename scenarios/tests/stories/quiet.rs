@@ -322,6 +322,20 @@ async fn ten_idle_minutes_of_bindings_and_connections_cost_the_same_with_a_hundr
         engaged_lists, 0,
         "seed {seed}: healthy binding passes list instances or copies"
     );
+    // A pass reads each API's schema once on each side: the consumer CRD the pull just read
+    // (or wrote) is the one the pass goes on with, never read a second time.
+    let crd_reads = |cluster: &str| {
+        large
+            .engaged
+            .get(&format!("{cluster} get customresourcedefinitions.apiextensions.k8s.io"))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        crd_reads("consumer"),
+        crd_reads("provider"),
+        "seed {seed}: consumer CRD reads against provider CRD reads in ten idle minutes"
+    );
     // While disengaged the binding backs off to the resync interval (2, 4, … 256, 300 s): at
     // most a dozen passes, each listing the widgets once, in ten minutes, not one every 2 s.
     let widget_lists = total(&large.down, |k| k == "consumer list widgets.example.org");
