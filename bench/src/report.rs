@@ -43,7 +43,7 @@ pub fn targets(runs: &[Envelope]) -> Table {
     for run in of(runs, initial_sync::NAME) {
         let ratio = run
             .num("/objects_per_second")
-            .zip(initial_sync::ceiling_for(&ceilings, run.backend()))
+            .zip(initial_sync::ceiling_for(&ceilings, run))
             .map(|(r, c)| r / c);
         table.row(vec![
             "initial sync ≥ 0.8 × ceiling".into(),
@@ -172,8 +172,14 @@ fn register_font() -> anyhow::Result<()> {
 
 type Series = (String, Vec<(f64, f64)>);
 
-/// A line chart with points; `log_x` for rates and sizes that span decades.
-fn chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> anyhow::Result<()> {
+/// A line chart with points, its legend at `legend`.
+fn chart(
+    path: &Path,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    series: &[Series],
+    legend: SeriesLabelPosition,
+) -> anyhow::Result<()> {
     let points: Vec<(f64, f64)> = series.iter().flat_map(|(_, p)| p.iter().copied()).collect();
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)
@@ -218,7 +224,7 @@ fn chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Serie
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
     root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))
@@ -236,7 +242,7 @@ fn series_of(runs: &[&Envelope], name: String, x: &str, y: &str, x_is_param: boo
 }
 
 fn plot_churn(runs: &[&Envelope], path: &Path) -> anyhow::Result<()> {
-    let mut series = Vec::new();
+    let mut series: Vec<Series> = Vec::new();
     for backend in ["real", "fake"] {
         let runs: Vec<&Envelope> = runs.iter().copied().filter(|r| r.backend() == backend).collect();
         if runs.is_empty() {
@@ -254,12 +260,22 @@ fn plot_churn(runs: &[&Envelope], path: &Path) -> anyhow::Result<()> {
             }
         }
     }
+    // Milliseconds on fakeapi and tens of seconds on saturated real servers: only a log scale
+    // shows both.
+    for (_, points) in &mut series {
+        for p in points.iter_mut() {
+            p.1 = p.1.max(1.0).log10();
+        }
+    }
     chart(
         path,
-        "Churn: end-to-end latency against rate",
-        "changes/s per side",
-        "latency (ms)",
+        "Churn: end-to-end latency against requested rate",
+        (
+            "changes/s per side",
+            "log10 of latency in ms (1 = 10 ms, 3 = 1 s, 4 = 10 s)",
+        ),
         &series,
+        SeriesLabelPosition::MiddleRight,
     )
 }
 
@@ -301,9 +317,9 @@ fn plot_memory(runs: &[Envelope], path: &Path) -> anyhow::Result<()> {
     chart(
         path,
         "Konnector memory against synced objects",
-        "objects",
-        "MiB",
+        ("objects", "MiB"),
         &series,
+        SeriesLabelPosition::UpperLeft,
     )
 }
 
@@ -324,9 +340,9 @@ fn plot_recovery(runs: &[&Envelope], path: &Path) -> anyhow::Result<()> {
     chart(
         path,
         "Recovery: convergence time against partition length",
-        "partition (s)",
-        "converged after heal (s)",
+        ("partition (s)", "converged after heal (s)"),
         &series,
+        SeriesLabelPosition::LowerRight,
     )
 }
 
