@@ -471,9 +471,9 @@ impl Shared {
             return false;
         }
         let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
-        !created
+        created
             .get(target)
-            .is_some_and(|at| Instant::now().duration_since(*at) < RECREATE_INTERVAL)
+            .is_none_or(|at| Instant::now().duration_since(*at) >= RECREATE_INTERVAL)
     }
 
     /// How long a create of `target` must wait: `None` unless the copy was created less than
