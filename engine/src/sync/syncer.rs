@@ -188,6 +188,14 @@ fn note_consumer_event(pending: &PendingTriggers, event: &Result<Event<DynamicOb
     }
 }
 
+/// What is left of [`RECREATE_INTERVAL`] since `target` was last created, if anything.
+fn recreate_left(created: &BTreeMap<ObjectKey, Instant>, target: &ObjectKey, now: Instant) -> Option<Duration> {
+    let at = created.get(target)?;
+    RECREATE_INTERVAL
+        .checked_sub(now.duration_since(*at))
+        .filter(|left| !left.is_zero())
+}
+
 /// The consumer object a provider object is the image of, within the syncer's scope.
 fn consumer_ref(
     mapper: &dyn Mapper,
@@ -471,9 +479,7 @@ impl Shared {
             return false;
         }
         let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
-        created
-            .get(target)
-            .is_none_or(|at| Instant::now().duration_since(*at) >= RECREATE_INTERVAL)
+        recreate_left(&created, target, Instant::now()).is_none()
     }
 
     /// How long a create of `target` must wait: `None` unless the copy was created less than
@@ -485,10 +491,8 @@ impl Shared {
         if created.len() > 1024 {
             created.retain(|_, at| now.duration_since(*at) < RECREATE_INTERVAL);
         }
-        if let Some(at) = created.get(target)
-            && now.duration_since(*at) < RECREATE_INTERVAL
-        {
-            return Some(RECREATE_INTERVAL - now.duration_since(*at));
+        if let Some(left) = recreate_left(&created, target, now) {
+            return Some(left);
         }
         created.insert(target.clone(), now);
         None
