@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::mapper::ObjectKey;
@@ -44,6 +45,9 @@ struct Triggers {
     /// resourceVersions of the syncer's own consumer writes (finalizer, status) whose watch
     /// events are echoes, not changes.
     own: BTreeMap<ObjectKey, BTreeSet<String>>,
+    /// The status our latest status write set and the resourceVersion it produced, until its
+    /// echo arrives: a reconcile that runs before that reads a store without it.
+    status: BTreeMap<ObjectKey, (String, Value)>,
 }
 
 impl PendingTriggers {
@@ -60,12 +64,20 @@ impl PendingTriggers {
     /// the syncer's own write.
     pub(crate) fn consumer_event(&self, key: ObjectKey, resource_version: Option<&str>) {
         let mut triggers = self.lock();
+        if triggers
+            .status
+            .get(&key)
+            .is_none_or(|(rv, _)| Some(rv.as_str()) == resource_version)
+        {
+            triggers.status.remove(&key);
+        }
         if let Some(own) = triggers.own.get_mut(&key) {
             if resource_version.is_some_and(|rv| own.remove(rv)) {
                 return;
             }
             // Events arrive in order: older own writes will not show up any more.
             triggers.own.remove(&key);
+            triggers.status.remove(&key);
         }
         triggers.queued.entry(key).or_insert_with(Instant::now);
     }
@@ -75,6 +87,26 @@ impl PendingTriggers {
         if let Some(rv) = resource_version {
             self.lock().own.entry(key).or_default().insert(rv);
         }
+    }
+
+    /// The syncer wrote `status` into `key`'s status, producing `resource_version`.
+    pub(crate) fn own_status(&self, key: ObjectKey, resource_version: Option<String>, status: Value) {
+        let Some(rv) = resource_version else {
+            return;
+        };
+        let mut triggers = self.lock();
+        triggers.own.entry(key.clone()).or_default().insert(rv.clone());
+        triggers.status.insert(key, (rv, status));
+    }
+
+    /// Whether our status write of exactly `status` into `key` has not reached the store yet
+    /// (and nobody wrote the object since).
+    pub(crate) fn status_in_flight(&self, key: &ObjectKey, status: &Value) -> bool {
+        let triggers = self.lock();
+        triggers
+            .status
+            .get(key)
+            .is_some_and(|(rv, written)| written == status && triggers.own.get(key).is_some_and(|own| own.contains(rv)))
     }
 
     /// A reconcile of `key` starts: the time of the first unprocessed change, if any (`None`
@@ -102,6 +134,7 @@ impl PendingTriggers {
         triggers.queued.remove(key);
         triggers.retrying.remove(key);
         triggers.own.remove(key);
+        triggers.status.remove(key);
     }
 
     /// Objects triggered and not yet picked up.
@@ -152,6 +185,40 @@ mod tests {
         assert_eq!(pending.depth(), 1);
         assert_eq!(pending.pick_up(&key("w")), Some(first), "the older start wins");
         assert_eq!(pending.pick_up(&key("w")), None);
+    }
+
+    #[test]
+    fn our_status_is_in_flight_until_its_echo_or_someone_elses_write() {
+        let pending = PendingTriggers::default();
+        let ready = serde_json::json!({"phase": "Ready"});
+        pending.own_write(key("w"), Some("4".into()));
+        pending.own_status(key("w"), Some("5".into()), ready.clone());
+        assert!(pending.status_in_flight(&key("w"), &ready), "the store has not seen it");
+        assert!(
+            !pending.status_in_flight(&key("w"), &serde_json::json!({"phase": "Gone"})),
+            "another status is not the one written"
+        );
+        assert!(!pending.status_in_flight(&key("x"), &ready), "another object");
+        pending.consumer_event(key("w"), Some("4"));
+        assert!(
+            pending.status_in_flight(&key("w"), &ready),
+            "the echo of an earlier write (the finalizer) leaves it in flight"
+        );
+        pending.consumer_event(key("w"), Some("5"));
+        assert!(!pending.status_in_flight(&key("w"), &ready), "the store has it now");
+
+        pending.own_status(key("w"), Some("7".into()), ready.clone());
+        pending.consumer_event(key("w"), Some("6"));
+        assert!(
+            !pending.status_in_flight(&key("w"), &ready),
+            "someone else wrote the object: compare with what the store shows"
+        );
+        pending.own_status(key("w"), Some("9".into()), ready.clone());
+        pending.forget(&key("w"));
+        assert!(
+            !pending.status_in_flight(&key("w"), &ready),
+            "a deleted object forgets it"
+        );
     }
 
     #[test]

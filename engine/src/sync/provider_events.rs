@@ -135,30 +135,53 @@ fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = P
 /// changes whose latency is measured.
 #[derive(Debug, Default)]
 pub(crate) struct ProviderEchoes {
-    own: Mutex<BTreeMap<ObjectKey, BTreeSet<String>>>,
+    own: Mutex<BTreeMap<ObjectKey, OwnWrites>>,
+}
+
+/// The own writes of one provider object whose events have not arrived yet.
+#[derive(Debug, Default)]
+struct OwnWrites {
+    /// Their resourceVersions.
+    versions: BTreeSet<String>,
+    /// The copy as our latest write left it (lean, like the cache's): fresher than the cache
+    /// until the echoes arrive.
+    latest: Option<Arc<DynamicObject>>,
 }
 
 impl ProviderEchoes {
-    /// The syncer wrote provider object `target`, producing `resource_version`.
-    pub(crate) fn own_write(&self, target: ObjectKey, resource_version: Option<String>) {
-        if let Some(rv) = resource_version {
-            self.own
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(target)
-                .or_default()
-                .insert(rv);
+    /// The syncer wrote provider object `target` and the server answered `copy`.
+    pub(crate) fn own_copy(&self, target: ObjectKey, copy: &DynamicObject) {
+        let Some(rv) = copy.metadata.resource_version.clone() else {
+            return;
+        };
+        let mut lean = copy.clone();
+        crate::provider::lean(&mut lean);
+        let mut own = self.lock();
+        let writes = own.entry(target).or_default();
+        writes.versions.insert(rv);
+        writes.latest = Some(Arc::new(lean));
+    }
+
+    /// The copy our latest write left at `target`, while the cache has not heard of it.
+    pub(crate) fn latest(&self, target: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        self.lock().get(target)?.latest.clone()
+    }
+
+    /// Forgets every remembered copy: after missed events nothing says which are still newest.
+    pub(crate) fn forget_copies(&self) {
+        for writes in self.lock().values_mut() {
+            writes.latest = None;
         }
     }
 
     /// Whether an event of `target` at `resource_version` is the echo of an own write.
     pub(crate) fn is_echo(&self, target: ObjectKey, resource_version: Option<&str>) -> bool {
-        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(rvs) = own.get_mut(&target) else {
+        let mut own = self.lock();
+        let Some(writes) = own.get_mut(&target) else {
             return false;
         };
-        if resource_version.is_some_and(|rv| rvs.remove(rv)) {
-            if rvs.is_empty() {
+        if resource_version.is_some_and(|rv| writes.versions.remove(rv)) {
+            if writes.versions.is_empty() {
                 own.remove(&target);
             }
             return true;
@@ -166,6 +189,10 @@ impl ProviderEchoes {
         // Events arrive in order: older own writes will not show up any more.
         own.remove(&target);
         false
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ObjectKey, OwnWrites>> {
+        self.own.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -197,18 +224,49 @@ mod tests {
         assert!(changes.next().await.is_none(), "a closed cache ends the stream");
     }
 
+    fn copy_at(rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "w", "namespace": "a", "resourceVersion": rv,
+                "managedFields": [{"manager": "someone", "operation": "Apply"}]}}))
+        .expect("an object")
+    }
+
     #[test]
     fn echoes_of_own_provider_writes_are_recognised_once() {
         let echoes = ProviderEchoes::default();
         let key = ObjectKey::namespaced("a", "w");
-        echoes.own_write(key.clone(), Some("5".into()));
+        echoes.own_copy(key.clone(), &copy_at("5"));
         assert!(echoes.is_echo(key.clone(), Some("5")));
         assert!(!echoes.is_echo(key.clone(), Some("5")), "an echo counts once");
-        echoes.own_write(key.clone(), Some("7".into()));
+        echoes.own_copy(key.clone(), &copy_at("7"));
         assert!(
             !echoes.is_echo(key.clone(), Some("6")),
             "someone else's write is a change"
         );
         assert!(!echoes.is_echo(key, Some("7")), "older own writes are forgotten");
+    }
+
+    #[test]
+    fn our_latest_copy_stands_in_for_the_cache_until_its_echoes_arrive() {
+        let echoes = ProviderEchoes::default();
+        let key = ObjectKey::namespaced("a", "w");
+        echoes.own_copy(key.clone(), &copy_at("5"));
+        echoes.own_copy(key.clone(), &copy_at("6"));
+        let latest = echoes.latest(&key).expect("our latest write");
+        assert_eq!(latest.metadata.resource_version.as_deref(), Some("6"));
+        assert!(latest.metadata.managed_fields.is_none(), "kept lean, like the cache");
+        assert!(echoes.is_echo(key.clone(), Some("5")));
+        assert!(echoes.latest(&key).is_some(), "the cache has not seen 6 yet");
+        assert!(echoes.is_echo(key.clone(), Some("6")));
+        assert!(echoes.latest(&key).is_none(), "the cache has caught up");
+
+        echoes.own_copy(key.clone(), &copy_at("8"));
+        assert!(!echoes.is_echo(key.clone(), Some("9")));
+        assert!(echoes.latest(&key).is_none(), "someone else wrote after us");
+
+        echoes.own_copy(key.clone(), &copy_at("10"));
+        echoes.forget_copies();
+        assert!(echoes.latest(&key).is_none(), "after missed events nothing is known");
+        assert!(echoes.is_echo(key, Some("10")), "the echo is still recognised");
     }
 }

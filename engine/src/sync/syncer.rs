@@ -293,11 +293,14 @@ impl Shared {
                 vec![r]
             }
             // Like a resync: no single change to measure from.
-            ProviderChange::Everything => consumers
-                .state()
-                .iter()
-                .map(|obj| ObjectRef::from_obj_with(obj.as_ref(), self.res().clone()))
-                .collect(),
+            ProviderChange::Everything => {
+                self.echoes.forget_copies();
+                consumers
+                    .state()
+                    .iter()
+                    .map(|obj| ObjectRef::from_obj_with(obj.as_ref(), self.res().clone()))
+                    .collect()
+            }
         }
     }
 
@@ -353,8 +356,17 @@ impl Shared {
         // A later pass classifies, always from a fresh read, what won the race against our
         // create or changed the copy before our apply.
         for pass in 0..WRITE_PASSES {
+            // The first pass of a copy known to be ours (our latest write, or the cache) skips
+            // the read: the apply carries that copy's resourceVersion, so a copy that changed
+            // since (even into someone else's) only answers Conflict, and the next pass reads.
+            let mut known_rv = None;
             let live = if pass == 0 && self.cache_says_absent(target) {
                 None
+            } else if pass == 0
+                && let Some(known) = self.known_ours(obj, target)
+            {
+                known_rv = known.metadata.resource_version.clone();
+                Some(known)
             } else {
                 self.read_target(target).await?
             };
@@ -378,7 +390,7 @@ impl Shared {
                     return Ok(Written::Not(Action::requeue(CONFLICT_RECHECK)));
                 }
                 Verdict::Create => None,
-                Verdict::Update { precondition } => precondition,
+                Verdict::Update { precondition } => precondition.or(known_rv),
             };
             if creating && let Some(wait) = self.recreate_wait(target) {
                 if let Some(since) = since {
@@ -392,8 +404,7 @@ impl Shared {
                 let Some(created) = self.create_copy(obj, target).await? else {
                     continue;
                 };
-                self.echoes
-                    .own_write(target.clone(), created.metadata.resource_version.clone());
+                self.echoes.own_copy(target.clone(), &created);
                 // The apply below moves the created fields to the apply manager (a create
                 // records them under an Update entry, which a later apply would never prune);
                 // it must find exactly what was created.
@@ -428,8 +439,7 @@ impl Shared {
                 }
                 Err(source) => return Err(self.write_failed("apply", target, source)),
             };
-            self.echoes
-                .own_write(target.clone(), copy.metadata.resource_version.clone());
+            self.echoes.own_copy(target.clone(), &copy);
             // Checked after every apply, so a pass that lost the race to another writer heals later.
             return Ok(Written::Copy(Box::new(self.drop_create_entry(target, copy).await?)));
         }
@@ -447,7 +457,10 @@ impl Shared {
         if !store.wait_synced(CACHE_SYNC_WAIT).await {
             return None;
         }
-        let cached = store.get(target.namespace.as_deref(), &target.name)?;
+        let cached = self
+            .echoes
+            .latest(target)
+            .or_else(|| store.get(target.namespace.as_deref(), &target.name))?;
         let verdict = meta::classify(
             Some(&cached),
             obj,
@@ -463,6 +476,28 @@ impl Shared {
         }
         let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
         is_current(&body, &cached).then(|| (*cached).clone())
+    }
+
+    /// The copy at `target` as our latest write left it or the listed cache holds it, when it is
+    /// ours to update (not foreign, not terminating: those always get a fresh read).
+    fn known_ours(&self, obj: &DynamicObject, target: &ObjectKey) -> Option<DynamicObject> {
+        let known = match self.echoes.latest(target) {
+            Some(latest) => latest,
+            None => {
+                let store = self.watches.store_for(target.namespace.as_deref())?;
+                if !store.is_synced() {
+                    return None;
+                }
+                store.get(target.namespace.as_deref(), &target.name)?
+            }
+        };
+        let verdict = meta::classify(
+            Some(&known),
+            obj,
+            &self.spec.consumer_cluster_uid,
+            &self.spec.conflict_policy,
+        );
+        (verdict == Verdict::Update { precondition: None }).then(|| (*known).clone())
     }
 
     /// Whether the listed provider store holds nothing at `target`, so the classifying read can
@@ -559,8 +594,7 @@ impl Shared {
             .await
         {
             Ok(patched) => {
-                self.echoes
-                    .own_write(target.clone(), patched.metadata.resource_version.clone());
+                self.echoes.own_copy(target.clone(), &patched);
                 Ok(patched)
             }
             // Changed since our apply (the next pass re-applies) or a test that failed: keep ours.
@@ -735,7 +769,8 @@ impl Shared {
         let Some(status) = super::status::translated_status(copy) else {
             return Ok(false);
         };
-        if obj.data.get("status") == Some(&status) {
+        // The store may not have caught up with our own last write of this very status.
+        if obj.data.get("status") == Some(&status) || self.pending.status_in_flight(key, &status) {
             return Ok(false);
         }
         // The whole status in one JSON patch, guarded by the object's UID and not by its
@@ -746,7 +781,7 @@ impl Shared {
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         let patch: json_patch::Patch = serde_json::from_value(json!([
             {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "add", "path": "/status", "value": status},
+            {"op": "add", "path": "/status", "value": &status},
         ]))
         .map_err(|e| SyncError::ConsumerWriteFailed {
             step: STATUS_STEP,
@@ -765,7 +800,8 @@ impl Shared {
             .await
         {
             Ok(written) => {
-                self.pending.own_write(key.clone(), written.metadata.resource_version);
+                self.pending
+                    .own_status(key.clone(), written.metadata.resource_version, status);
                 Ok(true)
             }
             // The object moved on; its own change event brings a fresh reconcile.

@@ -170,3 +170,57 @@ async fn a_copy_changed_between_our_create_and_apply_is_applied_without_a_failed
         "seed {seed}: the changed copy was taken for a failed sync:\n{log}"
     );
 }
+
+/// A spec change is applied with the copy the syncer already knows (its cache, or its own
+/// latest write) as the precondition, without reading the copy first (issue #16). A copy
+/// replaced unseen by someone else's object answers that precondition with a Conflict; the
+/// next pass reads it, finds it foreign and reports the conflict. Their object is never
+/// written.
+#[tokio::test(start_paused = true)]
+async fn an_object_that_replaced_a_copy_just_before_a_spec_change_is_never_taken_over() {
+    let (mut world, _cred) = bound_world(
+        "an_object_that_replaced_a_copy_just_before_a_spec_change_is_never_taken_over",
+        614,
+    )
+    .await;
+    let seed = world.seed();
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    world.steps_for(10).await;
+    // Between the spec change and our apply, the copy is replaced by someone else's object.
+    world.provider("acme").interlope(fakeapi::Interloper {
+        verb: Some("patch".into()),
+        resource: "widgets".into(),
+        namespace: Some("default".into()),
+        name: "w1".into(),
+        object: foreign_widget("default", "w1", 9),
+    });
+    story::patch_widget(&world, "default", "w1", json!({"spec": {"size": 2}})).await;
+    world
+        .run_until_async(
+            "the consumer object reports ForeignObjectExists",
+            90,
+            widget_has(
+                "default",
+                "w1",
+                &meta_key("annotations", annotation::CONFLICT),
+                json!(reason::FOREIGN_OBJECT_EXISTS),
+            ),
+        )
+        .await;
+    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    world.steps_for(30).await;
+    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "seed {seed}: their spec stays");
+    assert_eq!(story::label(&now, "owner").as_deref(), Some("provider-team"));
+    assert_eq!(
+        story::label(&now, label::MANAGED),
+        None,
+        "seed {seed}: no marker of ours is stamped on it"
+    );
+    assert_eq!(
+        now.and_then(|o| o.metadata.resource_version),
+        theirs.and_then(|o| o.metadata.resource_version),
+        "seed {seed}: their object is not written at all"
+    );
+}
