@@ -401,8 +401,18 @@ impl FakeCluster {
                 {
                     map.remove("status");
                 }
-                if let Some(live) = old.as_deref() {
-                    ssa::precondition(live, &body, &gr.qualified())?;
+                match old.as_deref() {
+                    Some(live) => {
+                        ssa::precondition(live, &body, &gr.qualified())?;
+                        ssa::uid_unchanged(live, &body, &info.resource.kind)?;
+                    }
+                    None => {
+                        if sub == Subresource::Main
+                            && let Some(gone) = ssa::uid_of_a_missing_object(&body, &gr.resource, name)
+                        {
+                            return Err(gone);
+                        }
+                    }
                 }
                 let merged = ssa::apply(
                     old.as_deref(),

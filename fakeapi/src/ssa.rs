@@ -117,6 +117,48 @@ pub(crate) fn object_schema(schema: &Schema) -> Schema {
     Schema::new(raw)
 }
 
+/// Checks an apply body's `metadata.uid` against the live object as kube-apiserver's update
+/// validation does: a different UID is a 422 (`metadata.uid` is immutable), so an apply that
+/// names the object it means never lands on one that replaced it. `kind` names the object in the
+/// message. Checked after [`precondition`], as kube checks the resourceVersion first.
+pub fn uid_unchanged(live: &Value, applied: &Value, kind: &str) -> Result<(), Error> {
+    let wanted = applied.pointer("/metadata/uid").and_then(Value::as_str);
+    let current = live.pointer("/metadata/uid").and_then(Value::as_str);
+    match wanted {
+        Some(uid) if !uid.is_empty() && Some(uid) != current => {
+            let name = live
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            Err(Error::invalid(
+                kind,
+                name,
+                vec![crate::schema::invalid(
+                    "metadata.uid",
+                    &Value::from(uid),
+                    "field is immutable",
+                )],
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The 409 of an apply that names a UID where no object exists (kube-apiserver's wording): it
+/// meant an object that has gone, so nothing is created.
+pub fn uid_of_a_missing_object(applied: &Value, resource: &str, name: &str) -> Option<Error> {
+    let uid = applied
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .filter(|uid| !uid.is_empty())?;
+    Some(Error::Conflict {
+        message: format!(
+            "Operation cannot be fulfilled on {resource} \"{name}\": uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+        ),
+        causes: vec![],
+    })
+}
+
 /// Checks an apply body's `metadata.resourceVersion` (a precondition when set) against the
 /// live object; a mismatch is the stale-write 409 for `resource` (e.g. `widgets.example.org`).
 /// [`apply`] does not check it: the caller does, before applying.
@@ -953,6 +995,26 @@ mod tests {
             .map(|e| e["manager"].as_str().unwrap())
             .collect();
         assert_eq!(managers, vec!["kbind", "kubectl"]);
+    }
+
+    #[test]
+    fn a_uid_in_an_apply_body_must_name_the_live_object() {
+        let mut live = widget(json!({}));
+        live["metadata"]["uid"] = json!("u1");
+        let mut body = widget(json!({}));
+        assert!(uid_unchanged(&live, &body, "Widget").is_ok(), "no UID: no check");
+        body["metadata"]["uid"] = json!("u1");
+        assert!(uid_unchanged(&live, &body, "Widget").is_ok());
+        assert!(uid_of_a_missing_object(&widget(json!({})), "widgets.example.org", "w").is_none());
+        body["metadata"]["uid"] = json!("u2");
+        let err = uid_unchanged(&live, &body, "Widget").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Widget \"w\" is invalid: metadata.uid: Invalid value: \"u2\": field is immutable"
+        );
+        let gone = uid_of_a_missing_object(&body, "widgets.example.org", "w").expect("a conflict");
+        assert!(gone.is_conflict());
+        assert!(gone.to_string().contains("uid mismatch"));
     }
 
     #[test]

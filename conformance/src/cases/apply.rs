@@ -241,3 +241,80 @@ pub async fn apply_force_transfers_ownership(t: &dyn Target) -> CaseResult {
     .await;
     s.finish(result).await
 }
+
+/// An apply that names a UID: the live object's applies; another object's is 422 (`metadata.uid`
+/// is immutable) and changes nothing; a missing object's is 409 and creates nothing. (kbind's
+/// apply after its create names the created copy this way.)
+pub async fn apply_with_a_uid_lands_only_on_that_object(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssauid");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        let cm = apply_cm(c.as_ref(), &ns, json!({"x": "1"}), "conformance-a", false).await?;
+        let uid = cm.metadata.uid.clone().unwrap_or_default();
+        let with_uid = |name: &str, uid: &str, x: &str| {
+            let mut body = applied_config_map(name, json!({"x": x}));
+            body["metadata"]["uid"] = json!(uid);
+            body
+        };
+        let same = c
+            .apply(
+                &res::config_maps(),
+                Some(&ns),
+                "cm",
+                with_uid("cm", &uid, "2"),
+                "conformance-a",
+                true,
+            )
+            .await
+            .ctx("apply naming the live object's uid")?;
+        check!(
+            same.data["data"]["x"] == "2",
+            "apply with the right uid lost its value: {:?}",
+            same.data
+        );
+        let other = "00000000-0000-0000-0000-000000000001";
+        let err = expect_err(
+            c.apply(
+                &res::config_maps(),
+                Some(&ns),
+                "cm",
+                with_uid("cm", other, "3"),
+                "conformance-a",
+                true,
+            )
+            .await,
+            "apply naming another uid",
+        )?;
+        check!(
+            matches!(&err, Error::Invalid { causes, .. } if causes.iter().any(|c| c.field == "metadata.uid")),
+            "another uid: expected 422 on metadata.uid, got {err:?}"
+        );
+        let now = c.get(&res::config_maps(), Some(&ns), "cm").await?;
+        check!(
+            now.data["data"]["x"] == "2",
+            "a refused apply changed the object: {:?}",
+            now.data
+        );
+        let err = expect_err(
+            c.apply(
+                &res::config_maps(),
+                Some(&ns),
+                "gone",
+                with_uid("gone", &uid, "1"),
+                "conformance-a",
+                true,
+            )
+            .await,
+            "apply naming a uid where nothing is",
+        )?;
+        check!(err.is_conflict(), "uid of a missing object: expected 409, got {err:?}");
+        check!(
+            c.get_opt(&res::config_maps(), Some(&ns), "gone").await?.is_none(),
+            "an apply naming a uid created an object"
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}

@@ -33,9 +33,10 @@ const CACHE_SYNC_WAIT: Duration = Duration::from_secs(10);
 /// provider that deletes every copy we make (a garbage collector, a policy controller) would
 /// otherwise meet a create per event as fast as the network allows.
 const RECREATE_INTERVAL: Duration = Duration::from_secs(1);
-/// Passes of one write of a copy: the first, one after losing the race to create it, and one
-/// after its apply met a copy changed since (each later pass reads the copy afresh).
-const WRITE_PASSES: usize = 3;
+/// Passes of one write of a copy: the first, one after losing the race to create it or after
+/// its apply met a copy changed since (with the copy the cache knows by then), and a last one
+/// that reads the copy afresh.
+const WRITE_PASSES: usize = 4;
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 const WAIT: Duration = Duration::from_secs(2);
 /// Re-check of a conflicted object (provider changes re-trigger it sooner).
@@ -353,17 +354,20 @@ impl Shared {
         if let Some(current) = self.current_copy(obj, target).await {
             return Ok(Written::Copy(Box::new(current)));
         }
-        // A later pass classifies, always from a fresh read, what won the race against our
-        // create or changed the copy before our apply.
+        // A later pass classifies what won the race against our create or changed the copy
+        // before our apply; the last one always from a fresh read.
+        let mut refused: Option<String> = None;
         for pass in 0..WRITE_PASSES {
-            // The first pass of a copy known to be ours (our latest write, or the cache) skips
-            // the read: the apply carries that copy's resourceVersion, so a copy that changed
-            // since (even into someone else's) only answers Conflict, and the next pass reads.
+            // A copy known to be ours (our latest write, or the cache) skips the read: the apply
+            // carries that copy's resourceVersion, so a copy that changed since (even into
+            // someone else's) only answers Conflict, and the next pass looks again. After a
+            // Conflict the copy the apply was refused at is not known any more; the cache has
+            // often heard of the change by then (a provider controller answering our create).
             let mut known_rv = None;
             let live = if pass == 0 && self.cache_says_absent(target) {
                 None
-            } else if pass == 0
-                && let Some(known) = self.known_ours(obj, target)
+            } else if pass + 1 < WRITE_PASSES
+                && let Some(known) = self.known_ours(obj, target, refused.as_deref())
             {
                 known_rv = known.metadata.resource_version.clone();
                 Some(known)
@@ -377,7 +381,7 @@ impl Shared {
                 &self.spec.conflict_policy,
             );
             let creating = verdict == Verdict::Create;
-            let mut precondition = match verdict {
+            let precondition = match verdict {
                 Verdict::Terminating => {
                     // The change still waits for the old copy to go: measured until it is applied.
                     if let Some(since) = since {
@@ -400,23 +404,30 @@ impl Shared {
             }
             self.clear_conflict(obj, key).await?;
             self.ensure_namespace(target).await?;
+            // The copy we have just created, by UID and resourceVersion.
+            let mut created = None;
             if creating && !crate::planted::planted(crate::planted::Plant::FirstWriteForcedApply) {
-                let Some(created) = self.create_copy(obj, target).await? else {
+                let Some(copy) = self.create_copy(obj, target).await? else {
                     continue;
                 };
-                self.echoes.own_copy(target.clone(), &created);
-                // The apply below moves the created fields to the apply manager (a create
-                // records them under an Update entry, which a later apply would never prune);
-                // it must find exactly what was created.
-                precondition = created.metadata.resource_version;
+                self.echoes.own_copy(target.clone(), &copy);
+                created = Some((copy.metadata.uid, copy.metadata.resource_version));
             }
-            let body = meta::apply_body(
+            let mut body = meta::apply_body(
                 self.res(),
                 obj,
                 target,
                 &self.spec.consumer_cluster_uid,
                 precondition.as_deref(),
             );
+            // The apply moves the created fields to the apply manager (a create records them
+            // under an Update entry, which a later apply would never prune). It names the copy
+            // we created by its UID: a copy that replaced it is refused, while a status that the
+            // provider's controller wrote meanwhile (nearly always there first) is no reason to
+            // fail, as a resourceVersion guard made it.
+            if let Some((Some(uid), _)) = &created {
+                body["metadata"]["uid"] = json!(uid);
+            }
             let applied = self
                 .provider
                 .client
@@ -429,12 +440,13 @@ impl Shared {
                     true,
                 )
                 .await;
+            let guarded = precondition.is_some() || created.is_some();
             let copy = match applied {
                 Ok(copy) => copy,
-                // The copy changed since the create or the read the precondition came from: most
-                // often the provider's controller answering our create with a status. Read and
-                // classify it again now rather than fail and wait out an error retry.
-                Err(kbind_cluster::Error::Conflict { .. }) if precondition.is_some() && pass + 1 < WRITE_PASSES => {
+                // The copy changed or went since the create or since the copy the precondition
+                // came from. Look at it again now rather than fail and wait out an error retry.
+                Err(e) if guarded && pass + 1 < WRITE_PASSES && is_changed_since(&e) => {
+                    refused = precondition.or(created.and_then(|(_, rv)| rv));
                     continue;
                 }
                 Err(source) => return Err(self.write_failed("apply", target, source)),
@@ -478,17 +490,20 @@ impl Shared {
         is_current(&body, &cached).then(|| (*cached).clone())
     }
 
-    /// The copy at `target` as our latest write left it or the listed cache holds it, when it is
-    /// ours to update (not foreign, not terminating: those always get a fresh read).
-    fn known_ours(&self, obj: &DynamicObject, target: &ObjectKey) -> Option<DynamicObject> {
-        let known = match self.echoes.latest(target) {
+    /// The copy at `target` as our latest write left it or else as the listed cache holds it,
+    /// unless an apply was just `refused` at its resourceVersion; only when it is ours to
+    /// update (not foreign, not terminating: those always get a fresh read).
+    fn known_ours(&self, obj: &DynamicObject, target: &ObjectKey, refused: Option<&str>) -> Option<DynamicObject> {
+        let fresh =
+            |copy: &Arc<DynamicObject>| refused.is_none() || copy.metadata.resource_version.as_deref() != refused;
+        let known = match self.echoes.latest(target).filter(fresh) {
             Some(latest) => latest,
             None => {
                 let store = self.watches.store_for(target.namespace.as_deref())?;
                 if !store.is_synced() {
                     return None;
                 }
-                store.get(target.namespace.as_deref(), &target.name)?
+                store.get(target.namespace.as_deref(), &target.name).filter(fresh)?
             }
         };
         let verdict = meta::classify(
@@ -948,6 +963,17 @@ pub(crate) async fn release_finalizer(
             object: key.clone(),
             source,
         }),
+    }
+}
+
+/// Whether a guarded apply was refused because its copy changed or went: a failed
+/// resourceVersion precondition (409), or a UID that no longer names the object there (422 on
+/// `metadata.uid`; 409 when nothing is there).
+fn is_changed_since(error: &kbind_cluster::Error) -> bool {
+    match error {
+        kbind_cluster::Error::Conflict { .. } => true,
+        kbind_cluster::Error::Invalid { causes, .. } => causes.iter().any(|c| c.field == "metadata.uid"),
+        _ => false,
     }
 }
 

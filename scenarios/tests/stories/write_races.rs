@@ -224,3 +224,52 @@ async fn an_object_that_replaced_a_copy_just_before_a_spec_change_is_never_taken
         "seed {seed}: their object is not written at all"
     );
 }
+
+/// The apply after our create names the created copy by its UID (issue #16: a resourceVersion
+/// guard failed on nearly every new object, since the provider's controller answers the create
+/// with a status first). An object of someone else's that replaced the copy in between is
+/// refused by that UID, read, found foreign and reported; it is never written.
+#[tokio::test(start_paused = true)]
+async fn an_object_that_replaced_our_new_copy_before_its_apply_is_never_taken_over() {
+    let (mut world, _cred) = bound_world(
+        "an_object_that_replaced_our_new_copy_before_its_apply_is_never_taken_over",
+        615,
+    )
+    .await;
+    let seed = world.seed();
+    // The first write of w1 is the create; the interloper lands before the write after it.
+    world.provider("acme").interlope(fakeapi::Interloper {
+        verb: Some("patch".into()),
+        resource: "widgets".into(),
+        namespace: Some("default".into()),
+        name: "w1".into(),
+        object: foreign_widget("default", "w1", 9),
+    });
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    world
+        .run_until_async(
+            "the consumer object reports ForeignObjectExists",
+            90,
+            widget_has(
+                "default",
+                "w1",
+                &meta_key("annotations", annotation::CONFLICT),
+                json!(reason::FOREIGN_OBJECT_EXISTS),
+            ),
+        )
+        .await;
+    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    world.steps_for(30).await;
+    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "seed {seed}: their spec stays");
+    assert_eq!(
+        story::label(&now, label::MANAGED),
+        None,
+        "seed {seed}: no marker of ours is stamped on it"
+    );
+    assert_eq!(
+        now.and_then(|o| o.metadata.resource_version),
+        theirs.and_then(|o| o.metadata.resource_version),
+        "seed {seed}: their object is not written at all"
+    );
+}
