@@ -143,34 +143,68 @@ pub(crate) struct ProviderEchoes {
 struct OwnWrites {
     /// Their resourceVersions.
     versions: BTreeSet<String>,
-    /// The copy as our latest write left it (lean, like the cache's): fresher than the cache
-    /// until the echoes arrive.
+    /// The copy as our latest write left it (lean, like the cache's).
     latest: Option<Arc<DynamicObject>>,
+    /// What that write and the own writes just before it replaced, oldest first: the
+    /// resourceVersions a cache that has not heard of them can still show (`None`: no copy,
+    /// for a write that created it).
+    superseded: Vec<Option<String>>,
 }
 
 impl ProviderEchoes {
-    /// The syncer wrote provider object `target` and the server answered `copy`.
-    pub(crate) fn own_copy(&self, target: ObjectKey, copy: &DynamicObject) {
+    /// The syncer wrote provider object `target`, replacing the copy at resourceVersion
+    /// `replaced` (`None`: creating it), and the server answered `copy`; `cached` is the
+    /// resourceVersion the cache holds now. A cache that holds the answer already has its event
+    /// behind it: nothing to remember, no echo to wait for.
+    pub(crate) fn own_copy(
+        &self,
+        target: ObjectKey,
+        copy: &DynamicObject,
+        replaced: Option<String>,
+        cached: Option<&str>,
+    ) {
         let Some(rv) = copy.metadata.resource_version.clone() else {
             return;
         };
+        if cached == Some(rv.as_str()) {
+            return;
+        }
         let mut lean = copy.clone();
         crate::provider::lean(&mut lean);
         let mut own = self.lock();
         let writes = own.entry(target).or_default();
         writes.versions.insert(rv);
+        let continues = writes.latest.as_ref().is_some_and(|previous| {
+            previous.metadata.resource_version.is_some() && previous.metadata.resource_version == replaced
+        });
+        if !continues {
+            writes.superseded.clear();
+        }
+        writes.superseded.push(replaced);
         writes.latest = Some(Arc::new(lean));
     }
 
-    /// The copy our latest write left at `target`, while the cache has not heard of it.
-    pub(crate) fn latest(&self, target: &ObjectKey) -> Option<Arc<DynamicObject>> {
-        self.lock().get(target)?.latest.clone()
+    /// The copy our latest write left at `target`, while the cache (at resourceVersion
+    /// `cached`) still holds what that write, or an own write just before it, replaced.
+    /// Anything else in the cache is our write's echo or a later change: the cache knows
+    /// better, and the copy is forgotten.
+    pub(crate) fn latest(&self, target: &ObjectKey, cached: Option<&str>) -> Option<Arc<DynamicObject>> {
+        let mut own = self.lock();
+        let writes = own.get_mut(target)?;
+        let behind = writes.superseded.iter().any(|rv| rv.as_deref() == cached);
+        if behind && let Some(copy) = &writes.latest {
+            return Some(copy.clone());
+        }
+        writes.latest = None;
+        writes.superseded.clear();
+        None
     }
 
-    /// Forgets every remembered copy: after missed events nothing says which are still newest.
+    /// Forgets every remembered copy: after missed events nothing says which is still newest.
     pub(crate) fn forget_copies(&self) {
         for writes in self.lock().values_mut() {
             writes.latest = None;
+            writes.superseded.clear();
         }
     }
 
@@ -235,10 +269,10 @@ mod tests {
     fn echoes_of_own_provider_writes_are_recognised_once() {
         let echoes = ProviderEchoes::default();
         let key = ObjectKey::namespaced("a", "w");
-        echoes.own_copy(key.clone(), &copy_at("5"));
+        echoes.own_copy(key.clone(), &copy_at("5"), None, None);
         assert!(echoes.is_echo(key.clone(), Some("5")));
         assert!(!echoes.is_echo(key.clone(), Some("5")), "an echo counts once");
-        echoes.own_copy(key.clone(), &copy_at("7"));
+        echoes.own_copy(key.clone(), &copy_at("7"), Some("5".into()), Some("5"));
         assert!(
             !echoes.is_echo(key.clone(), Some("6")),
             "someone else's write is a change"
@@ -247,26 +281,44 @@ mod tests {
     }
 
     #[test]
-    fn our_latest_copy_stands_in_for_the_cache_until_its_echoes_arrive() {
+    fn our_latest_copy_stands_in_only_for_what_our_writes_replaced() {
         let echoes = ProviderEchoes::default();
         let key = ObjectKey::namespaced("a", "w");
-        echoes.own_copy(key.clone(), &copy_at("5"));
-        echoes.own_copy(key.clone(), &copy_at("6"));
-        let latest = echoes.latest(&key).expect("our latest write");
-        assert_eq!(latest.metadata.resource_version.as_deref(), Some("6"));
-        assert!(latest.metadata.managed_fields.is_none(), "kept lean, like the cache");
-        assert!(echoes.is_echo(key.clone(), Some("5")));
-        assert!(echoes.latest(&key).is_some(), "the cache has not seen 6 yet");
-        assert!(echoes.is_echo(key.clone(), Some("6")));
-        assert!(echoes.latest(&key).is_none(), "the cache has caught up");
+        echoes.own_copy(key.clone(), &copy_at("5"), None, None);
+        echoes.own_copy(key.clone(), &copy_at("6"), Some("5".into()), None);
+        for cached in [None, Some("5")] {
+            let latest = echoes.latest(&key, cached).expect("the cache is behind our writes");
+            assert_eq!(latest.metadata.resource_version.as_deref(), Some("6"));
+            assert!(latest.metadata.managed_fields.is_none(), "kept lean, like the cache");
+        }
+        assert!(
+            echoes.latest(&key, Some("7")).is_none(),
+            "someone else's write after ours reached the cache: it decides"
+        );
+        assert!(echoes.latest(&key, None).is_none(), "and the copy is forgotten");
 
-        echoes.own_copy(key.clone(), &copy_at("8"));
-        assert!(!echoes.is_echo(key.clone(), Some("9")));
-        assert!(echoes.latest(&key).is_none(), "someone else wrote after us");
+        echoes.own_copy(key.clone(), &copy_at("9"), Some("8".into()), Some("8"));
+        assert!(
+            echoes.latest(&key, Some("6")).is_none(),
+            "a write that did not replace our last copy starts afresh: 6 is not behind it"
+        );
 
-        echoes.own_copy(key.clone(), &copy_at("10"));
+        echoes.own_copy(key.clone(), &copy_at("10"), Some("9".into()), Some("10"));
+        assert!(
+            echoes.latest(&key, Some("10")).is_none(),
+            "the cache already holds our write: nothing remembered"
+        );
+        assert!(
+            !echoes.is_echo(key.clone(), Some("10")),
+            "its event is behind us, so it is not awaited as an echo either"
+        );
+
+        echoes.own_copy(key.clone(), &copy_at("12"), Some("11".into()), Some("11"));
         echoes.forget_copies();
-        assert!(echoes.latest(&key).is_none(), "after missed events nothing is known");
-        assert!(echoes.is_echo(key, Some("10")), "the echo is still recognised");
+        assert!(
+            echoes.latest(&key, Some("11")).is_none(),
+            "after missed events nothing is known"
+        );
+        assert!(echoes.is_echo(key, Some("12")), "the echo is still recognised");
     }
 }

@@ -410,7 +410,7 @@ impl Shared {
                 let Some(copy) = self.create_copy(obj, target).await? else {
                     continue;
                 };
-                self.echoes.own_copy(target.clone(), &copy);
+                self.remember(target, &copy, None);
                 created = Some((copy.metadata.uid, copy.metadata.resource_version));
             }
             let mut body = meta::apply_body(
@@ -451,7 +451,11 @@ impl Shared {
                 }
                 Err(source) => return Err(self.write_failed("apply", target, source)),
             };
-            self.echoes.own_copy(target.clone(), &copy);
+            let replaced = match &created {
+                Some((_, rv)) => rv.clone(),
+                None => live.as_ref().and_then(|l| l.metadata.resource_version.clone()),
+            };
+            self.remember(target, &copy, replaced);
             // Checked after every apply, so a pass that lost the race to another writer heals later.
             return Ok(Written::Copy(Box::new(self.drop_create_entry(target, copy).await?)));
         }
@@ -469,10 +473,8 @@ impl Shared {
         if !store.wait_synced(CACHE_SYNC_WAIT).await {
             return None;
         }
-        let cached = self
-            .echoes
-            .latest(target)
-            .or_else(|| store.get(target.namespace.as_deref(), &target.name))?;
+        let (latest, cached) = self.known_copies(&store, target);
+        let cached = latest.or(cached)?;
         let verdict = meta::classify(
             Some(&cached),
             obj,
@@ -490,22 +492,41 @@ impl Shared {
         is_current(&body, &cached).then(|| (*cached).clone())
     }
 
+    /// The copies of `target` known without asking: the one our latest write left, while the
+    /// cache is still behind it, and the cache's.
+    fn known_copies(
+        &self,
+        store: &crate::provider::CachedStore,
+        target: &ObjectKey,
+    ) -> (Option<Arc<DynamicObject>>, Option<Arc<DynamicObject>>) {
+        let cached = store.get(target.namespace.as_deref(), &target.name);
+        let cached_rv = cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref());
+        (self.echoes.latest(target, cached_rv), cached)
+    }
+
+    /// Remembers our write of `copy` at `target`, which replaced the copy at resourceVersion
+    /// `replaced` (`None`: it created it), until the cache hears of it.
+    fn remember(&self, target: &ObjectKey, copy: &DynamicObject, replaced: Option<String>) {
+        let cached = self
+            .watches
+            .store_for(target.namespace.as_deref())
+            .and_then(|store| store.get(target.namespace.as_deref(), &target.name))
+            .and_then(|c| c.metadata.resource_version.clone());
+        self.echoes.own_copy(target.clone(), copy, replaced, cached.as_deref());
+    }
+
     /// The copy at `target` as our latest write left it or else as the listed cache holds it,
     /// unless an apply was just `refused` at its resourceVersion; only when it is ours to
     /// update (not foreign, not terminating: those always get a fresh read).
     fn known_ours(&self, obj: &DynamicObject, target: &ObjectKey, refused: Option<&str>) -> Option<DynamicObject> {
         let fresh =
             |copy: &Arc<DynamicObject>| refused.is_none() || copy.metadata.resource_version.as_deref() != refused;
-        let known = match self.echoes.latest(target).filter(fresh) {
-            Some(latest) => latest,
-            None => {
-                let store = self.watches.store_for(target.namespace.as_deref())?;
-                if !store.is_synced() {
-                    return None;
-                }
-                store.get(target.namespace.as_deref(), &target.name).filter(fresh)?
-            }
-        };
+        let store = self.watches.store_for(target.namespace.as_deref())?;
+        if !store.is_synced() {
+            return None;
+        }
+        let (latest, cached) = self.known_copies(&store, target);
+        let known = latest.filter(fresh).or(cached.filter(fresh))?;
         let verdict = meta::classify(
             Some(&known),
             obj,
@@ -609,7 +630,7 @@ impl Shared {
             .await
         {
             Ok(patched) => {
-                self.echoes.own_copy(target.clone(), &patched);
+                self.remember(target, &patched, copy.metadata.resource_version.clone());
                 Ok(patched)
             }
             // Changed since our apply (the next pass re-applies) or a test that failed: keep ours.
