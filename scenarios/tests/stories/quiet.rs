@@ -462,19 +462,7 @@ async fn a_new_object_costs_the_provider_three_writes_and_no_read() {
     let seed = world.seed();
     let from = positions(&world);
     create_widget(&world, "default", "newcomer", json!({"size": 2})).await;
-    let provider = world.provider("acme").admin_client();
-    world
-        .run_until_async("the newcomer is copied to the provider", 120, move |_| {
-            let provider = provider.clone();
-            async move {
-                provider
-                    .get_opt(&widgets(), Some("default"), "newcomer")
-                    .await
-                    .is_ok_and(|copy| copy.is_some())
-            }
-            .boxed()
-        })
-        .await;
+    story::wait_for_copy(&mut world, "acme", "default", "newcomer").await;
     world.steps_for(30).await;
     assert_eq!(
         konnector_requests_on(&world.provider("acme").request_log_from(from.1), "newcomer"),
@@ -542,30 +530,20 @@ async fn a_spec_change_costs_the_provider_one_apply_and_no_read() {
 }
 
 /// Issue #16's request budget on the consumer: a new object whose provider controller answers
-/// at once costs the consumer two writes, the finalizer and one status. The reconciles that our
-/// own writes' events start find the store without our status yet; they must not write it
-/// again.
+/// at once costs the consumer two writes, the finalizer and one status. (The race that wrote
+/// the status twice, a reconcile started by our finalizer patch's echo reading a store without
+/// our status, depends on timing this world does not reproduce; the unit test
+/// `our_status_is_in_flight_until_its_echo_or_someone_elses_write` pins its fix.)
 #[tokio::test(start_paused = true)]
 async fn a_new_object_and_its_status_cost_the_consumer_two_writes() {
     let mut world = synced_world("a_new_object_and_its_status_cost_the_consumer_two_writes", 153, 1).await;
     let seed = world.seed();
     let from = positions(&world);
     create_widget(&world, "default", "newcomer", json!({"size": 2})).await;
-    let provider = world.provider("acme").admin_client();
-    let copied = provider.clone();
+    story::wait_for_copy(&mut world, "acme", "default", "newcomer").await;
     world
-        .run_until_async("the newcomer is copied to the provider", 120, move |_| {
-            let provider = copied.clone();
-            async move {
-                provider
-                    .get_opt(&widgets(), Some("default"), "newcomer")
-                    .await
-                    .is_ok_and(|copy| copy.is_some())
-            }
-            .boxed()
-        })
-        .await;
-    provider
+        .provider("acme")
+        .admin_client()
         .patch_status(
             &widgets(),
             Some("default"),

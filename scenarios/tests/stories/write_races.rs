@@ -19,22 +19,20 @@ fn foreign_widget(ns: &str, name: &str, size: i64) -> Value {
     obj
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_object_made_on_the_provider_just_before_the_first_write_is_never_taken_over() {
-    let (mut world, _cred) = bound_world(
-        "an_object_made_on_the_provider_just_before_the_first_write_is_never_taken_over",
-        611,
-    )
-    .await;
-    // The provider team creates default/w1 after the syncer saw nothing there, before it writes.
+/// Someone else's object (spec size 9) replaces whatever is at `default/w1` just before the
+/// konnector's next `verb` request on it (`None`: any write).
+fn foreign_w1_lands_before(world: &kbind_scenarios::World, verb: Option<&str>) {
     world.provider("acme").interlope(fakeapi::Interloper {
-        verb: None,
+        verb: verb.map(str::to_string),
         resource: "widgets".into(),
         namespace: Some("default".into()),
         name: "w1".into(),
         object: foreign_widget("default", "w1", 9),
     });
-    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+}
+
+/// Waits until consumer `default/w1` reports `ForeignObjectExists`.
+async fn w1_reports_a_foreign_object(world: &mut kbind_scenarios::World) {
     world
         .run_until_async(
             "the consumer object reports ForeignObjectExists",
@@ -47,6 +45,41 @@ async fn an_object_made_on_the_provider_just_before_the_first_write_is_never_tak
             ),
         )
         .await;
+}
+
+/// Lets 30 steps pass and checks that the foreign `default/w1` was not written at all: its
+/// spec, its owner label, no marker of ours, the same resourceVersion. Returns it.
+async fn foreign_w1_stays_untouched(world: &mut kbind_scenarios::World) -> Option<kbind_cluster::DynamicObject> {
+    let seed = world.seed();
+    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    world.steps_for(30).await;
+    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "seed {seed}: their spec stays");
+    assert_eq!(story::label(&now, "owner").as_deref(), Some("provider-team"));
+    assert_eq!(
+        story::label(&now, label::MANAGED),
+        None,
+        "seed {seed}: no marker of ours is stamped on it"
+    );
+    assert_eq!(
+        now.as_ref().and_then(|o| o.metadata.resource_version.clone()),
+        theirs.and_then(|o| o.metadata.resource_version),
+        "seed {seed}: their object is not written at all"
+    );
+    now
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_object_made_on_the_provider_just_before_the_first_write_is_never_taken_over() {
+    let (mut world, _cred) = bound_world(
+        "an_object_made_on_the_provider_just_before_the_first_write_is_never_taken_over",
+        611,
+    )
+    .await;
+    // The provider team creates default/w1 after the syncer saw nothing there, before it writes.
+    foreign_w1_lands_before(&world, None);
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    w1_reports_a_foreign_object(&mut world).await;
     world
         .run_until_async("the binding counts the conflict", 60, |w| {
             async move {
@@ -57,23 +90,9 @@ async fn an_object_made_on_the_provider_just_before_the_first_write_is_never_tak
             .boxed()
         })
         .await;
-    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    world.steps_for(30).await;
-    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "their spec stays");
-    assert_eq!(story::label(&now, "owner").as_deref(), Some("provider-team"));
-    assert_eq!(
-        story::label(&now, label::MANAGED),
-        None,
-        "no marker of ours is stamped on it"
-    );
+    let now = foreign_w1_stays_untouched(&mut world).await;
     assert_eq!(story::annotation(&now, annotation::CONSUMER_CLUSTER_UID), None);
     assert_eq!(story::annotation(&now, annotation::CONSUMER_OBJECT_UID), None);
-    assert_eq!(
-        now.and_then(|o| o.metadata.resource_version),
-        theirs.and_then(|o| o.metadata.resource_version),
-        "their object is not written at all"
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -183,46 +202,14 @@ async fn an_object_that_replaced_a_copy_just_before_a_spec_change_is_never_taken
         614,
     )
     .await;
-    let seed = world.seed();
     create_widget(&world, "default", "w1", json!({"size": 1})).await;
     wait_for_copy(&mut world, "acme", "default", "w1").await;
     world.steps_for(10).await;
     // Between the spec change and our apply, the copy is replaced by someone else's object.
-    world.provider("acme").interlope(fakeapi::Interloper {
-        verb: Some("patch".into()),
-        resource: "widgets".into(),
-        namespace: Some("default".into()),
-        name: "w1".into(),
-        object: foreign_widget("default", "w1", 9),
-    });
+    foreign_w1_lands_before(&world, Some("patch"));
     story::patch_widget(&world, "default", "w1", json!({"spec": {"size": 2}})).await;
-    world
-        .run_until_async(
-            "the consumer object reports ForeignObjectExists",
-            90,
-            widget_has(
-                "default",
-                "w1",
-                &meta_key("annotations", annotation::CONFLICT),
-                json!(reason::FOREIGN_OBJECT_EXISTS),
-            ),
-        )
-        .await;
-    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    world.steps_for(30).await;
-    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "seed {seed}: their spec stays");
-    assert_eq!(story::label(&now, "owner").as_deref(), Some("provider-team"));
-    assert_eq!(
-        story::label(&now, label::MANAGED),
-        None,
-        "seed {seed}: no marker of ours is stamped on it"
-    );
-    assert_eq!(
-        now.and_then(|o| o.metadata.resource_version),
-        theirs.and_then(|o| o.metadata.resource_version),
-        "seed {seed}: their object is not written at all"
-    );
+    w1_reports_a_foreign_object(&mut world).await;
+    foreign_w1_stays_untouched(&mut world).await;
 }
 
 /// The apply after our create names the created copy by its UID (issue #16: a resourceVersion
@@ -236,40 +223,9 @@ async fn an_object_that_replaced_our_new_copy_before_its_apply_is_never_taken_ov
         615,
     )
     .await;
-    let seed = world.seed();
     // The first write of w1 is the create; the interloper lands before the write after it.
-    world.provider("acme").interlope(fakeapi::Interloper {
-        verb: Some("patch".into()),
-        resource: "widgets".into(),
-        namespace: Some("default".into()),
-        name: "w1".into(),
-        object: foreign_widget("default", "w1", 9),
-    });
+    foreign_w1_lands_before(&world, Some("patch"));
     create_widget(&world, "default", "w1", json!({"size": 1})).await;
-    world
-        .run_until_async(
-            "the consumer object reports ForeignObjectExists",
-            90,
-            widget_has(
-                "default",
-                "w1",
-                &meta_key("annotations", annotation::CONFLICT),
-                json!(reason::FOREIGN_OBJECT_EXISTS),
-            ),
-        )
-        .await;
-    let theirs = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    world.steps_for(30).await;
-    let now = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
-    assert_eq!(at(&now, "/spec/size"), Some(json!(9)), "seed {seed}: their spec stays");
-    assert_eq!(
-        story::label(&now, label::MANAGED),
-        None,
-        "seed {seed}: no marker of ours is stamped on it"
-    );
-    assert_eq!(
-        now.and_then(|o| o.metadata.resource_version),
-        theirs.and_then(|o| o.metadata.resource_version),
-        "seed {seed}: their object is not written at all"
-    );
+    w1_reports_a_foreign_object(&mut world).await;
+    foreign_w1_stays_untouched(&mut world).await;
 }
