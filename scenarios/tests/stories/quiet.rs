@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use futures::FutureExt;
 use kbind_api::consts::annotation;
-use kbind_cluster::{ClusterClient, ClusterClientExt, ListParams, Patch, PatchParams};
+use kbind_cluster::{ClusterClient, ListParams, Patch, PatchParams};
 use kbind_scenarios::apis::{widgets, widgets_crd};
 use kbind_scenarios::{ProviderOpts, World, seed_from_env};
 use serde_json::json;
@@ -493,33 +493,13 @@ async fn a_spec_change_costs_the_provider_one_apply_and_no_read() {
     let mut world = synced_world("a_spec_change_costs_the_provider_one_apply_and_no_read", 152, 1).await;
     let seed = world.seed();
     let from = positions(&world);
+    story::patch_widget(&world, "default", "w0000", json!({"spec": {"size": 7}})).await;
     world
-        .consumer()
-        .admin_client()
-        .patch(
-            &widgets(),
-            Some("default"),
-            "w0000",
-            &Patch::Merge(json!({"spec": {"size": 7}})),
-            &PatchParams::default(),
+        .run_until_async(
+            "the change reaches the copy",
+            120,
+            story::copy_has("acme", "default", "w0000", "/spec/size", json!(7)),
         )
-        .await
-        .expect("the user changes the spec");
-    let provider = world.provider("acme").admin_client();
-    world
-        .run_until_async("the change reaches the copy", 120, move |_| {
-            let provider = provider.clone();
-            async move {
-                provider
-                    .get_opt(&widgets(), Some("default"), "w0000")
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|copy| copy.data.pointer("/spec/size").cloned())
-                    == Some(json!(7))
-            }
-            .boxed()
-        })
         .await;
     world.steps_for(30).await;
     assert_eq!(
@@ -541,33 +521,13 @@ async fn a_new_object_and_its_status_cost_the_consumer_two_writes() {
     let from = positions(&world);
     create_widget(&world, "default", "newcomer", json!({"size": 2})).await;
     story::wait_for_copy(&mut world, "acme", "default", "newcomer").await;
+    story::patch_copy_status(&world, "acme", "default", "newcomer", json!({"phase": "Ready"})).await;
     world
-        .provider("acme")
-        .admin_client()
-        .patch_status(
-            &widgets(),
-            Some("default"),
-            "newcomer",
-            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-            &PatchParams::default(),
+        .run_until_async(
+            "the status comes down",
+            120,
+            story::widget_has("default", "newcomer", "/status/phase", json!("Ready")),
         )
-        .await
-        .expect("the provider's controller writes a status");
-    let consumer = world.consumer().admin_client();
-    world
-        .run_until_async("the status comes down", 120, move |_| {
-            let consumer = consumer.clone();
-            async move {
-                consumer
-                    .get_opt(&widgets(), Some("default"), "newcomer")
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|obj| obj.data.pointer("/status/phase").cloned())
-                    == Some(json!("Ready"))
-            }
-            .boxed()
-        })
         .await;
     world.steps_for(30).await;
     let on_consumer = konnector_requests_on(&world.consumer().request_log_from(from.0), "newcomer");
