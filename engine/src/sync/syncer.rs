@@ -364,12 +364,14 @@ impl Shared {
             // Conflict the copy the apply was refused at is not known any more; the cache has
             // often heard of the change by then (a provider controller answering our create).
             let mut known_rv = None;
+            let mut known_uid = None;
             let live = if pass == 0 && self.cache_says_absent(target) {
                 None
             } else if pass + 1 < WRITE_PASSES
                 && let Some(known) = self.known_ours(obj, target, refused.as_deref())
             {
                 known_rv = known.metadata.resource_version.clone();
+                known_uid = known.metadata.uid.clone();
                 Some(known)
             } else {
                 self.read_target(target).await?
@@ -425,7 +427,15 @@ impl Shared {
             // we created by its UID: a copy that replaced it is refused, while a status that the
             // provider's controller wrote meanwhile (nearly always there first) is no reason to
             // fail, as a resourceVersion guard made it.
-            if let Some((Some(uid), _)) = &created {
+            // A copy known without reading is named by its UID too: an apply to a name where
+            // nothing is any more would create the copy (with or without a resourceVersion),
+            // skipping the plain create and the wait before re-creating a copy someone keeps
+            // deleting. Named, it answers Conflict, and the next pass reads.
+            let guard_uid = match &created {
+                Some((uid, _)) => uid.clone(),
+                None => known_uid,
+            };
+            if let Some(uid) = &guard_uid {
                 body["metadata"]["uid"] = json!(uid);
             }
             let applied = self
@@ -440,7 +450,7 @@ impl Shared {
                     true,
                 )
                 .await;
-            let guarded = precondition.is_some() || created.is_some();
+            let guarded = precondition.is_some() || guard_uid.is_some();
             let copy = match applied {
                 Ok(copy) => copy,
                 // The copy changed or went since the create or since the copy the precondition

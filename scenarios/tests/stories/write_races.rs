@@ -8,6 +8,7 @@ use crate::story;
 
 use futures::FutureExt;
 use kbind_api::consts::{annotation, label, reason};
+use kbind_cluster::ClusterClient;
 use kbind_scenarios::apis::{widget, widgets};
 use serde_json::{Value, json};
 use story::{WIDGETS, at, bound_world, create_widget, meta_key, wait_for_copy, widget_has};
@@ -228,4 +229,59 @@ async fn an_object_that_replaced_our_new_copy_before_its_apply_is_never_taken_ov
     create_widget(&world, "default", "w1", json!({"size": 1})).await;
     w1_reports_a_foreign_object(&mut world).await;
     foreign_w1_stays_untouched(&mut world).await;
+}
+
+/// A copy deleted out of band just as its object's spec changes is re-created by a plain
+/// create, never by the apply meant for the copy the syncer knew: an apply to a name where
+/// nothing is creates the object (kube-apiserver does so even with a resourceVersion in the
+/// body), which would skip the plain create and the wait before re-creating a copy someone keeps
+/// deleting. The apply names the known copy's UID, so it answers Conflict and the next pass
+/// reads and creates. In this world the delete's event reaches the cache first, so this story
+/// holds the behaviour without reproducing the race; the race itself showed in the planted-bug
+/// gate (`copy-owner-references-up`: the provider's garbage collector deleting each copy right
+/// after our writes), where an apply without the UID re-created the copy in a loop.
+#[tokio::test(start_paused = true)]
+async fn a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_plain_create() {
+    let (mut world, _cred) = bound_world(
+        "a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_plain_create",
+        616,
+    )
+    .await;
+    let seed = world.seed();
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    let first = wait_for_copy(&mut world, "acme", "default", "w1").await;
+    world.steps_for(10).await;
+    let from = world.provider("acme").request_log().len();
+    world
+        .provider("acme")
+        .admin_client()
+        .delete(&widgets(), Some("default"), "w1", &Default::default())
+        .await
+        .expect("the provider team deletes the copy");
+    story::patch_widget(&world, "default", "w1", json!({"spec": {"size": 2}})).await;
+    world
+        .run_until_async(
+            "the copy is back with the new spec",
+            60,
+            story::copy_has("acme", "default", "w1", "/spec/size", json!(2)),
+        )
+        .await;
+    let again = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert_ne!(
+        again.and_then(|c| c.metadata.uid),
+        first.metadata.uid,
+        "seed {seed}: a new copy"
+    );
+    let writes: Vec<String> = world
+        .provider("acme")
+        .request_log_from(from)
+        .into_iter()
+        .filter(|r| r.user != "admin" && r.name == "w1" && r.error.is_none() && r.verb != "get")
+        .map(|r| r.verb)
+        .collect();
+    assert_eq!(
+        writes.first().map(String::as_str),
+        Some("create"),
+        "seed {seed}: the copy came back by a plain create: {writes:?}"
+    );
 }
