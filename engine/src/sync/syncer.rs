@@ -426,11 +426,11 @@ impl Shared {
             // under an Update entry, which a later apply would never prune). It names the copy
             // we created by its UID: a copy that replaced it is refused, while a status that the
             // provider's controller wrote meanwhile (nearly always there first) is no reason to
-            // fail, as a resourceVersion guard made it.
-            // A copy known without reading is named by its UID too: an apply to a name where
-            // nothing is any more would create the copy (with or without a resourceVersion),
-            // skipping the plain create and the wait before re-creating a copy someone keeps
-            // deleting. Named, it answers Conflict, and the next pass reads.
+            // fail, as a resourceVersion guard made it. A copy known without reading is named by
+            // its UID too: an apply to a name where nothing is any more would create the copy
+            // (with or without a resourceVersion), skipping the plain create and the wait before
+            // re-creating a copy someone keeps deleting. Named, it answers Conflict, and the
+            // next pass reads.
             let guard_uid = match &created {
                 Some((uid, _)) => uid.clone(),
                 None => known_uid,
@@ -472,7 +472,7 @@ impl Shared {
         Ok(Written::Not(Action::requeue(WAIT)))
     }
 
-    /// The cached copy when it shows there is nothing to write: the store has listed, and the
+    /// The known copy ([`Shared::known_ours`]) when it shows there is nothing to write: the store has listed, and the
     /// copy is ours for this object, not terminating, carries no create entry still to remove
     /// and has exactly the labels, annotations and spec an apply would set (so nothing to add
     /// and nothing to prune). Anything else goes the careful way: a fresh read, classified, then
@@ -483,35 +483,13 @@ impl Shared {
         if !store.wait_synced(CACHE_SYNC_WAIT).await {
             return None;
         }
-        let (latest, cached) = self.known_copies(&store, target);
-        let cached = latest.or(cached)?;
-        let verdict = meta::classify(
-            Some(&cached),
-            obj,
-            &self.spec.consumer_cluster_uid,
-            &self.spec.conflict_policy,
-        );
-        if verdict != (Verdict::Update { precondition: None }) {
-            return None;
-        }
+        let known = self.known_ours(obj, target, None)?;
         // The lean cache keeps managedFields only when our create's entry is still to remove.
-        if cached.metadata.managed_fields.is_some() {
+        if known.metadata.managed_fields.is_some() {
             return None;
         }
         let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
-        is_current(&body, &cached).then(|| (*cached).clone())
-    }
-
-    /// The copies of `target` known without asking: the one our latest write left, while the
-    /// cache is still behind it, and the cache's.
-    fn known_copies(
-        &self,
-        store: &crate::provider::CachedStore,
-        target: &ObjectKey,
-    ) -> (Option<Arc<DynamicObject>>, Option<Arc<DynamicObject>>) {
-        let cached = store.get(target.namespace.as_deref(), &target.name);
-        let cached_rv = cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref());
-        (self.echoes.latest(target, cached_rv), cached)
+        is_current(&body, &known).then_some(known)
     }
 
     /// Remembers our write of `copy` at `target`, which replaced the copy at resourceVersion
@@ -535,7 +513,9 @@ impl Shared {
         if !store.is_synced() {
             return None;
         }
-        let (latest, cached) = self.known_copies(&store, target);
+        let cached = store.get(target.namespace.as_deref(), &target.name);
+        let cached_rv = cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref());
+        let latest = self.echoes.latest(target, cached_rv);
         let known = latest.filter(fresh).or(cached.filter(fresh))?;
         let verdict = meta::classify(
             Some(&known),
