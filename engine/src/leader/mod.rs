@@ -114,7 +114,12 @@ impl LeaderElector {
         loop {
             let acquired = tokio::select! {
                 at = self.acquire() => at,
-                _ = &mut shutdown => return,
+                _ = &mut shutdown => {
+                    // An attempt cut off here may have landed without its answer reaching us:
+                    // the release reads the Lease and gives it up only if it names us.
+                    self.release().await;
+                    return;
+                }
             };
             tracing::info!(lease = %self.config.name, identity = %self.config.identity, "became leader");
             self.leading.send_replace(true);

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use fakeapi::{ErrorRule, FakeCluster, InjectedError, UserInfo};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kbind_cluster::{ClusterClient, ClusterClientExt, SharedClock, TokioClock};
+use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::*;
@@ -309,5 +310,144 @@ async fn an_acquire_that_hangs_is_abandoned_instead_of_writing_a_stale_lease() {
     assert!(
         age <= jiff::SignedDuration::try_from(config.request_timeout()).unwrap(),
         "the acquiring request is bounded by the request timeout, took {age:?}"
+    );
+}
+
+/// The fake consumer, except that a Lease create lands and its answer never comes back.
+struct CreateAnswerLost(fakeapi::FakeClient);
+
+#[async_trait]
+impl ClusterClient for CreateAnswerLost {
+    async fn get(&self, res: &ApiResource, ns: Option<&str>, name: &str) -> kbind_cluster::Result<DynamicObject> {
+        self.0.get(res, ns, name).await
+    }
+    async fn list(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        params: &kube::api::ListParams,
+    ) -> kbind_cluster::Result<kube::api::ObjectList<DynamicObject>> {
+        self.0.list(res, ns, params).await
+    }
+    async fn watch(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        params: &kube::api::WatchParams,
+        rv: &str,
+    ) -> kbind_cluster::Result<kbind_cluster::WatchStream> {
+        self.0.watch(res, ns, params, rv).await
+    }
+    async fn create(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        obj: &DynamicObject,
+        params: &PostParams,
+    ) -> kbind_cluster::Result<DynamicObject> {
+        self.0.create(res, ns, obj, params).await?;
+        std::future::pending().await
+    }
+    async fn replace(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+        obj: &DynamicObject,
+        params: &PostParams,
+    ) -> kbind_cluster::Result<DynamicObject> {
+        self.0.replace(res, ns, name, obj, params).await
+    }
+    async fn replace_status(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+        obj: &DynamicObject,
+        params: &PostParams,
+    ) -> kbind_cluster::Result<DynamicObject> {
+        self.0.replace_status(res, ns, name, obj, params).await
+    }
+    async fn patch(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+        patch: &kube::api::Patch<serde_json::Value>,
+        params: &kube::api::PatchParams,
+    ) -> kbind_cluster::Result<DynamicObject> {
+        self.0.patch(res, ns, name, patch, params).await
+    }
+    async fn patch_status(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+        patch: &kube::api::Patch<serde_json::Value>,
+        params: &kube::api::PatchParams,
+    ) -> kbind_cluster::Result<DynamicObject> {
+        self.0.patch_status(res, ns, name, patch, params).await
+    }
+    async fn delete(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+        params: &kube::api::DeleteParams,
+    ) -> kbind_cluster::Result<Option<DynamicObject>> {
+        self.0.delete(res, ns, name, params).await
+    }
+    async fn create_subresource(
+        &self,
+        res: &ApiResource,
+        ns: Option<&str>,
+        name: &str,
+        subresource: &str,
+        body: &serde_json::Value,
+    ) -> kbind_cluster::Result<serde_json::Value> {
+        self.0.create_subresource(res, ns, name, subresource, body).await
+    }
+    async fn discovery(&self) -> kbind_cluster::Result<kbind_cluster::Discovery> {
+        self.0.discovery().await
+    }
+    async fn openapi_v3(&self, group: &str, version: &str) -> kbind_cluster::Result<serde_json::Value> {
+        self.0.openapi_v3(group, version).await
+    }
+}
+
+/// A shutdown that cuts off the acquiring create after it landed (its answer still on the way)
+/// leaves no Lease naming this replica: the konnector's in-process test met exactly this.
+#[tokio::test(start_paused = true)]
+async fn shutdown_while_the_acquiring_create_is_unanswered_still_releases() {
+    let (consumer, clock) = consumer().await;
+    let ctx = Context {
+        consumer: Arc::new(CreateAnswerLost(consumer.client(UserInfo {
+            name: "a".into(),
+            groups: vec!["system:masters".into()],
+        }))),
+        connector: Arc::new(NoProviders),
+        clock: clock.clone(),
+        config: EngineConfig::default(),
+    };
+    let a = LeaderElector::new(ctx, LeaderConfig::new("kbind", "kbind-konnector", "a"));
+    let request_timeout = a.config.request_timeout();
+    let (stop, a_task) = campaign_until_stopped(a);
+    let landed = tokio::time::timeout(request_timeout, async {
+        loop {
+            if let Some(spec) = lease(&consumer).await {
+                return spec;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the acquiring create lands");
+    assert_eq!(landed.holder_identity.as_deref(), Some("a"));
+    stop.send(()).unwrap();
+    a_task.await.unwrap();
+    assert_eq!(
+        lease(&consumer).await.unwrap().holder_identity,
+        None,
+        "the Lease still names a replica that has stopped"
     );
 }
