@@ -285,8 +285,17 @@ impl LeaderElector {
         }
     }
 
-    /// Gives the Lease up (client-go's `ReleaseOnCancel`): empty holder, one-second duration.
+    /// Gives the Lease up within one request timeout; an apiserver that does not answer by
+    /// then leaves the Lease to expire rather than holding the shutdown.
     async fn release(&mut self) {
+        let bound = self.config.request_timeout();
+        if tokio::time::timeout(bound, self.try_release()).await.is_err() {
+            tracing::warn!(lease = %self.config.name, "the apiserver did not answer the release; the Lease expires instead");
+        }
+    }
+
+    /// Gives the Lease up (client-go's `ReleaseOnCancel`): empty holder, one-second duration.
+    async fn try_release(&mut self) {
         // A renewal cancelled by the shutdown may still land after this read (its request was
         // already sent), so a conflict means "read again", not "someone else holds it".
         for _ in 0..RELEASE_ATTEMPTS {

@@ -451,3 +451,23 @@ async fn shutdown_while_the_acquiring_create_is_unanswered_still_releases() {
         "the Lease still names a replica that has stopped"
     );
 }
+
+/// Releasing on the way out must not hold the shutdown when the consumer stops answering.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_against_a_consumer_that_does_not_answer_ends_within_the_request_timeout() {
+    let (consumer, clock) = consumer().await;
+    let a = replica(&consumer, &clock, "a");
+    let request_timeout = a.config.request_timeout();
+    let mut a_leads = a.leading();
+    let (stop, a_task) = campaign_until_stopped(a);
+    wait_for("a leads", &mut a_leads, true, Duration::from_secs(5)).await;
+    consumer.set_latency(Some(Duration::from_secs(600)));
+    stop.send(()).unwrap();
+    let stopping = Instant::now();
+    a_task.await.unwrap();
+    let took = stopping.elapsed();
+    assert!(
+        took <= request_timeout,
+        "the shutdown waited {took:?} on a consumer that does not answer"
+    );
+}
