@@ -40,12 +40,22 @@ pub trait Layer: Clone + Send + Sync + 'static {
     fn wrap_watch(&self, stream: WatchStream) -> WatchStream {
         stream
     }
+
+    /// Runs once a write has been answered, before the caller sees the answer (a test can hold
+    /// it here: the write landed, its answer is still on the way).
+    async fn write_answered(&self) {}
 }
 
 fn seen<L: Layer, T>(layer: &L, result: Result<T>) -> Result<T> {
     if let Err(e) = &result {
         layer.observe(e);
     }
+    result
+}
+
+async fn written<L: Layer, T>(layer: &L, result: Result<T>) -> Result<T> {
+    let result = seen(layer, result);
+    layer.write_answered().await;
     result
 }
 
@@ -87,7 +97,7 @@ impl<L: Layer> ClusterClient for L {
         params: &PostParams,
     ) -> Result<DynamicObject> {
         let to = self.route(Request::Write).await?;
-        seen(self, to.create(res, namespace, obj, params).await)
+        written(self, to.create(res, namespace, obj, params).await).await
     }
 
     async fn replace(
@@ -99,7 +109,7 @@ impl<L: Layer> ClusterClient for L {
         params: &PostParams,
     ) -> Result<DynamicObject> {
         let to = self.route(Request::Write).await?;
-        seen(self, to.replace(res, namespace, name, obj, params).await)
+        written(self, to.replace(res, namespace, name, obj, params).await).await
     }
 
     async fn replace_status(
@@ -111,7 +121,7 @@ impl<L: Layer> ClusterClient for L {
         params: &PostParams,
     ) -> Result<DynamicObject> {
         let to = self.route(Request::Write).await?;
-        seen(self, to.replace_status(res, namespace, name, obj, params).await)
+        written(self, to.replace_status(res, namespace, name, obj, params).await).await
     }
 
     async fn patch(
@@ -123,7 +133,7 @@ impl<L: Layer> ClusterClient for L {
         params: &PatchParams,
     ) -> Result<DynamicObject> {
         let to = self.route(Request::Write).await?;
-        seen(self, to.patch(res, namespace, name, patch, params).await)
+        written(self, to.patch(res, namespace, name, patch, params).await).await
     }
 
     async fn patch_status(
@@ -135,7 +145,7 @@ impl<L: Layer> ClusterClient for L {
         params: &PatchParams,
     ) -> Result<DynamicObject> {
         let to = self.route(Request::Write).await?;
-        seen(self, to.patch_status(res, namespace, name, patch, params).await)
+        written(self, to.patch_status(res, namespace, name, patch, params).await).await
     }
 
     async fn delete(
@@ -146,7 +156,7 @@ impl<L: Layer> ClusterClient for L {
         params: &DeleteParams,
     ) -> Result<Option<DynamicObject>> {
         let to = self.route(Request::Write).await?;
-        seen(self, to.delete(res, namespace, name, params).await)
+        written(self, to.delete(res, namespace, name, params).await).await
     }
 
     async fn create_subresource(
@@ -158,10 +168,11 @@ impl<L: Layer> ClusterClient for L {
         body: &serde_json::Value,
     ) -> Result<serde_json::Value> {
         let to = self.route(Request::Write).await?;
-        seen(
+        written(
             self,
             to.create_subresource(res, namespace, name, subresource, body).await,
         )
+        .await
     }
 
     async fn discovery(&self) -> Result<Discovery> {

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use fakeapi::{ErrorRule, FakeCluster, InjectedError, UserInfo};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kbind_cluster::{ClusterClient, ClusterClientExt, SharedClock, TokioClock};
-use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::*;
@@ -313,105 +312,23 @@ async fn an_acquire_that_hangs_is_abandoned_instead_of_writing_a_stale_lease() {
     );
 }
 
-/// The fake consumer, except that a Lease create lands and its answer never comes back.
-struct CreateAnswerLost(fakeapi::FakeClient);
+/// The fake consumer, except that the first write lands and its answer never comes back.
+#[derive(Clone)]
+struct FirstAnswerLost {
+    consumer: Arc<dyn ClusterClient>,
+    lost: Arc<std::sync::atomic::AtomicBool>,
+}
 
 #[async_trait]
-impl ClusterClient for CreateAnswerLost {
-    async fn get(&self, res: &ApiResource, ns: Option<&str>, name: &str) -> kbind_cluster::Result<DynamicObject> {
-        self.0.get(res, ns, name).await
+impl kbind_cluster::Layer for FirstAnswerLost {
+    async fn route(&self, _: kbind_cluster::Request<'_>) -> kbind_cluster::Result<Arc<dyn ClusterClient>> {
+        Ok(self.consumer.clone())
     }
-    async fn list(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        params: &kube::api::ListParams,
-    ) -> kbind_cluster::Result<kube::api::ObjectList<DynamicObject>> {
-        self.0.list(res, ns, params).await
-    }
-    async fn watch(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        params: &kube::api::WatchParams,
-        rv: &str,
-    ) -> kbind_cluster::Result<kbind_cluster::WatchStream> {
-        self.0.watch(res, ns, params, rv).await
-    }
-    async fn create(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> kbind_cluster::Result<DynamicObject> {
-        self.0.create(res, ns, obj, params).await?;
-        std::future::pending().await
-    }
-    async fn replace(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> kbind_cluster::Result<DynamicObject> {
-        self.0.replace(res, ns, name, obj, params).await
-    }
-    async fn replace_status(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-        obj: &DynamicObject,
-        params: &PostParams,
-    ) -> kbind_cluster::Result<DynamicObject> {
-        self.0.replace_status(res, ns, name, obj, params).await
-    }
-    async fn patch(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-        patch: &kube::api::Patch<serde_json::Value>,
-        params: &kube::api::PatchParams,
-    ) -> kbind_cluster::Result<DynamicObject> {
-        self.0.patch(res, ns, name, patch, params).await
-    }
-    async fn patch_status(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-        patch: &kube::api::Patch<serde_json::Value>,
-        params: &kube::api::PatchParams,
-    ) -> kbind_cluster::Result<DynamicObject> {
-        self.0.patch_status(res, ns, name, patch, params).await
-    }
-    async fn delete(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-        params: &kube::api::DeleteParams,
-    ) -> kbind_cluster::Result<Option<DynamicObject>> {
-        self.0.delete(res, ns, name, params).await
-    }
-    async fn create_subresource(
-        &self,
-        res: &ApiResource,
-        ns: Option<&str>,
-        name: &str,
-        subresource: &str,
-        body: &serde_json::Value,
-    ) -> kbind_cluster::Result<serde_json::Value> {
-        self.0.create_subresource(res, ns, name, subresource, body).await
-    }
-    async fn discovery(&self) -> kbind_cluster::Result<kbind_cluster::Discovery> {
-        self.0.discovery().await
-    }
-    async fn openapi_v3(&self, group: &str, version: &str) -> kbind_cluster::Result<serde_json::Value> {
-        self.0.openapi_v3(group, version).await
+
+    async fn write_answered(&self) {
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -421,10 +338,13 @@ impl ClusterClient for CreateAnswerLost {
 async fn shutdown_while_the_acquiring_create_is_unanswered_still_releases() {
     let (consumer, clock) = consumer().await;
     let ctx = Context {
-        consumer: Arc::new(CreateAnswerLost(consumer.client(UserInfo {
-            name: "a".into(),
-            groups: vec!["system:masters".into()],
-        }))),
+        consumer: Arc::new(FirstAnswerLost {
+            consumer: Arc::new(consumer.client(UserInfo {
+                name: "a".into(),
+                groups: vec!["system:masters".into()],
+            })),
+            lost: Arc::default(),
+        }),
         connector: Arc::new(NoProviders),
         clock: clock.clone(),
         config: EngineConfig::default(),
