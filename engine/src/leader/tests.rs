@@ -31,12 +31,22 @@ async fn consumer() -> (FakeCluster, SharedClock) {
     (consumer, clock)
 }
 
+/// A cluster admin client of `consumer` named `name`.
+fn admin_named(consumer: &FakeCluster, name: &str) -> fakeapi::FakeClient {
+    consumer.client(UserInfo {
+        name: name.into(),
+        groups: vec!["system:masters".into()],
+    })
+}
+
 fn replica(consumer: &FakeCluster, clock: &SharedClock, name: &str) -> LeaderElector {
+    replica_on(Arc::new(admin_named(consumer, name)), clock, name)
+}
+
+/// A replica whose requests go through `consumer` (a wrapped client, for faults fakeapi lacks).
+fn replica_on(consumer: Arc<dyn ClusterClient>, clock: &SharedClock, name: &str) -> LeaderElector {
     let ctx = Context {
-        consumer: Arc::new(consumer.client(UserInfo {
-            name: name.into(),
-            groups: vec!["system:masters".into()],
-        })),
+        consumer,
         connector: Arc::new(NoProviders),
         clock: clock.clone(),
         config: EngineConfig::default(),
@@ -46,10 +56,7 @@ fn replica(consumer: &FakeCluster, clock: &SharedClock, name: &str) -> LeaderEle
 
 /// Gated work that writes a ConfigMap every second and counts its writes.
 fn writer(consumer: &FakeCluster, name: &str, count: Arc<AtomicU64>) -> impl Future<Output = ()> + use<> {
-    let client = consumer.client(UserInfo {
-        name: name.into(),
-        groups: vec!["system:masters".into()],
-    });
+    let client = admin_named(consumer, name);
     async move {
         loop {
             let n = count.fetch_add(1, Ordering::SeqCst);
@@ -337,19 +344,11 @@ impl kbind_cluster::Layer for FirstAnswerLost {
 #[tokio::test(start_paused = true)]
 async fn shutdown_while_the_acquiring_create_is_unanswered_still_releases() {
     let (consumer, clock) = consumer().await;
-    let ctx = Context {
-        consumer: Arc::new(FirstAnswerLost {
-            consumer: Arc::new(consumer.client(UserInfo {
-                name: "a".into(),
-                groups: vec!["system:masters".into()],
-            })),
-            lost: Arc::default(),
-        }),
-        connector: Arc::new(NoProviders),
-        clock: clock.clone(),
-        config: EngineConfig::default(),
+    let answer_lost = FirstAnswerLost {
+        consumer: Arc::new(admin_named(&consumer, "a")),
+        lost: Arc::default(),
     };
-    let a = LeaderElector::new(ctx, LeaderConfig::new("kbind", "kbind-konnector", "a"));
+    let a = replica_on(Arc::new(answer_lost), &clock, "a");
     let request_timeout = a.config.request_timeout();
     let (stop, a_task) = campaign_until_stopped(a);
     let landed = tokio::time::timeout(request_timeout, async {
