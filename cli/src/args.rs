@@ -132,6 +132,10 @@ pub struct BindArgs {
     /// Show what would be bound and applied; binds, picks up and applies nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Do not ask before binding an Export whose related resources copy Secrets or ConfigMaps
+    /// of this cluster to the provider (FromConsumer); they are shown either way.
+    #[arg(short, long)]
+    pub yes: bool,
     /// Where to apply and how to wait.
     #[command(flatten)]
     pub apply: ApplyArgs,
@@ -140,9 +144,17 @@ pub struct BindArgs {
 /// `kbind redeem`.
 #[derive(Args, Debug)]
 pub struct RedeemArgs {
-    /// The one-time pickup URL (works once).
-    #[arg(value_name = "PICKUP-URL")]
-    pub pickup_url: String,
+    /// The one-time pickup URL (works once); `-` reads it from stdin, and without the argument
+    /// it comes from KBIND_PICKUP_URL (both keep it out of the process list and shell history).
+    #[arg(value_name = "PICKUP-URL|-", env = "KBIND_PICKUP_URL", hide_env_values = true)]
+    pub pickup_url: Option<String>,
+    /// The namespaces you bound in (repeat, or comma-separate): the bundle must bind exactly
+    /// these. Without it the bundle's namespaces are shown and confirmed.
+    #[arg(short, long = "namespace", value_delimiter = ',', value_name = "NAME")]
+    pub namespaces: Vec<String>,
+    /// Do not ask (to confirm the bundle's namespaces, or FromConsumer related resources).
+    #[arg(short, long)]
+    pub yes: bool,
     /// Where to apply and how to wait.
     #[command(flatten)]
     pub apply: ApplyArgs,

@@ -1,12 +1,14 @@
-//! `kbind bind` and `kbind redeem`: get a bundle, check it, show it, apply it, wait for Ready.
+//! `kbind bind` and `kbind redeem`: get a bundle, check it against what was asked for, show it
+//! (and ask before it copies anything of this cluster to the provider), apply it, wait for Ready.
 
 use kbind_api::service::BindRequest;
 use serde_json::{Value, json};
 
 use crate::Context;
+use crate::apply;
 use crate::args::{ApplyArgs, BindArgs, Format, RedeemArgs};
-use crate::bundle::{self, BundleObject};
-use crate::commands::session;
+use crate::bundle::{self, BundleObject, CheckedBundle, ConsumerCopy, Expected};
+use crate::commands::{confirm, session};
 use crate::consumer::{self, Awaited, Target};
 use crate::error::{CliError, Result};
 use crate::gateway;
@@ -34,10 +36,39 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
     }
     let client = consumer::connect(target).await?;
     let uid = consumer::cluster_uid(&client).await?;
-    if args.output.is_none() {
+    let applying = args.output.is_none();
+    if applying {
         consumer::require_konnector(&client, &args.apply.konnector_namespace).await?;
     }
     let namespaces = namespaces(args, export.namespaced, ctx)?;
+    if let Some(ns) = namespaces
+        .iter()
+        .find(|n| !bundle::namespace_allowed(n, &args.apply.konnector_namespace))
+    {
+        return Err(CliError::Usage(format!(
+            "kbind does not bind in namespace {ns:?} (kube-* and the konnector's namespace hold the cluster's and kbind's own credentials); pick another"
+        )));
+    }
+    // Why before the Grant: whatever can be checked locally is, so a bind that cannot be
+    // applied leaves no Grant, claim or credential behind.
+    if applying {
+        apply::require_namespaces(&client, &namespaces).await?;
+    }
+    let rules: Vec<Value> = export
+        .related_resources
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .flat_map(|r| bundle::from_consumer(&Value::Array(vec![r])))
+        .collect();
+    let from = if export.namespaced {
+        namespaces.iter().map(|n| format!("namespace {n}")).collect()
+    } else {
+        vec![bundle::ALL_IN_USE.to_string()]
+    };
+    let shown: Vec<ConsumerCopy> = rules
+        .iter()
+        .flat_map(|r| from.iter().map(|f| bundle::describe(r, f)))
+        .collect();
 
     if args.dry_run {
         let provider = session.provider().await?;
@@ -60,27 +91,51 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
             }
         }
         let text = format!(
-            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}Nothing was bound or applied.\n",
+            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}{}Nothing was bound or applied.\n",
             export.name,
             if namespaces.is_empty() {
                 String::new()
             } else {
                 format!(" in namespaces {}", namespaces.join(","))
             },
-            table(&["KIND", "NAMESPACE", "NAME"], rows)
+            table(&["KIND", "NAMESPACE", "NAME"], rows),
+            copies_text(&shown),
         );
         return emit(&mut ctx.stdout, &text);
     }
+    if applying && !shown.is_empty() {
+        emit(&mut ctx.stdout, &copies_text(&shown))?;
+        confirm(
+            &format!("Bind {} and copy these from this cluster to the provider?", export.name),
+            args.yes,
+            ctx,
+        )?;
+    }
 
+    // A re-bind updates the Grant this cluster already holds: never revoke that one on failure.
+    let held = session
+        .grants()
+        .await?
+        .grants
+        .into_iter()
+        .any(|g| g.export == export.name && g.consumer_cluster_uid == uid && !g.revoking);
     let request = BindRequest {
         export: export.name.clone(),
         consumer_cluster_uid: uid,
-        namespaces,
+        namespaces: namespaces.clone(),
         konnector_namespace: Some(args.apply.konnector_namespace.clone()),
     };
     let bound = session.bind(&request).await?;
     let _ = writeln_err(ctx, &format!("Grant {} created; picking the bundle up.", bound.grant));
-    let objects = gateway::pickup(&bound.pickup_url).await?;
+    let undo = GrantUndo {
+        session: &session,
+        grant: bound.grant.clone(),
+        held,
+    };
+    let objects = match gateway::pickup(&bound.pickup_url).await {
+        Ok(objects) => objects,
+        Err(e) => return Err(undo.after(e).await),
+    };
     if let Some(format) = args.output {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
         let text = match format {
@@ -89,15 +144,181 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         };
         return emit(&mut ctx.stdout, &text);
     }
-    apply_and_wait(&objects, &args.apply, &client, ctx).await
+    let expected = Expected {
+        konnector_namespace: &args.apply.konnector_namespace,
+        namespaces: Some(&namespaces),
+        grant: Some(&bound.grant),
+    };
+    let installed = async {
+        let checked = bundle::check(&objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+        let unshown = checked.consumer_rules.iter().any(|r| !rules.contains(r));
+        emit(
+            &mut ctx.stdout,
+            &format!("Applying:\n{}", objects_table(&checked.objects)),
+        )?;
+        if unshown {
+            emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
+            confirm(
+                "The bundle copies more from this cluster than the catalog said; apply it?",
+                args.yes,
+                ctx,
+            )?;
+        }
+        install(&checked, &client, ctx).await.map(|()| checked)
+    }
+    .await;
+    match installed {
+        Ok(checked) => wait(&checked, &args.apply, &client, ctx).await,
+        Err(e) => Err(undo.after(e).await),
+    }
 }
 
-/// `kbind redeem <pickup-url>`.
+/// Revokes the Grant a failed bind created (not one the cluster held before), and says so.
+struct GrantUndo<'a> {
+    session: &'a crate::gateway::Gateway,
+    grant: String,
+    held: bool,
+}
+
+impl GrantUndo<'_> {
+    async fn after(self, e: CliError) -> CliError {
+        let grant = &self.grant;
+        let note = if self.held {
+            format!("Grant {grant} existed before this run and stays")
+        } else {
+            match self.session.revoke(grant).await {
+                Ok(()) => format!("Grant {grant} was revoked again"),
+                Err(r) => format!("revoking Grant {grant} failed too ({r}); run `kbind revoke {grant}`"),
+            }
+        };
+        let text = format!("{e}; {note}");
+        match e {
+            CliError::Usage(_) => CliError::Usage(text),
+            CliError::Unauthorized(_) => CliError::Unauthorized(text),
+            CliError::Timeout(_) => CliError::Timeout(text),
+            CliError::Refused(_) => CliError::Refused(text),
+            CliError::ConsumerRefused(_) => CliError::ConsumerRefused(text),
+            CliError::Failed(_) => CliError::Failed(text),
+        }
+    }
+}
+
+/// Where `redeem` gets its pickup URL: the argument, `-` for one line on stdin, else
+/// `KBIND_PICKUP_URL` (clap reads it into the argument).
+fn pickup_url(args: &RedeemArgs) -> Result<String> {
+    let given = match args.pickup_url.as_deref() {
+        Some("-") => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .map_err(|e| CliError::failed("cannot read the pickup URL from stdin", e))?;
+            line
+        }
+        Some(url) => url.to_string(),
+        None => String::new(),
+    };
+    let url = given.trim().to_string();
+    if url.is_empty() {
+        return Err(CliError::Usage(
+            "no pickup URL: pass `-` and give it on stdin, set KBIND_PICKUP_URL, or pass it as the argument".into(),
+        ));
+    }
+    Ok(url)
+}
+
+/// `kbind redeem [<pickup-url>|-]`.
 pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Result<()> {
+    let url = pickup_url(args)?;
+    // Reading the kubeconfig is local; the one-time URL is spent before any API call, so it
+    // is not left usable while the consumer is checked.
     let client = consumer::connect(target).await?;
-    consumer::require_konnector(&client, &args.apply.konnector_namespace).await?;
-    let objects = gateway::pickup(&args.pickup_url).await?;
-    apply_and_wait(&objects, &args.apply, &client, ctx).await
+    let objects = gateway::pickup(&url).await?;
+    drop(url);
+    let spent = |e: CliError, grant: Option<&str>| {
+        let grant = grant.map_or_else(String::new, |g| {
+            format!("; Grant {g} stays on the provider: `kbind revoke {g}` or revoke it in the web UI")
+        });
+        let text = format!("{e}; the pickup URL is used up, get a new one to try again{grant}");
+        match e {
+            CliError::Usage(_) => CliError::Usage(text),
+            CliError::ConsumerRefused(_) => CliError::ConsumerRefused(text),
+            _ => CliError::Failed(text),
+        }
+    };
+    let grant_of = |objects: &[Value]| {
+        objects
+            .iter()
+            .find_map(|o| o["metadata"]["labels"][kbind_api::consts::backend::LABEL_GRANT].as_str())
+            .map(str::to_string)
+    };
+    let grant = grant_of(&objects);
+    if let Err(e) = consumer::require_konnector(&client, &args.apply.konnector_namespace).await {
+        return Err(spent(e, grant.as_deref()));
+    }
+    let given: Vec<String> = args
+        .namespaces
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let expected = Expected {
+        konnector_namespace: &args.apply.konnector_namespace,
+        namespaces: (!given.is_empty()).then_some(given.as_slice()),
+        grant: None,
+    };
+    let installed = async {
+        let checked = bundle::check(&objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+        emit(
+            &mut ctx.stdout,
+            &format!("Applying:\n{}", objects_table(&checked.objects)),
+        )?;
+        let unconfirmed = given.is_empty() && !checked.namespaces.is_empty();
+        if !checked.consumer_copies.is_empty() {
+            emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
+        }
+        if unconfirmed || !checked.consumer_copies.is_empty() {
+            let question = if unconfirmed {
+                format!(
+                    "Bind in namespace(s) {} of this cluster{}?",
+                    checked.namespaces.join(","),
+                    if checked.consumer_copies.is_empty() {
+                        ""
+                    } else {
+                        " and copy the above to the provider"
+                    }
+                )
+            } else {
+                "Copy the above from this cluster to the provider?".to_string()
+            };
+            confirm(&question, args.yes, ctx)?;
+        }
+        install(&checked, &client, ctx).await.map(|()| checked)
+    }
+    .await;
+    match installed {
+        Ok(checked) => wait(&checked, &args.apply, &client, ctx).await,
+        Err(e) => Err(spent(e, grant.as_deref())),
+    }
+}
+
+/// The `FromConsumer` rules as a table under a warning, or nothing when there are none.
+fn copies_text(copies: &[ConsumerCopy]) -> String {
+    if copies.is_empty() {
+        return String::new();
+    }
+    let rows = copies
+        .iter()
+        .map(|c| vec![c.resource.clone(), c.namespaces.clone(), c.selects.clone()])
+        .collect();
+    let everything = if copies.iter().any(|c| c.everything) {
+        "WARNING: a rule selects every object of its kind: all those Secrets or ConfigMaps of the namespace go to the provider.\n"
+    } else {
+        ""
+    };
+    format!(
+        "These related-resource rules (FromConsumer) copy objects of THIS cluster to the provider:\n{}{everything}",
+        table(&["COPIES", "FROM", "SELECTS"], rows)
+    )
 }
 
 fn writeln_err(ctx: &mut Context, line: &str) -> std::io::Result<()> {
@@ -155,29 +376,33 @@ fn namespaces(args: &BindArgs, namespaced: bool, ctx: &mut Context) -> Result<Ve
     Ok(answer)
 }
 
-/// Checks the bundle, shows it, applies it and (with `--wait`) waits for Ready.
-async fn apply_and_wait(
-    objects: &[Value],
-    args: &ApplyArgs,
-    client: &kbind_cluster::KubeClusterClient,
-    ctx: &mut Context,
-) -> Result<()> {
-    let checked =
-        bundle::check(objects, &args.konnector_namespace).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
-    emit(&mut ctx.stdout, &format!("Applying:\n{}", objects_table(&checked)))?;
-    consumer::apply(client, &checked).await?;
+/// Checks the consumer for the bundle and applies it, undoing what it created on a failure.
+async fn install(checked: &CheckedBundle, client: &kbind_cluster::KubeClusterClient, ctx: &mut Context) -> Result<()> {
+    apply::require_namespaces(client, &checked.namespaces).await?;
+    let existing = apply::preflight(client, checked).await?;
+    apply::apply_or_undo(client, checked, &existing).await?;
     emit(
         &mut ctx.stdout,
         &format!(
             "Applied {} objects (field manager {}).\n",
-            checked.len(),
+            checked.objects.len(),
             consumer::FIELD_MANAGER
         ),
-    )?;
+    )
+}
+
+/// With `--wait`, waits for the Connection and its bindings to be Ready.
+async fn wait(
+    checked: &CheckedBundle,
+    args: &ApplyArgs,
+    client: &kbind_cluster::KubeClusterClient,
+    ctx: &mut Context,
+) -> Result<()> {
     if !args.wait {
         return Ok(());
     }
     let awaited: Vec<Awaited> = checked
+        .objects
         .iter()
         .filter(|o| o.kind != "Secret")
         .map(|o| Awaited {

@@ -11,7 +11,6 @@ use kbind_api::consts::{IDENTITY_NAMESPACE, condition};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient, ListParams};
 use serde_json::Value;
 
-use crate::bundle::BundleObject;
 use crate::error::{CliError, Result};
 
 /// The field manager of every apply `kbind` makes.
@@ -125,24 +124,6 @@ pub fn resource_of(kind: &str) -> ApiResource {
         "ClusterBinding" => ApiResource::erase::<kbind_api::ClusterBinding>(&()),
         _ => ApiResource::erase::<kbind_api::Binding>(&()),
     }
-}
-
-/// Server-side applies each object as [`FIELD_MANAGER`], in order.
-pub async fn apply(client: &dyn ClusterClient, objects: &[BundleObject]) -> Result<()> {
-    for object in objects {
-        client
-            .apply(
-                &resource_of(&object.kind),
-                object.namespace.as_deref(),
-                &object.name,
-                object.body.clone(),
-                FIELD_MANAGER,
-                true,
-            )
-            .await
-            .map_err(|e| consumer_error(&format!("applying {} {} failed", object.kind, object.name), e))?;
-    }
-    Ok(())
 }
 
 /// The `type` condition of an object, as (status, reason, message).

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
 
+mod apply;
 mod args;
 mod bind;
 pub mod bundle;

@@ -1,10 +1,16 @@
-//! `kbind unbind`: show what the drain deletes on the provider, ask, delete the bindings, then
-//! the Connection and its Secret, and revoke the Grant at the gateway; `--orphan` first marks
-//! everything with the escape hatch so nothing is deleted on either side.
+//! `kbind unbind`: show everything that will be deleted (the provider copies the drain removes;
+//! on this cluster the bindings, the Connection, its Secret when it is this Grant's alone, and
+//! each CRD no other binding serves with every object of it), ask, delete the bindings, then the
+//! Connection and its Secret, and revoke the Grant at the gateway; `--orphan` first marks
+//! everything with the escape hatch so no synced object is deleted on either side.
 
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::backend::LABEL_GRANT;
-use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation};
-use kbind_cluster::{ClusterClient, DeleteParams, Patch, PatchParams};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, condition, label};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::Context;
@@ -23,28 +29,25 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     let grant = connection["metadata"]["labels"][LABEL_GRANT]
         .as_str()
         .map(str::to_string);
-    let secret_ref = &connection["spec"]["kubeconfigSecretRef"];
-    let secret = secret_ref["name"].as_str().map(|n| {
-        (
-            secret_ref["namespace"].as_str().unwrap_or_default().to_string(),
-            n.to_string(),
-        )
-    });
-    let mine: Vec<BindingRef> = bindings(&client)
-        .await?
-        .into_iter()
-        .filter(|(c, _)| *c == name)
-        .map(|(_, b)| b)
-        .collect();
+    if !args.orphan
+        && let Some(why) = credential_refused(&connection)
+    {
+        return Err(CliError::Failed(format!(
+            "the provider refuses Connection {name}'s credential ({why}; was its Grant revoked before unbinding?): \
+             the konnector cannot drain the provider copies, so this unbind would wait forever. Nothing was changed. \
+             Run `kbind unbind {name} --orphan` to release everything and delete nothing on either side \
+             (the provider copies stay: ask the provider to remove them), or bind again for a working credential first"
+        )));
+    }
+    let all = bindings(&client).await?;
+    let (mine, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(c, _)| *c == name);
+    let mine: Vec<BindingRef> = mine.into_iter().map(|(_, b)| b).collect();
+    let secret = deletable_secret(&client, &connection, grant.as_deref()).await?;
 
     let mut rows = Vec::new();
     for binding in &mine {
         for (res, object) in served_objects(&client, binding).await? {
-            rows.push(vec![
-                res.kind.clone(),
-                object["metadata"]["namespace"].as_str().unwrap_or("-").to_string(),
-                object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-            ]);
+            rows.push(row(&res.kind, &object));
         }
     }
     rows.sort();
@@ -54,13 +57,58 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     } else {
         table(&["KIND", "NAMESPACE", "NAME"], rows.clone())
     };
+
+    // On this cluster: the bindings, the Connection, its Secret when it is this Grant's alone,
+    // and (without --orphan) each CRD no other binding serves, with every object of it in
+    // every namespace (also namespaces never bound: deleting a CRD deletes all its objects).
+    let mut here = Vec::new();
+    for binding in &mine {
+        here.push(vec![
+            binding.kind.clone(),
+            binding.namespace.clone().unwrap_or_else(|| "-".into()),
+            binding.name.clone(),
+        ]);
+    }
+    here.push(vec!["Connection".into(), "-".into(), name.clone()]);
+    let secret_note = match &secret {
+        Ok((ns, n)) => {
+            here.push(vec!["Secret".into(), ns.clone(), n.clone()]);
+            String::new()
+        }
+        Err(why) => format!("{why}\n"),
+    };
+    let crds = if args.orphan {
+        Vec::new()
+    } else {
+        crds_that_go(&client, &mine, &others).await?
+    };
+    for (crd, res) in &crds {
+        here.push(vec!["CustomResourceDefinition".into(), "-".into(), crd.clone()]);
+        let mut objects: Vec<Vec<String>> = consumer::list(&client, res, None)
+            .await?
+            .iter()
+            .map(|o| row(&res.kind, o))
+            .collect();
+        objects.sort();
+        here.extend(objects);
+    }
+    let here = format!(
+        "Deleted on this cluster{}:\n{}{secret_note}",
+        if crds.is_empty() {
+            ""
+        } else {
+            " (a CRD no other binding serves goes, and with it every object of it, in every namespace)"
+        },
+        table(&["KIND", "NAMESPACE", "NAME"], here)
+    );
+
     let plan = if args.orphan {
         format!(
-            "Unbinding Connection {name} with --orphan: nothing is deleted on either side. These objects stay on this cluster and their copies stay on the provider, unmanaged:\n{listing}"
+            "Unbinding Connection {name} with --orphan: no synced object is deleted on either side. These objects stay on this cluster and their copies stay on the provider, unmanaged:\n{listing}{here}"
         )
     } else {
         format!(
-            "Unbinding Connection {name}: the konnector deletes these objects on the provider; on this cluster they go with their API's CRD when no other binding serves it (use --orphan to keep everything):\n{listing}"
+            "Unbinding Connection {name}: the konnector deletes these objects' copies on the provider (use --orphan to keep everything):\n{listing}{here}"
         )
     };
     emit(&mut ctx.stdout, &plan)?;
@@ -112,7 +160,7 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
         consumer::wait_gone(&client, &awaited, args.timeout, &mut reporter).await?;
     }
     // Why after the Connection: the konnector needs the credential to drain the provider.
-    if let Some((ns, secret)) = &secret {
+    if let Ok((ns, secret)) = &secret {
         delete(&client, "Secret", Some(ns), secret).await?;
     }
     emit(&mut ctx.stdout, &format!("Unbound {name}.\n"))?;
@@ -140,6 +188,116 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
             Err(e) => Err(e),
         },
     }
+}
+
+fn row(kind: &str, object: &Value) -> Vec<String> {
+    vec![
+        kind.to_string(),
+        object["metadata"]["namespace"].as_str().unwrap_or("-").to_string(),
+        object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+    ]
+}
+
+/// Why the provider refuses the Connection's credential, when its conditions say so (a 401:
+/// typically its Grant was revoked).
+pub fn credential_refused(connection: &Value) -> Option<String> {
+    let conditions = connection.pointer("/status/conditions")?.as_array()?;
+    conditions.iter().find_map(|c| {
+        let failing = if c["type"] == condition::PERMISSION_DENIED {
+            c["status"] == "True"
+        } else {
+            c["status"] == "False"
+        };
+        let reason = c["reason"].as_str().unwrap_or_default();
+        let message = c["message"].as_str().unwrap_or_default();
+        let refused = message.contains("401")
+            || reason.contains("Unauthorized")
+            || reason.contains("Revoked")
+            || reason.contains("CredentialRefused")
+            || reason.contains("CredentialsRefused");
+        (failing && refused).then(|| format!("{}: {reason}: {message}", c["type"].as_str().unwrap_or("?")))
+    })
+}
+
+/// The Connection's Secret when unbind may delete it: labelled for this Grant and referenced by
+/// no other Connection; else why it stays.
+async fn deletable_secret(
+    client: &dyn ClusterClient,
+    connection: &Value,
+    grant: Option<&str>,
+) -> Result<Result<(String, String), String>> {
+    let reference = &connection["spec"]["kubeconfigSecretRef"];
+    let (Some(ns), Some(name)) = (reference["namespace"].as_str(), reference["name"].as_str()) else {
+        return Ok(Err("The Connection names no Secret.".into()));
+    };
+    let this = connection["metadata"]["name"].as_str().unwrap_or_default();
+    let secret: Option<Secret> = client
+        .get_typed_opt(Some(ns), name)
+        .await
+        .map_err(|e| consumer_error(&format!("cannot read Secret {ns}/{name}"), e))?;
+    let Some(secret) = secret else {
+        return Ok(Err(format!("Secret {ns}/{name} is gone already.")));
+    };
+    let label = secret.metadata.labels.as_ref().and_then(|l| l.get(LABEL_GRANT));
+    match (grant, label) {
+        (Some(g), Some(l)) if g == l => {}
+        _ => {
+            return Ok(Err(format!(
+                "Secret {ns}/{name} stays: it is not labelled {LABEL_GRANT}={} like this Connection.",
+                grant.unwrap_or("<none>")
+            )));
+        }
+    }
+    let connections = consumer::list(client, &consumer::resource_of("Connection"), None).await?;
+    let shared = connections.iter().find(|c| {
+        c["metadata"]["name"].as_str() != Some(this)
+            && c["spec"]["kubeconfigSecretRef"]["namespace"].as_str() == Some(ns)
+            && c["spec"]["kubeconfigSecretRef"]["name"].as_str() == Some(name)
+    });
+    if let Some(other) = shared {
+        return Ok(Err(format!(
+            "Secret {ns}/{name} stays: Connection {} uses it too.",
+            other["metadata"]["name"].as_str().unwrap_or_default()
+        )));
+    }
+    Ok(Ok((ns.to_string(), name.to_string())))
+}
+
+/// The consumer CRDs the konnector removes when `mine` go: kbind-managed, and bound by no
+/// binding in `others`; with the resource to list their objects.
+async fn crds_that_go(
+    client: &dyn ClusterClient,
+    mine: &[BindingRef],
+    others: &[(String, BindingRef)],
+) -> Result<Vec<(String, ApiResource)>> {
+    let still: BTreeSet<String> = others.iter().flat_map(|(_, b)| b.apis()).collect();
+    let going: BTreeSet<String> = mine
+        .iter()
+        .flat_map(BindingRef::apis)
+        .filter(|a| !still.contains(a))
+        .collect();
+    if going.is_empty() {
+        return Ok(Vec::new());
+    }
+    let discovery = client
+        .discovery()
+        .await
+        .map_err(|e| consumer_error("cannot discover the consumer's APIs", e))?;
+    let mut out = Vec::new();
+    for api in going {
+        let crd: Option<CustomResourceDefinition> = client
+            .get_typed_opt(None, &api)
+            .await
+            .map_err(|e| consumer_error(&format!("cannot read CRD {api}"), e))?;
+        let managed = crd
+            .and_then(|c| c.metadata.labels)
+            .is_some_and(|l| l.get(label::MANAGED).map(String::as_str) == Some(TRUE));
+        let (plural, group) = api.split_once('.').unwrap_or((api.as_str(), ""));
+        if let (true, Some(found)) = (managed, discovery.find(group, plural)) {
+            out.push((api.clone(), found.api_resource()));
+        }
+    }
+    Ok(out)
 }
 
 async fn delete(client: &dyn ClusterClient, kind: &str, ns: Option<&str>, name: &str) -> Result<()> {
