@@ -11,7 +11,7 @@ const UID_COMMAND = "kubectl get ns kube-system -o jsonpath='{.metadata.uid}'";
 const main = document.getElementById('main');
 const statusRegion = document.getElementById('status');
 
-const state = { provider: null, me: null, catalog: null };
+const state = { provider: null, me: null, catalog: null, grants: null };
 
 /** Says `text` to screen readers through the polite live region. */
 function announce(text) {
@@ -20,6 +20,21 @@ function announce(text) {
   window.setTimeout(() => {
     statusRegion.textContent = text;
   }, 50);
+}
+
+/**
+ * `value` as a link target only when it is an absolute https URL. Export `docs` and `icon` come from
+ * whoever may write Exports: `javascript:`, `data:`, plain `http:` or a relative path never becomes
+ * a link.
+ */
+function httpsUrl(value) {
+  if (typeof value !== 'string') return null;
+  try {
+    const url = new URL(value);
+    return url.protocol === 'https:' ? url.href : null;
+  } catch {
+    return null;
+  }
 }
 
 function errorText(error) {
@@ -121,6 +136,7 @@ document.getElementById('sign-out').addEventListener('click', async () => {
   api.forgetCredentials();
   state.me = null;
   state.catalog = null;
+  state.grants = null;
   showSignedIn();
   navigate('/signin');
   announce('You are signed out.');
@@ -202,15 +218,52 @@ async function loadCatalog() {
   return state.catalog;
 }
 
+/** The caller's Grants, or null when they cannot be read (the page then says nothing about them). */
+async function loadGrants() {
+  try {
+    state.grants = (await api.grants()).grants;
+  } catch {
+    state.grants = null;
+  }
+  return state.grants;
+}
+
+function grantsOf(exportName) {
+  return (state.grants ?? []).filter((g) => g.export === exportName);
+}
+
+/** "Widget · v1 · namespaced", or why the API cannot be bound. */
+function apiFacts(api) {
+  if (!api.exported) return 'not exported by the provider';
+  return [api.kind, api.versions?.join(', '), api.scope === 'Cluster' ? 'cluster-wide' : 'namespaced']
+    .filter(Boolean).join(' · ');
+}
+
+/** The Export's documentation: a link only to an https URL, anything else shown as inert text. */
+function docsLink(exp) {
+  if (!exp.docs) return null;
+  const href = httpsUrl(exp.docs);
+  if (href) {
+    return h('p', {}, h('a', { href, rel: 'noopener noreferrer' }, 'Documentation', srOnly(` for ${exp.title || exp.name}`)));
+  }
+  return h('p', { class: 'muted docs-unlinked' }, 'Documentation (not an https URL, so not a link): ', h('code', {}, exp.docs));
+}
+
 function exportCard(exp) {
   const titleId = `export-${exp.name}`;
-  return h('li', { class: 'card' },
+  const mine = grantsOf(exp.name);
+  return h('li', { class: 'card', 'data-export': exp.name },
     h('h3', { id: titleId }, exp.title || exp.name),
     exp.title && exp.title !== exp.name ? h('p', { class: 'muted' }, h('code', {}, exp.name)) : null,
     exp.description ? h('p', {}, exp.description) : null,
-    h('p', { class: 'muted' }, `APIs: ${exp.apis.map((a) => a.name).join(', ')}`,
-      exp.namespaced ? ' (namespaced)' : ' (cluster-wide)'),
-    exp.docs ? h('p', {}, h('a', { href: exp.docs, rel: 'noopener noreferrer' }, 'Documentation', srOnly(` for ${exp.title || exp.name}`))) : null,
+    h('p', { class: 'hint' }, exp.apis.length === 1 ? 'API:' : 'APIs:'),
+    h('ul', { class: 'apis' }, exp.apis.map((a) => h('li', {}, h('code', {}, a.name), ' ', h('span', { class: 'muted' }, apiFacts(a))))),
+    docsLink(exp),
+    exp.clusterScopedSharing ? h('p', { class: 'warning' }, `Shared: ${exp.clusterScopedSharing}.`) : null,
+    mine.length
+      ? h('p', { class: 'ok bound-count' }, `You have ${mine.length} ${mine.length === 1 ? 'grant' : 'grants'} of it, see `,
+        h('a', { href: '/grants', 'data-link': true }, 'My grants'), '.')
+      : null,
     exp.ready
       ? h('a', { class: 'button', href: `/bind/${encodeURIComponent(exp.name)}`, 'data-link': true }, 'Bind', srOnly(` ${exp.title || exp.name}`))
       : h('p', { class: 'warning' }, `Not available yet: ${exp.message ?? 'some of its APIs are not exported.'}`));
@@ -219,7 +272,7 @@ function exportCard(exp) {
 async function catalogPage(_params, moveFocus) {
   let catalog;
   try {
-    catalog = await loadCatalog();
+    [catalog] = await Promise.all([loadCatalog(), loadGrants()]);
   } catch (error) {
     showPage('Catalog', [h('p', { class: 'error', role: 'alert' }, errorText(error))], moveFocus);
     return;
@@ -254,10 +307,69 @@ function parseNamespaces(text) {
   return text.split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
 }
 
+/** Which consumer objects a related-resource rule selects, in words. */
+function selectorText(selector) {
+  const parts = [];
+  const names = selector?.names ?? [];
+  if (names.length) parts.push(`named ${names.join(', ')}`);
+  const labels = selector?.labelSelector;
+  if (labels) {
+    const terms = [
+      ...Object.entries(labels.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`),
+      ...(labels.matchExpressions ?? []).map((e) => `${e.key} ${e.operator}${e.values?.length ? ` ${e.values.join(', ')}` : ''}`),
+    ];
+    parts.push(terms.length ? `labelled ${terms.join(', ')}` : 'all of them (an empty label selector)');
+  }
+  return parts.length ? parts.join(' and ') : 'none (an empty selector selects nothing)';
+}
+
+function relatedRule(rule) {
+  const kind = rule.resource === 'configmaps' ? 'ConfigMaps' : 'Secrets';
+  return rule.direction === 'FromConsumer'
+    ? h('li', { class: 'warning' }, h('strong', {}, `${kind} of your cluster are copied to the provider: `), selectorText(rule.selector))
+    : h('li', {}, `${kind} of the provider are copied to your cluster: `, selectorText(rule.selector));
+}
+
+/** One API of an Export: where it comes from and the fields its objects have. */
+function apiDetails(api) {
+  const fields = api.fields ?? [];
+  return h('section', { class: 'panel', 'aria-labelledby': `api-${api.name}`, 'data-api': api.name },
+    h('h3', { id: `api-${api.name}` }, api.kind ?? api.resource ?? api.name, ' ', h('span', { class: 'muted' }, h('code', {}, api.name))),
+    h('dl', {},
+      h('dt', {}, 'Group'), h('dd', {}, h('code', {}, api.group || api.name.split('.').slice(1).join('.'))),
+      h('dt', {}, 'Resource'), h('dd', {}, h('code', {}, api.resource || api.name.split('.')[0])),
+      h('dt', {}, 'Scope'), h('dd', {}, !api.exported ? 'not exported by the provider' : api.scope === 'Cluster' ? 'cluster-wide' : 'namespaced'),
+      h('dt', {}, 'Versions'), h('dd', {}, api.versions?.length ? api.versions.join(', ') : '—')),
+    fields.length
+      ? [h('p', { class: 'hint' }, 'Fields of its spec:'),
+        h('ul', { class: 'fields' }, fields.map((f) => h('li', { 'data-field': f.path },
+          h('code', {}, f.path), ' ',
+          h('span', { class: 'muted' }, [f.type, f.required ? 'required' : null].filter(Boolean).join(', ')),
+          f.description ? ` — ${f.description}` : null)))]
+      : h('p', { class: 'hint' }, api.exported ? 'Its schema lists no spec fields.' : 'Its fields are not known until the provider exports it.'));
+}
+
+/** The caller's Grants of one Export: what is already bound (or being bound) and where. */
+function boundList(exp) {
+  const mine = grantsOf(exp.name);
+  if (state.grants === null) return h('p', { class: 'hint' }, 'Your grants could not be read; see My grants.');
+  if (!mine.length) return h('p', {}, 'None yet: you have no grant of this Export.');
+  return h('ul', { class: 'bound' }, mine.map((g) => h('li', { 'data-grant': g.name },
+    'Consumer cluster ', h('code', {}, g.consumerClusterUID),
+    g.namespaces.length ? [', namespaces ', g.namespaces.join(', ')] : null,
+    ': grant ', grantStatus(g), '; ',
+    g.heartbeatAgeSeconds === undefined || g.heartbeatAgeSeconds === null
+      ? 'its konnector has not connected yet (the bundle is not applied, or not yet running)'
+      : `last heartbeat ${age(g.heartbeatAgeSeconds)}`)));
+}
+
 async function bindPage([name], moveFocus) {
   let exp;
   try {
-    exp = (state.catalog ?? await loadCatalog()).exports.find((e) => e.name === name);
+    [exp] = await Promise.all([
+      (async () => (state.catalog ?? await loadCatalog()).exports.find((e) => e.name === name))(),
+      loadGrants(),
+    ]);
   } catch (error) {
     showPage('Bind', [h('p', { class: 'error', role: 'alert' }, errorText(error))], moveFocus);
     return;
@@ -334,13 +446,29 @@ async function bindPage([name], moveFocus) {
     submit.disabled = false;
     submit.textContent = 'Bind again';
     showBindResult(result, exp, answer);
+    await loadGrants();
+    replace(bound, boundList(exp));
   });
 
+  const bound = h('div', { id: 'bound-list' }, boundList(exp));
+  const related = exp.relatedResources ?? [];
   showPage(`Bind ${title}`, [
     exp.description ? h('p', { class: 'lead' }, exp.description) : null,
     h('p', {}, 'Binding creates a Grant for one consumer cluster and gives you a one-time bundle to apply there; the konnector on that cluster then syncs the APIs.'),
-    form,
-    result,
+    h('section', { 'aria-labelledby': 'what-title', id: 'what-you-bind' },
+      h('h2', { id: 'what-title' }, 'What you bind'),
+      exp.clusterScopedSharing ? h('p', { class: 'warning' }, `Shared: ${exp.clusterScopedSharing}.`) : null,
+      exp.apis.map(apiDetails),
+      related.length
+        ? [h('p', {}, 'Its bindings also copy these, in the bound namespaces:'), h('ul', { class: 'bound related' }, related.map(relatedRule))]
+        : null),
+    h('section', { 'aria-labelledby': 'bound-title' },
+      h('h2', { id: 'bound-title' }, 'Your grants of this Export'),
+      bound),
+    h('section', { 'aria-labelledby': 'bind-form-title' },
+      h('h2', { id: 'bind-form-title' }, 'Bind it for a consumer cluster'),
+      form,
+      result),
   ], moveFocus);
 }
 
@@ -357,7 +485,9 @@ function showBindResult(container, exp, answer) {
   const copy = h('button', { type: 'button', class: 'secondary', id: 'copy-command' }, 'Copy command');
   const download = h('button', { type: 'button', id: 'download-bundle' }, 'Download the bundle');
   const code = h('code', { id: 'redeem-command' }, command);
-  const heading = h('h2', { tabindex: '-1', id: 'bind-result-title' }, `Bound: grant ${answer.grant}`);
+  // Nothing is bound yet: the gateway made a Grant and a one-time pickup; the consumer's
+  // konnector binds once the bundle is applied there.
+  const heading = h('h2', { tabindex: '-1', id: 'bind-result-title' }, `Bundle ready for grant ${answer.grant}`);
 
   copy.addEventListener('click', async () => {
     try {
@@ -406,15 +536,16 @@ function showBindResult(container, exp, answer) {
   });
 
   replace(container,
-    h('section', { 'aria-labelledby': 'bind-result-title', class: 'panel result' },
+    h('section', { 'aria-labelledby': 'bind-result-title', class: 'panel result', 'data-grant': answer.grant },
       heading,
-      h('p', {}, 'Apply the bundle on the consumer cluster with this command:'),
+      h('p', {}, 'Nothing is bound yet: the APIs are bound once this bundle is applied on the consumer cluster and its konnector connects. Apply it there with ',
+        h('code', {}, 'kbind redeem'), ':'),
       h('pre', { class: 'command' }, code),
       h('div', { class: 'actions' }, copy, download),
       note,
       h('p', {}, 'Your grants and their consumers’ heartbeats are under ', h('a', { href: '/grants', 'data-link': true }, 'My grants'), '.')));
   heading.focus();
-  announce(`Bound ${exp.title || exp.name}. The command to apply it is ready.`);
+  announce(`The bundle for ${exp.title || exp.name} is ready. Nothing is bound until you apply it on the consumer cluster with the command.`);
 }
 
 // ---- grants ------------------------------------------------------------------------------------
@@ -433,7 +564,7 @@ function grantStatus(grant) {
   return `Not ready${grant.reason ? `: ${grant.reason}` : ''}${grant.message ? ` — ${grant.message}` : ''}`;
 }
 
-const dialog = h('dialog', { id: 'confirm-revoke', 'aria-labelledby': 'confirm-title', 'aria-describedby': 'confirm-text' });
+const dialog = h('dialog', { id: 'confirm-revoke', 'aria-labelledby': 'confirm-title', 'aria-describedby': 'confirm-text confirm-unbind' });
 document.body.append(dialog);
 
 /** Asks whether to revoke; resolves to true only on an explicit "Revoke". */
@@ -445,6 +576,11 @@ function confirmRevoke(grant) {
       h('h2', { id: 'confirm-title' }, `Revoke grant ${grant.name}?`),
       h('p', { id: 'confirm-text' },
         `The consumer cluster ${grant.consumerClusterUID} loses access to ${grant.export}: its credentials stop working and its konnector stops syncing. This cannot be undone; binding again makes a new grant.`),
+      h('p', { id: 'confirm-unbind', class: 'warning' },
+        h('strong', {}, 'Unbind before you revoke. '),
+        'If that cluster still uses these APIs, run ', h('code', {}, `kbind unbind ${grant.export}`),
+        ' against it first: that removes its copies on the provider and then revokes this grant itself. Revoked first, its bindings cannot drain and stay stuck until ',
+        h('code', {}, `kbind unbind ${grant.export} --orphan`), ', which leaves the provider’s copies behind.'),
       h('div', { class: 'actions' }, cancel, confirm));
     const done = (answer) => {
       dialog.addEventListener('close', () => resolve(answer), { once: true });
@@ -483,6 +619,8 @@ async function grantsPage(_params, moveFocus) {
   const refresh = h('button', { type: 'button', class: 'secondary' }, 'Refresh');
   const heading = showPage('My grants', [
     h('p', { class: 'lead' }, 'The consumer clusters you bound, and when each last checked in.'),
+    h('p', { class: 'hint' }, 'To stop using an Export, unbind it on the consumer cluster (', h('code', {}, 'kbind unbind'),
+      ') rather than revoking here: unbind drains and revokes; a revoke alone leaves that cluster’s bindings stuck.'),
     h('div', { class: 'actions' }, refresh),
     list,
   ], moveFocus);

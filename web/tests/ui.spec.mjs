@@ -1,7 +1,9 @@
 // The web UI in a real browser (Debian's chromium through playwright-core) against a running
 // gateway: sign in, browse, bind, copy the command, download the bundle, see Grants, revoke. Every
 // page is checked with axe-core, at 375 px wide for horizontal overflow, and screenshotted; a second
-// pass does the whole flow with key presses only.
+// pass does the whole flow with key presses only. What a signed-out user sees is checked by computed
+// visibility (an element with `hidden` can still be displayed by CSS), and a catalog with hostile
+// Export URLs (injected into the gateway's answer) must render no link but https ones.
 //
 // Started by backend/tests/ui.rs, which runs the backend and a fakeapi provider. Environment:
 //   KBIND_UI_URL            the gateway, e.g. http://127.0.0.1:8080
@@ -64,6 +66,58 @@ async function checkPage(page, name) {
   await page.setViewportSize(DESKTOP);
 }
 
+/**
+ * What a signed-out user sees: only the sign-in form's button, no navigation and no account area.
+ * Checked by computed visibility, not the `hidden` attribute, which CSS can override.
+ */
+async function assertSignedOutView(page) {
+  for (const [what, selector] of [['the Sign out button', '#sign-out'], ['the main navigation', '#nav'], ['the account area', '#account']]) {
+    assert.equal(await page.locator(selector).isVisible(), false, `${what} is visible to a signed-out user`);
+  }
+  const buttons = (await page.locator('button:visible').allTextContents()).map((t) => t.trim());
+  assert.deepEqual(buttons, ['Sign in'], 'a signed-out user sees no button but Sign in');
+}
+
+/**
+ * Export `docs`/`icon` URLs come from whoever writes Exports: with hostile ones in the catalog
+ * answer, every link and source on the page is https or this site's own, and the hostile URLs show
+ * as inert text.
+ */
+async function assertHostileUrlsInert(page) {
+  const api = [{ name: 'widgets.example.org', exported: true, scope: 'Namespaced', group: 'example.org', resource: 'widgets', kind: 'Widget', versions: ['v1'] }];
+  const hostile = [
+    { name: 'hostile-js', title: 'Hostile <img src=x onerror=alert(1)>', docs: 'javascript:alert(document.domain)', icon: 'javascript:alert(1)' },
+    { name: 'hostile-http', title: 'Plain HTTP', docs: 'http://docs.example.org/plain', icon: 'data:image/svg+xml,<svg onload=alert(1)>' },
+    { name: 'hostile-relative', title: 'Relative', docs: '//evil.example.org/x', icon: '/api/v1/grants' },
+    { name: 'good-docs', title: 'Good docs', docs: 'https://docs.example.org/good', icon: 'https://docs.example.org/icon.png' },
+  ].map((e) => ({ ...e, apis: api, namespaced: true, ready: true }));
+  await page.route('**/api/v1/catalog', async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    body.exports.push(...hostile);
+    await route.fulfill({ response, json: body });
+  });
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Catalog' }).click();
+  await heading(page, 'Catalog');
+  await page.locator('[data-export="good-docs"]').waitFor();
+  const targets = await page.evaluate(() => [...document.querySelectorAll('[href], [src], [action], [formaction], [srcset]')]
+    .map((el) => ({ tag: el.tagName, value: el.getAttribute('href') ?? el.getAttribute('src') ?? el.getAttribute('action') ?? el.getAttribute('formaction') ?? el.getAttribute('srcset') })));
+  for (const { tag, value } of targets) {
+    const url = new URL(value, BASE);
+    assert.ok(url.protocol === 'https:' || url.origin === BASE,
+      `a <${tag.toLowerCase()}> on the catalog points at ${value}: only https links (or this site's own) may be rendered`);
+  }
+  for (const [name, url] of [['hostile-js', 'javascript:alert(document.domain)'], ['hostile-http', 'http://docs.example.org/plain'], ['hostile-relative', '//evil.example.org/x']]) {
+    const card = page.locator(`[data-export="${name}"]`);
+    assert.equal(await card.getByRole('link', { name: /Documentation/ }).count(), 0, `${name}: a non-https docs URL is not a link`);
+    assert.equal((await card.locator('.docs-unlinked code').textContent()), url, `${name}: the URL shows as text`);
+  }
+  assert.match(await page.locator('[data-export="hostile-js"] h3').textContent(), /<img src=x onerror=alert\(1\)>/, 'markup in a title is text');
+  const good = page.locator('[data-export="good-docs"]').getByRole('link', { name: 'Documentation for Good docs' });
+  assert.equal(await good.getAttribute('href'), 'https://docs.example.org/good', 'an https docs URL is a link');
+  await page.unroute('**/api/v1/catalog');
+}
+
 async function heading(page, text) {
   await page.getByRole('heading', { level: 1, name: text }).waitFor({ timeout: STEP_TIMEOUT });
 }
@@ -87,6 +141,10 @@ async function newPage(browser) {
   page.setDefaultTimeout(STEP_TIMEOUT);
   const problems = [];
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+  page.on('dialog', async (d) => {
+    problems.push(`a script opened a ${d.type()} dialog: ${d.message()}`);
+    await d.dismiss();
+  });
   page.on('console', (message) => {
     if (/Content Security Policy/i.test(message.text())) problems.push(`CSP: ${message.text()}`);
   });
@@ -101,6 +159,7 @@ async function pointerPass(browser) {
   await heading(page, 'Sign in to acme');
   assert.equal(new URL(page.url()).pathname, '/signin');
   assert.equal(await page.getByRole('link', { name: /single sign-on/i }).count(), 0, 'no OIDC link without oidc in the provider metadata');
+  await assertSignedOutView(page);
   await checkPage(page, 'sign-in');
   await page.getByLabel('Access token').fill('not-a-valid-token');
   await page.getByRole('button', { name: 'Sign in' }).click();
@@ -112,12 +171,21 @@ async function pointerPass(browser) {
   await heading(page, 'Catalog');
   const basics = page.getByRole('region', { name: 'Basics' });
   await basics.getByRole('heading', { name: 'Widgets' }).waitFor();
+  assert.ok(await page.locator('#sign-out').isVisible(), 'Sign out shows once signed in');
+  assert.match(await basics.locator('[data-export="widgets"]').textContent(), /widgets\.example\.org\s*Widget · v1 · namespaced/, 'the card names each API with its kind, versions and scope');
   await checkPage(page, 'catalog');
 
   // Bind: the form validates, then the command and the bundle.
   await basics.getByRole('link', { name: 'Bind Widgets' }).click();
   await heading(page, 'Bind Widgets');
   assert.match(await page.locator('#consumer-uid-hint').textContent(), /kubectl get ns kube-system -o jsonpath='\{\.metadata\.uid\}'/);
+  // What a user binds: each API with its group, resource, scope, versions and spec fields.
+  const api = page.getByRole('region', { name: 'What you bind' }).locator('[data-api="widgets.example.org"]');
+  const facts = (await api.locator('dl').innerText()).replace(/\s+/g, ' ');
+  assert.match(facts, /Group example\.org Resource widgets Scope namespaced Versions v1/, `the API's facts: ${facts}`);
+  assert.deepEqual((await api.locator('[data-field]').evaluateAll((els) => els.map((e) => e.textContent.trim()))).sort(),
+    ['spec.color string', 'spec.size integer'], 'the spec fields of the provider CRD');
+  assert.match(await page.getByRole('region', { name: 'Your grants of this Export' }).textContent(), /None yet/);
   await checkPage(page, 'bind');
   await page.getByRole('button', { name: 'Bind' }).click();
   await page.getByRole('alert').filter({ hasText: 'UUID' }).waitFor();
@@ -130,7 +198,15 @@ async function pointerPass(browser) {
   const commandText = (await command.textContent()).trim();
   assert.match(commandText, new RegExp(`^kbind redeem ${BASE.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}/api/v1/pickup/\\S+$`));
   assert.equal(await page.evaluate(() => document.activeElement.id), 'bind-result-title', 'the result takes the focus');
-  const grantName = (await page.locator('#bind-result-title').textContent()).replace('Bound: grant ', '').trim();
+  const grantName = await page.locator('#bind-result [data-grant]').getAttribute('data-grant');
+  assert.match(await page.locator('#bind-result-title').textContent(), /^Bundle ready for grant /);
+  // Only a pickup URL exists yet: the page must not say anything is bound.
+  assert.doesNotMatch(await page.locator('main').innerText(), /\bBound\b/, 'nothing is called bound before the bundle is applied');
+  assert.match(await page.locator('#bind-result').textContent(), /Nothing is bound yet/);
+  // What is already bound: the new grant is listed, without a heartbeat until its konnector runs.
+  const listed = page.locator(`#bound-list [data-grant="${grantName}"]`);
+  await listed.waitFor();
+  assert.match(await listed.textContent(), new RegExp(UID_1));
   await checkPage(page, 'bind-result');
 
   await page.getByRole('button', { name: 'Copy command' }).click();
@@ -150,6 +226,10 @@ async function pointerPass(browser) {
   assert.notEqual(replay.status, 200, 'the pickup works once: after the download the command no longer works');
   await checkPage(page, 'bind-downloaded');
 
+  // The catalog says what is bound already; hostile Export URLs are never links.
+  await assertHostileUrlsInert(page);
+  assert.match(await page.locator('[data-export="widgets"] .bound-count').textContent(), /You have 1 grant of it/);
+
   // Grants with the consumer's heartbeat age.
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'My grants' }).click();
   await heading(page, 'My grants');
@@ -164,6 +244,9 @@ async function pointerPass(browser) {
   await revoke.click();
   const dialog = page.getByRole('dialog', { name: `Revoke grant ${grantName}?` });
   await dialog.waitFor();
+  const warning = await dialog.locator('#confirm-unbind').textContent();
+  assert.match(warning, /Unbind before you revoke/);
+  assert.match(warning, /kbind unbind widgets --orphan/);
   await checkPage(page, 'revoke-confirm');
   await dialog.getByRole('button', { name: 'Cancel' }).click();
   await dialog.waitFor({ state: 'hidden' });
@@ -234,7 +317,7 @@ async function keyboardPass(browser) {
   await page.locator('#redeem-command').waitFor();
   assert.equal(await focusedId(page), 'bind-result-title', 'the result takes the focus');
   const commandText = (await page.locator('#redeem-command').textContent()).trim();
-  const grantName = (await page.locator('#bind-result-title').textContent()).replace('Bound: grant ', '').trim();
+  const grantName = await page.locator('#bind-result [data-grant]').getAttribute('data-grant');
 
   await tabTo(page, 'Copy command', 'button', 'Copy command');
   await page.keyboard.press('Enter');
@@ -277,6 +360,7 @@ async function keyboardPass(browser) {
   await tabTo(page, 'Sign out', 'button', 'Sign out', { back: true });
   await page.keyboard.press('Enter');
   await heading(page, 'Sign in to acme');
+  await assertSignedOutView(page);
 
   assert.deepEqual(problems, [], 'no page errors and no CSP violations');
   await context.close();
