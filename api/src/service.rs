@@ -136,6 +136,9 @@ pub struct CatalogExport {
     /// Why not, when not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The Secrets and ConfigMaps its bindings copy (a `FromConsumer` rule copies the consumer's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related_resources: Vec<crate::RelatedResource>,
 }
 
 /// One API of an Export in the catalog.
@@ -149,6 +152,38 @@ pub struct CatalogApi {
     /// Its scope, when exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<ResourceScope>,
+    /// Its API group (from the name, so also when not exported).
+    #[serde(default)]
+    pub group: String,
+    /// Its resource, the plural (from the name).
+    #[serde(default)]
+    pub resource: String,
+    /// Its kind, when exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Its served versions, when exported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<String>,
+    /// The `spec` fields of its storage version's schema (two levels deep, bounded), when exported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<CatalogField>,
+}
+
+/// A field of an exported API's `spec`, from the provider CRD's `openAPIV3Schema`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogField {
+    /// Its path, e.g. `spec.tls.secretName`.
+    pub path: String,
+    /// Its schema type (`string`, `integer`, `object`, …; empty when the schema gives none).
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// Whether its parent object requires it.
+    #[serde(default)]
+    pub required: bool,
+    /// Its schema description, shortened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// `POST /api/v1/bind`.
