@@ -645,6 +645,125 @@ async fn binds_and_pickups_beyond_the_rate_get_429() {
     );
 }
 
+/// `request` as if it came from `peer` (what the served gateway's connect-info adds).
+fn from_peer(mut request: Request<Body>, peer: &str) -> Request<Body> {
+    let peer: std::net::SocketAddr = peer.parse().unwrap();
+    request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+    request
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_sign_ins_are_throttled_per_client_even_for_a_right_guess() {
+    let mut config = test_config();
+    config.auth_failure_rate = Rate {
+        per_minute: 6,
+        burst: 3,
+    };
+    let world = world_with(config, TestIssuer::default()).await;
+    let whoami = |token: &str, peer: &str| from_peer(request(Method::GET, "/api/v1/whoami", Some(token), None), peer);
+    let (guesser, other) = ("192.0.2.10:40000", "192.0.2.20:40000");
+    // Right tokens spend nothing.
+    for _ in 0..5 {
+        assert_eq!(
+            send(&world.app, whoami("alice-token", guesser)).await.status,
+            StatusCode::OK
+        );
+    }
+    for _ in 0..3 {
+        let refused = send(&world.app, whoami("guess", guesser)).await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(refused.error().reason, "Unauthenticated");
+    }
+    // Beyond the burst the client is refused before its credential is looked at: a right guess
+    // does not get through either, and the answer says how long to wait.
+    for token in ["guess", "alice-token"] {
+        let throttled = send(&world.app, whoami(token, guesser)).await;
+        assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS, "{token}");
+        assert_eq!(throttled.error().reason, "TooManyRequests");
+        assert_eq!(throttled.headers["retry-after"], "10");
+    }
+    let bind = send(
+        &world.app,
+        from_peer(
+            request(Method::POST, "/api/v1/bind", Some("alice-token"), Some(widgets_bind())),
+            guesser,
+        ),
+    )
+    .await;
+    assert_eq!(bind.status, StatusCode::TOO_MANY_REQUESTS);
+    // Another client is not affected.
+    assert_eq!(
+        send(&world.app, whoami("guess", other)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        send(&world.app, whoami("bob-token", other)).await.status,
+        StatusCode::OK
+    );
+    // No credential at all is not a guess: it spends nothing.
+    for _ in 0..5 {
+        let anonymous = send(
+            &world.app,
+            from_peer(request(Method::GET, "/api/v1/whoami", None, None), other),
+        )
+        .await;
+        assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(
+        send(&world.app, whoami("bob-token", other)).await.status,
+        StatusCode::OK
+    );
+    // One interval later the guesser has one attempt back.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        send(&world.app, whoami("alice-token", guesser)).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_trusted_proxy_the_client_cannot_pick_its_own_rate_limit_key() {
+    let mut config = test_config();
+    config.pickup_rate = Rate {
+        per_minute: 1,
+        burst: 2,
+    };
+    config.trusted_proxies = 1;
+    let world = world_with(config, TestIssuer::default()).await;
+    let via_proxy = |forwarded_for: String| {
+        let mut request = Request::builder()
+            .uri("/api/v1/pickup/none")
+            .header("x-forwarded-for", forwarded_for)
+            .body(Body::empty())
+            .unwrap();
+        request.extensions_mut().insert(axum::extract::ConnectInfo(
+            "10.0.0.1:8443".parse::<std::net::SocketAddr>().unwrap(),
+        ));
+        request
+    };
+    // A new made-up first entry each time: the proxy's entry (the last) is what counts.
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        statuses.push(
+            send(&world.app, via_proxy(format!("198.51.100.{i}, 203.0.113.7")))
+                .await
+                .status,
+        );
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::NOT_FOUND,
+            StatusCode::NOT_FOUND,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // Another client behind the same proxy has its own allowance.
+    let other = send(&world.app, via_proxy("198.51.100.1, 203.0.113.8".into())).await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test(start_paused = true)]
 async fn health_ui_and_unknown_routes() {
     let world = world().await;

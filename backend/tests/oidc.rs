@@ -36,7 +36,7 @@ const ID_TOKEN_TTL_SECS: i64 = 300;
 /// A deadline for every request, so a hung provider fails the test instead of hanging CI.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A static token, to show both methods work side by side.
-const STATIC_TOKEN: &str = "static-token-for-bob-2d9e";
+const STATIC_TOKEN: &str = "static-token-for-bob-2d9e-0123456789abcdef";
 
 async fn start_provider(redirect_uri: &str, cert: &Path, key: &Path) -> Provider {
     let env = [

@@ -18,7 +18,7 @@ use kbind_api::service::{BindRequest, BindResponse, Catalog, GrantList, WhoAmI, 
 use kbind_cluster::{ClusterClient, ClusterClientExt, Patch, PatchParams};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "alice-secret-token-0123456789";
+const TOKEN: &str = "alice-secret-token-0123456789abcdef";
 const TEAM: &str = "team-a";
 
 /// The provider and consumer clusters, the provider's offer and kbind installed on the consumer.

@@ -21,7 +21,7 @@ use kbind_api::service::{GrantList, path};
 use kbind_cluster::{ClusterClient, ClusterClientExt};
 use serde_json::json;
 
-const TOKEN: &str = "alice-secret-token-0123456789";
+const TOKEN: &str = "alice-secret-token-0123456789abcdef";
 /// A consumer with a heartbeat Lease (the pointer pass binds it).
 const UID_1: &str = "3f1e2d4c-5b6a-4978-8877-665544332211";
 /// A consumer without one (the keyboard pass binds it).

@@ -14,7 +14,7 @@ use kbind_api::service::{BindRequest, BindResponse, path};
 use kbind_cluster::{ClusterClient, ClusterClientExt};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "alice-secret-token-0123456789";
+const TOKEN: &str = "alice-secret-token-0123456789abcdef";
 const TEAM: &str = "team-a";
 
 /// What one `kbind` run returned.

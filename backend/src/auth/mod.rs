@@ -17,7 +17,7 @@ pub use oidc::{Oidc, OidcConfig};
 pub use options::{Options, SetupError, authenticator, authenticator_with_clock};
 pub(crate) use respond::bearer_token;
 pub use sealed::{MIN_KEY_BYTES, SessionKey};
-pub use static_tokens::StaticTokens;
+pub use static_tokens::{MIN_TOKEN_CHARS, StaticTokens};
 
 /// An authenticated identity.
 #[derive(Clone, Debug, PartialEq, Eq)]

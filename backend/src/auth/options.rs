@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn an_oidc_flag_without_the_issuer_is_an_error() {
-        let tokens = file("t0ken-value,alice\n");
+        let tokens = file("t0ken-value-0123456789abcdef0123456,alice\n");
         let opts = Options {
             token_file: Some(tokens.path().to_owned()),
             oidc_client_id: Some("kbind".into()),
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn both_methods_are_listed_tokens_first() {
-        let tokens = file("t0ken-value,alice\n");
+        let tokens = file("t0ken-value-0123456789abcdef0123456,alice\n");
         let key = file(&"k".repeat(40));
         let opts = Options {
             token_file: Some(tokens.path().to_owned()),

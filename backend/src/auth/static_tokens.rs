@@ -3,7 +3,7 @@
 //! The format is kube-apiserver's static token file: one `token,user` line per token; further
 //! columns (kube-apiserver's uid and groups) are allowed and ignored; blank lines and lines
 //! starting with `#` are skipped. A token must be unique; the user becomes the subject
-//! `token:<user>`. Only SHA-256 digests of the tokens stay in memory, and a presented token is
+//! `token:<user>`. A token has at least [`MIN_TOKEN_CHARS`] characters. Only SHA-256 digests of the tokens stay in memory, and a presented token is
 //! compared against every digest in constant time.
 
 use std::fmt;
@@ -15,6 +15,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{AuthError, Authenticator, Caller, Identity, SetupError, Via, bearer_token};
+
+/// The shortest token the file may list: a short one is guessable, even throttled.
+pub const MIN_TOKEN_CHARS: usize = 32;
 
 struct Entry {
     digest: [u8; 32],
@@ -61,6 +64,15 @@ impl StaticTokens {
             }
             if user.is_empty() {
                 return Err((line_no, "the user (second column) is missing".into()));
+            }
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err((
+                    line_no,
+                    format!(
+                        "the token of user {user:?} is shorter than {MIN_TOKEN_CHARS} characters; \
+                         use a random one, e.g. `openssl rand -hex 32`"
+                    ),
+                ));
             }
             let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
             if entries.iter().any(|e| e.digest == digest) {
@@ -137,15 +149,17 @@ mod tests {
         h
     }
 
+    const ALICE: &str = "s3cret-alice-0123456789abcdef0123";
+    const BOB: &str = "s3cret-bob-0123456789abcdef012345";
     const FILE: &str = "# kube-apiserver style\n\
-        s3cret-alice,alice\n\
+        s3cret-alice-0123456789abcdef0123,alice\n\
         \n\
-        s3cret-bob , bob , 1002, \"dev,ops\"\n";
+        s3cret-bob-0123456789abcdef012345 , bob , 1002, \"dev,ops\"\n";
 
     #[tokio::test]
     async fn a_listed_token_is_its_user_and_an_unlisted_one_is_not_recognised() {
         let tokens = StaticTokens::parse(FILE).expect("valid file");
-        let alice = tokens.authenticate(&bearer("s3cret-alice")).await.expect("ok");
+        let alice = tokens.authenticate(&bearer(ALICE)).await.expect("ok");
         assert_eq!(
             alice,
             Some(Caller {
@@ -156,9 +170,12 @@ mod tests {
                 via: Via::Bearer,
             })
         );
-        let bob = tokens.authenticate(&bearer("s3cret-bob")).await.expect("ok");
+        let bob = tokens.authenticate(&bearer(BOB)).await.expect("ok");
         assert_eq!(bob.map(|c| c.identity.subject), Some("token:bob".into()));
-        for wrong in ["s3cret-alic", "s3cret-alicee", "S3CRET-ALICE", "alice", ""] {
+        let shorter = &ALICE[..ALICE.len() - 1];
+        let longer = format!("{ALICE}e");
+        let upper = ALICE.to_uppercase();
+        for wrong in [shorter, &longer, &upper, "alice", ""] {
             let got = tokens.authenticate(&bearer(wrong)).await.expect("ok");
             assert_eq!(got, None, "{wrong:?} must not be recognised");
         }
@@ -172,12 +189,12 @@ mod tests {
         let mut h = http::HeaderMap::new();
         h.insert(
             http::header::AUTHORIZATION,
-            "bearer s3cret-alice".parse().expect("ascii"),
+            format!("bearer {ALICE}").parse().expect("ascii"),
         );
         assert!(tokens.authenticate(&h).await.expect("ok").is_some());
         h.insert(
             http::header::AUTHORIZATION,
-            "Basic s3cret-alice".parse().expect("ascii"),
+            format!("Basic {ALICE}").parse().expect("ascii"),
         );
         assert_eq!(tokens.authenticate(&h).await.expect("ok"), None);
     }
@@ -185,9 +202,13 @@ mod tests {
     #[test]
     fn a_bad_file_names_the_line_and_never_the_token() {
         let cases = [
-            ("ok,alice\nlonely-token-123\n", 2, "user"),
-            ("ok,alice\n,bob\n", 2, "empty"),
-            ("dup-token-123,alice\ndup-token-123,bob\n", 2, "twice"),
+            ("ok-token-123-0123456789abcdef0123,alice\nlonely-token-123\n", 2, "user"),
+            ("ok-token-123-0123456789abcdef0123,alice\n,bob\n", 2, "empty"),
+            (
+                "dup-token-123-0123456789abcdef012,alice\ndup-token-123-0123456789abcdef012,bob\n",
+                2,
+                "twice",
+            ),
             ("# nothing\n\n", 0, "no token"),
         ];
         for (text, line, words) in cases {
@@ -198,6 +219,19 @@ mod tests {
             assert!(problem.contains(words), "{text:?}: {problem}");
             assert!(!problem.contains("token-123"), "{problem}");
         }
+    }
+
+    #[test]
+    fn a_token_shorter_than_32_characters_is_refused_naming_the_line_and_user() {
+        let text = format!("{ALICE},alice\n# a comment\nshort-token-123,bob\n");
+        let Err((line, problem)) = StaticTokens::parse(&text) else {
+            panic!("a 15-character token must be refused");
+        };
+        assert_eq!(line, 3, "{problem}");
+        assert!(problem.contains("\"bob\"") && problem.contains("32"), "{problem}");
+        assert!(!problem.contains("short-token-123"), "{problem}");
+        let exactly = format!("{},carol\n", "x".repeat(MIN_TOKEN_CHARS));
+        assert!(StaticTokens::parse(&exactly).is_ok(), "32 characters are enough");
     }
 
     #[test]

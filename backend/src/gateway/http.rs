@@ -14,8 +14,8 @@ use kbind_api::Export;
 use kbind_api::service::{ProviderInfo, WhoAmI, path};
 use kbind_cluster::{ApiResource, ListParams};
 
-use super::{Gateway, GatewayError};
-use crate::auth::{Authenticator, Caller, Via};
+use super::{Gateway, GatewayError, ratelimit};
+use crate::auth::{AuthError, Authenticator, Caller, Via};
 
 /// How long the provider check's answer is reused: `/api/v1/provider` needs no sign-in, so
 /// it must not turn every anonymous request into provider requests.
@@ -28,6 +28,15 @@ impl FromRequestParts<Gateway> for Authenticated {
     type Rejection = GatewayError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Gateway) -> Result<Self, Self::Rejection> {
+        // A client that spent its failed sign-ins is refused before its credential is even
+        // looked at: otherwise a right guess would still get through while it is throttled.
+        let client = ratelimit::client_key(
+            &parts.headers,
+            ratelimit::peer_of(&parts.extensions),
+            state.config().trusted_proxies,
+        );
+        let failures = &state.inner.auth_failures;
+        failures.check(client).map_err(ratelimit::refusal)?;
         // The chain's rule: the first method that recognises the request decides; a recognised
         // but invalid credential is refused, never passed on to the next method.
         match state.inner.authenticators.authenticate(&parts.headers).await {
@@ -35,6 +44,12 @@ impl FromRequestParts<Gateway> for Authenticated {
             Ok(None) => Err(GatewayError::Unauthenticated(
                 "sign in first: send a bearer token, or log in through the web UI".into(),
             )),
+            Err(e @ AuthError::Unauthenticated(_)) => {
+                // Only a credential that was presented and refused counts: no credential at
+                // all, or an identity provider that is down, is not a guess.
+                failures.take(client).map_err(ratelimit::refusal)?;
+                Err(e.into())
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -72,8 +72,20 @@ pub struct Options {
     /// Pickups one client may make at once before the rate applies.
     #[arg(long = "pickup-burst", default_value_t = 20)]
     pub pickup_burst: u32,
-    /// Rate-limit clients by the first `X-Forwarded-For` address (only behind a proxy that sets it).
-    #[arg(long = "trust-forwarded-for", default_value_t = false)]
+    /// Failed sign-ins per minute one client may make (after the burst); beyond it every
+    /// request of that client needing sign-in answers 429 until the allowance refills.
+    #[arg(long = "auth-failure-rate", default_value_t = 10)]
+    pub auth_failure_rate_per_minute: u32,
+    /// Failed sign-ins one client may make at once before the rate applies.
+    #[arg(long = "auth-failure-burst", default_value_t = 10)]
+    pub auth_failure_burst: u32,
+    /// How many reverse proxies in front of the gateway append the address they were connected
+    /// from to `X-Forwarded-For`; the client is the hop the nearest untrusted one reported. 0:
+    /// the header is ignored and the peer address is the client.
+    #[arg(long = "trusted-proxies", default_value_t = 0, value_name = "N")]
+    pub trusted_proxies: usize,
+    /// Deprecated spelling of `--trusted-proxies=1`.
+    #[arg(long = "trust-forwarded-for", hide = true, conflicts_with = "trusted_proxies")]
     pub trust_forwarded_for: bool,
     /// Largest request body accepted, in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 64 * 1024)]
@@ -128,8 +140,10 @@ pub struct Config {
     pub bind_rate: Rate,
     /// Pickup rate limit per client.
     pub pickup_rate: Rate,
-    /// Whether the client key comes from `X-Forwarded-For`.
-    pub trust_forwarded_for: bool,
+    /// Failed sign-in limit per client.
+    pub auth_failure_rate: Rate,
+    /// Reverse proxies in front whose `X-Forwarded-For` entries are believed.
+    pub trusted_proxies: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
     /// Namespace of the heartbeat Leases.
@@ -213,7 +227,11 @@ impl Config {
                 per_minute: 60,
                 burst: 20,
             },
-            trust_forwarded_for: false,
+            auth_failure_rate: Rate {
+                per_minute: 10,
+                burst: 10,
+            },
+            trusted_proxies: 0,
             max_body_bytes: 64 * 1024,
             lease_namespace: kbind_api::consts::lease::NAMESPACE.to_string(),
         })
@@ -243,6 +261,8 @@ impl Options {
             ("--bind-burst", self.bind_burst),
             ("--pickup-rate", self.pickup_rate_per_minute),
             ("--pickup-burst", self.pickup_burst),
+            ("--auth-failure-rate", self.auth_failure_rate_per_minute),
+            ("--auth-failure-burst", self.auth_failure_burst),
         ] {
             if value == 0 {
                 return Err(ConfigError::Invalid {
@@ -260,7 +280,17 @@ impl Options {
             per_minute: self.pickup_rate_per_minute,
             burst: self.pickup_burst,
         };
-        config.trust_forwarded_for = self.trust_forwarded_for;
+        config.auth_failure_rate = Rate {
+            per_minute: self.auth_failure_rate_per_minute,
+            burst: self.auth_failure_burst,
+        };
+        config.trusted_proxies = self.trusted_proxies;
+        if self.trust_forwarded_for {
+            // Its old meaning (the first entry, which the client writes) let anyone pick their
+            // own rate-limit key; one trusted proxy is what it was documented for.
+            tracing::warn!("--trust-forwarded-for is deprecated: it now means --trusted-proxies=1");
+            config.trusted_proxies = 1;
+        }
         config.max_body_bytes = self.max_body_bytes;
         Ok(config)
     }
@@ -280,6 +310,8 @@ struct Inner {
     clock: SharedClock,
     catalog: catalog::Stores,
     metrics: Metrics,
+    /// Failed sign-ins per client (see [`http::Authenticated`]).
+    auth_failures: ratelimit::Limiter,
     provider_check: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>,
 }
 
@@ -318,6 +350,7 @@ impl Gateway {
         let catalog = catalog::Stores::start(provider.clone());
         Gateway {
             inner: Arc::new(Inner {
+                auth_failures: ratelimit::Limiter::new(config.auth_failure_rate),
                 config,
                 provider,
                 authenticators: crate::auth::Chain::new(authenticators),
@@ -364,12 +397,18 @@ pub fn router(state: Gateway) -> Router {
 }
 
 fn api_routes(config: &Config) -> Router<Gateway> {
+    let limit = |rate| {
+        axum::middleware::from_fn_with_state(
+            ratelimit::RouteLimit::new(rate, config.trusted_proxies),
+            ratelimit::enforce,
+        )
+    };
     let bind = Router::new()
         .route(path::BIND, post(bind::bind))
-        .route_layer(ratelimit::layer(config.bind_rate, config.trust_forwarded_for));
+        .route_layer(limit(config.bind_rate));
     let pickup = Router::new()
         .route(&format!("{}/{{id}}", path::PICKUP), get(pickup::pickup))
-        .route_layer(ratelimit::layer(config.pickup_rate, config.trust_forwarded_for));
+        .route_layer(limit(config.pickup_rate));
     Router::new()
         .route(path::PROVIDER, get(http::provider))
         .route(path::WHOAMI, get(http::whoami))
@@ -430,6 +469,52 @@ mod tests {
         let ok = Config::new("https://kbind.example.org/", "acme", "https://api.example.org/", ca).unwrap();
         assert_eq!(ok.public_url, "https://kbind.example.org");
         assert_eq!(ok.provider_url, "https://api.example.org");
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct Flags {
+        #[command(flatten)]
+        gateway: Options,
+    }
+
+    fn config_of(extra: &[&str]) -> Result<Config, String> {
+        use clap::Parser as _;
+        let mut ca = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(
+            &mut ca,
+            b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write");
+        let ca_flag = format!("--provider-ca={}", ca.path().display());
+        let mut args = vec![
+            "gateway",
+            "--public-url=https://kbind.example.org",
+            "--provider-name=acme",
+            "--provider-url=https://api.example.org",
+            &ca_flag,
+        ];
+        args.extend_from_slice(extra);
+        let flags = Flags::try_parse_from(args).map_err(|e| e.to_string())?;
+        flags.gateway.config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn trusted_proxies_default_to_none_and_the_old_flag_means_one() {
+        assert_eq!(config_of(&[]).expect("valid").trusted_proxies, 0);
+        assert_eq!(config_of(&["--trusted-proxies=2"]).expect("valid").trusted_proxies, 2);
+        assert_eq!(config_of(&["--trust-forwarded-for"]).expect("valid").trusted_proxies, 1);
+        let both = config_of(&["--trust-forwarded-for", "--trusted-proxies=2"]).expect_err("conflict");
+        assert!(both.contains("--trusted-proxies"), "{both}");
+        let config = config_of(&["--auth-failure-rate=5", "--auth-failure-burst=3"]).expect("valid");
+        assert_eq!(
+            config.auth_failure_rate,
+            Rate {
+                per_minute: 5,
+                burst: 3
+            }
+        );
+        let zero = config_of(&["--auth-failure-burst=0"]).expect_err("zero burst");
+        assert!(zero.contains("--auth-failure-burst"), "{zero}");
     }
 
     #[test]
