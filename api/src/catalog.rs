@@ -60,6 +60,11 @@ pub struct ExportSpec {
     /// Secrets and ConfigMaps the bundle's bindings copy alongside the instances.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related_resources: Vec<RelatedResource>,
+    /// Opt-in for cluster-scoped APIs: every consumer bound to this Export can read and write
+    /// every object of its cluster-scoped APIs, including objects other consumers created.
+    /// Without it, an Export with a cluster-scoped API is not issued (ClusterScopedNotShared).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_scoped_sharing: bool,
 }
 
 /// What the backend found about an Export's APIs.

@@ -139,7 +139,14 @@ pub struct CatalogExport {
     /// The Secrets and ConfigMaps its bindings copy (a `FromConsumer` rule copies the consumer's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related_resources: Vec<crate::RelatedResource>,
+    /// Set when the Export shares cluster-scoped APIs (`spec.clusterScopedSharing`): what that
+    /// means for the consumer, [`CLUSTER_SCOPED_SHARING`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_scoped_sharing: Option<String>,
 }
+
+/// What `spec.clusterScopedSharing` means, as the catalog shows it.
+pub const CLUSTER_SCOPED_SHARING: &str = "shared cluster-scoped APIs: every consumer bound to this Export can read and write every object of its cluster-scoped APIs, including other consumers' objects";
 
 /// One API of an Export in the catalog.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -117,8 +117,15 @@ fn export(name: &str, apis: &[&str], related: Vec<RelatedResource>) -> Export {
             apis: apis.iter().map(|a| BoundApiRef { name: a.to_string() }).collect(),
             conflict_policy: Default::default(),
             related_resources: related,
+            cluster_scoped_sharing: false,
         },
     )
+}
+
+/// `export` with `spec.clusterScopedSharing` set.
+fn shared(mut e: Export) -> Export {
+    e.spec.cluster_scoped_sharing = true;
+    e
 }
 
 fn grant(subject: &str, export: &str, consumer: &str, namespaces: &[&str]) -> Grant {
@@ -146,8 +153,9 @@ fn grant(subject: &str, export: &str, consumer: &str, namespaces: &[&str]) -> Gr
     g
 }
 
+/// Widgets with gadgets (cluster-scoped, shared by opt-in) and related resources.
 fn widgets_export() -> Export {
-    export(
+    shared(export(
         "widgets",
         &["widgets.example.org", "gadgets.example.org"],
         vec![
@@ -164,7 +172,7 @@ fn widgets_export() -> Export {
                 selector: Default::default(),
             },
         ],
-    )
+    ))
 }
 
 /// Every (kind, namespace, name) labelled as issued for `grant`.
@@ -441,12 +449,12 @@ async fn a_namespace_claimed_by_another_identity_is_refused_and_nothing_is_creat
             .await
             .is_empty()
     );
-    // kbind's own namespaces are not claimable either.
-    for own in ["kbind", "kbind-grants", "kube-system"] {
+    // kbind's own namespaces and the system ones are not claimable either, even before they exist.
+    for own in ["kbind", "kbind-grants", "kube-system", "kube-future", "default", "openshift-x"] {
         let g = grant("token:carol", "widgets", OTHER_CONSUMER, &[own]);
         let err = p.issuer.provision(&g, &widgets_export()).await.expect_err(own);
         assert!(
-            matches!(err, IssueError::NamespaceNotClaimable { .. }),
+            matches!(err, IssueError::NamespaceNotAllowed { .. }),
             "{own}: {err:?}"
         );
     }
@@ -543,7 +551,7 @@ async fn revoke_removes_everything_but_claimed_namespaces_and_a_lease_another_gr
     p.admin.create_typed(&b).await.unwrap();
     p.issuer.provision(&a, &widgets_export()).await.unwrap();
     p.issuer
-        .provision(&b, &export("gadgets", &["gadgets.example.org"], vec![]))
+        .provision(&b, &shared(export("gadgets", &["gadgets.example.org"], vec![])))
         .await
         .unwrap();
     let (token, _) = token_client(&p, &a).await;
@@ -752,11 +760,11 @@ async fn the_controller_reports_a_refusal_on_the_grant_and_creates_nothing() {
 #[tokio::test(start_paused = true)]
 async fn the_export_status_names_the_apis_the_provider_does_not_export() {
     let p = provider().await;
-    let e = export(
+    let e = shared(export(
         "mixed",
         &["widgets.example.org", "gadgets.example.org", "secretthings.example.org"],
         vec![],
-    );
+    ));
     p.admin.create_typed(&e).await.unwrap();
     let running = start(&p);
     let get = || async { p.admin.get_typed_opt::<Export>(None, "mixed").await.unwrap() };
@@ -920,4 +928,180 @@ async fn provisioning_an_unchanged_grant_again_writes_nothing() {
         "an unchanged Grant was written: {:?}",
         &p.cluster.write_log()[writes..]
     );
+}
+
+/// A namespace as the admin makes it.
+async fn admin_namespace(p: &Provider, name: &str) {
+    p.admin
+        .create(
+            &namespaces(),
+            None,
+            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_scoped_export_is_not_issued_unless_it_opts_in_to_sharing() {
+    let p = provider().await;
+    let gadgets_only = export("gadgets", &["gadgets.example.org"], vec![]);
+    let mixed = export("widgets", &["widgets.example.org", "gadgets.example.org"], vec![]);
+    for (e, namespaces) in [(&gadgets_only, &[][..]), (&mixed, &["team-a"][..])] {
+        let g = grant("token:alice", e.metadata.name.as_deref().unwrap(), CONSUMER, namespaces);
+        let err = p.issuer.provision(&g, e).await.expect_err("not shared");
+        assert!(
+            matches!(&err, IssueError::ClusterScopedNotShared(apis) if apis == &["gadgets.example.org"]),
+            "{err:?}"
+        );
+        assert_eq!(err.reason(), "ClusterScopedNotShared");
+        assert!(err.to_string().contains("spec.clusterScopedSharing"), "{err}");
+        assert!(issued_objects(&p, g.metadata.name.as_deref().unwrap()).await.is_empty());
+    }
+    assert!(!namespace_names(&p).await.contains("team-a"), "nothing was claimed");
+
+    // The Export's status says so before anyone binds; opting in makes it Ready.
+    p.admin.create_typed(&gadgets_only).await.unwrap();
+    let running = start(&p);
+    let reason = |wanted: &'static str| {
+        let admin = p.admin.clone();
+        move || {
+            let admin = admin.clone();
+            async move {
+                let s = admin.get_typed_opt::<Export>(None, "gadgets").await.unwrap()?.status?;
+                let c = kbind_api::conditions::find(&s.conditions, "Ready")?.clone();
+                (c.reason == wanted).then_some(c)
+            }
+        }
+    };
+    let c = eventually("ClusterScopedNotShared", reason("ClusterScopedNotShared")).await;
+    assert_eq!(c.status, "False");
+    assert!(c.message.contains("gadgets.example.org"), "{}", c.message);
+    let mut current = p.admin.get_typed_opt::<Export>(None, "gadgets").await.unwrap().unwrap();
+    current.spec.cluster_scoped_sharing = true;
+    p.admin
+        .replace(
+            &ApiResource::erase::<Export>(&()),
+            None,
+            "gadgets",
+            &kbind_cluster::to_dynamic(&current).unwrap(),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("Ready once shared", reason("AsExpected")).await;
+    running.stop().await;
+    let g = grant("token:alice", "gadgets", CONSUMER, &[]);
+    p.issuer.provision(&g, &shared(gadgets_only)).await.expect("shared by opt-in");
+}
+
+#[tokio::test(start_paused = true)]
+async fn claims_follow_the_operators_patterns_per_bind_maximum_and_quota() {
+    // Defaults: any name but the reserved ones, at most 10 per bind, 20 per identity.
+    let p = provider().await;
+    let many: Vec<String> = (0..11).map(|i| format!("ns-{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let g = grant("token:mallory", "widgets", CONSUMER, &many);
+    let err = p.issuer.provision(&g, &widgets_export()).await.expect_err("too many");
+    assert!(matches!(err, IssueError::TooManyNamespaces { max: 10, asked: 11 }), "{err:?}");
+    assert!(!namespace_names(&p).await.contains("ns-0"), "nothing was claimed");
+    // 20 per identity, counted over its Grants (other consumer clusters too).
+    for (i, uid) in [CONSUMER, OTHER_CONSUMER].iter().enumerate() {
+        let names: Vec<String> = (0..10).map(|j| format!("q{i}-{j}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let g = grant("token:mallory", &format!("w{i}"), uid, &names);
+        p.issuer.provision(&g, &widgets_export()).await.expect("within quota");
+    }
+    let g = grant("token:mallory", "w3", CONSUMER, &["q0-0", "one-more"]);
+    let err = p.issuer.provision(&g, &widgets_export()).await.expect_err("over quota");
+    assert!(
+        matches!(err, IssueError::NamespaceQuotaExceeded { quota: 20, held: 20, adding: 1 }),
+        "{err:?}"
+    );
+    assert!(!namespace_names(&p).await.contains("one-more"));
+    // Namespaces it holds already may be bound again at no cost.
+    let g = grant("token:mallory", "w3", CONSUMER, &["q0-0", "q1-9"]);
+    p.issuer.provision(&g, &widgets_export()).await.expect("held ones");
+    // Another identity has its own quota.
+    let g = grant("token:alice", "widgets", "11111111-2222-4333-8444-555555555555", &["alice-1"]);
+    p.issuer.provision(&g, &widgets_export()).await.expect("alice's own quota");
+
+    // A namespace that existed before any claim is never claimed, even by a pattern allowing it.
+    admin_namespace(&p, "cert-manager").await;
+    let g = grant("token:alice", "widgets", "11111111-2222-4333-8444-555555555555", &["cert-manager"]);
+    let err = p.issuer.provision(&g, &widgets_export()).await.expect_err("pre-existing");
+    assert!(matches!(err, IssueError::NamespaceNotClaimable { .. }), "{err:?}");
+
+    // The operator gives each identity a prefix and reserves platform names.
+    let options = Options {
+        claimable_namespaces: vec!["{identity}-*".into()],
+        unclaimable_namespaces: vec!["monitoring".into(), "kube-*".into()],
+        max_namespaces_per_bind: 2,
+        namespace_quota: 3,
+        ..Options::default()
+    };
+    let issuer = KubernetesIssuer::new(p.admin.clone(), options);
+    let prefix = kbind_backend::issuer::claims::identity_id("token:bob");
+    let own = |n: u8| format!("{prefix}-{n}");
+    const BOBS: &str = "33333333-4444-4555-8666-777777777777";
+    for squat in ["prod", "monitoring", "team-a2"] {
+        let g = grant("token:bob", "widgets", BOBS, &[squat]);
+        let err = issuer.provision(&g, &widgets_export()).await.expect_err(squat);
+        assert!(matches!(&err, IssueError::NamespaceNotAllowed { namespace, .. } if namespace == squat), "{err:?}");
+        assert_eq!(err.reason(), "NamespaceNotAllowed");
+    }
+    let err = issuer.precheck_namespaces("token:bob", &["prod".into()]).expect_err("the gateway's pre-check");
+    assert!(err.to_string().contains(&format!("{prefix}-*")), "{err}");
+    let g = grant("token:bob", "widgets", BOBS, &[&own(1), &own(2)]);
+    issuer.provision(&g, &widgets_export()).await.expect("bob's prefix");
+    let g = grant("token:bob", "gadgets", BOBS, &[&own(3), &own(4)]);
+    let err = issuer.provision(&g, &widgets_export()).await.expect_err("quota 3");
+    assert!(matches!(err, IssueError::NamespaceQuotaExceeded { quota: 3, held: 2, adding: 2 }), "{err:?}");
+    // Alice cannot use Bob's prefix.
+    let g = grant("token:alice", "widgets", CONSUMER, &[&own(5)]);
+    assert!(matches!(
+        issuer.provision(&g, &widgets_export()).await,
+        Err(IssueError::NamespaceNotAllowed { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_cluster_bound_by_one_identity_is_refused_to_another_and_keeps_its_lease() {
+    let p = provider().await;
+    let lease = format!("consumer-{CONSUMER}");
+    let alice = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.admin.create_typed(&alice).await.unwrap();
+    p.issuer.provision(&alice, &widgets_export()).await.expect("alice");
+    let owned = p.admin.get(&leases(), Some("kbind"), &lease).await.unwrap();
+    assert_eq!(
+        owned.metadata.annotations.unwrap_or_default().get("iam.kbind.io/claimed-by").map(String::as_str),
+        Some("token:alice")
+    );
+
+    // Bob names Alice's consumer cluster: refused before anything is written.
+    let bob = grant("token:bob", "widgets", CONSUMER, &["team-b"]);
+    p.admin.create_typed(&bob).await.unwrap();
+    let err = p.issuer.provision(&bob, &widgets_export()).await.expect_err("refused");
+    assert!(matches!(&err, IssueError::ConsumerClusterClaimed { uid } if uid == CONSUMER), "{err:?}");
+    assert_eq!(err.reason(), "ConsumerClusterClaimed");
+    let bobs = bob.metadata.name.clone().unwrap();
+    assert!(issued_objects(&p, &bobs).await.is_empty(), "bob got no Role on alice's Lease");
+    assert!(!namespace_names(&p).await.contains("team-b"));
+    // Revoking Bob's refused Grant leaves Alice's Lease.
+    p.admin
+        .delete(&ApiResource::erase::<Grant>(&()), None, &bobs, &DeleteParams::default())
+        .await
+        .unwrap();
+    p.issuer.revoke(&bob).await.unwrap();
+    assert!(p.admin.get_opt(&leases(), Some("kbind"), &lease).await.unwrap().is_some());
+
+    // Without a Lease yet (Alice's Grant stored but not provisioned), her older Grant wins.
+    let carol_uid = "22222222-3333-4444-8555-666666666666";
+    let first = grant("token:carol", "widgets", carol_uid, &["team-c"]);
+    p.admin.create_typed(&first).await.unwrap();
+    let dave = grant("token:dave", "widgets", carol_uid, &["team-d"]);
+    let err = p.issuer.provision(&dave, &widgets_export()).await.expect_err("carol's first");
+    assert!(matches!(err, IssueError::ConsumerClusterClaimed { .. }), "{err:?}");
+    p.issuer.provision(&first, &widgets_export()).await.expect("carol");
 }

@@ -112,6 +112,7 @@ async fn the_konnector_works_on_exactly_what_the_issuer_granted() {
             apis: vec![BoundApiRef { name: WIDGETS.into() }],
             conflict_policy: Default::default(),
             related_resources: vec![],
+            cluster_scoped_sharing: false,
         },
     );
     let cred = issue(&world, admin.clone(), &export, &consumer_uid, seed).await;
@@ -259,6 +260,7 @@ async fn a_namespaced_binding_with_related_resources_syncs_and_unbinds_on_the_is
             apis: vec![BoundApiRef { name: WIDGETS.into() }],
             conflict_policy: Default::default(),
             related_resources: related.clone(),
+            cluster_scoped_sharing: false,
         },
     );
     let cred = issue(&world, admin.clone(), &export, &consumer_uid, seed).await;

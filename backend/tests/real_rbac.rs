@@ -449,6 +449,7 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
                     selector: Default::default(),
                 },
             ],
+            cluster_scoped_sharing: true,
         },
     );
     admin.create_typed(&export).await.expect("Export");

@@ -39,6 +39,11 @@ const REFUSALS: &[&str] = &[
     "APINotExported",
     "UnsupportedProvider",
     "Forbidden",
+    "NamespaceNotAllowed",
+    "TooManyNamespaces",
+    "NamespaceQuotaExceeded",
+    "ConsumerClusterClaimed",
+    "ClusterScopedNotShared",
 ];
 
 /// How many times a write that lost a race with another writer is retried.
@@ -81,7 +86,15 @@ async fn run(
     })?;
     let request = validate(&body)?;
     let provider = state.provider();
-    let (_export, scopes) = catalog::export_with_scopes(provider, &request.export).await?;
+    let (export, scopes) = catalog::export_with_scopes(provider, &request.export).await?;
+    let unshared: Vec<String> = scopes
+        .iter()
+        .filter(|(_, scope)| *scope == ResourceScope::Cluster)
+        .map(|(api, _)| api.clone())
+        .collect();
+    if !unshared.is_empty() && !export.spec.cluster_scoped_sharing {
+        return Err(crate::issuer::IssueError::ClusterScopedNotShared(unshared).into());
+    }
     let namespaced = scopes.iter().any(|(_, scope)| *scope == ResourceScope::Namespaced);
     if namespaced && request.namespaces.is_empty() {
         return Err(GatewayError::bad_request(
@@ -101,7 +114,12 @@ async fn run(
             ),
         ));
     }
+    state
+        .inner
+        .issuer
+        .precheck_namespaces(&caller.identity.subject, &request.namespaces)?;
     precheck_namespaces(provider, &caller.identity.subject, &request.namespaces).await?;
+    precheck_consumer(provider, &caller.identity.subject, &request.consumer_cluster_uid).await?;
     state.inner.issuer.check_provider().await?;
 
     let name = grant_name(&caller.identity.subject, &request.export, &request.consumer_cluster_uid);
@@ -281,6 +299,27 @@ async fn precheck_namespaces(
                 .into());
             }
         }
+    }
+    Ok(())
+}
+
+/// Refuses a consumer cluster UID another identity's live Grant names (the UID is the
+/// caller's word; the issuer decides races, see `KubernetesIssuer::check_consumer`).
+async fn precheck_consumer(provider: &dyn ClusterClient, subject: &str, uid: &str) -> Result<(), GatewayError> {
+    let selector = format!("{LABEL_CONSUMER_CLUSTER_UID}={uid}");
+    let grants = provider
+        .list(
+            &grant_res(),
+            None,
+            &kbind_cluster::ListParams::default().labels(&selector),
+        )
+        .await?;
+    let foreign = grants.items.iter().any(|g| {
+        g.data.pointer("/spec/identity/subject").and_then(|s| s.as_str()) != Some(subject)
+            && g.metadata.deletion_timestamp.is_none()
+    });
+    if foreign {
+        return Err(crate::issuer::IssueError::ConsumerClusterClaimed { uid: uid.to_string() }.into());
     }
     Ok(())
 }

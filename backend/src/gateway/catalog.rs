@@ -147,6 +147,15 @@ pub(crate) fn build(
                 })
                 .collect();
             let missing: Vec<&str> = apis.iter().filter(|a| !a.exported).map(|a| a.name.as_str()).collect();
+            let cluster_scoped = apis.iter().any(|a| a.scope == Some(ResourceScope::Cluster));
+            let unshared = cluster_scoped && !export.spec.cluster_scoped_sharing;
+            let message = if !missing.is_empty() {
+                Some(format!("not exported by the provider: {}", missing.join(", ")))
+            } else {
+                unshared.then(|| {
+                    "has cluster-scoped APIs the provider does not share (spec.clusterScopedSharing)".to_string()
+                })
+            };
             Some(CatalogExport {
                 name,
                 title: export.spec.title.clone(),
@@ -154,8 +163,10 @@ pub(crate) fn build(
                 icon: export.spec.icon.clone(),
                 docs: export.spec.docs.clone(),
                 namespaced: apis.iter().any(|a| a.scope == Some(ResourceScope::Namespaced)),
-                ready: missing.is_empty(),
-                message: (!missing.is_empty()).then(|| format!("not exported by the provider: {}", missing.join(", "))),
+                ready: message.is_none(),
+                message,
+                cluster_scoped_sharing: (cluster_scoped && export.spec.cluster_scoped_sharing)
+                    .then(|| kbind_api::service::CLUSTER_SCOPED_SHARING.to_string()),
                 apis,
                 related_resources: export.spec.related_resources.clone(),
             })

@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kbind_api::conditions::{self, ConditionStatus};
 use kbind_api::consts::backend::ISSUER_FINALIZER;
 use kbind_api::consts::{TRUE, label};
-use kbind_api::{Export, ExportApiStatus, ExportStatus, Grant, GrantStatus};
+use kbind_api::{Export, ExportApiStatus, ExportStatus, Grant, GrantStatus, ResourceScope};
 use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherConfig, WatcherError, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, from_dynamic};
 use kube::runtime::controller::{Action, Config, Controller};
@@ -32,6 +32,8 @@ pub const READY: &str = "Ready";
 pub const AS_EXPECTED: &str = "AsExpected";
 /// `Ready=False` reason of a Grant whose Export does not exist.
 pub const EXPORT_NOT_FOUND: &str = "ExportNotFound";
+/// `Ready=False` reason of an Export with cluster-scoped APIs and no `spec.clusterScopedSharing`.
+pub const CLUSTER_SCOPED_NOT_SHARED: &str = "ClusterScopedNotShared";
 /// `Ready=False` reason of an Export listing an API the provider does not export.
 pub const API_NOT_EXPORTED: &str = "APINotExported";
 
@@ -322,7 +324,21 @@ pub fn export_status(export: &Export, exported: &[DynamicObject], previous: &[Co
         });
     }
     let generation = export.metadata.generation;
-    let ready = if missing.is_empty() {
+    let unshared: Vec<String> = apis
+        .iter()
+        .filter(|a| a.scope == Some(ResourceScope::Cluster))
+        .map(|a| a.name.clone())
+        .collect();
+    let ready = if missing.is_empty() && !unshared.is_empty() && !export.spec.cluster_scoped_sharing {
+        let refusal = IssueError::ClusterScopedNotShared(unshared);
+        conditions::new(
+            READY,
+            ConditionStatus::False,
+            refusal.reason(),
+            refusal.to_string(),
+            generation,
+        )
+    } else if missing.is_empty() {
         conditions::new(
             READY,
             ConditionStatus::True,

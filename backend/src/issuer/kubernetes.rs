@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
-use kbind_api::consts::backend::{FIELD_MANAGER, LABEL_CONSUMER_CLUSTER_UID, LABEL_GRANT, MANAGED_BY};
+use kbind_api::consts::backend::{
+    ANNOTATION_CLAIMED_BY, FIELD_MANAGER, LABEL_CLAIMED_BY, LABEL_CONSUMER_CLUSTER_UID, LABEL_GRANT, MANAGED_BY,
+};
 use kbind_api::consts::{TRUE, label, lease_name};
 use kbind_api::{Export, Grant, Issued, IssuedObject};
 use kbind_cluster::identity::{IdentitySource, namespace_resource};
@@ -47,7 +49,47 @@ pub struct Options {
     /// may cap it with --service-account-max-token-expiration).
     #[arg(long = "token-ttl", env = "KBIND_TOKEN_TTL", default_value = "8760h", value_parser = parse_duration)]
     pub token_ttl: Duration,
+    /// Provider namespaces an identity may claim: comma-separated patterns where `*` matches
+    /// any run of characters and `{identity}` stands for the identity's short id (8 hex digits
+    /// of its subject's SHA-256), e.g. `{identity}-*` gives each identity its own prefix.
+    /// Provider namespaces are the consumer's namespaces (Identity mapping), so a prefix
+    /// pattern means the consumer's namespaces carry that prefix too.
+    #[arg(
+        long = "claimable-namespaces",
+        env = "KBIND_CLAIMABLE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub claimable_namespaces: Vec<String>,
+    /// Provider namespaces no identity may claim, even before they exist (same patterns; the
+    /// grants and lease namespaces are always refused). Name here what the platform will create.
+    #[arg(
+        long = "unclaimable-namespaces",
+        env = "KBIND_UNCLAIMABLE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = DEFAULT_UNCLAIMABLE
+    )]
+    pub unclaimable_namespaces: Vec<String>,
+    /// How many namespaces one bind (one Grant) may claim.
+    #[arg(
+        long = "max-namespaces-per-bind",
+        env = "KBIND_MAX_NAMESPACES_PER_BIND",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub max_namespaces_per_bind: u16,
+    /// How many provider namespaces one identity may hold claimed, over all its Grants.
+    #[arg(
+        long = "namespace-quota",
+        env = "KBIND_NAMESPACE_QUOTA",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub namespace_quota: u16,
 }
+
+/// The default of `--unclaimable-namespaces`: system namespaces and kbind's own.
+pub const DEFAULT_UNCLAIMABLE: &str = "default,kube-*,kbind,kbind-*,openshift-*";
 
 impl Default for Options {
     fn default() -> Self {
@@ -55,6 +97,10 @@ impl Default for Options {
             grants_namespace: "kbind-grants".into(),
             lease_namespace: kbind_api::consts::lease::NAMESPACE.into(),
             token_ttl: Duration::from_secs(8760 * 3600),
+            claimable_namespaces: vec!["*".into()],
+            unclaimable_namespaces: DEFAULT_UNCLAIMABLE.split(',').map(str::to_string).collect(),
+            max_namespaces_per_bind: 10,
+            namespace_quota: 20,
         }
     }
 }
@@ -178,23 +224,78 @@ impl KubernetesIssuer {
         Ok(resolved)
     }
 
-    /// Checks every requested namespace before anything is written.
+    /// The operator's claim policy over these options.
+    fn policy(&self) -> claims::Policy<'_> {
+        claims::Policy {
+            claimable: &self.options.claimable_namespaces,
+            unclaimable: &self.options.unclaimable_namespaces,
+            reserved: [&self.options.grants_namespace, &self.options.lease_namespace],
+            max_per_bind: usize::from(self.options.max_namespaces_per_bind),
+        }
+    }
+
+    /// Checks every requested namespace before anything is written: the operator's patterns and
+    /// per-bind maximum, each namespace's owner, then the identity's quota.
     async fn judge_namespaces(&self, grant: &Grant) -> Result<Vec<(String, NamespaceState)>, IssueError> {
+        let subject = &grant.spec.identity.subject;
+        self.policy().check(subject, &grant.spec.namespaces)?;
         let mut states = Vec::new();
         let requested: BTreeSet<&String> = grant.spec.namespaces.iter().collect();
         for ns in requested {
-            // kbind's own namespaces and the system ones are never claimable, even before they exist.
-            if *ns == self.options.grants_namespace
-                || *ns == self.options.lease_namespace
-                || ns == "default"
-                || ns.starts_with("kube-")
-            {
-                return Err(IssueError::NamespaceNotClaimable { namespace: ns.clone() });
-            }
-            let state = claims::check(self.client.as_ref(), ns, &grant.spec.identity.subject).await?;
+            let state = claims::check(self.client.as_ref(), ns, subject).await?;
             states.push((ns.clone(), state));
         }
+        let adding = states.iter().filter(|(_, s)| *s == NamespaceState::Missing).count();
+        if adding > 0 {
+            let held = claims::held_by(self.client.as_ref(), subject).await?;
+            let quota = usize::from(self.options.namespace_quota);
+            if held + adding > quota {
+                return Err(IssueError::NamespaceQuotaExceeded { quota, held, adding });
+            }
+        }
         Ok(states)
+    }
+
+    /// Refuses a consumer cluster another identity bound: the Lease records the identity that
+    /// first bound it, and of live Grants naming the UID under different identities the oldest
+    /// wins (a bind racing another identity's cannot share the Lease either).
+    async fn check_consumer(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
+        let subject = grant.spec.identity.subject.as_str();
+        let uid = &grant.spec.consumer_cluster_uid;
+        let refused = || IssueError::ConsumerClusterClaimed { uid: uid.clone() };
+        let lease = self
+            .client
+            .get_opt(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
+            .await?;
+        if lease.as_ref().and_then(lease_owner).is_some_and(|owner| owner != subject) {
+            return Err(refused());
+        }
+        let ours = (grant.metadata.creation_timestamp.as_ref().map(|t| t.0), names.grant.as_str());
+        let grants = match self.client.list(&erase::<Grant>(), None, &ListParams::default()).await {
+            Ok(list) => list.items,
+            // Grants not served: no Grant of anyone names this consumer.
+            Err(Error::NotFound { .. }) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let older_foreign = grants.iter().any(|g| {
+            let spec = |p: &str| g.data.pointer(p).and_then(Value::as_str);
+            let created = g.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let name = g.metadata.name.as_deref().unwrap_or_default();
+            spec("/spec/consumerClusterUID") == Some(uid.as_str())
+                && spec("/spec/identity/subject") != Some(subject)
+                && g.metadata.deletion_timestamp.is_none()
+                && name != names.grant
+                // A Grant without a creation time (not stored) is the newest.
+                && match (created, ours.0) {
+                    (Some(theirs), Some(mine)) => (theirs, name) < (mine, ours.1),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                }
+        });
+        if older_foreign {
+            return Err(refused());
+        }
+        Ok(())
     }
 
     /// Creates the missing claimed namespaces; on a lost race (someone else's namespace appeared)
@@ -369,12 +470,17 @@ impl KubernetesIssuer {
                     label::MANAGED: TRUE,
                     LABEL_CONSUMER_CLUSTER_UID: grant.spec.consumer_cluster_uid,
                     LABEL_MANAGED_BY: MANAGED_BY,
+                    LABEL_CLAIMED_BY: claims::claimed_by_value(&grant.spec.identity.subject),
                 },
+                // The one identity that may bind this consumer cluster (check_consumer).
+                "annotations": {ANNOTATION_CLAIMED_BY: grant.spec.identity.subject},
             },
             "spec": {"holderIdentity": grant.spec.consumer_cluster_uid},
         }))?;
         match self.client.create(&lease_resource(), Some(ns), &body, &post()).await {
-            Ok(_) | Err(Error::AlreadyExists { .. }) => Ok(()),
+            Ok(_) => Ok(()),
+            // Another Grant's provision made it first: it must be this identity's.
+            Err(Error::AlreadyExists { .. }) => self.check_consumer(grant, names).await,
             Err(e) => Err(e.into()),
         }
     }
@@ -392,6 +498,16 @@ fn post() -> PostParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PostParams::default()
     }
+}
+
+/// The identity a heartbeat Lease was pre-created for, when the issuer recorded one.
+fn lease_owner(lease: &DynamicObject) -> Option<&str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_CLAIMED_BY))
+        .map(String::as_str)
 }
 
 /// The exported API a CRD describes; `None` unless labelled `core.kbind.io/exported=true`.
@@ -447,7 +563,12 @@ impl Issuer for KubernetesIssuer {
         // Everything that can refuse is checked before the first write.
         self.check_provider().await?;
         let apis = self.resolve_apis(export).await?;
+        let shared: Vec<String> = apis.iter().filter(|a| !a.namespaced).map(|a| a.name.clone()).collect();
+        if !shared.is_empty() && !export.spec.cluster_scoped_sharing {
+            return Err(IssueError::ClusterScopedNotShared(shared));
+        }
         let states = self.judge_namespaces(grant).await?;
+        self.check_consumer(grant, &names).await?;
 
         self.claim(grant, &names, &states).await?;
         let grants_ns = self.options.grants_namespace.clone();
@@ -566,6 +687,18 @@ impl Issuer for KubernetesIssuer {
         self.delete_quietly(&erase::<ClusterRoleBinding>(), None, &names.rbac)
             .await?;
         self.delete_quietly(&erase::<ClusterRole>(), None, &names.rbac).await?;
+        let lease_ns = &self.options.lease_namespace;
+        let lease = self
+            .client
+            .get_opt(&lease_resource(), Some(lease_ns), &names.lease)
+            .await?;
+        let owner = lease.as_ref().and_then(lease_owner);
+        // A refused Grant of another identity never takes the consumer's Lease with it; an
+        // owned Lease goes with its owner's last Grant (a Lease from before owners were
+        // recorded, with the last Grant of any identity).
+        if owner.is_some_and(|o| o != grant.spec.identity.subject) {
+            return Ok(());
+        }
         let others = self
             .client
             .list(&erase::<Grant>(), None, &ListParams::default())
@@ -575,13 +708,18 @@ impl Issuer for KubernetesIssuer {
             .filter(|g| g.metadata.name.as_deref() != Some(names.grant.as_str()))
             .filter(|g| g.metadata.deletion_timestamp.is_none())
             .any(|g| {
-                g.data.pointer("/spec/consumerClusterUID").and_then(Value::as_str)
-                    == Some(grant.spec.consumer_cluster_uid.as_str())
+                let spec = |p: &str| g.data.pointer(p).and_then(Value::as_str);
+                spec("/spec/consumerClusterUID") == Some(grant.spec.consumer_cluster_uid.as_str())
+                    && (owner.is_none() || spec("/spec/identity/subject") == owner)
             });
         if !others {
-            self.delete_quietly(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
+            self.delete_quietly(&lease_resource(), Some(lease_ns), &names.lease)
                 .await?;
         }
         Ok(())
+    }
+
+    fn precheck_namespaces(&self, subject: &str, namespaces: &[String]) -> Result<(), IssueError> {
+        self.policy().check(subject, namespaces)
     }
 }

@@ -92,6 +92,47 @@ pub enum IssueError {
         /// The namespace.
         namespace: String,
     },
+    /// A requested namespace does not match the operator's claimable patterns (HTTP 409).
+    #[error("namespace {namespace:?} may not be claimed on this provider: {rule}")]
+    NamespaceNotAllowed {
+        /// The namespace.
+        namespace: String,
+        /// Which rule refused it and what is allowed.
+        rule: String,
+    },
+    /// The bind asks for more namespaces than one Grant may hold (HTTP 409).
+    #[error("a bind may claim at most {max} namespaces on this provider; {asked} were asked for")]
+    TooManyNamespaces {
+        /// The operator's per-bind maximum.
+        max: usize,
+        /// How many were asked for.
+        asked: usize,
+    },
+    /// Claiming the new namespaces would take the identity over its quota (HTTP 409).
+    #[error(
+        "an identity may claim at most {quota} namespaces on this provider; this one holds {held} and the bind adds {adding}: unbind some first or ask the platform team for a higher quota"
+    )]
+    NamespaceQuotaExceeded {
+        /// The operator's per-identity quota.
+        quota: usize,
+        /// Namespaces the identity claimed already.
+        held: usize,
+        /// Namespaces this Grant would add.
+        adding: usize,
+    },
+    /// The consumer cluster UID is bound by another identity (HTTP 409).
+    #[error(
+        "consumer cluster {uid} is already bound by another identity; each consumer cluster is bound by one identity (unbind it there first)"
+    )]
+    ConsumerClusterClaimed {
+        /// The consumer cluster UID.
+        uid: String,
+    },
+    /// The Export has cluster-scoped APIs without `spec.clusterScopedSharing` (HTTP 409).
+    #[error(
+        "Export has cluster-scoped APIs ({}) and does not set spec.clusterScopedSharing: every consumer would read and write every other consumer's objects of them; the provider's platform team must opt in (spec.clusterScopedSharing: true) or offer namespaced APIs", .0.join(", ")
+    )]
+    ClusterScopedNotShared(Vec<String>),
     /// Some APIs of the Export are not exported by the provider (HTTP 409).
     #[error("the provider does not export {}; ask the provider's platform team to label its CRD core.kbind.io/exported=true", .0.join(", "))]
     ApiNotExported(Vec<String>),
@@ -112,6 +153,11 @@ impl IssueError {
         match self {
             IssueError::NamespaceClaimed { .. } => "NamespaceClaimed",
             IssueError::NamespaceNotClaimable { .. } => "NamespaceNotClaimable",
+            IssueError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
+            IssueError::TooManyNamespaces { .. } => "TooManyNamespaces",
+            IssueError::NamespaceQuotaExceeded { .. } => "NamespaceQuotaExceeded",
+            IssueError::ConsumerClusterClaimed { .. } => "ConsumerClusterClaimed",
+            IssueError::ClusterScopedNotShared(_) => "ClusterScopedNotShared",
             IssueError::ApiNotExported(_) => "APINotExported",
             IssueError::UnsupportedProvider(_) => "UnsupportedProvider",
             IssueError::NotIssued => "NotIssued",
@@ -136,6 +182,12 @@ pub trait Issuer: Send + Sync + 'static {
     /// Creates or updates what `grant` needs; idempotent, and never invalidates a credential
     /// already handed out for the same Grant.
     async fn provision(&self, grant: &Grant, export: &Export) -> Result<Issued, IssueError>;
+
+    /// Refuses, before anything is written, a bind of `subject` for `namespaces` that
+    /// [`Issuer::provision`] would refuse whatever the provider holds (the gateway's pre-check).
+    fn precheck_namespaces(&self, _subject: &str, _namespaces: &[String]) -> Result<(), IssueError> {
+        Ok(())
+    }
 
     /// A fresh credential for an issued Grant.
     async fn credential(&self, grant: &Grant) -> Result<Credential, IssueError>;

@@ -195,6 +195,7 @@ mod tests {
                 apis: vec![],
                 conflict_policy: Default::default(),
                 related_resources: related,
+                cluster_scoped_sharing: false,
             },
         )
     }

@@ -150,7 +150,7 @@ pub async fn world_with(config: Config, issuer: TestIssuer) -> World {
         "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "widgets"},
         "spec": {"title": "Widgets", "description": "Widgets and their gadgets",
             "apis": [{"name": "widgets.example.org"}, {"name": "gadgets.example.org"}],
-            "conflictPolicy": "Adopt",
+            "conflictPolicy": "Adopt", "clusterScopedSharing": true,
             "relatedResources": [{"group": "", "resource": "secrets", "direction": "FromProvider", "selector": {"names": ["widget-credentials"]}}]},
     })).await;
     create(
@@ -159,7 +159,7 @@ pub async fn world_with(config: Config, issuer: TestIssuer) -> World {
         None,
         json!({
             "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": "gadgets"},
-            "spec": {"title": "Gadgets", "apis": [{"name": "gadgets.example.org"}]},
+            "spec": {"title": "Gadgets", "apis": [{"name": "gadgets.example.org"}], "clusterScopedSharing": true},
         }),
     )
     .await;
