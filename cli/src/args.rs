@@ -99,6 +99,10 @@ pub struct LoginArgs {
     /// A PEM file of extra CA certificates to trust for the OIDC issuer (a private CA).
     #[arg(long, value_name = "PATH")]
     pub oidc_ca_file: Option<std::path::PathBuf>,
+    /// The OIDC issuer you expect to sign in at: a gateway announcing another is refused
+    /// (default: the issuer of your last sign-in to this gateway, if any).
+    #[arg(long, env = "KBIND_OIDC_ISSUER", value_name = "URL")]
+    pub oidc_issuer: Option<String>,
 }
 
 /// What `bind` and `redeem` share: where the konnector is and how to wait.

@@ -2,11 +2,12 @@
 
 use std::collections::BTreeSet;
 
+use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_api::service::Catalog;
 
 use crate::Context;
 use crate::args::{Cli, Command, Format};
-use crate::consumer::Target;
+use crate::consumer::{self, Target};
 use crate::creds;
 use crate::error::{CliError, Result};
 use crate::gateway::Gateway;
@@ -27,7 +28,7 @@ pub async fn dispatch(cli: Cli, program: &str, ctx: &mut Context) -> Result<()> 
         Command::Redeem(args) => crate::bind::redeem(&args, &target, ctx).await,
         Command::Unbind(args) => crate::unbind::unbind(&args, gateway, &target, ctx).await,
         Command::Grants { output } => grants(gateway, output, ctx).await,
-        Command::Revoke { grant, yes } => revoke(gateway, &grant, yes, ctx).await,
+        Command::Revoke { grant, yes } => revoke(gateway, &grant, yes, &target, ctx).await,
         Command::Status { output } => crate::status::status(&target, output, ctx).await,
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -158,16 +159,45 @@ async fn grants(gateway: Option<&str>, output: Option<Format>, ctx: &mut Context
     emit(&mut ctx.stdout, &text)
 }
 
-async fn revoke(gateway: Option<&str>, grant: &str, yes: bool, ctx: &mut Context) -> Result<()> {
+async fn revoke(gateway: Option<&str>, grant: &str, yes: bool, target: &Target, ctx: &mut Context) -> Result<()> {
     let session = session(gateway, ctx)?;
-    confirm(
-        &format!("Revoke grant {grant}? Its consumer's credential stops working"),
-        yes,
-        ctx,
-    )?;
+    let question = match applied_here(target, grant).await {
+        Some(connection) => {
+            emit(
+                &mut ctx.stderr,
+                &format!(
+                    "Warning: Grant {grant}'s bundle is still applied on this cluster (Connection {connection}): unbind before revoke \
+                     (`kbind unbind {connection}`). After a revoke the konnector cannot drain the provider copies, and unbinding \
+                     needs `--orphan`, which deletes nothing on either side.\n"
+                ),
+            )?;
+            format!("Revoke grant {grant} anyway, before unbinding Connection {connection}?")
+        }
+        None => format!("Revoke grant {grant}? Its consumer's credential stops working"),
+    };
+    confirm(&question, yes, ctx)?;
     session.revoke(grant).await?;
     emit(
         &mut ctx.stdout,
         &format!("Grant {grant} revoked; its consumer's Connection goes not Ready, its objects stay.\n"),
     )
+}
+
+/// The Connection on the current consumer that applies Grant `grant`'s bundle, if any. Best
+/// effort: revoking is about the gateway, so an unreachable consumer just skips the warning.
+async fn applied_here(target: &Target, grant: &str) -> Option<String> {
+    let look = async {
+        let client = consumer::connect(target).await.ok()?;
+        let connections = consumer::list(&client, &consumer::resource_of("Connection"), None)
+            .await
+            .ok()?;
+        connections
+            .iter()
+            .find(|c| c["metadata"]["labels"][LABEL_GRANT].as_str() == Some(grant))
+            .and_then(|c| c["metadata"]["name"].as_str().map(str::to_string))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), look)
+        .await
+        .ok()
+        .flatten()
 }

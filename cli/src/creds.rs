@@ -21,6 +21,10 @@ pub struct Credential {
     /// When the token stops working (RFC 3339), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// The OIDC issuer signed in at (an OIDC login): later logins to this gateway must use it
+    /// unless `--oidc-issuer` names another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc_issuer: Option<String>,
 }
 
 impl std::fmt::Debug for Credential {
@@ -100,6 +104,12 @@ pub fn load(config_dir: &Path, gateway: Option<&str>) -> Result<Credential> {
     Ok(cred)
 }
 
+/// The OIDC issuer of the last sign-in to `gateway`, even when that credential expired.
+pub fn previous_issuer(config_dir: &Path, gateway: &str) -> Option<String> {
+    let text = std::fs::read(credentials_dir(config_dir).join(file_name(gateway))).ok()?;
+    serde_json::from_slice::<Credential>(&text).ok()?.oidc_issuer
+}
+
 /// The current gateway, when one is set.
 pub fn current(config_dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(config_dir.join("current")).ok()?;
@@ -168,6 +178,7 @@ mod tests {
             token: "t0k3n".into(),
             subject: "token:alice".into(),
             expires_at: None,
+            oidc_issuer: None,
         };
         let path = save(dir.path(), &cred).expect("saved");
         let mode = std::fs::metadata(&path).expect("exists").permissions().mode() & 0o777;
@@ -190,9 +201,14 @@ mod tests {
             token: "t".into(),
             subject: "s".into(),
             expires_at: Some("2001-01-01T00:00:00Z".into()),
+            oidc_issuer: Some("https://idp".into()),
         };
         save(dir.path(), &cred).expect("saved");
         let err = load(dir.path(), Some("https://gw")).expect_err("expired");
         assert!(err.to_string().contains("kbind login https://gw"), "{err}");
+        assert_eq!(
+            previous_issuer(dir.path(), "https://gw").as_deref(),
+            Some("https://idp")
+        );
     }
 }

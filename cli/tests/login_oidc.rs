@@ -108,6 +108,7 @@ impl Setup {
             ca_file: Some(self.ca.clone()),
             no_browser: true,
             timeout,
+            ..OidcLoginOptions::default()
         }
     }
 

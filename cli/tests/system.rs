@@ -5,6 +5,10 @@
 
 #[path = "../../tests/support/children.rs"]
 mod children;
+#[path = "system/fake_gateway.rs"]
+mod fake_gateway;
+#[path = "system/untrusted.rs"]
+mod untrusted;
 
 use std::path::{Path, PathBuf};
 

@@ -22,8 +22,8 @@ pub async fn login(args: &LoginArgs, ctx: &mut Context) -> Result<()> {
     }
     let anonymous = Gateway::new(&base, None)?;
     let info = anonymous.provider().await?;
-    let (token, expires_at) = match &args.token {
-        Some(token) => (token.clone(), None),
+    let (token, expires_at, oidc_issuer) = match &args.token {
+        Some(token) => (token.clone(), None, None),
         None => token_without_flag(&info, &base, args, ctx).await?,
     };
     let gateway = Gateway::new(&base, Some(token.clone()))?;
@@ -38,6 +38,7 @@ pub async fn login(args: &LoginArgs, ctx: &mut Context) -> Result<()> {
         token,
         subject: me.subject.clone(),
         expires_at,
+        oidc_issuer,
     };
     creds::save(&ctx.config_dir, &cred)?;
     let who = me.name.as_deref().unwrap_or(&me.subject);
@@ -47,13 +48,14 @@ pub async fn login(args: &LoginArgs, ctx: &mut Context) -> Result<()> {
     )
 }
 
-/// Without `--token`: OIDC in a browser when offered, else a clear request for a token.
+/// Without `--token`: OIDC in a browser when offered, else a clear request for a token. The
+/// issuer must be `--oidc-issuer` when given, else the one of the last sign-in to this gateway.
 async fn token_without_flag(
     info: &ProviderInfo,
     base: &str,
     args: &LoginArgs,
     ctx: &mut Context,
-) -> Result<(String, Option<String>)> {
+) -> Result<(String, Option<String>, Option<String>)> {
     let Some(method) = info.auth_methods.iter().find(|m| m.kind == "oidc") else {
         return Err(CliError::Usage(format!(
             "{base} signs in with a bearer token: run `kbind login {base} --token <token>` (or set KBIND_TOKEN)"
@@ -63,10 +65,18 @@ async fn token_without_flag(
     let opts = oidc::OidcLoginOptions {
         no_browser: args.no_browser,
         ca_file: args.oidc_ca_file.clone(),
+        pinned_issuer: args
+            .oidc_issuer
+            .clone()
+            .or_else(|| creds::previous_issuer(&ctx.config_dir, base)),
         ..Default::default()
     };
     let issued = oidc::login(&url, method, &opts, &mut *ctx.stderr)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
-    Ok((issued.id_token, issued.expires_at.map(|t| t.to_string())))
+    Ok((
+        issued.id_token,
+        issued.expires_at.map(|t| t.to_string()),
+        Some(issued.issuer),
+    ))
 }

@@ -40,6 +40,9 @@ pub struct OidcLoginOptions {
     pub no_browser: bool,
     /// How long to wait for the browser to come back to the callback (`--timeout`).
     pub timeout: Duration,
+    /// The issuer the gateway must send the user to (`--oidc-issuer`); another is refused
+    /// before anything is fetched from it.
+    pub pinned_issuer: Option<String>,
 }
 
 impl Default for OidcLoginOptions {
@@ -48,6 +51,7 @@ impl Default for OidcLoginOptions {
             ca_file: None,
             no_browser: false,
             timeout: DEFAULT_TIMEOUT,
+            pinned_issuer: None,
         }
     }
 }
@@ -156,6 +160,46 @@ pub enum LoginError {
     /// The ID token does not verify.
     #[error("the identity provider's ID token was refused: {0}")]
     InvalidIdToken(String),
+    /// An endpoint the gateway or its issuer named is neither https nor http on a loopback host.
+    #[error(
+        "refusing the {what} {url}: only https URLs (or http on 127.0.0.1/::1/localhost, for tests) are opened or sent credentials; nothing was opened"
+    )]
+    UnsafeUrl {
+        /// Which endpoint.
+        what: &'static str,
+        /// Its scheme and host only (no query: it may carry state).
+        url: String,
+    },
+    /// The gateway sends the user to another issuer than `--oidc-issuer` (or than last time).
+    #[error(
+        "the gateway {gateway} sends you to sign in at {announced}, not at {expected}: its ID token would be handed to that gateway. If {announced} is right, run `kbind login {gateway} --oidc-issuer {announced}`"
+    )]
+    IssuerNotPinned {
+        /// The gateway.
+        gateway: String,
+        /// The issuer it announced.
+        announced: String,
+        /// The issuer expected.
+        expected: String,
+    },
+}
+
+/// Refuses a URL unless it is https, or http on a loopback host (a development issuer).
+pub fn check_url(what: &'static str, url: &url::Url) -> Result<(), LoginError> {
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    };
+    match url.scheme() {
+        "https" if url.host().is_some() => Ok(()),
+        "http" if loopback => Ok(()),
+        scheme => Err(LoginError::UnsafeUrl {
+            what,
+            url: format!("{scheme}://{}", url.host_str().unwrap_or_default()),
+        }),
+    }
 }
 
 /// What the listener hands over: the callback's query and where to send the result page.
@@ -192,15 +236,30 @@ pub async fn login(
             gateway: gateway.to_string(),
         });
     }
+    if let Some(pinned) = &opts.pinned_issuer
+        && pinned.trim_end_matches('/') != issuer.trim_end_matches('/')
+    {
+        return Err(LoginError::IssuerNotPinned {
+            gateway: gateway.to_string(),
+            announced: issuer.to_owned(),
+            expected: pinned.clone(),
+        });
+    }
     let unreachable = |detail: String| LoginError::IssuerUnreachable {
         issuer: issuer.to_owned(),
         detail,
     };
     let issuer_url = IssuerUrl::new(issuer.to_owned()).map_err(|e| unreachable(format!("not a URL: {e}")))?;
+    check_url("OIDC issuer", issuer_url.url())?;
     let http = http_client(opts)?;
     let metadata = CoreProviderMetadata::discover_async(issuer_url, &http)
         .await
         .map_err(|e| unreachable(chain(&e)))?;
+    // Why: the discovery document chooses where the browser goes and where the code is sent.
+    check_url("authorization endpoint", metadata.authorization_endpoint().url())?;
+    if let Some(token) = metadata.token_endpoint() {
+        check_url("token endpoint", token.url())?;
+    }
 
     let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
         .await
@@ -220,6 +279,8 @@ pub async fn login(
         .add_scope(Scope::new("profile".into()))
         .set_pkce_challenge(challenge)
         .url();
+
+    check_url("authorization endpoint", &authorize)?;
 
     let (tx, mut rx) = mpsc::channel::<Callback>(1);
     let server = Listener::start(listener, tx);
@@ -450,4 +511,31 @@ fn page(outcome: Result<(), String>) -> Response {
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checked(url: &str) -> Result<(), LoginError> {
+        check_url("authorization endpoint", &url::Url::parse(url).expect("a URL"))
+    }
+
+    #[test]
+    fn only_https_or_loopback_http_urls_are_opened() {
+        assert!(checked("https://idp.example/authorize?x=1").is_ok());
+        assert!(checked("http://127.0.0.1:5556/authorize").is_ok());
+        assert!(checked("http://[::1]:5556/authorize").is_ok());
+        assert!(checked("http://localhost/authorize").is_ok());
+        for bad in [
+            "file:///etc/passwd?response_type=code",
+            "http://idp.example/authorize",
+            "javascript:alert(1)",
+            "ftp://127.0.0.1/x",
+        ] {
+            let err = checked(bad).expect_err(bad);
+            assert!(err.to_string().contains("only https"), "{bad}: {err}");
+            assert!(!err.to_string().contains('?'), "no query in the message: {err}");
+        }
+    }
 }

@@ -1,0 +1,178 @@
+//! A hostile (or honest) gateway in a few lines of axum: it speaks the gateway's HTTP API, hands
+//! out whatever bundle the test crafted, and records every request so a test can tell what the
+//! CLI asked for and in which order.
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use kbind_api::consts::API_VERSION;
+use kbind_api::consts::backend::LABEL_GRANT;
+use kbind_api::service::path;
+use serde_json::{Value, json};
+
+/// The Grant every bind answers.
+pub const GRANT: &str = "g-evil";
+/// The Connection name of [`honest_bundle`].
+pub const CONNECTION: &str = "evil-widgets";
+/// The pickup id (the test's URL is `<base>/api/v1/pickup/<id>`).
+const PICKUP_ID: &str = "pickup-0123456789";
+
+/// What the gateway serves and what it saw.
+#[derive(Default)]
+pub struct Script {
+    /// The bundle the pickup answers.
+    pub bundle: Vec<Value>,
+    /// The Export's `relatedResources` in the catalog.
+    pub related: Vec<Value>,
+    /// `METHOD path` of every request, in order.
+    pub seen: Vec<String>,
+}
+
+/// A running fake gateway.
+pub struct FakeGateway {
+    /// Its base URL.
+    pub url: String,
+    /// Its script, shared with the server.
+    pub script: Arc<Mutex<Script>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeGateway {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeGateway {
+    /// Starts serving `bundle` on a free loopback port.
+    pub async fn start(bundle: Vec<Value>) -> Self {
+        let script = Arc::new(Mutex::new(Script {
+            bundle,
+            ..Default::default()
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let app = axum::Router::new()
+            .route(path::PROVIDER, get(provider))
+            .route(path::WHOAMI, get(whoami))
+            .route(path::CATALOG, get(catalog))
+            .route(path::GRANTS, get(grants))
+            .route(&format!("{}/{{name}}", path::GRANTS), delete(revoke))
+            .route(path::BIND, post(bind))
+            .route(&format!("{}/{{id}}", path::PICKUP), get(pickup))
+            .layer(axum::middleware::from_fn_with_state(script.clone(), record))
+            .with_state((script.clone(), url.clone()));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { url, script, task }
+    }
+
+    /// The pickup URL binds answer.
+    pub fn pickup_url(&self) -> String {
+        format!("{}{}/{PICKUP_ID}", self.url, path::PICKUP)
+    }
+
+    /// The requests seen so far.
+    pub fn seen(&self) -> Vec<String> {
+        self.script.lock().expect("lock").seen.clone()
+    }
+
+    /// Sets the bundle the next pickup answers.
+    pub fn serve(&self, bundle: Vec<Value>) {
+        self.script.lock().expect("lock").bundle = bundle;
+    }
+
+    /// Sets the catalog's `relatedResources`.
+    pub fn announce_related(&self, related: Vec<Value>) {
+        self.script.lock().expect("lock").related = related;
+    }
+
+    /// Forgets the requests seen.
+    pub fn forget(&self) {
+        self.script.lock().expect("lock").seen.clear();
+    }
+}
+
+type Shared = (Arc<Mutex<Script>>, String);
+
+async fn record(
+    State(script): State<Arc<Mutex<Script>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let line = format!("{} {}", request.method(), request.uri().path());
+    script.lock().expect("lock").seen.push(line);
+    next.run(request).await
+}
+
+async fn provider() -> Json<Value> {
+    Json(
+        json!({"name": "evil", "providerURL": "https://provider.invalid", "authMethods": [{"type": "token"}],
+        "issuer": "kubernetes", "version": "0"}),
+    )
+}
+
+async fn whoami() -> Json<Value> {
+    Json(json!({"subject": "token:alice", "name": "alice"}))
+}
+
+async fn catalog(State((script, _)): State<Shared>) -> Json<Value> {
+    let related = script.lock().expect("lock").related.clone();
+    Json(json!({
+        "collections": [],
+        "exports": [{"name": "widgets", "title": "Widgets", "namespaced": true, "ready": true,
+            "apis": [{"name": "widgets.example.org", "exported": true, "scope": "Namespaced"}],
+            "relatedResources": related}],
+    }))
+}
+
+async fn grants() -> Json<Value> {
+    Json(json!({"grants": []}))
+}
+
+async fn revoke(Path(_name): Path<String>) -> StatusCode {
+    StatusCode::OK
+}
+
+async fn bind(State((_, url)): State<Shared>) -> (StatusCode, Json<Value>) {
+    (
+        StatusCode::CREATED,
+        Json(
+            json!({"grant": GRANT, "pickupURL": format!("{url}{}/{PICKUP_ID}", path::PICKUP),
+            "expiresAt": "2099-01-01T00:00:00Z"}),
+        ),
+    )
+}
+
+async fn pickup(State((script, _)): State<Shared>) -> Json<Value> {
+    let items = script.lock().expect("lock").bundle.clone();
+    Json(json!({"apiVersion": "v1", "kind": "List", "items": items}))
+}
+
+/// What an honest gateway would send for Export widgets bound in `namespaces`.
+pub fn honest_bundle(namespaces: &[&str]) -> Vec<Value> {
+    let labels = json!({ LABEL_GRANT: GRANT });
+    let secret = format!("{CONNECTION}-kubeconfig");
+    let mut objects = vec![
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "namespace": "kbind", "labels": labels},
+            "type": "Opaque", "stringData": {"kubeconfig": "apiVersion: v1\nkind: Config\n"}}),
+        json!({"apiVersion": API_VERSION, "kind": "Connection",
+            "metadata": {"name": CONNECTION, "labels": labels,
+                "annotations": {"core.kbind.io/binding-namespaces": namespaces.join(",")}},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": secret, "key": "kubeconfig"}}}),
+    ];
+    for ns in namespaces {
+        objects.push(json!({"apiVersion": API_VERSION, "kind": "Binding",
+            "metadata": {"name": CONNECTION, "namespace": ns, "labels": labels},
+            "spec": {"connectionRef": {"name": CONNECTION}, "apis": [{"name": "widgets.example.org"}],
+                "conflictPolicy": "Fail"}}));
+    }
+    objects
+}

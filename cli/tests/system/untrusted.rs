@@ -1,0 +1,506 @@
+//! The real `kbind` binary against a gateway that lies (a few lines of axum serving crafted
+//! bundles, [`super::fake_gateway`]) and a `fakeapi serve` consumer with kbind's CRDs and a fresh
+//! konnector Lease (no konnector: these tests are about what the CLI applies and deletes).
+
+use std::path::Path;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kbind_api::consts::API_VERSION;
+use kbind_api::consts::backend::LABEL_GRANT;
+use kbind_cluster::{ClusterClient, ClusterClientExt, PatchParams};
+use serde_json::{Value, json};
+
+use super::Run;
+use super::children::*;
+use super::fake_gateway::{CONNECTION, FakeGateway, GRANT, honest_bundle};
+
+const TOKEN: &str = "a-token-for-the-fake-gateway-0123456789";
+
+struct Consumer {
+    dir: tempfile::TempDir,
+    lines: Lines,
+    cluster: FakeCluster,
+    gateway: FakeGateway,
+}
+
+impl Consumer {
+    /// A consumer with kbind's CRDs, namespaces `kbind`, `team-a` and `other`, a fresh
+    /// konnector Lease, two Secrets in kube-system worth stealing, and a login at a fake gateway.
+    async fn new(bundle: Vec<Value>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let lines = Lines::default();
+        let cluster = FakeCluster::start(dir.path(), "consumer", &lines).await;
+        let c = &cluster.client;
+        install_kbind(c, &["kbind", "team-a", "other"], &lines).await;
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some("kbind-konnector".into()),
+                namespace: Some("kbind".into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("konnector-0".into()),
+                renew_time: Some(MicroTime(jiff::Timestamp::now())),
+                ..Default::default()
+            }),
+        };
+        c.create_typed(&lease).await.expect("Lease created");
+        for name in ["victim-secret", "db-password"] {
+            let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": "kube-system"}, "stringData": {"password": "hunter2"}});
+            c.create(
+                &erase::<Secret>(),
+                Some("kube-system"),
+                &object(secret),
+                &Default::default(),
+            )
+            .await
+            .expect("Secret created");
+        }
+        let gateway = FakeGateway::start(bundle).await;
+        let world = Self {
+            dir,
+            lines,
+            cluster,
+            gateway,
+        };
+        let url = world.gateway.url.clone();
+        let run = world.kbind(&["login", &url, "--token", TOKEN]).await;
+        assert_eq!(run.code, 0, "login at the fake gateway: {run:?}");
+        world
+    }
+
+    async fn kbind(&self, args: &[&str]) -> Run {
+        self.kbind_with(args, &self.cluster.kubeconfig, None, &[]).await
+    }
+
+    /// Runs `kbind` against `kubeconfig`, with `stdin` and `env` when given.
+    async fn kbind_with(&self, args: &[&str], kubeconfig: &Path, stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
+        use tokio::io::AsyncWriteExt;
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbind"));
+        command
+            .args(args)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .env_remove("KUBECONFIG")
+            .env_remove("KBIND_GATEWAY")
+            .env_remove("KBIND_TOKEN")
+            .env_remove("KBIND_PICKUP_URL")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("kbind starts");
+        let mut input = child.stdin.take().expect("stdin piped");
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).await.expect("stdin written");
+        }
+        drop(input);
+        let output = tokio::time::timeout(DEADLINE, child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("kbind {args:?} did not finish; logs:\n{}", dump(&self.lines)))
+            .expect("kbind runs");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    async fn get(&self, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+        let res = match kind {
+            "Secret" => erase::<Secret>(),
+            "Connection" => erase::<kbind_api::Connection>(),
+            "Binding" => erase::<kbind_api::Binding>(),
+            _ => widgets(),
+        };
+        self.cluster
+            .client
+            .get_opt(&res, ns, name)
+            .await
+            .expect("read")
+            .map(|o| serde_json::to_value(o).expect("json"))
+    }
+
+    async fn create(&self, value: Value) {
+        let kind = value["kind"].as_str().expect("kind").to_string();
+        let ns = value["metadata"]["namespace"].as_str().map(str::to_string);
+        let res = match kind.as_str() {
+            "Secret" => erase::<Secret>(),
+            "Connection" => erase::<kbind_api::Connection>(),
+            "Binding" => erase::<kbind_api::Binding>(),
+            "CustomResourceDefinition" => {
+                erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>()
+            }
+            _ => widgets(),
+        };
+        self.cluster
+            .client
+            .create(&res, ns.as_deref(), &object(value), &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{kind} created: {e}"));
+    }
+
+    /// Whether nothing of the bundle reached the consumer.
+    async fn untouched(&self) -> bool {
+        self.get("Connection", None, CONNECTION).await.is_none()
+            && self
+                .get("Secret", Some("kbind"), &format!("{CONNECTION}-kubeconfig"))
+                .await
+                .is_none()
+            && self.get("Binding", Some("team-a"), CONNECTION).await.is_none()
+            && self.get("Binding", Some("kube-system"), CONNECTION).await.is_none()
+    }
+
+    fn revoked(&self) -> bool {
+        self.gateway.seen().contains(&format!("DELETE /api/v1/grants/{GRANT}"))
+    }
+
+    fn asked_for_a_grant(&self) -> bool {
+        self.gateway.seen().iter().any(|r| r == "POST /api/v1/bind")
+    }
+}
+
+fn check(run: &Run, code: i32, what: &str) {
+    assert_eq!(
+        run.code, code,
+        "{what}: exit code\nstdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_that_differs_from_the_request_is_refused_whole_and_its_grant_revoked() {
+    let world = Consumer::new(Vec::new()).await;
+    let stolen = |mut b: Vec<Value>| {
+        b[1]["spec"]["kubeconfigSecretRef"] =
+            json!({"namespace": "kube-system", "name": "victim-secret", "key": "password"});
+        b
+    };
+    let wildcard = |mut b: Vec<Value>| {
+        b[1]["metadata"]["annotations"]["core.kbind.io/binding-namespaces"] = json!("*");
+        b
+    };
+    let kube_system = |_| honest_bundle(&["team-a", "kube-system"]);
+    let elsewhere = |_| honest_bundle(&["other"]);
+    let cases: [(&str, fn(Vec<Value>) -> Vec<Value>, &str); 4] = [
+        (
+            "a secretRef to kube-system/victim-secret",
+            stolen,
+            "kube-system/victim-secret",
+        ),
+        ("binding-namespaces: *", wildcard, "core.kbind.io/binding-namespaces"),
+        ("a Binding in kube-system", kube_system, "kube-system"),
+        ("a Binding in a namespace not asked for", elsewhere, "were asked for"),
+    ];
+    for (what, craft, why) in cases {
+        world.gateway.serve(craft(honest_bundle(&["team-a"])));
+        world.gateway.forget();
+        let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+        check(&run, 6, what);
+        assert!(
+            run.stderr.contains(why) && run.stderr.contains("nothing was applied"),
+            "{what}: {}",
+            run.stderr
+        );
+        assert!(world.untouched().await, "{what}: something was applied");
+        assert!(
+            world.revoked(),
+            "{what}: the new Grant is revoked again: {:?}",
+            world.gateway.seen()
+        );
+    }
+    assert!(
+        world
+            .get("Secret", Some("kube-system"), "victim-secret")
+            .await
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_consumer_related_resources_are_shown_and_asked_for() {
+    let all_secrets = json!({"group": "", "resource": "secrets", "direction": "FromConsumer",
+        "selector": {"labelSelector": {}}});
+    let mut bundle = honest_bundle(&["team-a"]);
+    bundle[2]["spec"]["relatedResources"] = json!([all_secrets]);
+    let world = Consumer::new(bundle).await;
+
+    // The catalog did not say: the bundle's rule is shown after the pickup, and without a
+    // terminal nor --yes nothing is applied and the Grant goes again.
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 2, "an unannounced FromConsumer rule without --yes");
+    assert!(
+        run.stdout.contains("FromConsumer") && run.stdout.contains("EVERY one"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("--yes"), "{}", run.stderr);
+    assert!(world.untouched().await);
+    assert!(world.revoked());
+
+    // The catalog says: it is shown and asked for before any Grant exists.
+    world.gateway.announce_related(vec![all_secrets]);
+    world.gateway.forget();
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 2, "an announced FromConsumer rule without --yes");
+    assert!(
+        run.stdout.contains("namespace team-a") && run.stdout.contains("EVERY one"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !world.asked_for_a_grant(),
+        "asked before binding: {:?}",
+        world.gateway.seen()
+    );
+
+    let run = world
+        .kbind(&["bind", "widgets", "-n", "team-a", "--wait=false", "--yes"])
+        .await;
+    check(&run, 0, "an announced FromConsumer rule with --yes");
+    assert!(world.get("Binding", Some("team-a"), CONNECTION).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_of_another_grant_is_never_overwritten() {
+    let world = Consumer::new(honest_bundle(&["team-a"])).await;
+    world
+        .create(json!({"apiVersion": API_VERSION, "kind": "Connection",
+            "metadata": {"name": CONNECTION, "labels": {LABEL_GRANT: "g-other"}},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "other", "key": "kubeconfig"}}}))
+        .await;
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 6, "a Connection of another Grant");
+    assert!(run.stderr.contains("belongs to Grant g-other"), "{}", run.stderr);
+    let connection = world.get("Connection", None, CONNECTION).await.expect("still there");
+    assert_eq!(connection["metadata"]["labels"][LABEL_GRANT], "g-other");
+    assert_eq!(connection["spec"]["kubeconfigSecretRef"]["name"], "other");
+    assert!(
+        world
+            .get("Secret", Some("kbind"), &format!("{CONNECTION}-kubeconfig"))
+            .await
+            .is_none()
+    );
+    assert!(world.revoked());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_checks_namespaces_before_the_grant_and_undoes_a_half_applied_bundle() {
+    let world = Consumer::new(honest_bundle(&["team-a"])).await;
+    let run = world.kbind(&["bind", "widgets", "-n", "nope", "--wait=false"]).await;
+    check(&run, 6, "a namespace missing on the consumer");
+    assert!(run.stderr.contains("namespace nope does not exist"), "{}", run.stderr);
+    assert!(
+        !world.asked_for_a_grant(),
+        "no Grant asked for: {:?}",
+        world.gateway.seen()
+    );
+
+    // The Binding CRD is gone: the Secret and Connection apply, the Binding fails.
+    let c = &world.cluster.client;
+    c.delete(
+        &erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(),
+        None,
+        "bindings.core.kbind.io",
+        &Default::default(),
+    )
+    .await
+    .expect("CRD deleted");
+    eventually("Bindings not served", &world.lines, async || {
+        c.list(&erase::<kbind_api::Binding>(), Some("team-a"), &Default::default())
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 1, "a Binding that cannot be applied");
+    assert!(run.stderr.contains("removed what this run created"), "{}", run.stderr);
+    assert!(world.untouched().await, "the Secret and Connection are removed again");
+    assert!(world.revoked());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redeem_takes_the_url_from_stdin_or_the_environment_and_picks_it_up_first() {
+    let world = Consumer::new(honest_bundle(&["team-a"])).await;
+    let url = world.gateway.pickup_url();
+
+    // A consumer that cannot be reached: the URL is spent first anyway, and the error says so.
+    let unreachable = world.dir.path().join("unreachable.kubeconfig");
+    let port = free_addr().port();
+    std::fs::write(
+        &unreachable,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .expect("kubeconfig written");
+    let run = world
+        .kbind_with(
+            &["redeem", "-", "-n", "team-a", "--yes"],
+            &unreachable,
+            Some(&format!("{url}\n")),
+            &[],
+        )
+        .await;
+    assert_ne!(run.code, 0, "{run:?}");
+    let seen = world.gateway.seen();
+    assert!(
+        seen.iter().any(|r| r.starts_with("GET /api/v1/pickup/")),
+        "picked up first: {seen:?}"
+    );
+    assert!(run.stderr.contains("used up"), "{}", run.stderr);
+    assert!(!run.stderr.contains(&url), "the URL is not echoed");
+
+    // Without --namespace and without a terminal the bundle's namespaces need --yes.
+    let run = world
+        .kbind_with(&["redeem", "-"], &world.cluster.kubeconfig, Some(&url), &[])
+        .await;
+    check(&run, 2, "redeem without --namespace nor --yes");
+    assert!(run.stdout.contains("team-a"), "{}", run.stdout);
+    assert!(world.untouched().await);
+
+    // From the environment, with the namespaces stated.
+    let run = world
+        .kbind_with(
+            &["redeem", "-n", "team-a", "--wait=false"],
+            &world.cluster.kubeconfig,
+            None,
+            &[("KBIND_PICKUP_URL", &url)],
+        )
+        .await;
+    check(&run, 0, "redeem from KBIND_PICKUP_URL");
+    assert!(world.get("Binding", Some("team-a"), CONNECTION).await.is_some());
+}
+
+/// A widget in `namespace`.
+fn widget(namespace: &str, name: &str) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"size": 1}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbind_deletes_only_what_its_plan_lists() {
+    let world = Consumer::new(Vec::new()).await;
+    let mut crd = widgets_crd();
+    crd["metadata"]["labels"] = json!({"core.kbind.io/managed": "true"});
+    world.create(crd).await;
+    let c = &world.cluster.client;
+    eventually("widgets served", &world.lines, async || {
+        c.list(&widgets(), None, &Default::default()).await.ok().map(|_| ())
+    })
+    .await;
+    world.create(widget("team-a", "w-bound")).await;
+    world.create(widget("other", "w-never-bound")).await;
+    // A Connection whose Secret is kube-system's, and one sharing a Secret of its Grant.
+    let labels = json!({LABEL_GRANT: GRANT});
+    world
+        .create(json!({"apiVersion": API_VERSION, "kind": "Connection",
+            "metadata": {"name": CONNECTION, "labels": labels},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kube-system", "name": "victim-secret", "key": "password"}}}))
+        .await;
+    world
+        .create(json!({"apiVersion": API_VERSION, "kind": "Binding",
+            "metadata": {"name": CONNECTION, "namespace": "team-a", "labels": labels},
+            "spec": {"connectionRef": {"name": CONNECTION}, "apis": [{"name": "widgets.example.org"}]}}))
+        .await;
+    world
+        .create(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "shared", "namespace": "kbind", "labels": {LABEL_GRANT: "g-2"}},
+            "stringData": {"kubeconfig": "x"}}))
+        .await;
+    for name in ["two", "three"] {
+        world
+            .create(json!({"apiVersion": API_VERSION, "kind": "Connection",
+                "metadata": {"name": name, "labels": {LABEL_GRANT: "g-2"}},
+                "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "shared", "key": "kubeconfig"}}}))
+            .await;
+    }
+
+    let run = world.kbind(&["unbind", CONNECTION, "--yes"]).await;
+    check(&run, 0, "unbind");
+    // The CRD goes with the last binding: every widget, in every namespace, is in the plan.
+    for listed in [
+        "CustomResourceDefinition",
+        "widgets.example.org",
+        "w-bound",
+        "other",
+        "w-never-bound",
+    ] {
+        assert!(run.stdout.contains(listed), "{listed} in the plan:\n{}", run.stdout);
+    }
+    assert!(
+        run.stdout.contains("Secret kube-system/victim-secret stays"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        world
+            .get("Secret", Some("kube-system"), "victim-secret")
+            .await
+            .is_some()
+    );
+    assert!(world.get("Connection", None, CONNECTION).await.is_none());
+
+    let run = world.kbind(&["unbind", "two", "--yes"]).await;
+    check(&run, 0, "unbind of a Connection sharing its Secret");
+    assert!(run.stdout.contains("Connection three uses it too"), "{}", run.stdout);
+    assert!(world.get("Secret", Some("kbind"), "shared").await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_warns_to_unbind_first_and_unbind_after_a_revoke_says_to_use_orphan() {
+    let world = Consumer::new(Vec::new()).await;
+    world
+        .create(json!({"apiVersion": API_VERSION, "kind": "Connection",
+            "metadata": {"name": CONNECTION, "labels": {LABEL_GRANT: GRANT}},
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "s", "key": "kubeconfig"}}}))
+        .await;
+
+    let run = world.kbind(&["revoke", GRANT]).await;
+    check(&run, 2, "revoke without --yes");
+    assert!(run.stderr.contains("unbind before revoke"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("kbind unbind {CONNECTION}")),
+        "{}",
+        run.stderr
+    );
+    assert!(!world.revoked());
+
+    // What the konnector reports once the provider answers 401.
+    let status = json!({"status": {"conditions": [{"type": "Connected", "status": "False",
+        "reason": "Unauthorized", "message": "the provider refuses the credentials (HTTP 401): they were revoked or have expired",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    world
+        .cluster
+        .client
+        .patch_status(
+            &erase::<kbind_api::Connection>(),
+            None,
+            CONNECTION,
+            &kbind_cluster::Patch::Merge(status),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("status written");
+    let run = world.kbind(&["unbind", CONNECTION, "--yes"]).await;
+    check(&run, 1, "unbind with a refused credential");
+    assert!(
+        run.stderr.contains("--orphan") && run.stderr.contains("401"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        world.get("Connection", None, CONNECTION).await.is_some(),
+        "nothing was changed"
+    );
+
+    let run = world.kbind(&["unbind", CONNECTION, "--yes", "--orphan"]).await;
+    check(&run, 0, "unbind --orphan");
+    assert!(world.get("Connection", None, CONNECTION).await.is_none());
+}
