@@ -1,6 +1,7 @@
 //! The `kbind-backend` binary: `crds` prints the service layer's CRDs; `run` starts the enabled
 //! modules (`--gateway`, `--issuer`, `--reaper`, any subset) against one provider cluster.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -57,6 +58,10 @@ struct RunArgs {
     /// Log filter (RUST_LOG, when set, wins).
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// Serve /healthz, /readyz and /metrics (the reaper's) here; for a process without
+    /// --gateway, whose --listen serves them.
+    #[arg(long = "metrics-listen", env = "KBIND_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     gateway_options: gateway::Options,
     #[command(flatten)]
@@ -105,6 +110,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !(args.gateway || args.issuer || args.reaper) {
         bail!("nothing to run: pass at least one of --gateway, --issuer, --reaper");
     }
+    if args.gateway && args.metrics_listen.is_some() {
+        bail!(
+            "--metrics-listen is for a process without --gateway: the gateway serves /metrics, /healthz and /readyz on --listen"
+        );
+    }
     // Flags first: a mistake in them should not wait for a provider connection.
     let gateway_config = match args.gateway {
         true => Some(args.gateway_options.config()?),
@@ -127,11 +137,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("failed to listen on --metrics-listen {addr}"))?;
+            let addr = listener.local_addr().context("failed to read the listening address")?;
+            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+            Some(listener)
+        }
+        None => None,
+    };
     let modules = Modules {
         gateway,
         issuer: args.issuer,
         reaper: args.reaper.then(|| args.reaper_options.clone()),
         issuer_options: args.issuer_options.clone(),
+        metrics_listener,
     };
     let shutdown = CancellationToken::new();
     tokio::spawn({

@@ -1,10 +1,14 @@
 //! Starting the enabled modules against one provider: what `kbind-backend run` and the
 //! whole-system demo share, so the demo runs exactly the wiring the binary does.
 
-use std::net::SocketAddr;
+mod probes;
+
 use std::sync::Arc;
 
-use kbind_cluster::{ClusterClient, SystemClock};
+use k8s_openapi::api::coordination::v1::Lease;
+use kbind_api::Grant;
+use kbind_cluster::{ApiResource, ClusterClient, SystemClock};
+use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +37,9 @@ pub struct Modules {
     pub reaper: Option<reaper::Options>,
     /// The Kubernetes issuer's options (the gateway mints credentials with it too).
     pub issuer_options: issuer::Options,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served when no gateway runs
+    /// (`--metrics-listen`); the gateway serves them on its own listener.
+    pub metrics_listener: Option<tokio::net::TcpListener>,
 }
 
 /// Why a running module stopped with an error.
@@ -44,6 +51,9 @@ pub enum ModuleError {
     /// The gateway's HTTP server failed.
     #[error("the gateway's server failed: {0}")]
     Gateway(std::io::Error),
+    /// The `--metrics-listen` server failed.
+    #[error("the /metrics, /healthz and /readyz server failed: {0}")]
+    Metrics(std::io::Error),
 }
 
 /// Spawns the enabled modules; each stops when `shutdown` is cancelled.
@@ -96,15 +106,41 @@ pub fn start(
             }
         });
         let authenticators: Vec<Arc<dyn Authenticator>> = auth.members().to_vec();
+        let limits = config.connections;
         let state =
             gateway::Gateway::with_metrics(config, provider, authenticators, issuer, Arc::new(SystemClock), metrics);
-        let app = gateway::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let app = gateway::router(state);
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            gateway::serve(listener, app, limits, stop)
+                .await
+                .map_err(ModuleError::Gateway)
+        });
+    } else if let Some(listener) = modules.metrics_listener {
+        // Ready when the provider answers, with this process's credentials, the lists its
+        // modules watch: a pod whose RBAC is missing shows not ready instead of logging only.
+        let mut checks = Vec::new();
+        if modules.issuer {
+            checks.push(probes::Check {
+                resource: ApiResource::erase::<Grant>(&()),
+                namespace: None,
+            });
+        }
+        let mut registry = Registry::default();
+        if let Some(reaper) = &reaper_metrics {
+            reaper.register(&mut registry);
+            checks.push(probes::Check {
+                resource: ApiResource::erase::<Lease>(&()),
+                namespace: Some(lease_namespace),
+            });
+        }
+        let app = probes::router(provider, checks, registry);
         let stop = shutdown.clone().cancelled_owned();
         tasks.spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(stop)
                 .await
-                .map_err(ModuleError::Gateway)
+                .map_err(ModuleError::Metrics)
         });
     }
     tasks

@@ -365,6 +365,7 @@ fn start_backend(
         issuer: true,
         reaper: Some(reaper::Options::default()),
         issuer_options: issuer::Options::default(),
+        metrics_listener: None,
     };
     let mut running = modules::start(provider, modules, shutdown);
     tasks.spawn(async move {

@@ -61,12 +61,32 @@ app.kubernetes.io/part-of: kbind
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* The provider CA ConfigMap's name, when there is a CA. */}}
+{{/* The provider's name (`--provider-name`): provider.name, else the release name. */}}
+{{- define "kbind-backend.providerName" -}}
+{{- default .Release.Name .Values.provider.name }}
+{{- end }}
+
+{{/*
+The provider CA's ConfigMap: an existing one, the chart's from provider.ca, else kube-root-ca.crt,
+which Kubernetes publishes in every namespace: the cluster CA that signs the API server's
+certificate unless consumers reach it through a certificate of another CA (then set provider.ca).
+*/}}
 {{- define "kbind-backend.caConfigMap" -}}
 {{- if .Values.provider.existingCAConfigMap }}
 {{- .Values.provider.existingCAConfigMap }}
 {{- else if .Values.provider.ca }}
 {{- printf "%s-provider-ca" (include "kbind-backend.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- "kube-root-ca.crt" }}
+{{- end }}
+{{- end }}
+
+{{/* The key of the CA in that ConfigMap (kube-root-ca.crt keeps it under ca.crt). */}}
+{{- define "kbind-backend.caKey" -}}
+{{- if or .Values.provider.existingCAConfigMap .Values.provider.ca }}
+{{- .Values.provider.caKey }}
+{{- else }}
+{{- "ca.crt" }}
 {{- end }}
 {{- end }}
 
@@ -83,6 +103,13 @@ app.kubernetes.io/part-of: kbind
 {{- end }}
 {{- if and .Values.gateway.enabled (not (hasPrefix "https://" .Values.provider.url)) }}
 {{- fail "provider.url must be an https:// URL: issued kubeconfigs never skip TLS verification" }}
+{{- end }}
+{{- $name := include "kbind-backend.providerName" . }}
+{{- if and .Values.gateway.enabled (not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $name)) }}
+{{- fail (printf "provider.name %q is not a DNS label (lower-case letters, digits and '-', at most 63): set provider.name (it defaults to the release name)" $name) }}
+{{- end }}
+{{- if and .Values.gateway.enabled .Values.provider.ca (not (contains "-----BEGIN CERTIFICATE-----" .Values.provider.ca)) }}
+{{- fail "provider.ca holds no PEM certificate: pass the CA file with --set-file provider.ca=FILE, or leave provider.ca empty to use the cluster's kube-root-ca.crt" }}
 {{- end }}
 {{- if and .Values.gateway.enabled (not .Values.publicURL) }}
 {{- fail "publicURL must be set: pickup URLs are built from it" }}
