@@ -150,8 +150,11 @@ pub mod reason {
     pub const SCHEMA_UPDATE_BLOCKED: &str = "SchemaUpdateBlocked";
     /// *(ours)* The provider's OpenAPI schema is too deep or too large to inline into a CRD.
     pub const SCHEMA_TOO_COMPLEX: &str = "SchemaTooComplex";
-    /// *(ours)* Deletion waits because the provider is unreachable.
+    /// *(ours)* Deletion waits because the provider is unreachable or refuses the deletes.
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+    /// *(ours)* The provider answered 401: it refuses the Connection's credentials (revoked or
+    /// expired).
+    pub const UNAUTHORIZED: &str = "Unauthorized";
 }
 
 /// kcp's LogicalCluster: its presence marks a CRD-less provider and its UID is the identity.

@@ -40,6 +40,7 @@
 //! ```
 
 pub mod binding;
+mod cause;
 pub mod connection;
 pub mod context;
 pub mod crdpull;

@@ -32,6 +32,7 @@ use kbind_api::{Binding, ClusterBinding};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::Event;
 
 use crate::connection::stores::{Change, ConsumerStores};
 use crate::connection::watcher_config;
@@ -72,11 +73,13 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     let cluster_stream = reflector::reflector(
         cluster_writer,
         typed_watcher::<ClusterBinding>(client.clone(), None, watcher_config()),
-    );
+    )
+    .inspect(tell_connection(stores.binding_changes.clone()));
     let binding_stream = reflector::reflector(
         bindings_writer,
         typed_watcher::<Binding>(client, None, watcher_config()),
-    );
+    )
+    .inspect(tell_connection(stores.binding_changes.clone()));
     let shared = Arc::new(Shared {
         ctx,
         registry: registry.clone(),
@@ -112,6 +115,26 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
         .for_each(|_| async {});
     let extras = connection_extras(shared_for_extras, changed_tx.subscribe());
     tokio::join!(forward, cluster_controller, binding_controller, extras);
+}
+
+/// Publishes the Connection name of each binding being deleted or gone, so the Connection
+/// reconciler looks again at once (a deleted Connection goes with its last binding).
+fn tell_connection<K>(
+    tx: tokio::sync::broadcast::Sender<String>,
+) -> impl FnMut(&Result<Event<K>, kube::runtime::watcher::Error>) + Send + 'static
+where
+    K: kube::Resource + Send + 'static,
+    for<'a> BindingView: From<&'a K>,
+{
+    move |event| {
+        let binding = match event {
+            Ok(Event::Delete(b)) => b,
+            Ok(Event::Apply(b) | Event::InitApply(b)) if b.meta().deletion_timestamp.is_some() => b,
+            _ => return,
+        };
+        // No Connection reconciler listening (the binding controllers run alone) is fine.
+        let _ = tx.send(BindingView::from(binding).spec.connection_ref.name);
+    }
 }
 
 /// How often the per-Connection passes (pullPolicy All, autoBind) run without a change.

@@ -3,13 +3,16 @@
 //! CRD if no other binding of the Connection uses the API, then let the binding go. The Orphan
 //! escape hatch (on the binding or its Connection) releases the finalizers at once and deletes
 //! nothing on either side: provider copies, consumer CRD, consumer objects and related copies
-//! all stay. While the provider is unreachable and copies must go, deletion waits with
-//! `DeletionBlocked`: nothing is lost. No decision is taken before the binding and Connection
+//! all stay. While the provider is unreachable, refuses the credentials (401) or fails, and
+//! copies must go, deletion waits with `DeletionBlocked`; a refused verb (403) waits with
+//! `Forbidden` and `PermissionDenied=True`. Either way the message carries the HTTP cause and
+//! the way out, and nothing is lost. No decision is taken before the binding and Connection
 //! stores have synced (§8.9): an unsynced store reads as "nobody else serves this".
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kbind_api::RelatedResourceDirection;
-use kbind_api::consts::{annotation, reason};
+use kbind_api::consts::{annotation, condition, reason};
+use kbind_api::{RelatedResourceDirection, conditions};
+use kbind_cluster::Error;
 use kube::runtime::controller::Action;
 
 use super::reconcile::{BindingError, REPORT_INTERVAL, Shared, Successors, WAIT_INTERVAL, successors};
@@ -27,8 +30,21 @@ enum Drain {
     Done,
     /// Copies are still going away.
     InProgress,
-    /// Copies must go but the provider is not engaged.
-    Blocked(String),
+    /// Copies must go but the provider cannot take the deletes.
+    Blocked(Blocked),
+}
+
+/// Why a drain cannot proceed, for the binding's status and the log.
+#[derive(Debug, Clone)]
+struct Blocked {
+    /// The API (empty for the related copies).
+    api: String,
+    /// `DeletionBlocked`, or `Forbidden` for a refused verb.
+    reason: &'static str,
+    /// What happened (with the HTTP cause) and the way out; never a credential.
+    message: String,
+    /// `"<verb> <resource>"` the provider refused (a 403).
+    denied: Option<String>,
 }
 
 /// Deletes what the binding owns and, once done, removes its cleanup finalizer.
@@ -48,7 +64,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
         match drain_api(view, shared, &api.name, orphan).await? {
             Drain::Done => {}
             Drain::InProgress => in_progress = true,
-            Drain::Blocked(message) => blocked.push((api.name.clone(), message)),
+            Drain::Blocked(why) => blocked.push(why),
         }
     }
     if !blocked.is_empty() {
@@ -129,19 +145,31 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             source,
             ..
         }) if source.is_forbidden() && view.spec.related_resources.is_empty() => return Ok(None),
+        // The provider refused or failed: say why instead of failing the reconcile silently.
+        Err(e) if e.provider_error().is_some() => {
+            let cause = e.provider_error().cloned().unwrap_or(Error::Decode(String::new()));
+            let why = refused(view, String::new(), connection, &e.to_string(), &cause);
+            report_blocked(view, shared, &[why]).await?;
+            return Ok(Some(Action::requeue(REPORT_INTERVAL)));
+        }
         removed => removed?,
     };
     if removed {
         return Ok(None);
     }
     if provider.is_none() && !skip_provider {
-        let message = format!(
-            "related copies on the provider must be deleted but the provider of Connection {connection} is not \
-             reachable; deletion waits (nothing is lost). To let go without touching the provider, annotate the \
-             binding {}: Orphan",
-            annotation::DELETION_POLICY
-        );
-        report_blocked(view, shared, &[(String::new(), message)]).await?;
+        let why = Blocked {
+            api: String::new(),
+            reason: reason::DELETION_BLOCKED,
+            message: format!(
+                "related copies on the provider must be deleted but the provider of Connection {connection} is not \
+                 engaged{}; deletion waits (nothing is lost). {}",
+                connection_trouble(shared, connection),
+                way_out()
+            ),
+            denied: None,
+        };
+        report_blocked(view, shared, &[why]).await?;
         return Ok(Some(Action::requeue(REPORT_INTERVAL)));
     }
     Ok(Some(Action::requeue(WAIT_INTERVAL)))
@@ -190,33 +218,146 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool)
     match shared.syncers.drain_keeping(&spec, provider, orphan, &keep).await {
         Ok(drained) if drained.is_complete() => Ok(Drain::Done),
         Ok(_) => Ok(Drain::InProgress),
-        Err(SyncError::ProviderUnavailable { waiting }) => Ok(Drain::Blocked(format!(
-            "{waiting} provider copies of {api} must be deleted but the provider of Connection {connection} is not \
-             reachable; deletion waits (nothing is lost). To let go without touching the provider, annotate the \
-             binding {}: Orphan",
-            annotation::DELETION_POLICY
-        ))),
-        Err(e) => Err(e.into()),
+        Err(SyncError::ProviderUnavailable { waiting }) => Ok(Drain::Blocked(Blocked {
+            api: api.to_string(),
+            reason: reason::DELETION_BLOCKED,
+            message: format!(
+                "{waiting} provider copies of {api} must be deleted but the provider of Connection {connection} is not \
+                 engaged{}; deletion waits (nothing is lost). {}",
+                connection_trouble(shared, &connection),
+                way_out()
+            ),
+            denied: None,
+        })),
+        Err(e) => match e.provider_error() {
+            // A 401 is never a reason to delete or release anything (DESIGN.md §8.1): it waits.
+            Some(cause) => Ok(Drain::Blocked(refused(
+                view,
+                api.to_string(),
+                &connection,
+                &e.to_string(),
+                cause,
+            ))),
+            None => Err(e.into()),
+        },
     }
 }
 
-async fn report_blocked(view: &BindingView, shared: &Shared, blocked: &[(String, String)]) -> Result<(), BindingError> {
+/// What to do when a drain cannot proceed.
+fn way_out() -> String {
+    format!(
+        "To let go without touching the provider, annotate the binding and its Connection {}: Orphan \
+         (`kbind unbind --orphan` does)",
+        annotation::DELETION_POLICY
+    )
+}
+
+/// `" (Connected=False, Unauthorized: the provider refuses the credentials (HTTP 401 …))"` when
+/// the Connection's cached status says why its provider is not engaged, else empty. Only the
+/// message's first clause (up to `;`, the cause) is quoted: the advice after it is the
+/// Connection's.
+fn connection_trouble(shared: &Shared, connection: &str) -> String {
+    shared
+        .connection(connection)
+        .and_then(|c| {
+            let connected = conditions::find(c.conditions(), condition::CONNECTED)?;
+            let cause = connected.message.split(';').next().unwrap_or_default().trim();
+            (connected.status == "False").then(|| format!(" (Connected=False, {}: {cause})", connected.reason))
+        })
+        .unwrap_or_default()
+}
+
+/// Why a provider answer stops the drain of `api`; `failed` says which request failed and its
+/// HTTP cause.
+fn refused(view: &BindingView, api: String, connection: &str, failed: &str, cause: &Error) -> Blocked {
+    let what = if api.is_empty() {
+        format!("the related copies of binding {}", view.display())
+    } else {
+        format!("the provider copies of {api}")
+    };
+    match cause {
+        Error::Unauthorized { .. } => Blocked {
+            api,
+            reason: reason::DELETION_BLOCKED,
+            message: format!(
+                "{failed}: the provider refuses the credentials of Connection {connection} (revoked or expired?), so \
+                 {what} cannot be deleted; deletion waits (nothing is lost). {}",
+                way_out()
+            ),
+            denied: None,
+        },
+        Error::Forbidden { verb, resource, .. } => Blocked {
+            api,
+            reason: reason::FORBIDDEN,
+            message: format!(
+                "{failed}: the credentials of Connection {connection} may not {verb} {resource}, so {what} cannot be \
+                 deleted; deletion waits (nothing is lost). Grant it on the provider, or: {}",
+                way_out()
+            ),
+            denied: Some(format!("{verb} {resource}")),
+        },
+        _ => Blocked {
+            api,
+            reason: reason::DELETION_BLOCKED,
+            message: format!(
+                "{failed}, so {what} cannot be deleted yet; deletion waits and retries (nothing is lost). {}",
+                way_out()
+            ),
+            denied: None,
+        },
+    }
+}
+
+/// Writes why the drain waits (Ready=False with `DeletionBlocked`, or `Forbidden` with
+/// PermissionDenied=True for a refused verb) and logs it when it is news.
+async fn report_blocked(view: &BindingView, shared: &Shared, blocked: &[Blocked]) -> Result<(), BindingError> {
+    let first = &blocked[0];
+    let unreachable = blocked.iter().find(|b| b.reason != reason::FORBIDDEN);
+    let connected = match unreachable {
+        Some(b) => Observed::not(reason::DELETION_BLOCKED, b.message.clone()),
+        None => Observed::ok("the provider is connected; it refuses a request the drain needs"),
+    };
+    let mut apis: Vec<ApiReport> = view
+        .spec
+        .apis
+        .iter()
+        .map(|a| match blocked.iter().find(|b| b.api == a.name) {
+            Some(b) => ApiReport {
+                denied: b.denied.iter().cloned().collect(),
+                ..ApiReport::not_synced(&a.name, b.reason, b.message.clone())
+            },
+            None => ApiReport::not_synced(&a.name, reason::PENDING, "drained; waiting for the other APIs"),
+        })
+        .collect();
+    // Related copies have no API entry: a refusal there is carried by the first API's.
+    if first.api.is_empty()
+        && let Some(api) = apis.first_mut()
+    {
+        api.synced = Observed::not(first.reason, first.message.clone());
+        api.denied = first.denied.iter().cloned().collect();
+    }
     let report = Report {
         related: Default::default(),
-        connected: Observed::not(reason::DELETION_BLOCKED, blocked[0].1.clone()),
-        apis: view
-            .spec
-            .apis
-            .iter()
-            .map(|a| match blocked.iter().find(|(name, _)| *name == a.name) {
-                Some((_, message)) => ApiReport::not_synced(&a.name, reason::DELETION_BLOCKED, message.clone()),
-                None => ApiReport::not_synced(&a.name, reason::PENDING, "drained; waiting for the other APIs"),
-            })
-            .collect(),
+        connected,
+        apis,
     };
     let now = Time(shared.ctx.clock.now());
-    write_status(shared.ctx.consumer.as_ref(), view, desired_status(view, &report, &now)).await?;
+    let status = desired_status(view, &report, &now);
+    let news = view.status.as_ref().map(|s| ready_of(&s.conditions)) != Some(ready_of(&status.conditions));
+    for b in blocked {
+        if news {
+            tracing::warn!(binding = %view.display(), api = %b.api, reason = b.reason, cause = %b.message, "deletion blocked");
+        } else {
+            tracing::debug!(binding = %view.display(), api = %b.api, reason = b.reason, cause = %b.message, "deletion still blocked");
+        }
+    }
+    write_status(shared.ctx.consumer.as_ref(), view, status).await?;
     Ok(())
+}
+
+/// The Ready condition's reason and message.
+fn ready_of(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> Option<(String, String)> {
+    conditions::find(conds, condition::READY).map(|c| (c.reason.clone(), c.message.clone()))
 }
 
 /// Deletes the consumer CRD of `api` if kbind pulled it through this binding's Connection and

@@ -1,5 +1,5 @@
 //! Events on a Connection: a Warning once per transition into a bad state (SecretValid=False,
-//! ClusterIdentityChanged, ProviderUnreachable, PermissionDenied), a Normal `Ready` once it
+//! ClusterIdentityChanged, ProviderUnreachable, Unauthorized, PermissionDenied), a Normal `Ready` once it
 //! becomes Ready again. Notes are built from reasons and names only: never from a condition
 //! message, a kubeconfig or a server's error text.
 
@@ -22,6 +22,8 @@ pub(crate) enum BadState {
     IdentityChanged,
     /// `Connected=False`, reason `ProviderUnreachable`.
     Unreachable,
+    /// `Connected=False`, reason `Unauthorized` (the credentials are refused).
+    Unauthorized,
     /// `PermissionDenied=True`.
     Denied,
 }
@@ -112,6 +114,7 @@ fn connected_bad(why: Option<&str>) -> Option<BadState> {
     match why? {
         reason::CLUSTER_IDENTITY_CHANGED => Some(BadState::IdentityChanged),
         reason::PROVIDER_UNREACHABLE => Some(BadState::Unreachable),
+        reason::UNAUTHORIZED => Some(BadState::Unauthorized),
         _ => None,
     }
 }
@@ -138,6 +141,13 @@ fn warning(state: &BadState, name: &str, conn: &Connection) -> Announcement {
         BadState::Unreachable => (
             reason::PROVIDER_UNREACHABLE.to_string(),
             format!("the provider of Connection {name} cannot be reached; retrying (see the Connected condition)"),
+        ),
+        BadState::Unauthorized => (
+            reason::UNAUTHORIZED.to_string(),
+            format!(
+                "the provider refuses the credentials of Connection {name} (HTTP 401): revoked or expired? Nothing \
+                 is deleted because of it (see the Connected condition)"
+            ),
         ),
         BadState::Denied => (
             condition::PERMISSION_DENIED.to_string(),
@@ -177,6 +187,20 @@ mod tests {
 
     fn reasons(events: &[Announcement]) -> Vec<(EventType, &str)> {
         events.iter().map(|e| (e.kind, e.reason.as_str())).collect()
+    }
+
+    #[test]
+    fn refused_credentials_are_announced_as_unauthorized() {
+        let conn = connection(json!([]));
+        let mut report = Report::pending();
+        report.secret_valid = Observed::ok("valid");
+        report.connected = Observed::not(
+            reason::UNAUTHORIZED,
+            "the provider refuses the credentials (HTTP 401 Unauthorized)",
+        );
+        let events = Announced::default().transitions(&Announced::from_report(&report), &conn);
+        assert_eq!(reasons(&events), [(EventType::Warning, "Unauthorized")]);
+        assert!(events[0].note.contains("401"), "{}", events[0].note);
     }
 
     #[test]

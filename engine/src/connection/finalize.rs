@@ -2,7 +2,7 @@
 //! Connection does before letting go: wait for its bindings, or release at once when marked
 //! `deletion-policy: Orphan`. The provider is never touched here.
 
-use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, finalizer};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, finalizer, reason};
 use kbind_api::{Binding, ClusterBinding, Connection};
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, ListParams, Patch, PatchParams, Result,
@@ -84,27 +84,62 @@ pub(crate) async fn remove_cleanup(
     set_finalizers(client, res, &obj, finalizers).await
 }
 
-/// How many ClusterBindings and Bindings name this Connection (none when their CRDs are not
+/// One binding a deleted Connection waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// `name` or `namespace/name`.
+    pub binding: String,
+    /// The binding's own `Ready` message when its deletion is blocked (`DeletionBlocked`, or
+    /// `Forbidden` for a refused verb).
+    pub blocked: Option<String>,
+}
+
+/// The ClusterBindings and Bindings that name this Connection (none when their CRDs are not
 /// served on the consumer).
-pub(crate) async fn bindings_referencing(consumer: &dyn ClusterClient, connection: &str) -> Result<usize> {
-    let mut count = 0;
+pub(crate) async fn bindings_referencing(consumer: &dyn ClusterClient, connection: &str) -> Result<Vec<Waiting>> {
+    let mut waiting = Vec::new();
     for res in [
         ApiResource::erase::<ClusterBinding>(&()),
         ApiResource::erase::<Binding>(&()),
     ] {
         match consumer.list(&res, None, &ListParams::default()).await {
-            Ok(list) => {
-                count += list
-                    .items
+            Ok(list) => waiting.extend(
+                list.items
                     .iter()
                     .filter(|b| b.data.pointer("/spec/connectionRef/name").and_then(|v| v.as_str()) == Some(connection))
-                    .count();
-            }
+                    .map(waiting_on),
+            ),
             Err(Error::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(count)
+    Ok(waiting)
+}
+
+fn waiting_on(b: &DynamicObject) -> Waiting {
+    let binding = match b.metadata.namespace.as_deref() {
+        Some(ns) => format!("{ns}/{}", b.name_any()),
+        None => b.name_any(),
+    };
+    let blocked = b.metadata.deletion_timestamp.as_ref().and_then(|_| {
+        let conds = b.data.pointer("/status/conditions")?.as_array()?;
+        let ready = conds
+            .iter()
+            .find(|c| c.get("type").and_then(|t| t.as_str()) == Some(condition::READY))?;
+        let is_blocked = ready.get("status").and_then(|s| s.as_str()) == Some("False")
+            && matches!(
+                ready.get("reason").and_then(|r| r.as_str()),
+                Some(reason::DELETION_BLOCKED | reason::FORBIDDEN)
+            );
+        is_blocked.then(|| {
+            ready
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or_default()
+                .to_string()
+        })
+    });
+    Waiting { binding, blocked }
 }
 
 /// Releases the Secret's finalizer unless another Connection still references it. The caller

@@ -81,6 +81,7 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
             move |secret: DynamicObject| connections_referencing(&mapper_store, &secret),
             secret_res,
         )
+        .reconcile_on(binding_changes(&stores))
         .run(reconcile, error_policy, shared)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -88,6 +89,20 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
             }
         })
         .await;
+}
+
+/// The Connections whose bindings are being deleted or went away, as the binding controllers
+/// see it (a missed name is caught by the requeue backstop).
+fn binding_changes(stores: &ConsumerStores) -> impl futures::Stream<Item = ObjectRef<Connection>> + Send + 'static {
+    futures::stream::unfold(stores.binding_changes.subscribe(), |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(name) => return Some((ObjectRef::new(&name), rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 /// A deterministic backoff for the consumer watches (no jitter, so paused-clock runs repeat).

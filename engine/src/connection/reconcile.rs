@@ -153,19 +153,27 @@ impl Shared {
 enum Failure {
     /// A verb was refused: `PermissionDenied=True`, reason `Forbidden`.
     Denied(String),
+    /// The credentials themselves were refused (401): `Connected=False`, reason `Unauthorized`.
+    Unauthorized(String),
     /// Transport, timeout or server trouble: `Connected=False`, reason `ProviderUnreachable`.
     Unreachable(String),
 }
 
-/// Classifies a provider error; messages name verb and resource, never credentials.
+/// Classifies a provider error; messages name verb, resource and HTTP status, never credentials
+/// or the server's text.
 fn classify(e: &Error) -> Failure {
     match e {
-        Error::Forbidden { verb, resource, .. } => {
-            Failure::Denied(format!("the provider credentials may not {verb} {resource}"))
-        }
-        Error::Unauthorized { .. } => {
-            Failure::Denied("the provider did not accept the credentials (401 Unauthorized)".into())
-        }
+        Error::Forbidden { verb, resource, .. } => Failure::Denied(format!(
+            "the provider credentials may not {verb} {resource} ({})",
+            crate::cause::http_cause(e)
+        )),
+        Error::Unauthorized { .. } => Failure::Unauthorized(format!(
+            "the provider refuses the credentials ({}); they were revoked or have expired. Nothing is deleted \
+             because of it: bind again for new credentials, or unbind with annotation {}: Orphan on the bindings \
+             and the Connection (`kbind unbind --orphan`) to let go without touching the provider",
+            crate::cause::http_cause(e),
+            kbind_api::consts::annotation::DELETION_POLICY
+        )),
         Error::Transport(_) => {
             Failure::Unreachable("the provider cannot be reached (transport error); retrying".into())
         }
@@ -356,7 +364,7 @@ async fn drive(
             }
             Err(e) => match classify(&e) {
                 Failure::Denied(message) => link.discovery_denied = Some(message),
-                Failure::Unreachable(_) => {
+                Failure::Unauthorized(_) | Failure::Unreachable(_) => {
                     report_failure(report, &e);
                     return (RETRY_INTERVAL, false);
                 }
@@ -376,7 +384,7 @@ async fn drive(
             Ok(()) => link.lease_denied = None,
             Err(e) => match classify(&e) {
                 Failure::Denied(message) => link.lease_denied = Some(message),
-                Failure::Unreachable(_) => {
+                Failure::Unauthorized(_) | Failure::Unreachable(_) => {
                     report_failure(report, &e);
                     return (RETRY_INTERVAL, false);
                 }
@@ -418,8 +426,14 @@ fn due_in(last: Option<Instant>, every: Duration, now: Instant) -> Duration {
 fn report_failure(report: &mut Report, e: &Error) {
     match classify(e) {
         Failure::Denied(message) => {
-            report.connected = Observed::not(reason::FORBIDDEN, "cannot verify the provider's identity");
+            report.connected = Observed::not(
+                reason::FORBIDDEN,
+                format!("cannot verify the provider's identity: {message}"),
+            );
             report.permission_denied = Some(message);
+        }
+        Failure::Unauthorized(message) => {
+            report.connected = Observed::not(reason::UNAUTHORIZED, message);
         }
         Failure::Unreachable(message) => {
             report.connected = Observed::not(reason::PROVIDER_UNREACHABLE, message);
@@ -484,7 +498,10 @@ async fn load_kubeconfig(
 }
 
 /// A deleted Connection: wait for its bindings unless Orphan, release the Secret when it is
-/// the last user, then drop the finalizer. Nothing on the provider is touched.
+/// the last user, then drop the finalizer. Nothing on the provider is deleted. While bindings
+/// drain, the provider is still observed (identity, heartbeat), so `Connected` stays true to
+/// what the drains meet (a revoked credential is `Unauthorized`, not a stale `True`), and
+/// `Ready` says `DeletionBlocked` with the blocked binding's cause.
 async fn finalize(conn: &Connection, shared: &Shared) -> Result<Action, ReconcileError> {
     let name = conn.name_any();
     let consumer = shared.ctx.consumer.as_ref();
@@ -494,11 +511,14 @@ async fn finalize(conn: &Connection, shared: &Shared) -> Result<Action, Reconcil
     }
     if !is_orphan(conn) {
         let bindings = bindings_referencing(consumer, &name).await?;
-        if bindings > 0 {
+        if !bindings.is_empty() {
+            let mut report = Report::pending();
+            let requeue = observe(conn, shared, &mut report).await?;
             let now = Time(shared.ctx.clock.now());
-            let message = format!("waiting for {bindings} binding(s) of this Connection to drain");
-            write_status(consumer, conn, draining_status(conn, message, &now)).await?;
-            return Ok(Action::requeue(RETRY_INTERVAL));
+            write_status(consumer, conn, draining_status(conn, &report, &bindings, &now)).await?;
+            announce(conn, shared, Announced::from_report(&report)).await;
+            // Each binding's change or removal triggers a reconcile; this is only the backstop.
+            return Ok(Action::requeue(requeue.unwrap_or(RETRY_INTERVAL).min(RETRY_INTERVAL)));
         }
     }
     shared.forget(&name);
@@ -506,4 +526,66 @@ async fn finalize(conn: &Connection, shared: &Shared) -> Result<Action, Reconcil
     release_secret_if_last(consumer, conn).await?;
     remove_cleanup(consumer, &connection_resource(), None, &name).await?;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbind_api::consts::annotation;
+
+    #[test]
+    fn a_refused_credential_is_unauthorized_with_its_status_not_an_identity_or_permission_problem() {
+        let mut report = Report::pending();
+        report.secret_valid = Observed::ok("valid");
+        report_failure(
+            &mut report,
+            &Error::Unauthorized {
+                message: "token kbind-admin.0123 is not valid".into(),
+            },
+        );
+        assert_eq!(report.connected.reason, reason::UNAUTHORIZED);
+        assert!(
+            report.connected.message.contains("HTTP 401 Unauthorized"),
+            "{}",
+            report.connected.message
+        );
+        assert!(
+            report.connected.message.contains(annotation::DELETION_POLICY),
+            "says the way out"
+        );
+        assert!(
+            !report.connected.message.contains("kbind-admin"),
+            "never the server's text"
+        );
+        assert!(
+            !report.connected.message.contains("identity"),
+            "{}",
+            report.connected.message
+        );
+        assert_eq!(
+            report.permission_denied, None,
+            "a 401 refuses the credentials, not a verb"
+        );
+        let ready = report.ready();
+        assert_eq!((ready.holds(), ready.reason), (false, reason::UNAUTHORIZED));
+    }
+
+    #[test]
+    fn a_forbidden_identity_read_names_verb_resource_and_status() {
+        let mut report = Report::pending();
+        report_failure(
+            &mut report,
+            &Error::Forbidden {
+                verb: "get".into(),
+                resource: "namespaces".into(),
+                message: "User \"x\" cannot get".into(),
+            },
+        );
+        assert_eq!(report.connected.reason, reason::FORBIDDEN);
+        let denied = report.permission_denied.unwrap_or_default();
+        assert!(
+            denied.contains("get namespaces") && denied.contains("HTTP 403"),
+            "{denied}"
+        );
+    }
 }

@@ -10,6 +10,8 @@ use kbind_cluster::{ClusterClient, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
+use super::finalize::Waiting;
+
 /// Everything a reconcile learnt about one Connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
@@ -95,14 +97,34 @@ pub(crate) fn desired_status(conn: &Connection, report: &Report, now: &Time) -> 
     status
 }
 
-/// The status of a deleted Connection waiting for its bindings: Ready=False, DrainingBindings.
-pub(crate) fn draining_status(conn: &Connection, message: String, now: &Time) -> ConnectionStatus {
-    let mut status = conn.status.clone().unwrap_or_default();
+/// The status of a deleted Connection waiting for its bindings: what `report` observed of the
+/// provider, and Ready=False with `DeletionBlocked` (naming the first blocked binding and its
+/// cause) while a binding cannot drain, else `DrainingBindings`.
+pub(crate) fn draining_status(
+    conn: &Connection,
+    report: &Report,
+    bindings: &[Waiting],
+    now: &Time,
+) -> ConnectionStatus {
+    let mut status = desired_status(conn, report, now);
+    let ready = match bindings.iter().find_map(|b| Some((&b.binding, b.blocked.as_ref()?))) {
+        Some((binding, why)) => Observed::not(
+            reason::DELETION_BLOCKED,
+            format!(
+                "waiting for {} binding(s) of this Connection to drain; binding {binding} cannot: {why}",
+                bindings.len()
+            ),
+        ),
+        None => Observed::not(
+            reason::DRAINING_BINDINGS,
+            format!("waiting for {} binding(s) of this Connection to drain", bindings.len()),
+        ),
+    };
     let ready = conditions::new(
         condition::READY,
-        false,
-        reason::DRAINING_BINDINGS,
-        message,
+        ready.status,
+        ready.reason,
+        ready.message,
         conn.metadata.generation,
     );
     conditions::set(&mut status.conditions, ready, now);
@@ -158,6 +180,51 @@ mod tests {
 
     fn at(second: i64) -> Time {
         Time(Timestamp::from_second(second).unwrap())
+    }
+
+    fn waiting(binding: &str, blocked: Option<&str>) -> Waiting {
+        Waiting {
+            binding: binding.into(),
+            blocked: blocked.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_deleted_connection_says_which_binding_cannot_drain_and_why() {
+        let mut report = Report::pending();
+        report.secret_valid = Observed::ok("valid");
+        report.connected = Observed::not(
+            reason::UNAUTHORIZED,
+            "the provider refuses the credentials (HTTP 401 Unauthorized)",
+        );
+        let bindings = [
+            waiting("team-a/w", None),
+            waiting(
+                "acme",
+                Some("failed to read default/w1 on the provider (HTTP 401 Unauthorized)"),
+            ),
+        ];
+        let status = draining_status(&connection(), &report, &bindings, &at(1));
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "DeletionBlocked")
+        );
+        assert!(
+            ready.message.contains("2 binding(s)") && ready.message.contains("binding acme cannot"),
+            "{}",
+            ready.message
+        );
+        assert!(ready.message.contains("HTTP 401"), "{}", ready.message);
+        let connected = conditions::find(&status.conditions, condition::CONNECTED).unwrap();
+        assert_eq!(
+            connected.reason, "Unauthorized",
+            "Connected stays true to what the provider answers"
+        );
+
+        let status = draining_status(&connection(), &report, &[waiting("acme", None)], &at(2));
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!(ready.reason, "DrainingBindings");
     }
 
     #[test]

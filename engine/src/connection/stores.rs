@@ -111,6 +111,10 @@ pub struct ConsumerStores {
     pub connections: SharedStore<Connection>,
     /// The Secrets of the konnector's namespace (the kubeconfigs the engager connects with).
     pub secrets: SharedStore<DynamicObject>,
+    /// The names of Connections a binding of which is being deleted or went away, published by
+    /// the binding controllers from their watches: a deleted Connection waiting for its bindings
+    /// goes on its last binding's event, not on a requeue (issue 24 item 21).
+    pub binding_changes: broadcast::Sender<String>,
 }
 
 impl ConsumerStores {
@@ -122,6 +126,7 @@ impl ConsumerStores {
         let stores = Self {
             connections: SharedStore::new(connections),
             secrets: SharedStore::new(secret_writer.as_reader()),
+            binding_changes: broadcast::channel(FAN_OUT).0,
         };
         let conn_stream = reflector::reflector(
             conn_writer,

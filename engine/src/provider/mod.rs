@@ -342,11 +342,13 @@ impl Drop for DisengageAllOnDrop {
 
 /// The pinned identity of a Connection the provider should be engaged for, if any: a Ready
 /// one, or a deleted one still connected whose bindings drain (they need the provider to
-/// delete their copies; found on real clusters, where the disengage won that race).
+/// delete their copies; found on real clusters, where the disengage won that race), also while
+/// one of them is blocked (a refused verb on one copy must not stop the others).
 fn wanted_identity(conn: &Connection) -> Option<String> {
     let draining = conn.metadata.deletion_timestamp.is_some()
         && conditions::is_true(conn.conditions(), condition::CONNECTED)
-        && conditions::find(conn.conditions(), condition::READY).is_some_and(|c| c.reason == reason::DRAINING_BINDINGS);
+        && conditions::find(conn.conditions(), condition::READY)
+            .is_some_and(|c| c.reason == reason::DRAINING_BINDINGS || c.reason == reason::DELETION_BLOCKED);
     if !draining && !conditions::is_true(conn.conditions(), condition::READY) {
         return None;
     }

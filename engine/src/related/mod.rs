@@ -85,7 +85,7 @@ pub struct RelatedReport {
 #[derive(Debug, thiserror::Error)]
 pub enum RelatedError {
     /// Listing sources or copies failed.
-    #[error("failed to list {resource} on the {side}")]
+    #[error("failed to list {resource} on the {side} ({})", crate::cause::http_cause(.source))]
     ListFailed {
         /// Where.
         side: Side,
@@ -96,7 +96,7 @@ pub enum RelatedError {
         source: kbind_cluster::Error,
     },
     /// Reading one target failed.
-    #[error("failed to read {resource} {object} on the {side}")]
+    #[error("failed to read {resource} {object} on the {side} ({})", crate::cause::http_cause(.source))]
     ReadFailed {
         /// Where.
         side: Side,
@@ -109,7 +109,7 @@ pub enum RelatedError {
         source: kbind_cluster::Error,
     },
     /// Writing or deleting one copy failed.
-    #[error("failed to {step} {resource} {object} on the {side}")]
+    #[error("failed to {step} {resource} {object} on the {side} ({})", crate::cause::http_cause(.source))]
     WriteFailed {
         /// Where.
         side: Side,
@@ -123,6 +123,30 @@ pub enum RelatedError {
         #[source]
         source: kbind_cluster::Error,
     },
+}
+
+impl RelatedError {
+    /// The provider's answer, when a request to the provider failed.
+    pub fn provider_error(&self) -> Option<&kbind_cluster::Error> {
+        match self {
+            RelatedError::ListFailed {
+                side: Side::Provider,
+                source,
+                ..
+            }
+            | RelatedError::ReadFailed {
+                side: Side::Provider,
+                source,
+                ..
+            }
+            | RelatedError::WriteFailed {
+                side: Side::Provider,
+                source,
+                ..
+            } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// The resource of a related kind.

@@ -139,8 +139,8 @@ pub enum SyncError {
         #[source]
         source: kbind_cluster::Error,
     },
-    /// A provider read failed.
-    #[error("failed to read {object} on the provider")]
+    /// A provider read failed (the message carries the HTTP cause, never the server's text).
+    #[error("failed to read {object} on the provider ({})", crate::cause::http_cause(.source))]
     ProviderReadFailed {
         /// The provider object.
         object: ObjectKey,
@@ -148,8 +148,8 @@ pub enum SyncError {
         #[source]
         source: kbind_cluster::Error,
     },
-    /// A provider write failed.
-    #[error("failed to {step} {object} on the provider")]
+    /// A provider write failed (the message carries the HTTP cause, never the server's text).
+    #[error("failed to {step} {object} on the provider ({})", crate::cause::http_cause(.source))]
     ProviderWriteFailed {
         /// The step that failed.
         step: &'static str,
@@ -175,6 +175,16 @@ impl SyncError {
             | SyncError::ProviderReadFailed { source, .. }
             | SyncError::ProviderWriteFailed { source, .. } => Some(source),
             SyncError::ProviderUnavailable { .. } => None,
+        }
+    }
+
+    /// The provider's answer, when a provider read or write failed.
+    pub fn provider_error(&self) -> Option<&kbind_cluster::Error> {
+        match self {
+            SyncError::ProviderReadFailed { source, .. } | SyncError::ProviderWriteFailed { source, .. } => {
+                Some(source)
+            }
+            _ => None,
         }
     }
 

@@ -1,0 +1,91 @@
+//! The HTTP cause of a failed provider request, worded for conditions, Events and logs: the
+//! status code and the reason the code stands for (and, for a 403, the verb and resource the
+//! client asked for). Never the server's free text: a hostile or chatty server may echo what
+//! the request carried, and credentials never reach a message (DESIGN.md §5, §8.7).
+
+use kbind_cluster::Error;
+
+/// The longest server-chosen `reason` (a `Status.reason` of a 5xx) quoted as is.
+const MAX_REASON: usize = 64;
+
+/// `HTTP 401 Unauthorized`, `HTTP 403 Forbidden: may not delete widgets.example.org`, … or, when
+/// no HTTP answer came, what happened instead.
+pub(crate) fn http_cause(e: &Error) -> String {
+    let status = |code: u16, reason: &str| format!("HTTP {code} {reason}");
+    match e {
+        Error::Unauthorized { .. } => status(401, "Unauthorized"),
+        Error::Forbidden { verb, resource, .. } => format!("{}: may not {verb} {resource}", status(403, "Forbidden")),
+        Error::NotFound { .. } => status(404, "NotFound"),
+        Error::NotServed { .. } => {
+            "HTTP 404 without a Kubernetes Status (a proxy or ingress in front of the API server?)".into()
+        }
+        Error::AlreadyExists { .. } => status(409, "AlreadyExists"),
+        Error::Conflict { .. } => status(409, "Conflict"),
+        Error::Invalid { .. } => status(422, "Invalid"),
+        Error::Gone { .. } => status(410, "Gone"),
+        Error::BadRequest { .. } => status(400, "BadRequest"),
+        Error::MethodNotAllowed { .. } => status(405, "MethodNotAllowed"),
+        Error::TooManyRequests { .. } => status(429, "TooManyRequests"),
+        Error::Server { code, reason, .. } => {
+            // A Status reason is one CamelCase word; anything else is not quoted.
+            let word =
+                !reason.is_empty() && reason.len() <= MAX_REASON && reason.chars().all(|c| c.is_ascii_alphanumeric());
+            if word {
+                status(*code, reason)
+            } else {
+                format!("HTTP {code}")
+            }
+        }
+        Error::Transport(_) => "no HTTP answer: the provider cannot be reached (transport error)".into(),
+        Error::Timeout(_) => "no HTTP answer: the request timed out".into(),
+        Error::Decode(_) => "an answer that could not be decoded".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_names_code_and_reason_and_never_the_servers_text() {
+        let secret = "token-abc123";
+        let cases = [
+            (
+                Error::Unauthorized {
+                    message: format!("bad token {secret}"),
+                },
+                "HTTP 401 Unauthorized",
+            ),
+            (
+                Error::Forbidden {
+                    verb: "delete".into(),
+                    resource: "widgets.example.org".into(),
+                    message: format!("User {secret} cannot delete"),
+                },
+                "HTTP 403 Forbidden: may not delete widgets.example.org",
+            ),
+            (
+                Error::Server {
+                    code: 503,
+                    reason: "ServiceUnavailable".into(),
+                    message: secret.into(),
+                },
+                "HTTP 503 ServiceUnavailable",
+            ),
+            (
+                Error::Server {
+                    code: 500,
+                    reason: format!("echo {secret}"),
+                    message: String::new(),
+                },
+                "HTTP 500",
+            ),
+        ];
+        for (error, want) in cases {
+            let cause = http_cause(&error);
+            assert_eq!(cause, want);
+            assert!(!cause.contains(secret));
+        }
+        assert!(!http_cause(&Error::Transport(format!("dial https://{secret}@x"))).contains(secret));
+    }
+}

@@ -1,0 +1,251 @@
+//! Issue 24 item 18: the provider credential is revoked (every request answers 401) or may not
+//! delete (403), then the bundle is unbound. The drain cannot proceed, and says so: the binding
+//! is `Ready=False` with `DeletionBlocked` (`Forbidden` and `PermissionDenied=True` for a 403)
+//! and a message carrying the HTTP cause, the Connection's `Connected`/`Ready` name the refused
+//! credential, the log carries the status; nothing is deleted on either side (§8.1, §8.7 are
+//! checked after every step), and the Orphan escape hatch still releases everything at once.
+
+use crate::story;
+
+use futures::FutureExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, reason};
+use kbind_api::{Connection, conditions};
+use kbind_cluster::{ApiResource, ClusterClient};
+use kbind_scenarios::apis::{widgets, widgets_crd};
+use kbind_scenarios::{Credential, ProviderOpts, World, seed_from_env};
+use serde_json::json;
+use story::*;
+
+/// A world whose konnector writes to `acme` as ServiceAccount `kbind-konnector` bound to
+/// ClusterRole `cluster_role`; the ClusterBinding is Ready and widget `default/w1` has its copy.
+async fn bound_with_service_account(story: &str, seed: u64, cluster_role: &str) -> (World, Credential) {
+    let mut world = World::builder()
+        .seed(seed_from_env(seed))
+        .story(story)
+        .provider("acme", ProviderOpts::default())
+        .build()
+        .await;
+    world.install_provider_crd("acme", widgets_crd()).await;
+    let cred = world
+        .mint_service_account("acme", "kbind-konnector", cluster_role)
+        .await;
+    world.apply_bundle("acme", &cred, &[WIDGETS]).await;
+    world.start_konnector();
+    world
+        .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
+        .await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    (world, cred)
+}
+
+/// Condition `type_` of ClusterBinding `acme`.
+async fn binding_condition(w: &World, type_: &str) -> Option<Condition> {
+    cluster_binding(w, "acme")
+        .await
+        .and_then(|b| b.status)
+        .and_then(|s| conditions::find(&s.conditions, type_).cloned())
+}
+
+fn connection_condition(conn: &Connection, type_: &str) -> Option<Condition> {
+    conn.status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, type_).cloned())
+}
+
+/// Deletes the ClusterBinding and the Connection, as `kbind unbind` does.
+async fn unbind(world: &mut World) {
+    world.delete_on_consumer(&cluster_bindings(), None, "acme").await;
+    world.delete_on_consumer(&connections(), None, "acme").await;
+}
+
+/// Nothing was deleted: the consumer widget (finalizer held) and its provider copy are there,
+/// and the provider never saw a widget delete.
+async fn assert_nothing_deleted(world: &World) {
+    let mine = world.consumer_get(&widgets(), Some("default"), "w1").await;
+    assert!(mine.is_some(), "the consumer widget stays");
+    let copy = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    assert!(
+        copy.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        "the provider copy stays"
+    );
+    assert_eq!(
+        provider_widget_writes(world, "acme", "delete"),
+        0,
+        "no widget delete reached the provider"
+    );
+}
+
+/// The documented way out: Orphan on the binding and the Connection releases everything at
+/// once, and still deletes nothing on either side.
+async fn orphan_releases_everything(world: &mut World) {
+    let orphan = json!({"metadata": {"annotations": {annotation::DELETION_POLICY: DELETION_POLICY_ORPHAN}}});
+    patch_consumer(world, &cluster_bindings(), None, "acme", orphan.clone()).await;
+    patch_consumer(world, &connections(), None, "acme", orphan).await;
+    world
+        .run_until_async("the binding and the Connection are released", 30, |w| {
+            async move {
+                w.consumer_get(&cluster_bindings(), None, "acme").await.is_none()
+                    && w.consumer_get(&connections(), None, "acme").await.is_none()
+            }
+            .boxed()
+        })
+        .await;
+    world
+        .run_until_async("the widget's finalizer is released", 30, |w| {
+            async move {
+                w.consumer_get(&widgets(), Some("default"), "w1")
+                    .await
+                    .is_some_and(|o| o.metadata.finalizers.unwrap_or_default().is_empty())
+            }
+            .boxed()
+        })
+        .await;
+    assert_nothing_deleted(world).await;
+    assert!(
+        world.consumer_get(&crds(), None, WIDGETS).await.is_some(),
+        "the consumer CRD stays after an Orphan release"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoked_credential_blocks_the_unbind_with_the_401_and_orphan_still_lets_go() {
+    let story = "a_revoked_credential_blocks_the_unbind_with_the_401_and_orphan_still_lets_go";
+    let (mut world, cred) = bound_with_service_account(story, 2401, "cluster-admin").await;
+    world.revoke(&cred).await;
+    unbind(&mut world).await;
+
+    world
+        .run_until_async("the binding says DeletionBlocked with the 401", 60, |w| {
+            async move {
+                binding_condition(w, condition::READY).await.is_some_and(|c| {
+                    c.status == "False" && c.reason == reason::DELETION_BLOCKED && c.message.contains("401")
+                })
+            }
+            .boxed()
+        })
+        .await;
+    let conn = world
+        .run_until_connection(
+            "acme",
+            "Connected=False/Unauthorized and Ready=False/DeletionBlocked",
+            60,
+            |c| {
+                let connected = connection_condition(c, condition::CONNECTED);
+                let ready = connection_condition(c, condition::READY);
+                connected.is_some_and(|c| {
+                    c.status == "False" && c.reason == reason::UNAUTHORIZED && c.message.contains("401")
+                }) && ready.is_some_and(|c| {
+                    c.status == "False" && c.reason == reason::DELETION_BLOCKED && c.message.contains("401")
+                })
+            },
+        )
+        .await;
+    let ready = connection_condition(&conn, condition::READY).expect("the Connection has Ready");
+    assert!(
+        ready.message.contains(annotation::DELETION_POLICY),
+        "the Connection says what to do: {}",
+        ready.message
+    );
+    // A while later it still waits, and still loses nothing.
+    world.steps_for(40).await;
+    let still = binding_condition(&world, condition::READY)
+        .await
+        .expect("the binding has Ready");
+    assert_eq!(
+        still.reason,
+        reason::DELETION_BLOCKED,
+        "the binding still waits: {still:?}"
+    );
+    assert!(
+        still.message.contains("401"),
+        "the binding names the cause: {}",
+        still.message
+    );
+    assert_nothing_deleted(&world).await;
+    let log = world.log().text();
+    assert!(
+        log.lines().any(|l| l.contains("HTTP 401") && l.contains("acme")),
+        "a log line carries the HTTP status"
+    );
+
+    orphan_releases_everything(&mut world).await;
+}
+
+/// Credentials that may do everything but delete.
+async fn no_delete_role(world: &World) {
+    let role: kbind_cluster::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kbind-no-delete"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch"]}],
+    }))
+    .expect("a ClusterRole");
+    let res = ApiResource {
+        group: "rbac.authorization.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: "ClusterRole".into(),
+        plural: "clusterroles".into(),
+    };
+    world
+        .provider("acme")
+        .admin_client()
+        .create(&res, None, &role, &Default::default())
+        .await
+        .expect("creating the ClusterRole");
+}
+
+#[tokio::test(start_paused = true)]
+async fn credentials_that_may_not_delete_block_the_unbind_as_permission_denied() {
+    let story = "credentials_that_may_not_delete_block_the_unbind_as_permission_denied";
+    let mut world = World::builder()
+        .seed(seed_from_env(2403))
+        .story(story)
+        .provider("acme", ProviderOpts::default())
+        .build()
+        .await;
+    no_delete_role(&world).await;
+    world.install_provider_crd("acme", widgets_crd()).await;
+    let cred = world
+        .mint_service_account("acme", "kbind-konnector", "kbind-no-delete")
+        .await;
+    world.apply_bundle("acme", &cred, &[WIDGETS]).await;
+    world.start_konnector();
+    world
+        .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
+        .await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    unbind(&mut world).await;
+
+    world
+        .run_until_async("the binding says Forbidden with the 403", 60, |w| {
+            async move {
+                let ready = binding_condition(w, condition::READY).await;
+                let denied = binding_condition(w, condition::PERMISSION_DENIED).await;
+                ready.is_some_and(|c| c.status == "False" && c.reason == reason::FORBIDDEN && c.message.contains("403"))
+                    && denied.is_some_and(|c| {
+                        c.status == "True" && c.message.contains("delete") && c.message.contains(WIDGETS)
+                    })
+            }
+            .boxed()
+        })
+        .await;
+    world
+        .run_until_connection("acme", "Ready=False/DeletionBlocked naming the 403", 60, |c| {
+            connection_condition(c, condition::READY).is_some_and(|c| {
+                c.status == "False" && c.reason == reason::DELETION_BLOCKED && c.message.contains("403")
+            })
+        })
+        .await;
+    let mine = world.consumer_get(&widgets(), Some("default"), "w1").await;
+    assert!(mine.is_some(), "the consumer widget stays");
+    assert!(
+        world
+            .provider_get("acme", &widgets(), Some("default"), "w1")
+            .await
+            .is_some(),
+        "the provider copy stays"
+    );
+    orphan_releases_everything(&mut world).await;
+}
