@@ -6,7 +6,11 @@
 //! what any authenticated caller may do (measured with a bare ServiceAccount, not assumed).
 //! The Grant controller provisions (finalizer, status, the Export's status) and, when the Grant
 //! is deleted, revokes: the token stops working. The issuer and its controller run as a
-//! ServiceAccount holding exactly `issuer_rules()`, the least privilege the chart gives them.
+//! ServiceAccount holding exactly the issuer RBAC the chart renders with its default values.
+//! Tenant isolation on the same apiserver: an Export with cluster-scoped APIs and no
+//! `spec.clusterScopedSharing` issues nothing; namespaces the operator's rules refuse, one that
+//! existed before, and more than a bind may claim are refused with nothing created; a consumer
+//! cluster another identity bound is refused and keeps its Lease.
 //!
 //! Without the binaries the test prints one line and passes, unless `KBIND_REQUIRE_REAL_K8S=1`.
 
@@ -27,6 +31,8 @@ use kbind_cluster::{
     Patch, PatchParams, PostParams, WatchParams,
 };
 use kbind_testenv::{TestEnv, User};
+
+mod issuer_rbac_chart;
 use serde_json::{Value, json};
 
 const CONSUMER: &str = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
@@ -314,57 +320,42 @@ async fn try_for_real(
     }
 }
 
-/// A client acting as ServiceAccount `kbind-system/kbind-backend`, bound to exactly
-/// `kbind_backend::issuer::rbac::issuer_rules()`.
-async fn backend_client(admin: &dyn ClusterClient, admin_config: &kube::Config) -> Arc<dyn ClusterClient> {
-    let ns = "kbind-system";
+/// A client acting as the chart's controller ServiceAccount, holding exactly the issuer RBAC
+/// the chart renders with its default values (`issuer_chart.rs` pins it to `issuer_rbac()`).
+async fn backend_client(
+    admin: &dyn ClusterClient,
+    admin_config: &kube::Config,
+    helm: &std::path::Path,
+) -> Arc<dyn ClusterClient> {
+    let ns = issuer_rbac_chart::NAMESPACE;
+    let namespace = obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
     admin
-        .create(
-            &res("", "Namespace", "namespaces"),
-            None,
-            &obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
-            &PostParams::default(),
-        )
+        .create(&res("", "Namespace", "namespaces"), None, &namespace, &PostParams::default())
         .await
         .expect("the backend's namespace");
+    for doc in issuer_rbac_chart::issuer_objects(&issuer_rbac_chart::render(helm, &[])) {
+        let kind = doc["kind"].as_str().expect("a kind").to_string();
+        let (group, plural) = match kind.as_str() {
+            "Namespace" => ("", "namespaces"),
+            "ServiceAccount" => ("", "serviceaccounts"),
+            "ClusterRole" => ("rbac.authorization.k8s.io", "clusterroles"),
+            "ClusterRoleBinding" => ("rbac.authorization.k8s.io", "clusterrolebindings"),
+            "Role" => ("rbac.authorization.k8s.io", "roles"),
+            _ => ("rbac.authorization.k8s.io", "rolebindings"),
+        };
+        let object = obj(doc);
+        let namespace = object.metadata.namespace.clone();
+        admin
+            .create(&res(group, &kind, plural), namespace.as_deref(), &object, &PostParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("the chart's {kind}: {e}"));
+    }
     let sa = erase::<k8s_openapi::api::core::v1::ServiceAccount>();
-    admin
-        .create(
-            &sa,
-            Some(ns),
-            &obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kbind-backend", "namespace": ns}})),
-            &PostParams::default(),
-        )
-        .await
-        .expect("the backend's ServiceAccount");
-    let role = k8s_openapi::api::rbac::v1::ClusterRole {
-        metadata: kube::api::ObjectMeta {
-            name: Some("kbind-backend-issuer".into()),
-            ..Default::default()
-        },
-        rules: Some(kbind_backend::issuer::rbac::issuer_rules()),
-        aggregation_rule: None,
-    };
-    admin.create_typed(&role).await.expect("the issuer's ClusterRole");
-    admin
-        .create(
-            &erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(),
-            None,
-            &obj(json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": "kbind-backend-issuer"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kbind-backend-issuer"},
-                "subjects": [{"kind": "ServiceAccount", "name": "kbind-backend", "namespace": ns}],
-            })),
-            &PostParams::default(),
-        )
-        .await
-        .expect("the issuer's ClusterRoleBinding");
     let token = admin
         .create_subresource(
             &sa,
             Some(ns),
-            "kbind-backend",
+            issuer_rbac_chart::CONTROLLER,
             "token",
             &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
         )
@@ -376,11 +367,127 @@ async fn backend_client(admin: &dyn ClusterClient, admin_config: &kube::Config) 
     Arc::new(KubeClusterClient::from_config(token_config(admin_config, &token)).expect("backend client"))
 }
 
+/// Creates the Grant of `subject` for `export` on consumer `uid` and returns its name.
+async fn create_grant(admin: &dyn ClusterClient, subject: &str, export: &str, uid: &str, namespaces: &[&str]) -> String {
+    let name = grant_name(subject, export, uid);
+    let mut grant = Grant::new(
+        &name,
+        GrantSpec {
+            identity: GrantIdentity {
+                subject: subject.into(),
+                name: None,
+            },
+            export: export.into(),
+            consumer_cluster_uid: uid.into(),
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        },
+    );
+    grant.metadata.labels = Some([(LABEL_CONSUMER_CLUSTER_UID.to_string(), uid.to_string())].into());
+    admin.create_typed(&grant).await.expect("Grant");
+    name
+}
+
+/// The `Ready=False` condition the controller gives Grant `name`, waited for with a deadline.
+async fn refusal(admin: &dyn ClusterClient, name: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let grant = admin.get_typed::<Grant>(None, name).await.expect("the Grant");
+        let status = grant.status.unwrap_or_default();
+        if let Some(c) = kbind_api::conditions::find(&status.conditions, "Ready")
+            && c.status == "False"
+        {
+            return c.clone();
+        }
+        assert!(Instant::now() < deadline, "Grant {name} was never refused: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 24's isolation cases, through the controller running on the chart's issuer RBAC,
+/// while alice's Grant (consumer [`CONSUMER`], namespace [`CLAIMED`]) holds Lease `lease`.
+async fn isolation(admin: &dyn ClusterClient, lease: &str) {
+    let export = |name: &str, apis: &[&str]| {
+        Export::new(
+            name,
+            ExportSpec {
+                title: name.into(),
+                description: None,
+                icon: None,
+                docs: None,
+                apis: apis.iter().map(|n| BoundApiRef { name: n.to_string() }).collect(),
+                conflict_policy: Default::default(),
+                related_resources: vec![],
+                cluster_scoped_sharing: false,
+            },
+        )
+    };
+    admin
+        .create_typed(&export("private-gadgets", &["gadgets.example.org"]))
+        .await
+        .expect("Export");
+    admin
+        .create_typed(&export("plain", &["widgets.example.org"]))
+        .await
+        .expect("Export");
+    let sa = erase::<k8s_openapi::api::core::v1::ServiceAccount>();
+    let namespaces = res("", "Namespace", "namespaces");
+    let fresh = "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f";
+    let too_many: Vec<String> = (0..11).map(|i| format!("bulk-{i}")).collect();
+    let too_many: Vec<&str> = too_many.iter().map(String::as_str).collect();
+    let cases: [(&str, &str, &str, &[&str], &str); 5] = [
+        ("private-gadgets", "token:bob", fresh, &[], "ClusterScopedNotShared"),
+        ("plain", "token:bob", fresh, &["kube-future"], "NamespaceNotAllowed"),
+        ("plain", "token:carol", fresh, &[UNCLAIMED], "NamespaceNotClaimable"),
+        ("plain", "token:dave", fresh, &too_many, "TooManyNamespaces"),
+        ("plain", "token:mallory", CONSUMER, &["team-m"], "ConsumerClusterClaimed"),
+    ];
+    for (export, subject, uid, wanted, reason) in cases {
+        let name = create_grant(admin, subject, export, uid, wanted).await;
+        let c = refusal(admin, &name).await;
+        assert_eq!(c.reason, reason, "{subject} {export} {wanted:?}: {}", c.message);
+        // Nothing was issued: no ServiceAccount (so no token), no namespace claimed.
+        assert!(admin.get_opt(&sa, Some("kbind-grants"), &name).await.unwrap().is_none(), "{reason}");
+        for ns in wanted.iter().filter(|ns| **ns != UNCLAIMED) {
+            assert!(admin.get_opt(&namespaces, None, ns).await.unwrap().is_none(), "{reason}: {ns} was created");
+        }
+        admin
+            .delete(&erase::<Grant>(), None, &name, &DeleteParams::default())
+            .await
+            .expect("delete the refused Grant");
+    }
+    // The Export says why before anyone binds.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = admin.get_typed::<Export>(None, "private-gadgets").await.unwrap().status.unwrap_or_default();
+        if kbind_api::conditions::find(&status.conditions, "Ready").is_some_and(|c| c.reason == "ClusterScopedNotShared") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the Export never said ClusterScopedNotShared: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Mallory's refused Grant is revoked (its finalizer goes) without taking alice's Lease.
+    let mallorys = grant_name("token:mallory", "plain", CONSUMER);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin.get_opt(&erase::<Grant>(), None, &mallorys).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "mallory's refused Grant stays");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kept = admin
+        .get(&res("coordination.k8s.io", "Lease", "leases"), Some("kbind"), lease)
+        .await
+        .expect("alice's Lease is kept");
+    assert_eq!(
+        kept.metadata.annotations.unwrap_or_default().get("iam.kbind.io/claimed-by").map(String::as_str),
+        Some("token:alice")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     let Some(env) = TestEnv::start_or_skip(1).await.expect("kbind-testenv") else {
         return;
     };
+    let Some(helm) = issuer_rbac_chart::helm() else { return };
     let cluster = env.cluster(0);
     let admin_config = cluster.config(User::Admin).await.expect("admin config");
     let admin: Arc<dyn ClusterClient> =
@@ -476,8 +583,8 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     );
     admin.create_typed(&grant).await.expect("Grant");
 
-    // The issuer runs as a ServiceAccount holding exactly `issuer_rules()` (the chart's RBAC).
-    let backend = backend_client(admin.as_ref(), &admin_config).await;
+    // The issuer runs as a ServiceAccount holding exactly the chart's issuer RBAC.
+    let backend = backend_client(admin.as_ref(), &admin_config, &helm).await;
     let issuer = Arc::new(KubernetesIssuer::new(backend.clone(), Options::default()));
     issuer.check_provider().await.expect("a plain Kubernetes provider");
     // The Grant controller provisions it (finalizer, status) as in production.
@@ -688,6 +795,8 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         granted_seam.identity().await.expect("identity").uid,
         admin.identity().await.unwrap().uid
     );
+
+    isolation(admin.as_ref(), &lease).await;
 
     // Deleted: the controller revokes through the finalizer, then the Grant goes and the token
     // stops working.

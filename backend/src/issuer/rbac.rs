@@ -124,49 +124,71 @@ pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
 }
 
 /// What the issuer module itself (the Kubernetes issuer and its controllers) needs on the
-/// provider, for the chart's ClusterRole. `escalate` and `bind` on Roles and ClusterRoles let it
-/// grant what it does not hold (the exported resources); they make it as powerful as an admin
-/// of RBAC, which issuing credentials is. `backend/tests/real_rbac.rs` runs it on exactly these.
-pub fn issuer_rules() -> Vec<PolicyRule> {
+/// provider: the chart renders exactly this (`backend/tests/issuer_chart.rs` compares) and
+/// `backend/tests/real_rbac.rs` runs the issuer on the chart's rendering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IssuerRbac {
+    /// The ClusterRole. `escalate` and `bind` on Roles and ClusterRoles let it grant what it
+    /// does not hold (the exported resources); they make it as powerful as an admin of RBAC,
+    /// which issuing credentials is (the chart's `held` mode replaces them, see its values).
+    pub cluster: Vec<PolicyRule>,
+    /// The Role in the grants namespace: the Grants' ServiceAccounts and their tokens.
+    pub grants_namespace: Vec<PolicyRule>,
+    /// The Role in the lease namespace: the pre-created heartbeat Leases.
+    pub lease_namespace: Vec<PolicyRule>,
+}
+
+/// The rule granting `escalate` and `bind` (the chart's `escalate` mode).
+pub fn escalate_rule() -> PolicyRule {
+    plain_rule(&["rbac.authorization.k8s.io"], &["roles", "clusterroles"], &["escalate", "bind"])
+}
+
+fn plain_rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let r = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+    PolicyRule {
         api_groups: Some(s(groups)),
         resources: Some(s(resources)),
         verbs: s(verbs),
         resource_names: None,
         non_resource_urls: None,
-    };
-    vec![
-        // Claims (create; delete only a namespace this attempt created), kube-system (identity).
-        r(&[""], &["namespaces"], &["get", "create", "delete"]),
-        r(&[""], &["serviceaccounts"], &["get", "create", "patch", "delete"]),
-        r(&[""], &["serviceaccounts/token"], &["create"]),
-        r(&["coordination.k8s.io"], &["leases"], &["get", "create", "delete"]),
-        r(
-            &["rbac.authorization.k8s.io"],
-            &["roles", "rolebindings"],
-            &["list", "create", "patch", "delete"],
-        ),
-        r(
-            &["rbac.authorization.k8s.io"],
-            &["clusterroles", "clusterrolebindings"],
-            &["create", "patch", "delete"],
-        ),
-        r(
-            &["rbac.authorization.k8s.io"],
-            &["roles", "clusterroles"],
-            &["escalate", "bind"],
-        ),
-        r(
-            &["apiextensions.k8s.io"],
-            &["customresourcedefinitions"],
-            &["get", "list", "watch"],
-        ),
-        r(&["iam.kbind.io"], &["grants"], &["get", "list", "watch", "patch"]),
-        r(&["iam.kbind.io"], &["grants/status"], &["patch"]),
-        r(&["catalog.kbind.io"], &["exports"], &["get", "list", "watch"]),
-        r(&["catalog.kbind.io"], &["exports/status"], &["patch"]),
-    ]
+    }
+}
+
+/// The issuer's least privilege (see [`IssuerRbac`]).
+pub fn issuer_rbac() -> IssuerRbac {
+    let r = plain_rule;
+    IssuerRbac {
+        cluster: vec![
+            // Claims (create; list counts an identity's claims; delete only a namespace this
+            // attempt created), the grants and lease namespaces when missing, kube-system (identity).
+            r(&[""], &["namespaces"], &["get", "list", "create", "delete"]),
+            r(
+                &["rbac.authorization.k8s.io"],
+                &["roles", "rolebindings"],
+                &["list", "create", "patch", "delete"],
+            ),
+            r(
+                &["rbac.authorization.k8s.io"],
+                &["clusterroles", "clusterrolebindings"],
+                &["create", "patch", "delete"],
+            ),
+            escalate_rule(),
+            r(
+                &["apiextensions.k8s.io"],
+                &["customresourcedefinitions"],
+                &["get", "list", "watch"],
+            ),
+            r(&["iam.kbind.io"], &["grants"], &["get", "list", "watch", "patch"]),
+            r(&["iam.kbind.io"], &["grants/status"], &["patch"]),
+            r(&["catalog.kbind.io"], &["exports"], &["get", "list", "watch"]),
+            r(&["catalog.kbind.io"], &["exports/status"], &["patch"]),
+        ],
+        grants_namespace: vec![
+            r(&[""], &["serviceaccounts"], &["get", "create", "patch", "delete"]),
+            r(&[""], &["serviceaccounts/token"], &["create"]),
+        ],
+        lease_namespace: vec![r(&["coordination.k8s.io"], &["leases"], &["get", "create", "delete"])],
+    }
 }
 
 #[cfg(test)]
