@@ -764,6 +764,61 @@ async fn behind_a_trusted_proxy_the_client_cannot_pick_its_own_rate_limit_key() 
     assert_eq!(other.status, StatusCode::NOT_FOUND);
 }
 
+/// Reads until the server closes the connection; the deadline is far beyond any timeout.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream, which: &str) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(600), stream.read_to_end(&mut answer))
+        .await
+        .unwrap_or_else(|_| panic!("the server never closed the {which} connection"));
+    match read {
+        Ok(_) => {}
+        // A server that closed with unread bytes pending resets the connection: closed too.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("{which}: {e}"),
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_half_sent_request_is_closed_and_frees_its_connection_slot() {
+    use tokio::io::AsyncWriteExt as _;
+    let world = world().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = kbind_backend::gateway::ConnectionLimits {
+        header_read_timeout: Duration::from_secs(10),
+        max_connections: 1,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(kbind_backend::gateway::serve(
+        listener,
+        world.app.clone(),
+        limits,
+        stop.clone(),
+    ));
+    // A client that starts a request and never finishes its headers takes the only slot...
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: kbind\r\nX-Slow: ")
+        .await
+        .unwrap();
+    // ...so a whole request waits for it, and is answered once the header timeout closed it.
+    let mut whole = tokio::net::TcpStream::connect(addr).await.unwrap();
+    whole
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kbind\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut whole, "whole").await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    // By then the slow client's connection is gone: finishing its request now gets no answer.
+    // (Its write may already fail: the server closed the socket.)
+    let _ = slow.write_all(b"x\r\n\r\n").await;
+    let slow_answer = read_until_closed(&mut slow, "half-sent").await;
+    assert!(!slow_answer.contains("200 OK"), "{slow_answer}");
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn health_ui_and_unknown_routes() {
     let world = world().await;

@@ -13,6 +13,7 @@ mod http;
 mod metrics;
 mod pickup;
 mod ratelimit;
+mod serve;
 mod ui;
 
 use std::net::SocketAddr;
@@ -32,6 +33,7 @@ use crate::issuer::Issuer;
 pub use bundle::{Bundle, BundleFormat, bundle_objects};
 pub use error::GatewayError;
 pub use metrics::Metrics;
+pub use serve::{ConnectionLimits, serve};
 
 /// How long a pickup URL works after a bind (DESIGN.md §7).
 pub const PICKUP_TTL: Duration = Duration::from_secs(5 * 60);
@@ -90,6 +92,13 @@ pub struct Options {
     /// Largest request body accepted, in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers; an idle keep-alive connection
+    /// is closed after it too.
+    #[arg(long = "header-read-timeout", default_value = "30s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Connections served at once; beyond it new ones wait to be accepted.
+    #[arg(long = "max-connections", default_value_t = 1024)]
+    pub max_connections: usize,
 }
 
 /// `30s`, `5m`, `1h` or plain seconds.
@@ -146,6 +155,8 @@ pub struct Config {
     pub trusted_proxies: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// Header-read timeout and connection limit of [`serve`].
+    pub connections: ConnectionLimits,
     /// Namespace of the heartbeat Leases.
     pub lease_namespace: String,
 }
@@ -233,6 +244,10 @@ impl Config {
             },
             trusted_proxies: 0,
             max_body_bytes: 64 * 1024,
+            connections: ConnectionLimits {
+                header_read_timeout: Duration::from_secs(30),
+                max_connections: 1024,
+            },
             lease_namespace: kbind_api::consts::lease::NAMESPACE.to_string(),
         })
     }
@@ -292,6 +307,22 @@ impl Options {
             config.trusted_proxies = 1;
         }
         config.max_body_bytes = self.max_body_bytes;
+        if self.header_read_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                flag: "--header-read-timeout",
+                message: "must be longer than 0s".into(),
+            });
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Invalid {
+                flag: "--max-connections",
+                message: "must be at least 1".into(),
+            });
+        }
+        config.connections = ConnectionLimits {
+            header_read_timeout: self.header_read_timeout,
+            max_connections: self.max_connections,
+        };
         Ok(config)
     }
 }
