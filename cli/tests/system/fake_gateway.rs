@@ -31,6 +31,9 @@ pub struct Script {
     pub related: Vec<Value>,
     /// `METHOD path` of every request, in order.
     pub seen: Vec<String>,
+    /// When set, the gateway offers OIDC with itself as the issuer, whose discovery document
+    /// names this authorization endpoint.
+    pub authorization_endpoint: Option<String>,
 }
 
 /// A running fake gateway.
@@ -65,6 +68,8 @@ impl FakeGateway {
             .route(&format!("{}/{{name}}", path::GRANTS), delete(revoke))
             .route(path::BIND, post(bind))
             .route(&format!("{}/{{id}}", path::PICKUP), get(pickup))
+            .route("/.well-known/openid-configuration", get(discovery))
+            .route("/jwks", get(jwks))
             .layer(axum::middleware::from_fn_with_state(script.clone(), record))
             .with_state((script.clone(), url.clone()));
         let task = tokio::spawn(async move {
@@ -93,6 +98,11 @@ impl FakeGateway {
         self.script.lock().expect("lock").related = related;
     }
 
+    /// Offers OIDC sign-in at itself, sending browsers to `endpoint`.
+    pub fn offer_oidc(&self, endpoint: &str) {
+        self.script.lock().expect("lock").authorization_endpoint = Some(endpoint.into());
+    }
+
     /// Forgets the requests seen.
     pub fn forget(&self) {
         self.script.lock().expect("lock").seen.clear();
@@ -111,11 +121,28 @@ async fn record(
     next.run(request).await
 }
 
-async fn provider() -> Json<Value> {
+async fn provider(State((script, url)): State<Shared>) -> Json<Value> {
+    let method = match script.lock().expect("lock").authorization_endpoint {
+        Some(_) => json!({"type": "oidc", "issuerURL": url, "clientID": "kbind-cli"}),
+        None => json!({"type": "token"}),
+    };
     Json(
-        json!({"name": "evil", "providerURL": "https://provider.invalid", "authMethods": [{"type": "token"}],
+        json!({"name": "evil", "providerURL": "https://provider.invalid", "authMethods": [method],
         "issuer": "kubernetes", "version": "0"}),
     )
+}
+
+async fn discovery(State((script, url)): State<Shared>) -> Json<Value> {
+    let endpoint = script.lock().expect("lock").authorization_endpoint.clone();
+    Json(
+        json!({"issuer": url, "authorization_endpoint": endpoint, "token_endpoint": format!("{url}/token"),
+        "jwks_uri": format!("{url}/jwks"), "response_types_supported": ["code"],
+        "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["RS256"]}),
+    )
+}
+
+async fn jwks() -> Json<Value> {
+    Json(json!({"keys": []}))
 }
 
 async fn whoami() -> Json<Value> {

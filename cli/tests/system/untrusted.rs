@@ -504,3 +504,62 @@ async fn revoke_warns_to_unbind_first_and_unbind_after_a_revoke_says_to_use_orph
     check(&run, 0, "unbind --orphan");
     assert!(world.get("Connection", None, CONNECTION).await.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_hands_the_opener_only_https_and_keeps_to_the_pinned_issuer() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gateway = FakeGateway::start(Vec::new()).await;
+    gateway.offer_oidc("file:///etc/passwd?response_type=code");
+    let opened = dir.path().join("opened");
+    let browser = dir.path().join("browser.sh");
+    std::fs::write(&browser, format!("#!/bin/sh\necho \"$@\" >> {}\n", opened.display())).expect("script");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let login = |extra: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbind"));
+        command
+            .args(["login", &gateway.url])
+            .args(extra)
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("BROWSER", &browser)
+            .env_remove("KBIND_TOKEN")
+            .env_remove("KBIND_OIDC_ISSUER")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        command.spawn().expect("kbind starts")
+    };
+
+    let mut child = login(&[]);
+    let lines = Lines::default();
+    // Either it refuses (and exits) or it hands the URL to the "browser" and waits for a callback.
+    eventually("login to refuse or open a browser", &lines, async || {
+        assert!(
+            !opened.exists(),
+            "the opener was handed {:?}",
+            std::fs::read_to_string(&opened).unwrap_or_default()
+        );
+        child.try_wait().expect("poll").map(|_| ())
+    })
+    .await;
+    let output = child.wait_with_output().await.expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("only https") && stderr.contains("file://"), "{stderr}");
+    assert!(!opened.exists());
+
+    // Pinned to another issuer: refused before anything is fetched from the announced one.
+    gateway.forget();
+    let child = login(&["--oidc-issuer", "https://idp.example"]);
+    let output = child.wait_with_output().await.expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not at https://idp.example"), "{stderr}");
+    assert!(
+        !gateway.seen().iter().any(|r| r.contains("openid-configuration")),
+        "{:?}",
+        gateway.seen()
+    );
+}
