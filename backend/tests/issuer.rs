@@ -838,6 +838,25 @@ fn options_defaults_and_flags() {
     assert_eq!((o.grants_namespace.as_str(), o.lease_namespace.as_str()), ("g", "l"));
     assert_eq!(o.token_ttl, Duration::from_secs(30 * 86400));
     assert!(Cli::try_parse_from(["x", "--token-ttl", "1m"]).is_err());
+    assert_eq!(d.claimable_namespaces, ["*"]);
+    assert_eq!(d.unclaimable_namespaces, ["default", "kube-*", "kbind", "kbind-*", "openshift-*"]);
+    assert_eq!((d.max_namespaces_per_bind, d.namespace_quota), (10, 20));
+    let o = Cli::parse_from([
+        "x",
+        "--claimable-namespaces",
+        "{identity}-*,shared-*",
+        "--unclaimable-namespaces",
+        "prod",
+        "--max-namespaces-per-bind",
+        "3",
+        "--namespace-quota",
+        "5",
+    ])
+    .issuer;
+    assert_eq!(o.claimable_namespaces, ["{identity}-*", "shared-*"]);
+    assert_eq!(o.unclaimable_namespaces, ["prod"]);
+    assert_eq!((o.max_namespaces_per_bind, o.namespace_quota), (3, 5));
+    assert!(Cli::try_parse_from(["x", "--namespace-quota", "0"]).is_err());
 }
 
 #[tokio::test(start_paused = true)]

@@ -38,3 +38,45 @@ fn the_chart_renders_exactly_the_issuer_rbac_the_tests_exercise() {
     });
     assert_eq!(rules(&held, "ClusterRole", ISSUER), expected);
 }
+
+#[test]
+fn the_chart_passes_the_claim_rules_to_the_gateway_and_the_issuer() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        issuer: kbind_backend::issuer::Options,
+    }
+    let Some(helm) = helm() else { return };
+    let values = std::env::temp_dir().join(format!("kbind-claims-{}.yaml", std::process::id()));
+    std::fs::write(
+        &values,
+        "issuer:\n  claims:\n    claimable: [\"{identity}-*\", \"shared-*\"]\n    unclaimable: [prod, \"kube-*\"]\n    maxPerBind: 3\n    quota: 5\n",
+    )
+    .unwrap();
+    let rendered = render_with(&helm, &["--values", values.to_str().unwrap()]);
+    std::fs::remove_file(&values).unwrap();
+    for deployment in ["kbind-backend-gateway", "kbind-backend-controller"] {
+        let doc = rendered
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == deployment)
+            .unwrap_or_else(|| panic!("no Deployment {deployment}"));
+        let args: Vec<&str> = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str())
+            .filter(|a| a.starts_with("--grants-") || a.starts_with("--lease-") || a.contains("namespace"))
+            .collect();
+        let options = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{deployment}: {args:?}: {e}"))
+            .issuer;
+        assert_eq!(options.claimable_namespaces, ["{identity}-*", "shared-*"], "{deployment}");
+        assert_eq!(options.unclaimable_namespaces, ["prod", "kube-*"], "{deployment}");
+        assert_eq!((options.max_namespaces_per_bind, options.namespace_quota), (3, 5), "{deployment}");
+    }
+    // Unset: the binary's defaults, no flag rendered.
+    let plain = render(&helm, &[]);
+    let text = serde_json::to_string(&plain).unwrap();
+    assert!(!text.contains("claimable-namespaces") && !text.contains("namespace-quota"));
+}

@@ -24,13 +24,20 @@ pub const CONTROLLER: &str = "kbind-backend-controller";
 
 /// Every document `helm template` renders with `--set` values `sets`.
 pub fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
+    let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", *s]).collect();
+    render_with(helm, &args)
+}
+
+/// Every document `helm template` renders with extra arguments `args`.
+pub fn render_with(helm: &Path, args: &[&str]) -> Vec<Value> {
+    let sets = args;
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/charts/kbind-backend");
     let output = Command::new(helm)
         .arg("template")
         .arg(RELEASE)
         .arg(chart)
         .args(["--namespace", NAMESPACE])
-        .args(sets.iter().flat_map(|s| ["--set", *s]))
+        .args(sets)
         .output()
         .expect("run helm");
     assert!(

@@ -94,6 +94,20 @@ certificate unless consumers reach it through a certificate of another CA (then 
 {{- define "kbind-backend.issuerArgs" -}}
 - --grants-namespace={{ .Values.grantsNamespace.name }}
 - --lease-namespace={{ .Values.leaseNamespace.name }}
+{{- with .Values.issuer.claims }}
+{{- with .claimable }}
+- --claimable-namespaces={{ join "," . }}
+{{- end }}
+{{- with .unclaimable }}
+- --unclaimable-namespaces={{ join "," . }}
+{{- end }}
+{{- with .maxPerBind }}
+- --max-namespaces-per-bind={{ . }}
+{{- end }}
+{{- with .quota }}
+- --namespace-quota={{ . }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Refuses values that would install a backend that cannot work or is unsafe. */}}
