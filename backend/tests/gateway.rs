@@ -358,6 +358,92 @@ async fn an_issuer_refusal_deletes_the_grant_the_bind_created() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refused_bind_tried_again_gets_the_real_reason_not_grant_revoking() {
+    let world = world().await;
+    world
+        .controller
+        .claimed_elsewhere
+        .lock()
+        .unwrap()
+        .insert("contested".to_string());
+    let contested = json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["contested"]});
+    let name = grant_name("token:bob", "widgets", UID);
+    // The refused bind's Grant is still terminating (a finalizer the issuer has not removed
+    // yet) when the user tries again.
+    let hold = "test.kbind.io/hold";
+    let held: Grant = serde_json::from_value(json!({
+        "apiVersion": "iam.kbind.io/v1alpha1", "kind": "Grant",
+        "metadata": {"name": name, "finalizers": [hold]},
+        "spec": {"identity": {"subject": "token:bob"}, "export": "widgets", "consumerClusterUID": UID,
+            "namespaces": ["contested"]},
+    }))
+    .unwrap();
+    world.admin.create_typed(&held).await.unwrap();
+    world
+        .admin
+        .delete(&res_of::<Grant>(), None, &name, &Default::default())
+        .await
+        .unwrap();
+    let release = async {
+        // The issuer gets to it a second later.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let patch = json!({"metadata": {"finalizers": null}});
+        world
+            .admin
+            .patch(
+                &res_of::<Grant>(),
+                None,
+                &name,
+                &kbind_cluster::Patch::Merge(patch),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+    };
+    let (reply, ()) = tokio::join!(bind(&world.app, "bob-token", contested.clone()), release);
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    // And straight away once more: the undo of the refusal above does not answer for it.
+    let again = bind(&world.app, "bob-token", contested).await;
+    assert_eq!(again.error().reason, "NamespaceClaimed", "{}", again.text());
+    wait_gone(&world, &name).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_export_with_a_name_longer_than_a_label_value_binds() {
+    let world = world().await;
+    let long = format!("widgets-{}", "x".repeat(62));
+    create(
+        world.admin.as_ref(),
+        res_of::<kbind_api::Export>(),
+        None,
+        json!({
+            "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": long},
+            "spec": {"title": "Long", "apis": [{"name": "widgets.example.org"}]},
+        }),
+    )
+    .await;
+    let reply = bind(
+        &world.app,
+        "alice-token",
+        json!({"export": long, "consumerClusterUID": UID, "namespaces": ["team-a"]}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let grant: Grant = world
+        .admin
+        .get_typed(None, &grant_name("token:alice", &long, UID))
+        .await
+        .unwrap();
+    assert_eq!(grant.spec.export, long);
+    let labels = grant.metadata.labels.unwrap_or_default();
+    let label = &labels[kbind_api::consts::backend::LABEL_EXPORT];
+    assert!(label.len() <= 63 && label.starts_with("sha256-"), "{label}");
+    let pickup = pickup(&world.app, &pickup_path(&reply.json::<BindResponse>().pickup_url), None).await;
+    assert_eq!(pickup.status, StatusCode::OK, "{}", pickup.text());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_refused_rebind_leaves_the_working_grant_as_it_was() {
     let world = world().await;
     assert_eq!(

@@ -123,7 +123,7 @@ async fn run(
     state.inner.issuer.check_provider().await?;
 
     let name = grant_name(&caller.identity.subject, &request.export, &request.consumer_cluster_uid);
-    let upsert = upsert_grant(provider, &name, caller, &request).await?;
+    let upsert = upsert_grant(state, &name, caller, &request).await?;
     let outcome = async {
         wait_issued(state, &name).await?;
         store_pickup(state, &name, &request.konnector_namespace).await
@@ -324,13 +324,47 @@ async fn precheck_consumer(provider: &dyn ClusterClient, subject: &str, uid: &st
     Ok(())
 }
 
+/// A label value standing for `text`: itself when it fits a label value (63 characters), else
+/// `sha256-` and the first 40 hex digits of its digest (an object name may be 253 long).
+fn label_value(text: &str) -> String {
+    if text.len() <= 63 {
+        return text.to_string();
+    }
+    let hex: String = Sha256::digest(text.as_bytes())
+        .iter()
+        .take(20)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256-{hex}")
+}
+
+/// Waits until the terminating Grant `name` is gone, at most the bind timeout; past it the
+/// bind answers `GrantRevoking` (the issuer, which removes its finalizer, may not be running).
+async fn wait_deleted(state: &Gateway, name: &str) -> Result<(), GatewayError> {
+    let deadline = tokio::time::Instant::now() + state.config().bind_timeout;
+    let mut delay = Duration::from_millis(25);
+    loop {
+        let grant: Option<Grant> = state.provider().get_typed_opt(None, name).await?;
+        if grant.is_none_or(|g| g.metadata.deletion_timestamp.is_none()) {
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(GatewayError::GrantRevoking(name.to_string()));
+        }
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
 /// Creates the Grant, or updates an existing one's namespaces.
 async fn upsert_grant(
-    provider: &dyn ClusterClient,
+    state: &Gateway,
     name: &str,
     caller: &Caller,
     request: &Validated,
 ) -> Result<Upsert, GatewayError> {
+    let provider = state.provider();
     for _ in 0..WRITE_ATTEMPTS {
         match provider.get_typed_opt::<Grant>(None, name).await? {
             None => {
@@ -340,7 +374,7 @@ async fn upsert_grant(
                         labels: Some(
                             [
                                 (LABEL_GRANT.to_string(), name.to_string()),
-                                (LABEL_EXPORT.to_string(), request.export.clone()),
+                                (LABEL_EXPORT.to_string(), label_value(&request.export)),
                                 (
                                     LABEL_CONSUMER_CLUSTER_UID.to_string(),
                                     request.consumer_cluster_uid.clone(),
@@ -378,7 +412,10 @@ async fn upsert_grant(
             }
             Some(existing) => {
                 if existing.metadata.deletion_timestamp.is_some() {
-                    return Err(GatewayError::GrantRevoking(name.to_string()));
+                    // An earlier revoke, or the undo of a refused bind, is still running: once
+                    // it is done this bind starts afresh and gets its own answer, not ours.
+                    wait_deleted(state, name).await?;
+                    continue;
                 }
                 let mut current = existing.spec.namespaces.clone();
                 current.sort();

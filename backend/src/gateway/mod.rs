@@ -468,9 +468,20 @@ pub(crate) fn is_dns_label(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
-/// Whether `name` is an RFC 1123 DNS subdomain (object names).
+/// Whether `name` is a Kubernetes object name (a DNS-1123 subdomain as the API server checks
+/// it: at most 253 characters, dot-separated parts of lower-case letters, digits and '-' that
+/// start and end alphanumeric; unlike DNS, a part may be longer than 63).
 pub(crate) fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 253 && name.split('.').all(is_dns_label)
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 #[cfg(test)]
@@ -556,5 +567,9 @@ mod tests {
         assert!(!is_dns_label(&"a".repeat(64)));
         assert!(is_dns_subdomain("widgets.example.org"));
         assert!(!is_dns_subdomain("widgets..org"));
+        // What the API server accepts as an object name, the gateway accepts as an Export name.
+        assert!(is_dns_subdomain(&format!("widgets-{}", "x".repeat(62))));
+        assert!(!is_dns_subdomain(&"a".repeat(254)));
+        assert!(!is_dns_subdomain("widgets.-org"));
     }
 }
