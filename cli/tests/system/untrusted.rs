@@ -164,6 +164,9 @@ impl Consumer {
     }
 }
 
+/// Turns an honest bundle into a crafted one.
+type Craft = fn(Vec<Value>) -> Vec<Value>;
+
 fn check(run: &Run, code: i32, what: &str) {
     assert_eq!(
         run.code, code,
@@ -186,7 +189,7 @@ async fn a_bundle_that_differs_from_the_request_is_refused_whole_and_its_grant_r
     };
     let kube_system = |_| honest_bundle(&["team-a", "kube-system"]);
     let elsewhere = |_| honest_bundle(&["other"]);
-    let cases: [(&str, fn(Vec<Value>) -> Vec<Value>, &str); 4] = [
+    let cases: [(&str, Craft, &str); 4] = [
         (
             "a secretRef to kube-system/victim-secret",
             stolen,
