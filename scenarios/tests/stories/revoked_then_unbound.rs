@@ -20,6 +20,14 @@ use story::*;
 /// A world whose konnector writes to `acme` as ServiceAccount `kbind-konnector` bound to
 /// ClusterRole `cluster_role`; the ClusterBinding is Ready and widget `default/w1` has its copy.
 async fn bound_with_service_account(story: &str, seed: u64, cluster_role: &str) -> (World, Credential) {
+    let (mut world, cred) = bound_without_objects(story, seed, cluster_role).await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    (world, cred)
+}
+
+/// [`bound_with_service_account`] without any widget.
+async fn bound_without_objects(story: &str, seed: u64, cluster_role: &str) -> (World, Credential) {
     let mut world = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
@@ -35,8 +43,6 @@ async fn bound_with_service_account(story: &str, seed: u64, cluster_role: &str) 
     world
         .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
         .await;
-    create_widget(&world, "default", "w1", json!({"size": 1})).await;
-    wait_for_copy(&mut world, "acme", "default", "w1").await;
     (world, cred)
 }
 
@@ -248,4 +254,86 @@ async fn credentials_that_may_not_delete_block_the_unbind_as_permission_denied()
         "the provider copy stays"
     );
     orphan_releases_everything(&mut world).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoked_credential_blocks_removing_related_copies_with_the_401() {
+    let story = "a_revoked_credential_blocks_removing_related_copies_with_the_401";
+    let (mut world, cred) = bound_without_objects(story, 2402, "cluster-admin").await;
+    // Related copies go to the namespaces in use; this widget puts `default` in use, and its own
+    // Orphan annotation lets its drain pass without the provider, so the related copy is what
+    // the unbind waits for.
+    let mut w1 = kbind_scenarios::apis::widget("default", "w1", json!({"size": 1}));
+    w1.metadata.annotations = Some(
+        [(
+            annotation::DELETION_POLICY.to_string(),
+            DELETION_POLICY_ORPHAN.to_string(),
+        )]
+        .into(),
+    );
+    create_widget_object(&world, w1).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    let secret: kbind_cluster::DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db-creds", "namespace": "default"}, "stringData": {"password": "p"}}))
+    .expect("a Secret");
+    world
+        .consumer()
+        .admin_client()
+        .create(&secrets(), Some("default"), &secret, &Default::default())
+        .await
+        .expect("creating the consumer Secret");
+    patch_consumer(
+        &world,
+        &cluster_bindings(),
+        None,
+        "acme",
+        json!({"spec": {"relatedResources": [
+            {"group": "", "resource": "secrets", "direction": "FromConsumer", "selector": {"names": ["db-creds"]}},
+        ]}}),
+    )
+    .await;
+    world
+        .run_until_async("the related copy is on the provider", 60, |w| {
+            async move {
+                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
+                    .await
+                    .is_some()
+            }
+            .boxed()
+        })
+        .await;
+    world.revoke(&cred).await;
+    world.delete_on_consumer(&cluster_bindings(), None, "acme").await;
+    world
+        .run_until_async("the binding says DeletionBlocked with the 401", 60, |w| {
+            async move {
+                binding_condition(w, condition::READY).await.is_some_and(|c| {
+                    c.status == "False"
+                        && c.reason == reason::DELETION_BLOCKED
+                        && c.message.contains("related")
+                        && c.message.contains("401")
+                })
+            }
+            .boxed()
+        })
+        .await;
+    world.steps_for(30).await;
+    assert!(
+        world
+            .provider_get("acme", &secrets(), Some("default"), "db-creds")
+            .await
+            .is_some(),
+        "the related copy stays on the provider"
+    );
+    assert!(
+        world
+            .consumer_get(&secrets(), Some("default"), "db-creds")
+            .await
+            .is_some(),
+        "the consumer Secret stays"
+    );
+    assert!(
+        cluster_binding(&world, "acme").await.is_some(),
+        "the binding waits for its related copy"
+    );
 }
