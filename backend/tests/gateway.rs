@@ -568,10 +568,56 @@ async fn browser_sessions_must_echo_their_csrf_token() {
         builder.body(Body::empty()).unwrap()
     };
     assert_eq!(send(&world.app, revoke(None)).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(send(&world.app, revoke(Some("csrf-bob"))).await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoke_while_the_issuer_is_off_says_pending_until_it_ran() {
+    let world = world().await;
     assert_eq!(
-        send(&world.app, revoke(Some("csrf-bob"))).await.status,
-        StatusCode::ACCEPTED
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
     );
+    let World {
+        admin,
+        app,
+        controller,
+        clock,
+        ..
+    } = world;
+    drop(controller);
+    let name = grant_name("token:alice", "widgets", UID);
+    let revoke = || {
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{name}"),
+            Some("alice-token"),
+            None,
+        )
+    };
+    let reply = send(&app, revoke()).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text());
+    let answer: Value = reply.json();
+    assert_eq!(answer["state"], "pending", "{answer}");
+    assert_eq!(answer["revoking"], true, "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("keeps working") && message.contains("--issuer"),
+        "{message}"
+    );
+    // Asked again while the issuer is still off: still pending, never "revoked".
+    let again: Value = send(&app, revoke()).await.json();
+    assert_eq!(again["state"], "pending", "{again}");
+    // Once the issuer runs, the Grant goes and the credential with it.
+    let _controller = spawn_controller(admin.clone(), clock);
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while grant_names(admin.as_ref()).await.contains(&name) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the issuer removes the revoked grant");
+    assert_eq!(send(&app, revoke()).await.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test(start_paused = true)]
@@ -647,8 +693,17 @@ async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() 
         ),
     )
     .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text());
-    wait_gone(&world, &alices.name).await;
+    // The issuer (its double) runs: the answer waits for it and says the credential is dead.
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let answer: Value = reply.json();
+    assert_eq!(answer["state"], "revoked", "{answer}");
+    assert_eq!(answer["name"], alices.name.as_str(), "a GrantView as before: {answer}");
+    assert!(
+        grant_names(world.admin.as_ref())
+            .await
+            .iter()
+            .all(|n| n != &alices.name)
+    );
     let sa: Option<ServiceAccount> = world
         .admin
         .get_typed_opt(Some(GRANTS_NAMESPACE), &alices.name)

@@ -1,6 +1,8 @@
 //! The caller's own Grants: `GET /api/v1/grants` with each consumer's heartbeat age, and
-//! `DELETE /api/v1/grants/<name>`, which revokes (the issuer's finalizer does the work). Someone
-//! else's Grant is answered exactly like a missing one.
+//! `DELETE /api/v1/grants/<name>`, which revokes (the issuer's finalizer does the work) and says
+//! whether that work is done. Someone else's Grant is answered exactly like a missing one.
+
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -11,6 +13,7 @@ use kbind_api::service::{GrantList, GrantView};
 use kbind_api::{Grant, grant_name};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, ListParams, from_dynamic};
 use kube::api::Preconditions;
+use serde::Serialize;
 
 use super::http::{Authenticated, Writer};
 use super::{Gateway, GatewayError};
@@ -80,12 +83,37 @@ pub(crate) fn view(grant: &Grant, heartbeat_age_seconds: Option<i64>) -> GrantVi
     }
 }
 
-/// `DELETE /api/v1/grants/{name}`: 202 with the Grant being revoked.
+/// How long a revoke waits for the issuer to finish (its finalizer removes the credential and
+/// then the Grant goes) before answering that the revocation is still pending.
+const REVOKE_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether a revoked Grant's credential is gone.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RevokeState {
+    /// The issuer removed what it provisioned and the Grant is gone: the credential is dead.
+    Revoked,
+    /// The Grant is being deleted but the issuer has not run yet: the credential still works.
+    Pending,
+}
+
+/// The answer to `DELETE /api/v1/grants/<name>`: the Grant as last seen (a [`GrantView`], as
+/// before), plus `state` and a `message` saying what it means.
+#[derive(Serialize, Debug)]
+pub(crate) struct Revocation {
+    #[serde(flatten)]
+    grant: GrantView,
+    state: RevokeState,
+    message: String,
+}
+
+/// `DELETE /api/v1/grants/{name}`: 200 with `state: revoked` once the issuer finished, or 202
+/// with `state: pending` while the Grant still waits for it.
 pub(crate) async fn revoke(
     State(state): State<Gateway>,
     Writer(caller): Writer,
     Path(name): Path<String>,
-) -> Result<(StatusCode, Json<GrantView>), GatewayError> {
+) -> Result<(StatusCode, Json<Revocation>), GatewayError> {
     let provider = state.provider();
     let not_found = || GatewayError::GrantNotFound(name.clone());
     if !super::is_dns_label(&name) {
@@ -117,6 +145,49 @@ pub(crate) async fn revoke(
         Err(e) if e.is_not_found() => return Err(not_found()),
         Err(e) => return Err(e.into()),
     };
-    tracing::info!(grant = %name, "revoked by its owner");
-    Ok((StatusCode::ACCEPTED, Json(view(&after, None))))
+    let done = wait_gone(provider, &name, grant.metadata.uid.as_deref()).await?;
+    tracing::info!(grant = %name, done, "revoked by its owner");
+    let (status, state, message) = if done {
+        (
+            StatusCode::OK,
+            RevokeState::Revoked,
+            format!("grant {name} is revoked: its credential no longer works"),
+        )
+    } else {
+        (
+            StatusCode::ACCEPTED,
+            RevokeState::Pending,
+            format!(
+                "grant {name} is being revoked, but the issuer has not removed its credential yet: it keeps \
+                 working until the issuer runs (kbind-backend --issuer); the grant is listed until then"
+            ),
+        )
+    };
+    Ok((
+        status,
+        Json(Revocation {
+            grant: view(&after, None),
+            state,
+            message,
+        }),
+    ))
+}
+
+/// Whether the Grant `name` (of `uid`) is gone within [`REVOKE_WAIT`]: its finalizer, the
+/// issuer's revocation, has run.
+async fn wait_gone(provider: &dyn ClusterClient, name: &str, uid: Option<&str>) -> Result<bool, GatewayError> {
+    let deadline = tokio::time::Instant::now() + REVOKE_WAIT;
+    let mut delay = Duration::from_millis(25);
+    loop {
+        let grant: Option<Grant> = provider.get_typed_opt(None, name).await?;
+        if grant.is_none_or(|g| g.metadata.uid.as_deref() != uid) {
+            return Ok(true);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
 }
