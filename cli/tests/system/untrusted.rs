@@ -565,4 +565,29 @@ async fn login_hands_the_opener_only_https_and_keeps_to_the_pinned_issuer() {
         "{:?}",
         gateway.seen()
     );
+
+    // The last sign-in to this gateway was at another issuer: that one is expected by default.
+    let credentials = dir.path().join("config/kbind/credentials");
+    std::fs::create_dir_all(&credentials).expect("credentials folder");
+    let file: String = gateway
+        .url
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let cached = json!({"gateway": gateway.url, "token": "old", "subject": "oidc:x", "oidcIssuer": "https://idp.example",
+        "expiresAt": "2001-01-01T00:00:00Z"});
+    std::fs::write(credentials.join(format!("{file}.json")), cached.to_string()).expect("credential written");
+    let output = login(&[]).wait_with_output().await.expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not at https://idp.example") && stderr.contains("--oidc-issuer"),
+        "{stderr}"
+    );
 }
