@@ -532,6 +532,29 @@ async fn forbidden_credentials_report_permission_denied() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn refused_credentials_report_unauthorized_with_the_401() {
+    const REVOKED_TOKEN: &str = "provider-revoked-token-s3cret";
+    let world = World::new().await;
+    world
+        .create_secret("kbind", "acme", &token_kubeconfig(REVOKED_TOKEN))
+        .await;
+    world.create_connection("acme", "kbind", "acme", json!({})).await;
+    let conn = world.wait_condition("acme", "Connected", "False", "Unauthorized").await;
+    let connected = conditions::find(conn.conditions(), "Connected").unwrap();
+    assert!(connected.message.contains("HTTP 401"), "{}", connected.message);
+    let ready = conditions::find(conn.conditions(), "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Unauthorized")
+    );
+    assert!(
+        !conditions::is_true(conn.conditions(), "PermissionDenied"),
+        "a 401 refuses the credentials, not a verb"
+    );
+    assert!(!serde_json::to_string(&conn).unwrap().contains(REVOKED_TOKEN));
+}
+
+#[tokio::test(start_paused = true)]
 async fn shared_secret_is_released_by_the_last_connection() {
     let world = World::new().await;
     world
