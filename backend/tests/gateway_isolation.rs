@@ -26,7 +26,11 @@ async fn a_consumer_cluster_another_identity_bound_is_refused_with_409() {
     assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
     let error = reply.error();
     assert_eq!(error.reason, "ConsumerClusterClaimed");
-    assert!(error.message.contains(UID) && error.message.contains("another identity"), "{}", error.message);
+    assert!(
+        error.message.contains(UID) && error.message.contains("another identity"),
+        "{}",
+        error.message
+    );
     assert_nothing_created(&world, Some("team-b")).await;
     // Alice binds the same consumer again; Bob his own.
     let again = bind(&world.app, "alice-token", widgets_bind()).await;
@@ -68,7 +72,10 @@ async fn a_cluster_scoped_export_without_sharing_is_refused_and_the_catalog_says
         error.message
     );
     let grants = grant_names(world.admin.as_ref()).await;
-    assert!(!grants.contains(&grant_name("token:bob", "private-gadgets", UID)), "{grants:?}");
+    assert!(
+        !grants.contains(&grant_name("token:bob", "private-gadgets", UID)),
+        "{grants:?}"
+    );
 
     let catalog: Catalog = send(
         &world.app,

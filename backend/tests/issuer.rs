@@ -450,13 +450,17 @@ async fn a_namespace_claimed_by_another_identity_is_refused_and_nothing_is_creat
             .is_empty()
     );
     // kbind's own namespaces and the system ones are not claimable either, even before they exist.
-    for own in ["kbind", "kbind-grants", "kube-system", "kube-future", "default", "openshift-x"] {
+    for own in [
+        "kbind",
+        "kbind-grants",
+        "kube-system",
+        "kube-future",
+        "default",
+        "openshift-x",
+    ] {
         let g = grant("token:carol", "widgets", OTHER_CONSUMER, &[own]);
         let err = p.issuer.provision(&g, &widgets_export()).await.expect_err(own);
-        assert!(
-            matches!(err, IssueError::NamespaceNotAllowed { .. }),
-            "{own}: {err:?}"
-        );
+        assert!(matches!(err, IssueError::NamespaceNotAllowed { .. }), "{own}: {err:?}");
     }
     // Alice may use her namespace again for another consumer cluster.
     let alice2 = grant("token:alice", "widgets", OTHER_CONSUMER, &["team-a"]);
@@ -839,7 +843,10 @@ fn options_defaults_and_flags() {
     assert_eq!(o.token_ttl, Duration::from_secs(30 * 86400));
     assert!(Cli::try_parse_from(["x", "--token-ttl", "1m"]).is_err());
     assert_eq!(d.claimable_namespaces, ["*"]);
-    assert_eq!(d.unclaimable_namespaces, ["default", "kube-*", "kbind", "kbind-*", "openshift-*"]);
+    assert_eq!(
+        d.unclaimable_namespaces,
+        ["default", "kube-*", "kbind", "kbind-*", "openshift-*"]
+    );
     assert_eq!((d.max_namespaces_per_bind, d.namespace_quota), (10, 20));
     let o = Cli::parse_from([
         "x",
@@ -1012,7 +1019,10 @@ async fn a_cluster_scoped_export_is_not_issued_unless_it_opts_in_to_sharing() {
     eventually("Ready once shared", reason("AsExpected")).await;
     running.stop().await;
     let g = grant("token:alice", "gadgets", CONSUMER, &[]);
-    p.issuer.provision(&g, &shared(gadgets_only)).await.expect("shared by opt-in");
+    p.issuer
+        .provision(&g, &shared(gadgets_only))
+        .await
+        .expect("shared by opt-in");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1023,7 +1033,10 @@ async fn claims_follow_the_operators_patterns_per_bind_maximum_and_quota() {
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     let g = grant("token:mallory", "widgets", CONSUMER, &many);
     let err = p.issuer.provision(&g, &widgets_export()).await.expect_err("too many");
-    assert!(matches!(err, IssueError::TooManyNamespaces { max: 10, asked: 11 }), "{err:?}");
+    assert!(
+        matches!(err, IssueError::TooManyNamespaces { max: 10, asked: 11 }),
+        "{err:?}"
+    );
     assert!(!namespace_names(&p).await.contains("ns-0"), "nothing was claimed");
     // 20 per identity, counted over its Grants (other consumer clusters too).
     for (i, uid) in [CONSUMER, OTHER_CONSUMER].iter().enumerate() {
@@ -1035,7 +1048,14 @@ async fn claims_follow_the_operators_patterns_per_bind_maximum_and_quota() {
     let g = grant("token:mallory", "w3", CONSUMER, &["q0-0", "one-more"]);
     let err = p.issuer.provision(&g, &widgets_export()).await.expect_err("over quota");
     assert!(
-        matches!(err, IssueError::NamespaceQuotaExceeded { quota: 20, held: 20, adding: 1 }),
+        matches!(
+            err,
+            IssueError::NamespaceQuotaExceeded {
+                quota: 20,
+                held: 20,
+                adding: 1
+            }
+        ),
         "{err:?}"
     );
     assert!(!namespace_names(&p).await.contains("one-more"));
@@ -1043,13 +1063,30 @@ async fn claims_follow_the_operators_patterns_per_bind_maximum_and_quota() {
     let g = grant("token:mallory", "w3", CONSUMER, &["q0-0", "q1-9"]);
     p.issuer.provision(&g, &widgets_export()).await.expect("held ones");
     // Another identity has its own quota.
-    let g = grant("token:alice", "widgets", "11111111-2222-4333-8444-555555555555", &["alice-1"]);
-    p.issuer.provision(&g, &widgets_export()).await.expect("alice's own quota");
+    let g = grant(
+        "token:alice",
+        "widgets",
+        "11111111-2222-4333-8444-555555555555",
+        &["alice-1"],
+    );
+    p.issuer
+        .provision(&g, &widgets_export())
+        .await
+        .expect("alice's own quota");
 
     // A namespace that existed before any claim is never claimed, even by a pattern allowing it.
     admin_namespace(&p, "cert-manager").await;
-    let g = grant("token:alice", "widgets", "11111111-2222-4333-8444-555555555555", &["cert-manager"]);
-    let err = p.issuer.provision(&g, &widgets_export()).await.expect_err("pre-existing");
+    let g = grant(
+        "token:alice",
+        "widgets",
+        "11111111-2222-4333-8444-555555555555",
+        &["cert-manager"],
+    );
+    let err = p
+        .issuer
+        .provision(&g, &widgets_export())
+        .await
+        .expect_err("pre-existing");
     assert!(matches!(err, IssueError::NamespaceNotClaimable { .. }), "{err:?}");
 
     // The operator gives each identity a prefix and reserves platform names.
@@ -1067,16 +1104,31 @@ async fn claims_follow_the_operators_patterns_per_bind_maximum_and_quota() {
     for squat in ["prod", "monitoring", "team-a2"] {
         let g = grant("token:bob", "widgets", BOBS, &[squat]);
         let err = issuer.provision(&g, &widgets_export()).await.expect_err(squat);
-        assert!(matches!(&err, IssueError::NamespaceNotAllowed { namespace, .. } if namespace == squat), "{err:?}");
+        assert!(
+            matches!(&err, IssueError::NamespaceNotAllowed { namespace, .. } if namespace == squat),
+            "{err:?}"
+        );
         assert_eq!(err.reason(), "NamespaceNotAllowed");
     }
-    let err = issuer.precheck_namespaces("token:bob", &["prod".into()]).expect_err("the gateway's pre-check");
+    let err = issuer
+        .precheck_namespaces("token:bob", &["prod".into()])
+        .expect_err("the gateway's pre-check");
     assert!(err.to_string().contains(&format!("{prefix}-*")), "{err}");
     let g = grant("token:bob", "widgets", BOBS, &[&own(1), &own(2)]);
     issuer.provision(&g, &widgets_export()).await.expect("bob's prefix");
     let g = grant("token:bob", "gadgets", BOBS, &[&own(3), &own(4)]);
     let err = issuer.provision(&g, &widgets_export()).await.expect_err("quota 3");
-    assert!(matches!(err, IssueError::NamespaceQuotaExceeded { quota: 3, held: 2, adding: 2 }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            IssueError::NamespaceQuotaExceeded {
+                quota: 3,
+                held: 2,
+                adding: 2
+            }
+        ),
+        "{err:?}"
+    );
     // Alice cannot use Bob's prefix.
     let g = grant("token:alice", "widgets", CONSUMER, &[&own(5)]);
     assert!(matches!(
@@ -1094,7 +1146,12 @@ async fn a_consumer_cluster_bound_by_one_identity_is_refused_to_another_and_keep
     p.issuer.provision(&alice, &widgets_export()).await.expect("alice");
     let owned = p.admin.get(&leases(), Some("kbind"), &lease).await.unwrap();
     assert_eq!(
-        owned.metadata.annotations.unwrap_or_default().get("iam.kbind.io/claimed-by").map(String::as_str),
+        owned
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("iam.kbind.io/claimed-by")
+            .map(String::as_str),
         Some("token:alice")
     );
 
@@ -1102,10 +1159,16 @@ async fn a_consumer_cluster_bound_by_one_identity_is_refused_to_another_and_keep
     let bob = grant("token:bob", "widgets", CONSUMER, &["team-b"]);
     p.admin.create_typed(&bob).await.unwrap();
     let err = p.issuer.provision(&bob, &widgets_export()).await.expect_err("refused");
-    assert!(matches!(&err, IssueError::ConsumerClusterClaimed { uid } if uid == CONSUMER), "{err:?}");
+    assert!(
+        matches!(&err, IssueError::ConsumerClusterClaimed { uid } if uid == CONSUMER),
+        "{err:?}"
+    );
     assert_eq!(err.reason(), "ConsumerClusterClaimed");
     let bobs = bob.metadata.name.clone().unwrap();
-    assert!(issued_objects(&p, &bobs).await.is_empty(), "bob got no Role on alice's Lease");
+    assert!(
+        issued_objects(&p, &bobs).await.is_empty(),
+        "bob got no Role on alice's Lease"
+    );
     assert!(!namespace_names(&p).await.contains("team-b"));
     // Revoking Bob's refused Grant leaves Alice's Lease.
     p.admin
@@ -1113,14 +1176,24 @@ async fn a_consumer_cluster_bound_by_one_identity_is_refused_to_another_and_keep
         .await
         .unwrap();
     p.issuer.revoke(&bob).await.unwrap();
-    assert!(p.admin.get_opt(&leases(), Some("kbind"), &lease).await.unwrap().is_some());
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &lease)
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     // Without a Lease yet (Alice's Grant stored but not provisioned), her older Grant wins.
     let carol_uid = "22222222-3333-4444-8555-666666666666";
     let first = grant("token:carol", "widgets", carol_uid, &["team-c"]);
     p.admin.create_typed(&first).await.unwrap();
     let dave = grant("token:dave", "widgets", carol_uid, &["team-d"]);
-    let err = p.issuer.provision(&dave, &widgets_export()).await.expect_err("carol's first");
+    let err = p
+        .issuer
+        .provision(&dave, &widgets_export())
+        .await
+        .expect_err("carol's first");
     assert!(matches!(err, IssueError::ConsumerClusterClaimed { .. }), "{err:?}");
     p.issuer.provision(&first, &widgets_export()).await.expect("carol");
 }

@@ -19,7 +19,10 @@ fn the_chart_renders_exactly_the_issuer_rbac_the_tests_exercise() {
         rules(&rendered, "Role", &format!("{ISSUER}-serviceaccounts")),
         want.grants_namespace
     );
-    assert_eq!(rules(&rendered, "Role", &format!("{ISSUER}-leases")), want.lease_namespace);
+    assert_eq!(
+        rules(&rendered, "Role", &format!("{ISSUER}-leases")),
+        want.lease_namespace
+    );
     // unclaim() deletes the namespaces a refused attempt created.
     assert!(want.cluster[0].verbs.contains(&"delete".to_string()));
 
@@ -71,9 +74,17 @@ fn the_chart_passes_the_claim_rules_to_the_gateway_and_the_issuer() {
         let options = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
             .unwrap_or_else(|e| panic!("{deployment}: {args:?}: {e}"))
             .issuer;
-        assert_eq!(options.claimable_namespaces, ["{identity}-*", "shared-*"], "{deployment}");
+        assert_eq!(
+            options.claimable_namespaces,
+            ["{identity}-*", "shared-*"],
+            "{deployment}"
+        );
         assert_eq!(options.unclaimable_namespaces, ["prod", "kube-*"], "{deployment}");
-        assert_eq!((options.max_namespaces_per_bind, options.namespace_quota), (3, 5), "{deployment}");
+        assert_eq!(
+            (options.max_namespaces_per_bind, options.namespace_quota),
+            (3, 5),
+            "{deployment}"
+        );
     }
     // Unset: the binary's defaults, no flag rendered.
     let plain = render(&helm, &[]);

@@ -330,7 +330,12 @@ async fn backend_client(
     let ns = issuer_rbac_chart::NAMESPACE;
     let namespace = obj(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
     admin
-        .create(&res("", "Namespace", "namespaces"), None, &namespace, &PostParams::default())
+        .create(
+            &res("", "Namespace", "namespaces"),
+            None,
+            &namespace,
+            &PostParams::default(),
+        )
         .await
         .expect("the backend's namespace");
     for doc in issuer_rbac_chart::issuer_objects(&issuer_rbac_chart::render(helm, &[])) {
@@ -346,7 +351,12 @@ async fn backend_client(
         let object = obj(doc);
         let namespace = object.metadata.namespace.clone();
         admin
-            .create(&res(group, &kind, plural), namespace.as_deref(), &object, &PostParams::default())
+            .create(
+                &res(group, &kind, plural),
+                namespace.as_deref(),
+                &object,
+                &PostParams::default(),
+            )
             .await
             .unwrap_or_else(|e| panic!("the chart's {kind}: {e}"));
     }
@@ -368,7 +378,13 @@ async fn backend_client(
 }
 
 /// Creates the Grant of `subject` for `export` on consumer `uid` and returns its name.
-async fn create_grant(admin: &dyn ClusterClient, subject: &str, export: &str, uid: &str, namespaces: &[&str]) -> String {
+async fn create_grant(
+    admin: &dyn ClusterClient,
+    subject: &str,
+    export: &str,
+    uid: &str,
+    namespaces: &[&str],
+) -> String {
     let name = grant_name(subject, export, uid);
     let mut grant = Grant::new(
         &name,
@@ -439,16 +455,28 @@ async fn isolation(admin: &dyn ClusterClient, lease: &str) {
         ("plain", "token:bob", fresh, &["kube-future"], "NamespaceNotAllowed"),
         ("plain", "token:carol", fresh, &[UNCLAIMED], "NamespaceNotClaimable"),
         ("plain", "token:dave", fresh, &too_many, "TooManyNamespaces"),
-        ("plain", "token:mallory", CONSUMER, &["team-m"], "ConsumerClusterClaimed"),
+        (
+            "plain",
+            "token:mallory",
+            CONSUMER,
+            &["team-m"],
+            "ConsumerClusterClaimed",
+        ),
     ];
     for (export, subject, uid, wanted, reason) in cases {
         let name = create_grant(admin, subject, export, uid, wanted).await;
         let c = refusal(admin, &name).await;
         assert_eq!(c.reason, reason, "{subject} {export} {wanted:?}: {}", c.message);
         // Nothing was issued: no ServiceAccount (so no token), no namespace claimed.
-        assert!(admin.get_opt(&sa, Some("kbind-grants"), &name).await.unwrap().is_none(), "{reason}");
+        assert!(
+            admin.get_opt(&sa, Some("kbind-grants"), &name).await.unwrap().is_none(),
+            "{reason}"
+        );
         for ns in wanted.iter().filter(|ns| **ns != UNCLAIMED) {
-            assert!(admin.get_opt(&namespaces, None, ns).await.unwrap().is_none(), "{reason}: {ns} was created");
+            assert!(
+                admin.get_opt(&namespaces, None, ns).await.unwrap().is_none(),
+                "{reason}: {ns} was created"
+            );
         }
         admin
             .delete(&erase::<Grant>(), None, &name, &DeleteParams::default())
@@ -458,17 +486,32 @@ async fn isolation(admin: &dyn ClusterClient, lease: &str) {
     // The Export says why before anyone binds.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status = admin.get_typed::<Export>(None, "private-gadgets").await.unwrap().status.unwrap_or_default();
-        if kbind_api::conditions::find(&status.conditions, "Ready").is_some_and(|c| c.reason == "ClusterScopedNotShared") {
+        let status = admin
+            .get_typed::<Export>(None, "private-gadgets")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if kbind_api::conditions::find(&status.conditions, "Ready")
+            .is_some_and(|c| c.reason == "ClusterScopedNotShared")
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "the Export never said ClusterScopedNotShared: {status:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the Export never said ClusterScopedNotShared: {status:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Mallory's refused Grant is revoked (its finalizer goes) without taking alice's Lease.
     let mallorys = grant_name("token:mallory", "plain", CONSUMER);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while admin.get_opt(&erase::<Grant>(), None, &mallorys).await.unwrap().is_some() {
+    while admin
+        .get_opt(&erase::<Grant>(), None, &mallorys)
+        .await
+        .unwrap()
+        .is_some()
+    {
         assert!(Instant::now() < deadline, "mallory's refused Grant stays");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -477,7 +520,11 @@ async fn isolation(admin: &dyn ClusterClient, lease: &str) {
         .await
         .expect("alice's Lease is kept");
     assert_eq!(
-        kept.metadata.annotations.unwrap_or_default().get("iam.kbind.io/claimed-by").map(String::as_str),
+        kept.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("iam.kbind.io/claimed-by")
+            .map(String::as_str),
         Some("token:alice")
     );
 }

@@ -142,7 +142,11 @@ impl Policy<'_> {
             if !claimable.iter().any(|p| matches(p, ns)) {
                 return Err(refused(format!(
                     "your namespaces must match {}",
-                    claimable.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>().join(" or ")
+                    claimable
+                        .iter()
+                        .map(|p| format!("{p:?}"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
                 )));
             }
         }

@@ -267,10 +267,17 @@ impl KubernetesIssuer {
             .client
             .get_opt(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
             .await?;
-        if lease.as_ref().and_then(lease_owner).is_some_and(|owner| owner != subject) {
+        if lease
+            .as_ref()
+            .and_then(lease_owner)
+            .is_some_and(|owner| owner != subject)
+        {
             return Err(refused());
         }
-        let ours = (grant.metadata.creation_timestamp.as_ref().map(|t| t.0), names.grant.as_str());
+        let ours = (
+            grant.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            names.grant.as_str(),
+        );
         let grants = match self.client.list(&erase::<Grant>(), None, &ListParams::default()).await {
             Ok(list) => list.items,
             // Grants not served: no Grant of anyone names this consumer.

@@ -140,7 +140,11 @@ pub struct IssuerRbac {
 
 /// The rule granting `escalate` and `bind` (the chart's `escalate` mode).
 pub fn escalate_rule() -> PolicyRule {
-    plain_rule(&["rbac.authorization.k8s.io"], &["roles", "clusterroles"], &["escalate", "bind"])
+    plain_rule(
+        &["rbac.authorization.k8s.io"],
+        &["roles", "clusterroles"],
+        &["escalate", "bind"],
+    )
 }
 
 fn plain_rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {

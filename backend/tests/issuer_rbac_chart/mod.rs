@@ -67,7 +67,12 @@ pub fn rules(documents: &[Value], kind: &str, name: &str) -> Vec<PolicyRule> {
 /// ClusterRole, Roles and their bindings, in an order an apiserver accepts.
 pub fn issuer_objects(documents: &[Value]) -> Vec<Value> {
     let mut out: Vec<Value> = documents.iter().filter(|d| d["kind"] == "Namespace").cloned().collect();
-    out.extend(documents.iter().filter(|d| is(d, "ServiceAccount", CONTROLLER)).cloned());
+    out.extend(
+        documents
+            .iter()
+            .filter(|d| is(d, "ServiceAccount", CONTROLLER))
+            .cloned(),
+    );
     for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
         out.extend(
             documents
