@@ -191,15 +191,7 @@ impl GrantUndo<'_> {
                 Err(r) => format!("revoking Grant {grant} failed too ({r}); run `kbind revoke {grant}`"),
             }
         };
-        let text = format!("{e}; {note}");
-        match e {
-            CliError::Usage(_) => CliError::Usage(text),
-            CliError::Unauthorized(_) => CliError::Unauthorized(text),
-            CliError::Timeout(_) => CliError::Timeout(text),
-            CliError::Refused(_) => CliError::Refused(text),
-            CliError::ConsumerRefused(_) => CliError::ConsumerRefused(text),
-            CliError::Failed(_) => CliError::Failed(text),
-        }
+        e.noted(&note)
     }
 }
 
@@ -238,12 +230,7 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
         let grant = grant.map_or_else(String::new, |g| {
             format!("; Grant {g} stays on the provider: `kbind revoke {g}` or revoke it in the web UI")
         });
-        let text = format!("{e}; the pickup URL is used up, get a new one to try again{grant}");
-        match e {
-            CliError::Usage(_) => CliError::Usage(text),
-            CliError::ConsumerRefused(_) => CliError::ConsumerRefused(text),
-            _ => CliError::Failed(text),
-        }
+        e.noted(&format!("the pickup URL is used up, get a new one to try again{grant}"))
     };
     let grant_of = |objects: &[Value]| {
         objects

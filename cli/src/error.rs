@@ -56,6 +56,18 @@ impl CliError {
         }
     }
 
+    /// The same failure (and exit code) with `note` after its message.
+    pub fn noted(self, note: &str) -> Self {
+        match self {
+            CliError::Usage(m) => CliError::Usage(format!("{m}; {note}")),
+            CliError::Unauthorized(m) => CliError::Unauthorized(format!("{m}; {note}")),
+            CliError::Timeout(m) => CliError::Timeout(format!("{m}; {note}")),
+            CliError::Refused(m) => CliError::Refused(format!("{m}; {note}")),
+            CliError::ConsumerRefused(m) => CliError::ConsumerRefused(format!("{m}; {note}")),
+            CliError::Failed(m) => CliError::Failed(format!("{m}; {note}")),
+        }
+    }
+
     /// A failure with `context` before the cause.
     pub fn failed(context: &str, cause: impl std::fmt::Display) -> Self {
         CliError::Failed(format!("{context}: {cause}"))

@@ -334,3 +334,31 @@ async fn find_connection(client: &dyn ClusterClient, target: &str) -> Result<Val
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(condition: Value) -> Value {
+        json!({"status": {"conditions": [condition]}})
+    }
+
+    #[test]
+    fn a_refused_credential_is_recognised_in_old_and_new_conditions() {
+        let new = with(json!({"type": "Connected", "status": "False", "reason": "Unauthorized",
+            "message": "the provider refuses the credentials (HTTP 401)"}));
+        assert!(credential_refused(&new).is_some_and(|w| w.contains("Unauthorized")));
+        let old = with(
+            json!({"type": "PermissionDenied", "status": "True", "reason": "Forbidden",
+            "message": "the provider did not accept the credentials (401 Unauthorized)"}),
+        );
+        assert!(credential_refused(&old).is_some());
+        let fine = with(json!({"type": "Connected", "status": "True", "reason": "AsExpected", "message": ""}));
+        assert!(credential_refused(&fine).is_none());
+        let unreachable = with(
+            json!({"type": "Connected", "status": "False", "reason": "ProviderUnreachable",
+            "message": "the provider cannot be reached"}),
+        );
+        assert!(credential_refused(&unreachable).is_none());
+    }
+}
