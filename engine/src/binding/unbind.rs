@@ -145,14 +145,16 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             source,
             ..
         }) if source.is_forbidden() && view.spec.related_resources.is_empty() => return Ok(None),
+        Ok(removed) => removed,
         // The provider refused or failed: say why instead of failing the reconcile silently.
-        Err(e) if e.provider_error().is_some() => {
-            let cause = e.provider_error().cloned().unwrap_or(Error::Decode(String::new()));
-            let why = refused(view, String::new(), connection, &e.to_string(), &cause);
+        Err(e) => {
+            let Some(cause) = e.provider_error() else {
+                return Err(e.into());
+            };
+            let why = refused(view, String::new(), connection, &e.to_string(), cause);
             report_blocked(view, shared, &[why]).await?;
             return Ok(Some(Action::requeue(REPORT_INTERVAL)));
         }
-        removed => removed?,
     };
     if removed {
         return Ok(None);

@@ -164,8 +164,7 @@ enum Failure {
 fn classify(e: &Error) -> Failure {
     match e {
         Error::Forbidden { verb, resource, .. } => Failure::Denied(format!(
-            "the provider credentials may not {verb} {resource} ({})",
-            crate::cause::http_cause(e)
+            "the provider credentials may not {verb} {resource} (HTTP 403 Forbidden)"
         )),
         Error::Unauthorized { .. } => Failure::Unauthorized(format!(
             "the provider refuses the credentials ({}); they were revoked or have expired. Nothing is deleted \
