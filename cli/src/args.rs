@@ -14,7 +14,8 @@ Exit codes:
   3  not logged in, or the gateway did not accept the credential (run `kbind login`)
   4  timed out waiting (--timeout)
   5  refused by the gateway (unknown Export, claimed namespace, used pickup URL, ...)
-  6  refused on the consumer: no konnector runs there, or the bundle carries a kind kbind does not apply";
+  6  refused on the consumer: no konnector runs there, a namespace is missing, or the bundle does not
+     match the request or would overwrite another Grant's objects (nothing applied)";
 
 /// Bind APIs offered by a kbind provider into this cluster.
 #[derive(Parser, Debug)]

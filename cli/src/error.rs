@@ -15,8 +15,9 @@ pub mod exit {
     pub const TIMEOUT: i32 = 4;
     /// The gateway refused the request (unknown Export, claimed namespace, used pickup, …).
     pub const REFUSED: i32 = 5;
-    /// The consumer cannot take the bundle: no konnector runs there, or the bundle carries a kind
-    /// `kbind` does not apply. Nothing was applied.
+    /// The consumer cannot take the bundle: no konnector runs there, a namespace is missing, or
+    /// the bundle does not match the request or would overwrite another Grant's objects.
+    /// Nothing was applied.
     pub const CONSUMER_REFUSED: i32 = 6;
 }
 
