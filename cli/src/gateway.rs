@@ -56,7 +56,7 @@ impl Gateway {
     /// `POST /api/v1/bind`.
     pub async fn bind(&self, request: &BindRequest) -> Result<BindResponse> {
         let req = self.authed(self.http.post(format!("{}{}", self.base, path::BIND)).json(request));
-        decode(send(req, &self.base).await?).await
+        decode(send(req, &self.base).await?, &self.base).await
     }
 
     /// `DELETE /api/v1/grants/<name>`.
@@ -66,13 +66,13 @@ impl Gateway {
         if response.status().is_success() {
             Ok(())
         } else {
-            Err(api_error(response).await)
+            Err(api_error(response, &self.base).await)
         }
     }
 
     async fn get_json<T: DeserializeOwned>(&self, p: &str) -> Result<T> {
         let req = self.authed(self.http.get(format!("{}{p}", self.base)));
-        decode(send(req, &self.base).await?).await
+        decode(send(req, &self.base).await?, &self.base).await
     }
 
     fn authed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -95,7 +95,7 @@ pub async fn pickup(url: &str) -> Result<Vec<Value>> {
         .build()
         .map_err(|e| CliError::failed("cannot build an HTTP client", e))?;
     let req = http.get(parsed).header(reqwest::header::ACCEPT, "application/json");
-    let list: Value = decode(send(req, &origin).await?).await?;
+    let list: Value = decode(send(req, &origin).await?, &origin).await?;
     match list.get("items").and_then(Value::as_array) {
         Some(items) => Ok(items.clone()),
         None => Err(CliError::Failed(
@@ -114,9 +114,10 @@ async fn send(req: reqwest::RequestBuilder, base: &str) -> Result<reqwest::Respo
     })
 }
 
-async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T> {
+/// `gateway`: the gateway's URL (an origin for a pickup, whose URL is a capability), for messages.
+async fn decode<T: DeserializeOwned>(response: reqwest::Response, gateway: &str) -> Result<T> {
     if !response.status().is_success() {
-        return Err(api_error(response).await);
+        return Err(api_error(response, gateway).await);
     }
     let bytes = response
         .bytes()
@@ -130,7 +131,7 @@ async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T> {
     })
 }
 
-async fn api_error(response: reqwest::Response) -> CliError {
+async fn api_error(response: reqwest::Response, gateway: &str) -> CliError {
     let status = response.status().as_u16();
     let body = response.bytes().await.unwrap_or_default();
     let error: ApiError = serde_json::from_slice(&body).unwrap_or(ApiError {
@@ -138,16 +139,16 @@ async fn api_error(response: reqwest::Response) -> CliError {
         reason: "Unknown".into(),
         message: format!("the gateway answered HTTP {status} without a kbind error body; is the URL a kbind gateway?"),
     });
-    map_api_error(&error)
+    map_api_error(&error, gateway)
 }
 
-/// The CLI error for a gateway error: its exit code and what to do next.
-pub fn map_api_error(error: &ApiError) -> CliError {
+/// The CLI error for an error of the gateway at `gateway`: its exit code and what to do next.
+pub fn map_api_error(error: &ApiError, gateway: &str) -> CliError {
     let message = &error.message;
     let reason = &error.reason;
     match (error.code, reason.as_str()) {
         (401, _) => CliError::Unauthorized(format!(
-            "the gateway did not accept your credential ({message}); run `kbind login <gateway-url>` again"
+            "the gateway at {gateway} did not accept your credential ({message}); run `kbind login {gateway}` again"
         )),
         (403, _) => CliError::Unauthorized(format!("the gateway refused access: {message}")),
         (_, "PickupGone") => CliError::Refused(format!(
@@ -173,15 +174,18 @@ mod tests {
 
     #[test]
     fn gateway_errors_map_to_documented_exit_codes() {
-        assert_eq!(map_api_error(&api(401, "Unauthenticated")).exit_code(), 3);
-        assert_eq!(map_api_error(&api(404, "ExportNotFound")).exit_code(), 5);
-        assert_eq!(map_api_error(&api(409, "NamespaceClaimed")).exit_code(), 5);
-        assert_eq!(map_api_error(&api(410, "PickupGone")).exit_code(), 5);
-        assert_eq!(map_api_error(&api(502, "ProviderError")).exit_code(), 1);
+        assert_eq!(map_api_error(&api(401, "Unauthenticated"), "http://gw").exit_code(), 3);
+        assert_eq!(map_api_error(&api(404, "ExportNotFound"), "http://gw").exit_code(), 5);
+        assert_eq!(map_api_error(&api(409, "NamespaceClaimed"), "http://gw").exit_code(), 5);
+        assert_eq!(map_api_error(&api(410, "PickupGone"), "http://gw").exit_code(), 5);
+        assert_eq!(map_api_error(&api(502, "ProviderError"), "http://gw").exit_code(), 1);
         assert!(
-            map_api_error(&api(410, "PickupGone"))
+            map_api_error(&api(410, "PickupGone"), "http://gw")
                 .to_string()
                 .contains("kbind bind")
         );
+        // A stale credential names the gateway to log in to again, not a placeholder.
+        let stale = map_api_error(&api(401, "Unauthenticated"), "http://gw").to_string();
+        assert!(stale.contains("run `kbind login http://gw` again"), "{stale}");
     }
 }

@@ -5,6 +5,7 @@
 //! try, then runs until Ctrl-C); `--once` drives the CLI path in process and exits 0 only if every
 //! step was observed.
 
+mod cli;
 mod once;
 mod world;
 
@@ -25,8 +26,9 @@ struct Args {
     /// exit: 0 only if every step was observed.
     #[arg(long)]
     once: bool,
-    /// Folder for the kubeconfigs, the token file and the CLI's credential cache (default: a new
-    /// folder under the system's temporary folder, kept after exit).
+    /// Folder for the kubeconfigs, the token file, the `kbind`/`kubectl-bind` links and the
+    /// `--once` credential cache, kept after exit; a restart with the same folder keeps the token
+    /// and the paths. Default: a new temporary folder, removed on exit.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// The gateway's port on 127.0.0.1; 0 picks any free port. Default: 8080, or any free port
@@ -60,21 +62,35 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let dir = match args.dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("kbind-demo-{}", std::process::id())),
+    // Why a TempDir without --dir: it is removed when `run` returns, on success, error or Ctrl-C.
+    let (dir, temporary) = match args.dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}; pass another --dir", dir.display()))?;
+            (dir, None)
+        }
+        None => {
+            let temporary = tempfile::Builder::new()
+                .prefix("kbind-demo-")
+                .tempdir()
+                .context("creating a temporary folder; pass --dir DIR")?;
+            (temporary.path().to_path_buf(), Some(temporary))
+        }
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}; pass another --dir", dir.display()))?;
     println!("kbind-demo: the whole system in this process");
+    // `--once` runs the CLI in process; only the printed commands need its binaries.
+    let cli = match args.once {
+        true => None,
+        false => Some(cli::Binaries::find_or_build(&dir)?),
+    };
     let world = world::World::start(&dir, args.port).await?;
-    let result = if args.once {
-        once::run(&world).await
-    } else {
-        world.print_next_steps();
+    let result = if let Some(cli) = cli {
+        world.print_next_steps(&cli, temporary.is_some());
         println!("\nRunning until Ctrl-C.");
         tokio::signal::ctrl_c()
             .await
             .context("cannot wait for Ctrl-C; stop the process another way")
+    } else {
+        once::run(&world).await
     };
     world.stop().await;
     if args.once && result.is_ok() {

@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::DEFAULT_PORT;
+use crate::cli::Binaries;
 
 /// The provider's name, as the gateway shows it; the bundle's Connection is named after it.
 pub const PROVIDER_NAME: &str = "demo-provider";
@@ -73,10 +74,13 @@ pub fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
 impl World {
     /// Starts everything; each part is printed as it comes up.
     pub async fn start(dir: &Path, port: Option<u16>) -> anyhow::Result<World> {
-        let provider_server = serve_cluster(FakeCluster::builder("provider").build(), ClusterServeOptions::default())
+        // Wall time, as `fakeapi serve` without --seed: kubectl's AGE columns and creation
+        // timestamps show today, not the deterministic worlds' fixed instant.
+        let cluster = |name| FakeCluster::builder(name).clock(Arc::new(SystemClock)).build();
+        let provider_server = serve_cluster(cluster("provider"), ClusterServeOptions::default())
             .await
             .context("serving the provider cluster")?;
-        let consumer_server = serve_cluster(FakeCluster::builder("consumer").build(), ClusterServeOptions::default())
+        let consumer_server = serve_cluster(cluster("consumer"), ClusterServeOptions::default())
             .await
             .context("serving the consumer cluster")?;
         let provider_admin = provider_server
@@ -108,9 +112,16 @@ impl World {
             "consumer: kbind's CRDs and namespace kbind installed (what the konnector's chart does); namespace team-a",
         );
 
-        let token = random_token();
+        // A restart with the same --dir keeps the token, so a `kbind login` made before still works.
         let token_file = dir.join("tokens.csv");
-        write_file(&token_file, &format!("{token},{USER}\n"))?;
+        let token = match kept_token(&token_file) {
+            Some(token) => token,
+            None => {
+                let token = random_token();
+                write_file(&token_file, &format!("{token},{USER}\n"))?;
+                token
+            }
+        };
         let listener = listen(port).await?;
         let addr = listener.local_addr().context("reading the gateway's address")?;
         let gateway_url = format!("http://{addr}");
@@ -210,28 +221,39 @@ impl World {
         self.consumer_server.shutdown().await;
     }
 
-    /// What to try, in another terminal.
-    pub fn print_next_steps(&self) {
+    /// What to try, in another terminal: each command runs as printed in a shell.
+    pub fn print_next_steps(&self, cli: &Binaries, temporary: bool) {
         let (url, token) = (&self.gateway_url, &self.token);
         let consumer = self.consumer_kubeconfig.display();
         let provider = self.provider_kubeconfig.display();
+        let path = match &cli.bin_dir {
+            Some(dir) => format!(
+                "\n  export PATH=\"{}:$PATH\"   # kbind and kubectl-bind (`kubectl bind ...`)",
+                dir.display()
+            ),
+            None => String::new(),
+        };
+        let kept = if temporary {
+            "removed when the demo stops; pass --dir DIR to keep them"
+        } else {
+            "kept; a restart with the same --dir keeps the token and these paths"
+        };
         println!(
             "\nThe web UI:  {url}/\
              \nSign in with the token:  {token}\
              \nConsumer kubeconfig:  {consumer}\
-             \n\nTry the CLI in another terminal (kbind is `cargo run -q -p kbind-cli --bin kbind --`,\
-             \nor install it with `cargo install --path cli`):\
-             \n\n  export KUBECONFIG={consumer}\
+             \nFiles in:  {dir} ({kept})\
+             \n\nTry the CLI in another terminal:\
+             \n\n  export KUBECONFIG={consumer}{path}\
              \n  kbind login {url} --token {token}\
-             \n  kbind catalog\
+             \n  kbind catalog                                       # or: kubectl bind catalog\
              \n  kbind bind {EXPORT} --namespace {TEAM} --wait\
-             \n  kubectl create -f - <<EOF\
-             \n  {{\"apiVersion\": \"example.org/v1\", \"kind\": \"Widget\", \"metadata\": {{\"name\": \"hello\", \"namespace\": \"{TEAM}\"}}, \"spec\": {{\"size\": 3}}}}\
-             \n  EOF\
+             \n  echo '{{\"apiVersion\": \"example.org/v1\", \"kind\": \"Widget\", \"metadata\": {{\"name\": \"hello\", \"namespace\": \"{TEAM}\"}}, \"spec\": {{\"size\": 3}}}}' | kubectl create -f -\
              \n  kubectl get widgets -A                              # status.phase comes back from the provider\
              \n  kubectl --kubeconfig {provider} get widgets -A      # the provider's copy\
              \n  kbind status\
-             \n  kbind unbind {EXPORT} --yes"
+             \n  kbind unbind {EXPORT} --yes",
+            dir = self.dir.display(),
         );
     }
 }
@@ -250,6 +272,13 @@ async fn listen(port: Option<u16>) -> anyhow::Result<tokio::net::TcpListener> {
                 .context("cannot listen on any loopback port"),
         },
     }
+}
+
+/// The token of a tokens file an earlier run in the same folder wrote, when it is one.
+fn kept_token(token_file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(token_file).ok()?;
+    let (token, user) = text.lines().next()?.split_once(',')?;
+    (user == USER && token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit())).then(|| token.to_string())
 }
 
 /// 32 random hex digits.
