@@ -1197,3 +1197,53 @@ async fn a_consumer_cluster_bound_by_one_identity_is_refused_to_another_and_keep
     assert!(matches!(err, IssueError::ConsumerClusterClaimed { .. }), "{err:?}");
     p.issuer.provision(&first, &widgets_export()).await.expect("carol");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_namespace_the_platform_takes_back_keeps_no_role_of_the_grant() {
+    let p = provider().await;
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a", "team-b"]);
+    p.issuer.provision(&g, &widgets_export()).await.expect("alice");
+    let (_, as_grant) = token_client(&p, &g).await;
+    as_grant
+        .list(&widgets(), Some("team-a"), &ListParams::default())
+        .await
+        .expect("alice reads her namespace");
+    // The platform takes team-a back: it removes the claim.
+    p.admin
+        .patch(
+            &namespaces(),
+            None,
+            "team-a",
+            &kbind_cluster::Patch::Merge(json!({"metadata": {
+                "labels": {"iam.kbind.io/claimed-by": null},
+                "annotations": {"iam.kbind.io/claimed-by": null},
+            }})),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    let err = p
+        .issuer
+        .provision(&g, &widgets_export())
+        .await
+        .expect_err("not hers any more");
+    assert!(
+        matches!(&err, IssueError::NamespaceNotClaimable { namespace } if namespace == "team-a"),
+        "{err:?}"
+    );
+    let name = g.metadata.name.clone().unwrap();
+    let left = kinds(&issued_objects(&p, &name).await);
+    assert!(!left.iter().any(|o| o.contains(" team-a/")), "{left:?}");
+    assert!(
+        left.iter().any(|o| o == &format!("Role team-b/kbind:{name}")),
+        "{left:?}"
+    );
+    assert!(matches!(
+        as_grant.list(&widgets(), Some("team-a"), &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
+    as_grant
+        .list(&widgets(), Some("team-b"), &ListParams::default())
+        .await
+        .expect("her other namespace still works");
+}

@@ -843,7 +843,9 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         admin.identity().await.unwrap().uid
     );
 
+    let began = Instant::now();
     isolation(admin.as_ref(), &lease).await;
+    println!("isolation cases (5 refused Grants, their revoke) {:?}", began.elapsed());
 
     // Deleted: the controller revokes through the finalizer, then the Grant goes and the token
     // stops working.

@@ -456,6 +456,33 @@ impl KubernetesIssuer {
         Ok(())
     }
 
+    /// Removes the Grant's Roles and RoleBindings from namespaces that are no longer claimed by
+    /// its identity (each judged on a successful read of the namespace).
+    async fn withdraw_unowned(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
+        let selector = format!("{LABEL_GRANT}={}", names.grant);
+        let roles = self
+            .client
+            .list(&erase::<Role>(), None, &ListParams::default().labels(&selector))
+            .await?;
+        let mut keep = BTreeSet::new();
+        for role in roles.items {
+            let (Some(ns), Some(name)) = (role.metadata.namespace, role.metadata.name) else {
+                continue;
+            };
+            let ours = ns == self.options.lease_namespace
+                || match claims::check(self.client.as_ref(), &ns, &grant.spec.identity.subject).await {
+                    Ok(state) => state == NamespaceState::Ours,
+                    Err(IssueError::NamespaceClaimed { .. } | IssueError::NamespaceNotClaimable { .. }) => false,
+                    // A failed read withdraws nothing.
+                    Err(e) => return Err(e),
+                };
+            if ours {
+                keep.insert((ns, name));
+            }
+        }
+        self.sweep_roles(names, &keep).await
+    }
+
     /// Pre-creates the heartbeat Lease (never overwrites one: the konnector renews it).
     async fn ensure_lease(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
         let ns = &self.options.lease_namespace;
@@ -574,7 +601,16 @@ impl Issuer for KubernetesIssuer {
         if !shared.is_empty() && !export.spec.cluster_scoped_sharing {
             return Err(IssueError::ClusterScopedNotShared(shared));
         }
-        let states = self.judge_namespaces(grant).await?;
+        let states = match self.judge_namespaces(grant).await {
+            Ok(states) => states,
+            Err(e @ (IssueError::NamespaceClaimed { .. } | IssueError::NamespaceNotClaimable { .. })) => {
+                // A namespace no longer claimed by this identity (the platform took it back)
+                // keeps no Role of this Grant.
+                self.withdraw_unowned(grant, &names).await?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         self.check_consumer(grant, &names).await?;
 
         self.claim(grant, &names, &states).await?;
