@@ -44,11 +44,13 @@ pub struct ExportSpec {
     /// What the service does, shown in the catalog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// An https URL of an icon.
+    /// An https URL of an icon (anything else, a `javascript:` link say, is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^https://\S+$"), length(max = 2048))]
     pub icon: Option<String>,
-    /// An https URL of the service's documentation.
+    /// An https URL of the service's documentation (anything else is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^https://\S+$"), length(max = 2048))]
     pub docs: Option<String>,
     /// The APIs offered, by `<plural>.<group>`; each must be exported by the provider.
     #[schemars(length(min = 1))]

@@ -713,6 +713,35 @@ async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_export_crd_refuses_links_that_are_not_https() {
+    let world = world().await;
+    let export = |name: &str, field: &str, link: &str| {
+        serde_json::from_value::<kbind_api::Export>(json!({
+            "apiVersion": "catalog.kbind.io/v1alpha1", "kind": "Export", "metadata": {"name": name},
+            "spec": {"title": "Links", "apis": [{"name": "widgets.example.org"}], field: link},
+        }))
+        .unwrap()
+    };
+    for (field, link) in [
+        ("docs", "javascript:alert(document.cookie)"),
+        ("icon", "data:image/svg+xml,<svg onload=alert(1)>"),
+        ("docs", "http://docs.example.org"),
+    ] {
+        let err = world
+            .admin
+            .create_typed(&export("bad-link", field, link))
+            .await
+            .expect_err("a non-https link is refused");
+        assert!(err.to_string().contains(field), "{field}={link}: {err}");
+    }
+    world
+        .admin
+        .create_typed(&export("good-link", "docs", "https://docs.example.org/widgets"))
+        .await
+        .expect("an https link is accepted");
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_catalog_shows_every_export_with_its_state() {
     let world = world().await;
     let unauthenticated = send(&world.app, request(Method::GET, "/api/v1/catalog", None, None)).await;

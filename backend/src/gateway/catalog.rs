@@ -160,8 +160,8 @@ pub(crate) fn build(
                 name,
                 title: export.spec.title.clone(),
                 description: export.spec.description.clone(),
-                icon: export.spec.icon.clone(),
-                docs: export.spec.docs.clone(),
+                icon: https_link(export.spec.icon.as_deref()),
+                docs: https_link(export.spec.docs.as_deref()),
                 namespaced: apis.iter().any(|a| a.scope == Some(ResourceScope::Namespaced)),
                 ready: message.is_none(),
                 message,
@@ -322,6 +322,16 @@ fn shorten(text: &str) -> String {
 
 /// An Export read from the provider (not the cache: a bind right after the Export was created
 /// must see it), with the scope of each of its APIs; an API not exported fails the whole call.
+/// `link` when it is an https URL with a host, else nothing: the CRD's pattern refuses other
+/// links, but an Export written before it (or on a cluster whose CRD is older) may hold a
+/// `javascript:` or `data:` link, which a catalog must never hand to a browser.
+fn https_link(link: Option<&str>) -> Option<String> {
+    let link = link?;
+    let url = url::Url::parse(link).ok()?;
+    (url.scheme() == "https" && url.host().is_some() && !link.chars().any(char::is_whitespace))
+        .then(|| link.to_string())
+}
+
 pub(crate) async fn export_with_scopes(
     provider: &dyn ClusterClient,
     name: &str,
@@ -410,5 +420,24 @@ mod tests {
         let mut unlabelled = big;
         unlabelled.metadata.labels = None;
         assert!(exported_api(&unlabelled).is_none());
+    }
+
+    #[test]
+    fn only_https_links_reach_the_catalog() {
+        for good in ["https://docs.example.org/widgets", "https://cdn.example.org/w.svg?v=2"] {
+            assert_eq!(https_link(Some(good)).as_deref(), Some(good));
+        }
+        for bad in [
+            "javascript:alert(document.cookie)",
+            "JAVASCRIPT:alert(1)",
+            "data:text/html,<script>alert(1)</script>",
+            "http://docs.example.org",
+            "https://docs.example.org/a b",
+            "//docs.example.org",
+            "",
+        ] {
+            assert_eq!(https_link(Some(bad)), None, "{bad:?} must be dropped");
+        }
+        assert_eq!(https_link(None), None);
     }
 }
