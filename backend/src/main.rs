@@ -224,4 +224,17 @@ mod tests {
         // clap checks unique flag and group names only when the command is built.
         Cli::command().debug_assert();
     }
+
+    #[tokio::test]
+    async fn metrics_listen_is_refused_beside_the_gateway_which_serves_metrics_itself() {
+        let cli = Cli::try_parse_from(["kbind-backend", "run", "--gateway", "--metrics-listen=127.0.0.1:0"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("parsed as another command")
+        };
+        let err = run(*args).await.unwrap_err().to_string();
+        assert!(
+            err.contains("--metrics-listen is for a process without --gateway"),
+            "{err}"
+        );
+    }
 }

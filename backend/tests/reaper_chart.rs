@@ -273,7 +273,7 @@ fn values_that_cannot_work_fail_to_render_with_the_reason() {
         assert!(err.contains(reason), "{sets:?}: {err}");
     }
     // The default provider name is the release name, which may hold dots a DNS label may not.
-    let err = template_release(&helm, "kbind.backend", &[]).err().expect("rendered");
+    let err = template_release(&helm, "kbind.backend", &[]).expect_err("rendered");
     assert!(
         err.contains("set provider.name (it defaults to the release name)"),
         "{err}"
