@@ -38,6 +38,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Started through the `kbind`/`kubectl-bind` links the demo prints: be the CLI, nothing else.
+    if cli::invoked_as_cli() {
+        std::process::exit(kbind_cli::run_process());
+    }
     let args = Args::parse();
     // The demo narrates on stdout; kube's per-request errors while things start would drown it.
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kube_client=off".into());
@@ -80,15 +84,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // `--once` runs the CLI in process; only the printed commands need its binaries.
     let cli = match args.once {
         true => None,
-        false => Some(cli::Binaries::find_or_build(&dir)?),
+        false => Some(cli::link(&dir)?),
     };
     let world = world::World::start(&dir, args.port).await?;
     let result = if let Some(cli) = cli {
+        // Why before printing: a Ctrl-C right after "Running until Ctrl-C" must find the handler.
+        let interrupted = interrupt().context("cannot wait for Ctrl-C; stop the process another way")?;
         world.print_next_steps(&cli, temporary.is_some());
         println!("\nRunning until Ctrl-C.");
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot wait for Ctrl-C; stop the process another way")
+        interrupted.await;
+        Ok(())
     } else {
         once::run(&world).await
     };
@@ -97,4 +102,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         println!("\nEvery step was observed.");
     }
     result
+}
+
+/// Resolves on SIGINT; the handler is installed when this returns, not when it is first awaited.
+#[cfg(unix)]
+fn interrupt() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let mut signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    Ok(async move {
+        signal.recv().await;
+    })
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+fn interrupt() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

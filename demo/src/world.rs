@@ -226,13 +226,10 @@ impl World {
         let (url, token) = (&self.gateway_url, &self.token);
         let consumer = self.consumer_kubeconfig.display();
         let provider = self.provider_kubeconfig.display();
-        let path = match &cli.bin_dir {
-            Some(dir) => format!(
-                "\n  export PATH=\"{}:$PATH\"   # kbind and kubectl-bind (`kubectl bind ...`)",
-                dir.display()
-            ),
-            None => String::new(),
-        };
+        let path = format!(
+            "\n  export PATH=\"{}:$PATH\"   # kbind and kubectl-bind (`kubectl bind ...`)",
+            cli.bin_dir.display()
+        );
         let kept = if temporary {
             "removed when the demo stops; pass --dir DIR to keep them"
         } else {

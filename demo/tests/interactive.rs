@@ -31,35 +31,12 @@ struct Demo {
     lines: Vec<String>,
 }
 
-/// `kbind` and `kubectl-bind` next to the demo's binary, as `cargo test --workspace` leaves them;
-/// built when missing. Why not let the demo build them: under `cargo test` its dependencies carry
-/// the test's dev-dependency features, so the demo's own `cargo build` (the `cargo run` path)
-/// would resolve other features and rebuild half the workspace, twice.
-fn cli_beside_the_demo() {
-    let demo = Path::new(env!("CARGO_BIN_EXE_kbind-demo"));
-    let beside = demo.parent().expect("the demo's folder");
-    if ["kbind", "kubectl-bind"].iter().all(|b| beside.join(b).is_file()) {
-        return;
-    }
-    let mut build = std::process::Command::new(env!("CARGO"));
-    build.args(["build", "-p", "kbind-cli", "--bins"]);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    assert!(
-        build.status().expect("cargo runs").success(),
-        "cargo build -p kbind-cli --bins failed"
-    );
-}
-
 impl Demo {
-    /// Starts `kbind-demo args` with `tmpdir` as its temporary folder; without `CARGO` in its
-    /// environment it links the CLI's binaries from beside its own (see [`cli_beside_the_demo`]).
+    /// Starts `kbind-demo args` with `tmpdir` as its temporary folder.
     async fn start(args: &[&str], tmpdir: &Path) -> Demo {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kbind-demo"))
             .args(args)
             .env_remove("RUST_LOG")
-            .env_remove("CARGO")
             .env("TMPDIR", tmpdir)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -164,7 +141,6 @@ async fn prints_commands_that_run_as_printed_keeps_its_folder_across_restarts_an
     let tmpdir = scratch.path().join("tmp");
     let config_home = scratch.path().join("config");
     std::fs::create_dir_all(&tmpdir).unwrap();
-    cli_beside_the_demo();
     let port = free_port().to_string();
     let dir_arg = dir.to_str().unwrap();
     let demo = Demo::start(&["--port", &port, "--dir", dir_arg], &tmpdir).await;
