@@ -178,7 +178,11 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
     let _controller = spawn_controller(admin.clone(), Arc::new(SystemClock));
 
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("tokens.csv"), "alice-secret-token-0123456789abcdef,alice\n").unwrap();
+    std::fs::write(
+        dir.path().join("tokens.csv"),
+        "alice-secret-token-0123456789abcdef,alice\n",
+    )
+    .unwrap();
     let (mut a, addr_a) = replica(&env, dir.path(), "replica A").await;
     let (mut b, addr_b) = replica(&env, dir.path(), "replica B").await;
 
