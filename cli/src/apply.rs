@@ -40,11 +40,7 @@ pub async fn require_namespaces(client: &dyn ClusterClient, namespaces: &[String
 pub async fn preflight(client: &dyn ClusterClient, bundle: &CheckedBundle) -> Result<BTreeSet<usize>> {
     let mut existing = BTreeSet::new();
     for (i, object) in bundle.objects.iter().enumerate() {
-        let what = format!(
-            "{} {}",
-            object.kind,
-            qualified(object.namespace.as_deref(), &object.name)
-        );
+        let what = describe(object);
         let found = client
             .get_opt(
                 &consumer::resource_of(&object.kind),
@@ -108,11 +104,7 @@ async fn undo(client: &dyn ClusterClient, created: &[&BundleObject]) -> String {
     let mut removed = Vec::new();
     let mut left = Vec::new();
     for object in created.iter().rev() {
-        let what = format!(
-            "{} {}",
-            object.kind,
-            qualified(object.namespace.as_deref(), &object.name)
-        );
+        let what = describe(object);
         let deleted = client
             .delete(
                 &consumer::resource_of(&object.kind),
@@ -132,4 +124,13 @@ async fn undo(client: &dyn ClusterClient, created: &[&BundleObject]) -> String {
         text.push_str(&format!("; could not remove {}: delete them by hand", left.join(", ")));
     }
     text
+}
+
+/// `Kind namespace/name`, as the plan and every message name a bundle object.
+fn describe(object: &BundleObject) -> String {
+    format!(
+        "{} {}",
+        object.kind,
+        qualified(object.namespace.as_deref(), &object.name)
+    )
 }

@@ -29,6 +29,10 @@ pub struct Target {
     pub context: Option<String>,
 }
 
+/// The consumer API server's URL, for errors that could not reach it. One process of the CLI talks
+/// to one consumer; a process-wide value spares every error path a URL parameter.
+static CONSUMER_SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// A client of the consumer cluster.
 pub async fn connect(target: &Target) -> Result<KubeClusterClient> {
     let options = kube::config::KubeConfigOptions {
@@ -45,6 +49,15 @@ pub async fn connect(target: &Target) -> Result<KubeClusterClient> {
         None => kube::Config::from_kubeconfig(&options).await,
     }
     .map_err(|e| CliError::Failed(format!("cannot use the consumer's kubeconfig: {e}; {hint}")))?;
+    // Only scheme, host and port: a URL may carry user info, which must never reach an error.
+    let url = &config.cluster_url;
+    let port = url.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+    let server = format!(
+        "{}://{}{port}",
+        url.scheme_str().unwrap_or("https"),
+        url.host().unwrap_or("")
+    );
+    CONSUMER_SERVER.get_or_init(|| server);
     KubeClusterClient::from_config(config).map_err(|e| CliError::failed("cannot build a consumer client", e))
 }
 
@@ -65,10 +78,15 @@ pub async fn cluster_uid(client: &dyn ClusterClient) -> Result<String> {
 
 /// A consumer API error, with a hint for the usual cause.
 pub fn consumer_error(context: &str, e: kbind_cluster::Error) -> CliError {
-    let hint = if e.is_forbidden() {
-        "; your kubeconfig's user may not do this on the consumer"
-    } else {
-        ""
+    let hint = match &e {
+        e if e.is_forbidden() => "; your kubeconfig's user may not do this on the consumer".to_owned(),
+        kbind_cluster::Error::Transport(_) | kbind_cluster::Error::Timeout(_) => match CONSUMER_SERVER.get() {
+            Some(server) => {
+                format!("; could not reach the consumer's API server {server} (check --kubeconfig/--context)")
+            }
+            None => String::new(),
+        },
+        _ => String::new(),
     };
     CliError::Failed(format!("{context}: {e}{hint}"))
 }

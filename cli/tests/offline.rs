@@ -78,3 +78,31 @@ fn an_unreachable_gateway_exits_1_and_says_so() {
     assert!(run.stderr.contains("cannot reach the gateway"), "{}", run.stderr);
     assert!(!run.stderr.contains("secret-t"));
 }
+
+#[test]
+fn an_unreachable_consumer_is_named_in_the_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A port nobody listens on: bound, then closed.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let kubeconfig = dir.path().join("consumer.kubeconfig");
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://{addr}\n\
+         contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n\
+         users:\n- name: u\n  user: {{token: secret-consumer-token}}\n"
+    );
+    std::fs::write(&kubeconfig, yaml).expect("write kubeconfig");
+    let run = kbind(
+        dir.path(),
+        &["status", "--kubeconfig", kubeconfig.to_str().expect("utf-8 path")],
+    );
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("consumer's API server https://{addr}")),
+        "the error must name the server it could not reach: {}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("secret-consumer-token"));
+}
