@@ -242,12 +242,7 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
     if let Err(e) = consumer::require_konnector(&client, &args.apply.konnector_namespace).await {
         return Err(spent(e, grant.as_deref()));
     }
-    let given: Vec<String> = args
-        .namespaces
-        .iter()
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty())
-        .collect();
+    let given = given_namespaces(&args.namespaces);
     let expected = Expected {
         konnector_namespace: &args.apply.konnector_namespace,
         namespaces: (!given.is_empty()).then_some(given.as_slice()),
@@ -324,12 +319,7 @@ fn yaml_documents(objects: &[Value]) -> Result<String> {
 
 /// The namespaces to bind in: the flags, else asked for on a terminal, else an error.
 fn namespaces(args: &BindArgs, namespaced: bool, ctx: &mut Context) -> Result<Vec<String>> {
-    let given: Vec<String> = args
-        .namespaces
-        .iter()
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty())
-        .collect();
+    let given = given_namespaces(&args.namespaces);
     if !namespaced {
         if !given.is_empty() {
             return Err(CliError::Usage(format!(
@@ -418,4 +408,13 @@ fn objects_table(objects: &[BundleObject]) -> String {
         })
         .collect();
     table(&["KIND", "NAMESPACE", "NAME"], rows)
+}
+
+/// The `--namespace` values, trimmed, without empty ones.
+fn given_namespaces(flags: &[String]) -> Vec<String> {
+    flags
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
 }

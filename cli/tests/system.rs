@@ -29,6 +29,51 @@ struct Run {
     stderr: String,
 }
 
+/// Where a CLI run points: the consumer's kubeconfig, the config folder, and the logs to show
+/// when it hangs.
+struct Cli<'a> {
+    kubeconfig: &'a Path,
+    config_home: &'a Path,
+    lines: &'a Lines,
+}
+
+impl Cli<'_> {
+    /// Runs `program` with `args` (no ambient kubeconfig, gateway, token or pickup URL), `stdin`
+    /// written and closed, `env` added.
+    async fn run(&self, program: &Path, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
+        use tokio::io::AsyncWriteExt;
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .env("XDG_CONFIG_HOME", self.config_home)
+            .env_remove("KUBECONFIG")
+            .env_remove("KBIND_GATEWAY")
+            .env_remove("KBIND_TOKEN")
+            .env_remove("KBIND_PICKUP_URL")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("kbind starts");
+        let mut input = child.stdin.take().expect("stdin piped");
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).await.expect("stdin written");
+        }
+        drop(input);
+        let output = tokio::time::timeout(DEADLINE, child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("kbind {args:?} did not finish; logs:\n{}", dump(self.lines)))
+            .expect("kbind runs");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
 /// The clusters, the backend, and a config folder for the CLI.
 struct World {
     dir: tempfile::TempDir,
@@ -69,27 +114,13 @@ impl World {
     }
 
     async fn run_program(&self, program: &Path, args: &[&str], path: Option<&str>) -> Run {
-        let mut command = tokio::process::Command::new(program);
-        command
-            .args(args)
-            .arg(format!("--kubeconfig={}", self.consumer.kubeconfig.display()))
-            .env("XDG_CONFIG_HOME", self.config_home())
-            .env_remove("KUBECONFIG")
-            .env_remove("KBIND_GATEWAY")
-            .env_remove("KBIND_TOKEN")
-            .kill_on_drop(true);
-        if let Some(path) = path {
-            command.env("PATH", path);
-        }
-        let output = tokio::time::timeout(DEADLINE, command.output())
-            .await
-            .unwrap_or_else(|_| panic!("kbind {args:?} did not finish; logs:\n{}", dump(&self.lines)))
-            .expect("kbind runs");
-        Run {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        let env: Vec<(&str, &str)> = path.map(|p| ("PATH", p)).into_iter().collect();
+        let cli = Cli {
+            kubeconfig: &self.consumer.kubeconfig,
+            config_home: &self.config_home(),
+            lines: &self.lines,
+        };
+        cli.run(program, args, None, &env).await
     }
 
     /// Normalises what changes between runs: URLs and ports, UIDs, grant names, ages.

@@ -3,8 +3,6 @@
 //! pickup's hash → answer the one-time URL. A failure after this request wrote the Grant undoes
 //! the write (deletes a Grant it created, restores namespaces it changed): nothing half-created.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -27,6 +25,7 @@ use kube::api::{ObjectMeta, Preconditions};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use super::grants::poll_grant;
 use super::http::Writer;
 use super::{Gateway, GatewayError, catalog, is_dns_label, is_dns_subdomain};
 use crate::auth::Caller;
@@ -341,20 +340,14 @@ fn label_value(text: &str) -> String {
 /// Waits until the terminating Grant `name` is gone, at most the bind timeout; past it the
 /// bind answers `GrantRevoking` (the issuer, which removes its finalizer, may not be running).
 async fn wait_deleted(state: &Gateway, name: &str) -> Result<(), GatewayError> {
-    let deadline = tokio::time::Instant::now() + state.config().bind_timeout;
-    let mut delay = Duration::from_millis(25);
-    loop {
-        let grant: Option<Grant> = state.provider().get_typed_opt(None, name).await?;
-        if grant.is_none_or(|g| g.metadata.deletion_timestamp.is_none()) {
-            return Ok(());
-        }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Err(GatewayError::GrantRevoking(name.to_string()));
-        }
-        tokio::time::sleep(delay.min(deadline - now)).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
-    }
+    let timeout = state.config().bind_timeout;
+    poll_grant(state.provider(), name, timeout, |grant| {
+        Ok(grant
+            .is_none_or(|g| g.metadata.deletion_timestamp.is_none())
+            .then_some(()))
+    })
+    .await?
+    .ok_or_else(|| GatewayError::GrantRevoking(name.to_string()))
 }
 
 /// Creates the Grant, or updates an existing one's namespaces.
@@ -469,32 +462,19 @@ fn issuance(grant: &Grant) -> Issuance {
 }
 
 /// Waits until the issuer provisioned the Grant's current generation, refused it, or the
-/// deadline passed. Polls with a doubling delay: a bind is rare, and a poll needs no watch
-/// permission beyond `get`.
+/// deadline passed.
 async fn wait_issued(state: &Gateway, name: &str) -> Result<(), GatewayError> {
     let timeout = state.config().bind_timeout;
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut delay = Duration::from_millis(25);
-    loop {
-        let grant: Option<Grant> = state.provider().get_typed_opt(None, name).await?;
-        let Some(grant) = grant else {
-            return Err(GatewayError::GrantRevoking(name.to_string()));
-        };
-        if grant.metadata.deletion_timestamp.is_some() {
-            return Err(GatewayError::GrantRevoking(name.to_string()));
-        }
-        match issuance(&grant) {
-            Issuance::Issued => return Ok(()),
-            Issuance::Refused { reason, message } => return Err(GatewayError::Refused { reason, message }),
-            Issuance::Pending => {}
-        }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Err(GatewayError::BindTimeout(timeout.as_secs()));
-        }
-        tokio::time::sleep(delay.min(deadline - now)).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
-    }
+    poll_grant(state.provider(), name, timeout, |grant| match grant {
+        Some(grant) if grant.metadata.deletion_timestamp.is_none() => match issuance(&grant) {
+            Issuance::Issued => Ok(Some(())),
+            Issuance::Refused { reason, message } => Err(GatewayError::Refused { reason, message }),
+            Issuance::Pending => Ok(None),
+        },
+        _ => Err(GatewayError::GrantRevoking(name.to_string())),
+    })
+    .await?
+    .ok_or(GatewayError::BindTimeout(timeout.as_secs()))
 }
 
 /// `sha256:<hex>` of a pickup secret: all the provider ever stores of it.

@@ -176,16 +176,31 @@ pub(crate) async fn revoke(
 /// Whether the Grant `name` (of `uid`) is gone within [`REVOKE_WAIT`]: its finalizer, the
 /// issuer's revocation, has run.
 async fn wait_gone(provider: &dyn ClusterClient, name: &str, uid: Option<&str>) -> Result<bool, GatewayError> {
-    let deadline = tokio::time::Instant::now() + REVOKE_WAIT;
+    let gone = poll_grant(provider, name, REVOKE_WAIT, |grant| {
+        Ok(grant.is_none_or(|g| g.metadata.uid.as_deref() != uid).then_some(()))
+    })
+    .await?;
+    Ok(gone.is_some())
+}
+
+/// Reads Grant `name` with a doubling delay (25 ms up to 1 s) until `settle` answers `Some` or an
+/// error, or `timeout` passes (`None`). A poll, not a watch: binds and revokes are rare, and a
+/// poll needs no permission beyond `get`.
+pub(super) async fn poll_grant<T>(
+    provider: &dyn ClusterClient,
+    name: &str,
+    timeout: Duration,
+    mut settle: impl FnMut(Option<Grant>) -> Result<Option<T>, GatewayError>,
+) -> Result<Option<T>, GatewayError> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut delay = Duration::from_millis(25);
     loop {
-        let grant: Option<Grant> = provider.get_typed_opt(None, name).await?;
-        if grant.is_none_or(|g| g.metadata.uid.as_deref() != uid) {
-            return Ok(true);
+        if let Some(done) = settle(provider.get_typed_opt(None, name).await?)? {
+            return Ok(Some(done));
         }
         let now = tokio::time::Instant::now();
         if now >= deadline {
-            return Ok(false);
+            return Ok(None);
         }
         tokio::time::sleep(delay.min(deadline - now)).await;
         delay = (delay * 2).min(Duration::from_secs(1));

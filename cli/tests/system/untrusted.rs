@@ -12,9 +12,9 @@ use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_cluster::{ClusterClient, ClusterClientExt, PatchParams};
 use serde_json::{Value, json};
 
-use super::Run;
 use super::children::*;
 use super::fake_gateway::{CONNECTION, FakeGateway, GRANT, honest_bundle};
+use super::{Cli, Run};
 
 const TOKEN: &str = "a-token-for-the-fake-gateway-0123456789";
 
@@ -78,36 +78,12 @@ impl Consumer {
 
     /// Runs `kbind` against `kubeconfig`, with `stdin` and `env` when given.
     async fn kbind_with(&self, args: &[&str], kubeconfig: &Path, stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
-        use tokio::io::AsyncWriteExt;
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbind"));
-        command
-            .args(args)
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
-            .env_remove("KUBECONFIG")
-            .env_remove("KBIND_GATEWAY")
-            .env_remove("KBIND_TOKEN")
-            .env_remove("KBIND_PICKUP_URL")
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command.spawn().expect("kbind starts");
-        let mut input = child.stdin.take().expect("stdin piped");
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).await.expect("stdin written");
-        }
-        drop(input);
-        let output = tokio::time::timeout(DEADLINE, child.wait_with_output())
-            .await
-            .unwrap_or_else(|_| panic!("kbind {args:?} did not finish; logs:\n{}", dump(&self.lines)))
-            .expect("kbind runs");
-        Run {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        let cli = Cli {
+            kubeconfig,
+            config_home: &self.dir.path().join("config"),
+            lines: &self.lines,
+        };
+        cli.run(Path::new(env!("CARGO_BIN_EXE_kbind")), args, stdin, env).await
     }
 
     async fn get(&self, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {

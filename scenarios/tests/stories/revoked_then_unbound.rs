@@ -21,13 +21,19 @@ use story::*;
 /// ClusterRole `cluster_role`; the ClusterBinding is Ready and widget `default/w1` has its copy.
 async fn bound_with_service_account(story: &str, seed: u64, cluster_role: &str) -> (World, Credential) {
     let (mut world, cred) = bound_without_objects(story, seed, cluster_role).await;
-    create_widget(&world, "default", "w1", json!({"size": 1})).await;
-    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    add_widget(&mut world).await;
     (world, cred)
 }
 
 /// [`bound_with_service_account`] without any widget.
 async fn bound_without_objects(story: &str, seed: u64, cluster_role: &str) -> (World, Credential) {
+    let mut world = world_with_widgets(story, seed).await;
+    let cred = bind_as(&mut world, cluster_role).await;
+    (world, cred)
+}
+
+/// Provider `acme` with the widgets CRD; nothing bound, no konnector yet.
+async fn world_with_widgets(story: &str, seed: u64) -> World {
     let mut world = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
@@ -35,6 +41,12 @@ async fn bound_without_objects(story: &str, seed: u64, cluster_role: &str) -> (W
         .build()
         .await;
     world.install_provider_crd("acme", widgets_crd()).await;
+    world
+}
+
+/// Binds widgets as ServiceAccount `kbind-konnector` bound to ClusterRole `cluster_role`, starts
+/// the konnector and waits until the ClusterBinding is Ready.
+async fn bind_as(world: &mut World, cluster_role: &str) -> Credential {
     let cred = world
         .mint_service_account("acme", "kbind-konnector", cluster_role)
         .await;
@@ -43,7 +55,13 @@ async fn bound_without_objects(story: &str, seed: u64, cluster_role: &str) -> (W
     world
         .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
         .await;
-    (world, cred)
+    cred
+}
+
+/// Widget `default/w1`, waited for on the provider.
+async fn add_widget(world: &mut World) {
+    create_widget(world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(world, "acme", "default", "w1").await;
 }
 
 /// Condition `type_` of ClusterBinding `acme`.
@@ -204,24 +222,10 @@ async fn no_delete_role(world: &World) {
 #[tokio::test(start_paused = true)]
 async fn credentials_that_may_not_delete_block_the_unbind_as_permission_denied() {
     let story = "credentials_that_may_not_delete_block_the_unbind_as_permission_denied";
-    let mut world = World::builder()
-        .seed(seed_from_env(2403))
-        .story(story)
-        .provider("acme", ProviderOpts::default())
-        .build()
-        .await;
+    let mut world = world_with_widgets(story, 2403).await;
     no_delete_role(&world).await;
-    world.install_provider_crd("acme", widgets_crd()).await;
-    let cred = world
-        .mint_service_account("acme", "kbind-konnector", "kbind-no-delete")
-        .await;
-    world.apply_bundle("acme", &cred, &[WIDGETS]).await;
-    world.start_konnector();
-    world
-        .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
-        .await;
-    create_widget(&world, "default", "w1", json!({"size": 1})).await;
-    wait_for_copy(&mut world, "acme", "default", "w1").await;
+    bind_as(&mut world, "kbind-no-delete").await;
+    add_widget(&mut world).await;
     unbind(&mut world).await;
 
     world
