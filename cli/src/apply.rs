@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kbind_api::consts::backend::LABEL_GRANT;
-use kbind_cluster::{ClusterClient, ClusterClientExt, DeleteParams};
+use kbind_cluster::{ClusterClient, ClusterClientExt};
 
 use crate::bundle::{BundleObject, CheckedBundle};
 use crate::consumer::{self, FIELD_MANAGER, consumer_error, qualified};
@@ -105,17 +105,8 @@ async fn undo(client: &dyn ClusterClient, created: &[&BundleObject]) -> String {
     let mut left = Vec::new();
     for object in created.iter().rev() {
         let what = describe(object);
-        let deleted = client
-            .delete(
-                &consumer::resource_of(&object.kind),
-                object.namespace.as_deref(),
-                &object.name,
-                &DeleteParams::default(),
-            )
-            .await;
-        match deleted {
-            Ok(_) => removed.push(what),
-            Err(e) if e.is_not_found() => removed.push(what),
+        match consumer::delete(client, &object.kind, object.namespace.as_deref(), &object.name).await {
+            Ok(()) => removed.push(what),
             Err(_) => left.push(what),
         }
     }

@@ -29,9 +29,10 @@ pub struct Target {
     pub context: Option<String>,
 }
 
-/// The consumer API server's URL, for errors that could not reach it. One process of the CLI talks
-/// to one consumer; a process-wide value spares every error path a URL parameter.
-static CONSUMER_SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// The URL of the consumer API server this process connected to last, for errors that could not
+/// reach it: a command talks to one consumer, and a process-wide value spares every error path a
+/// URL parameter.
+static CONSUMER_SERVER: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 /// A client of the consumer cluster.
 pub async fn connect(target: &Target) -> Result<KubeClusterClient> {
@@ -57,7 +58,7 @@ pub async fn connect(target: &Target) -> Result<KubeClusterClient> {
         url.scheme_str().unwrap_or("https"),
         url.host().unwrap_or("")
     );
-    CONSUMER_SERVER.get_or_init(|| server);
+    *CONSUMER_SERVER.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
     KubeClusterClient::from_config(config).map_err(|e| CliError::failed("cannot build a consumer client", e))
 }
 
@@ -80,15 +81,34 @@ pub async fn cluster_uid(client: &dyn ClusterClient) -> Result<String> {
 pub fn consumer_error(context: &str, e: kbind_cluster::Error) -> CliError {
     let hint = match &e {
         e if e.is_forbidden() => "; your kubeconfig's user may not do this on the consumer".to_owned(),
-        kbind_cluster::Error::Transport(_) | kbind_cluster::Error::Timeout(_) => match CONSUMER_SERVER.get() {
-            Some(server) => {
-                format!("; could not reach the consumer's API server {server} (check --kubeconfig/--context)")
-            }
-            None => String::new(),
-        },
+        kbind_cluster::Error::Transport(_) | kbind_cluster::Error::Timeout(_) => {
+            let server = CONSUMER_SERVER.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let what = match e {
+                kbind_cluster::Error::Timeout(_) => "no answer in time from",
+                _ => "could not reach",
+            };
+            server.map_or_else(String::new, |server| {
+                format!("; {what} the consumer's API server {server} (check --kubeconfig/--context)")
+            })
+        }
         _ => String::new(),
     };
     CliError::Failed(format!("{context}: {e}{hint}"))
+}
+
+/// Deletes `kind` `ns/name` on the consumer; one already gone counts as deleted.
+pub async fn delete(client: &dyn ClusterClient, kind: &str, ns: Option<&str>, name: &str) -> Result<()> {
+    match client
+        .delete(&resource_of(kind), ns, name, &kbind_cluster::DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(consumer_error(
+            &format!("cannot delete {kind} {}", qualified(ns, name)),
+            e,
+        )),
+    }
 }
 
 /// How to install the konnector, for errors.

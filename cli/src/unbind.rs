@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, condition, label};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Patch, PatchParams};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::Context;
 use crate::args::UnbindArgs;
 use crate::commands::{confirm, session};
-use crate::consumer::{self, Awaited, Target, consumer_error, qualified};
+use crate::consumer::{self, Awaited, Target, consumer_error};
 use crate::error::{CliError, Result};
 use crate::output::{Reporter, emit, table};
 use crate::status::{BindingRef, bindings, served_objects};
@@ -142,14 +142,14 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     }
     let mut awaited = Vec::new();
     for binding in &mine {
-        delete(&client, &binding.kind, binding.namespace.as_deref(), &binding.name).await?;
+        consumer::delete(&client, &binding.kind, binding.namespace.as_deref(), &binding.name).await?;
         awaited.push(Awaited {
             kind: binding.kind.clone(),
             namespace: binding.namespace.clone(),
             name: binding.name.clone(),
         });
     }
-    delete(&client, "Connection", None, &name).await?;
+    consumer::delete(&client, "Connection", None, &name).await?;
     awaited.push(Awaited {
         kind: "Connection".into(),
         namespace: None,
@@ -161,7 +161,7 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     }
     // Why after the Connection: the konnector needs the credential to drain the provider.
     if let Ok((ns, secret)) = &secret {
-        delete(&client, "Secret", Some(ns), secret).await?;
+        consumer::delete(&client, "Secret", Some(ns), secret).await?;
     }
     emit(&mut ctx.stdout, &format!("Unbound {name}.\n"))?;
 
@@ -201,20 +201,19 @@ fn row(kind: &str, object: &Value) -> Vec<String> {
 /// Why the provider refuses the Connection's credential, when its conditions say so (a 401:
 /// typically its Grant was revoked).
 pub fn credential_refused(connection: &Value) -> Option<String> {
+    // The konnector says `Connected=False, Unauthorized`; one from before that reason said
+    // `PermissionDenied=True` with the 401 in its message.
     let conditions = connection.pointer("/status/conditions")?.as_array()?;
     conditions.iter().find_map(|c| {
-        let failing = if c["type"] == condition::PERMISSION_DENIED {
-            c["status"] == "True"
-        } else {
-            c["status"] == "False"
-        };
+        let failing = c["status"]
+            == if c["type"] == condition::PERMISSION_DENIED {
+                "True"
+            } else {
+                "False"
+            };
         let reason = c["reason"].as_str().unwrap_or_default();
         let message = c["message"].as_str().unwrap_or_default();
-        let refused = message.contains("401")
-            || reason.contains("Unauthorized")
-            || reason.contains("Revoked")
-            || reason.contains("CredentialRefused")
-            || reason.contains("CredentialsRefused");
+        let refused = reason == kbind_api::consts::reason::UNAUTHORIZED || message.contains("401");
         (failing && refused).then(|| format!("{}: {reason}: {message}", c["type"].as_str().unwrap_or("?")))
     })
 }
@@ -298,20 +297,6 @@ async fn crds_that_go(
         }
     }
     Ok(out)
-}
-
-async fn delete(client: &dyn ClusterClient, kind: &str, ns: Option<&str>, name: &str) -> Result<()> {
-    match client
-        .delete(&consumer::resource_of(kind), ns, name, &DeleteParams::default())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(consumer_error(
-            &format!("cannot delete {kind} {}", qualified(ns, name)),
-            e,
-        )),
-    }
 }
 
 /// The Connection named `target`, else the one bound for Export `target` (`<provider>-<export>`).
