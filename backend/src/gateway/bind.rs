@@ -29,21 +29,7 @@ use super::grants::poll_grant;
 use super::http::Writer;
 use super::{Gateway, GatewayError, catalog, is_dns_label, is_dns_subdomain};
 use crate::auth::Caller;
-
-/// Grant condition reasons that are the issuer's final word on this generation: the bind fails
-/// with them. Any other `Ready=False` reason is waited out until the deadline.
-const REFUSALS: &[&str] = &[
-    "NamespaceClaimed",
-    "NamespaceNotClaimable",
-    "APINotExported",
-    "UnsupportedProvider",
-    "Forbidden",
-    "NamespaceNotAllowed",
-    "TooManyNamespaces",
-    "NamespaceQuotaExceeded",
-    "ConsumerClusterClaimed",
-    "ClusterScopedNotShared",
-];
+use crate::issuer::{IssueError, reason};
 
 /// How many times a write that lost a race with another writer is retried.
 const WRITE_ATTEMPTS: usize = 5;
@@ -86,13 +72,12 @@ async fn run(
     let request = validate(&body)?;
     let provider = state.provider();
     let (export, scopes) = catalog::export_with_scopes(provider, &request.export).await?;
-    let unshared: Vec<String> = scopes
+    let cluster_scoped = scopes
         .iter()
         .filter(|(_, scope)| *scope == ResourceScope::Cluster)
-        .map(|(api, _)| api.clone())
-        .collect();
-    if !unshared.is_empty() && !export.spec.cluster_scoped_sharing {
-        return Err(crate::issuer::IssueError::ClusterScopedNotShared(unshared).into());
+        .map(|(api, _)| api.clone());
+    if let Some(refusal) = IssueError::unshared(&export, cluster_scoped) {
+        return Err(refusal.into());
     }
     let namespaced = scopes.iter().any(|(_, scope)| *scope == ResourceScope::Namespaced);
     if namespaced && request.namespaces.is_empty() {
@@ -285,14 +270,14 @@ async fn precheck_namespaces(
         match claimed_by {
             Some(owner) if owner == subject => {}
             Some(_) => {
-                return Err(crate::issuer::IssueError::NamespaceClaimed {
+                return Err(IssueError::NamespaceClaimed {
                     namespace: namespace.clone(),
                 }
                 .into());
             }
             None if managed => {}
             None => {
-                return Err(crate::issuer::IssueError::NamespaceNotClaimable {
+                return Err(IssueError::NamespaceNotClaimable {
                     namespace: namespace.clone(),
                 }
                 .into());
@@ -318,7 +303,7 @@ async fn precheck_consumer(provider: &dyn ClusterClient, subject: &str, uid: &st
             && g.metadata.deletion_timestamp.is_none()
     });
     if foreign {
-        return Err(crate::issuer::IssueError::ConsumerClusterClaimed { uid: uid.to_string() }.into());
+        return Err(IssueError::ConsumerClusterClaimed { uid: uid.to_string() }.into());
     }
     Ok(())
 }
@@ -451,7 +436,7 @@ fn issuance(grant: &Grant) -> Issuance {
     };
     if ready.status == status::TRUE && st.issued.is_some() {
         Issuance::Issued
-    } else if ready.status == status::FALSE && REFUSALS.contains(&ready.reason.as_str()) {
+    } else if ready.status == status::FALSE && reason::REFUSALS.contains(&ready.reason.as_str()) {
         Issuance::Refused {
             reason: ready.reason.clone(),
             message: ready.message.clone(),

@@ -19,6 +19,7 @@ use kube::runtime::reflector::{self, Store, store::Writer};
 
 use super::http::Authenticated;
 use super::{Gateway, GatewayError};
+use crate::issuer::IssueError;
 
 /// How long a catalog read waits for the first list after start-up.
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
@@ -147,8 +148,13 @@ pub(crate) fn build(
                 })
                 .collect();
             let missing: Vec<&str> = apis.iter().filter(|a| !a.exported).map(|a| a.name.as_str()).collect();
-            let cluster_scoped = apis.iter().any(|a| a.scope == Some(ResourceScope::Cluster));
-            let unshared = cluster_scoped && !export.spec.cluster_scoped_sharing;
+            let cluster_scoped: Vec<String> = apis
+                .iter()
+                .filter(|a| a.scope == Some(ResourceScope::Cluster))
+                .map(|a| a.name.clone())
+                .collect();
+            let shares = !cluster_scoped.is_empty() && export.spec.cluster_scoped_sharing;
+            let unshared = IssueError::unshared(export, cluster_scoped).is_some();
             let message = if !missing.is_empty() {
                 Some(format!("not exported by the provider: {}", missing.join(", ")))
             } else {
@@ -165,8 +171,7 @@ pub(crate) fn build(
                 namespaced: apis.iter().any(|a| a.scope == Some(ResourceScope::Namespaced)),
                 ready: message.is_none(),
                 message,
-                cluster_scoped_sharing: (cluster_scoped && export.spec.cluster_scoped_sharing)
-                    .then(|| kbind_api::service::CLUSTER_SCOPED_SHARING.to_string()),
+                cluster_scoped_sharing: shares.then(|| kbind_api::service::CLUSTER_SCOPED_SHARING.to_string()),
                 apis,
                 related_resources: export.spec.related_resources.clone(),
             })
@@ -351,7 +356,7 @@ pub(crate) async fn export_with_scopes(
         }
     }
     if !missing.is_empty() {
-        return Err(crate::issuer::IssueError::ApiNotExported(missing).into());
+        return Err(IssueError::ApiNotExported(missing).into());
     }
     Ok((export, scopes))
 }

@@ -24,7 +24,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use serde_json::json;
 
 use super::kubernetes::exported_api;
-use super::{IssueError, Issuer};
+use super::{IssueError, Issuer, reason};
 
 /// The condition type both kinds carry.
 pub const READY: &str = "Ready";
@@ -32,10 +32,6 @@ pub const READY: &str = "Ready";
 pub const AS_EXPECTED: &str = "AsExpected";
 /// `Ready=False` reason of a Grant whose Export does not exist.
 pub const EXPORT_NOT_FOUND: &str = "ExportNotFound";
-/// `Ready=False` reason of an Export with cluster-scoped APIs and no `spec.clusterScopedSharing`.
-pub const CLUSTER_SCOPED_NOT_SHARED: &str = "ClusterScopedNotShared";
-/// `Ready=False` reason of an Export listing an API the provider does not export.
-pub const API_NOT_EXPORTED: &str = "APINotExported";
 
 /// How often a provisioned Grant is provisioned again (repairs drift: a deleted Role comes back).
 const RESYNC: Duration = Duration::from_secs(600);
@@ -324,13 +320,12 @@ pub fn export_status(export: &Export, exported: &[DynamicObject], previous: &[Co
         });
     }
     let generation = export.metadata.generation;
-    let unshared: Vec<String> = apis
+    let cluster_scoped = apis
         .iter()
         .filter(|a| a.scope == Some(ResourceScope::Cluster))
-        .map(|a| a.name.clone())
-        .collect();
-    let ready = if missing.is_empty() && !unshared.is_empty() && !export.spec.cluster_scoped_sharing {
-        let refusal = IssueError::ClusterScopedNotShared(unshared);
+        .map(|a| a.name.clone());
+    let unshared = IssueError::unshared(export, cluster_scoped);
+    let ready = if let Some(refusal) = unshared.filter(|_| missing.is_empty()) {
         conditions::new(
             READY,
             ConditionStatus::False,
@@ -350,7 +345,7 @@ pub fn export_status(export: &Export, exported: &[DynamicObject], previous: &[Co
         conditions::new(
             READY,
             ConditionStatus::False,
-            API_NOT_EXPORTED,
+            reason::API_NOT_EXPORTED,
             IssueError::ApiNotExported(missing).to_string(),
             generation,
         )

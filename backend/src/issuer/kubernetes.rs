@@ -597,9 +597,9 @@ impl Issuer for KubernetesIssuer {
         // Everything that can refuse is checked before the first write.
         self.check_provider().await?;
         let apis = self.resolve_apis(export).await?;
-        let shared: Vec<String> = apis.iter().filter(|a| !a.namespaced).map(|a| a.name.clone()).collect();
-        if !shared.is_empty() && !export.spec.cluster_scoped_sharing {
-            return Err(IssueError::ClusterScopedNotShared(shared));
+        let cluster_scoped = apis.iter().filter(|a| !a.namespaced).map(|a| a.name.clone());
+        if let Some(refusal) = IssueError::unshared(export, cluster_scoped) {
+            return Err(refusal);
         }
         let states = match self.judge_namespaces(grant).await {
             Ok(states) => states,

@@ -147,23 +147,73 @@ pub enum IssueError {
     Cluster(#[from] kbind_cluster::Error),
 }
 
+/// The CamelCase reasons of [`IssueError`], as Grant and Export conditions and API errors carry them.
+pub mod reason {
+    /// [`super::IssueError::NamespaceClaimed`].
+    pub const NAMESPACE_CLAIMED: &str = "NamespaceClaimed";
+    /// [`super::IssueError::NamespaceNotClaimable`].
+    pub const NAMESPACE_NOT_CLAIMABLE: &str = "NamespaceNotClaimable";
+    /// [`super::IssueError::NamespaceNotAllowed`].
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    /// [`super::IssueError::TooManyNamespaces`].
+    pub const TOO_MANY_NAMESPACES: &str = "TooManyNamespaces";
+    /// [`super::IssueError::NamespaceQuotaExceeded`].
+    pub const NAMESPACE_QUOTA_EXCEEDED: &str = "NamespaceQuotaExceeded";
+    /// [`super::IssueError::ConsumerClusterClaimed`].
+    pub const CONSUMER_CLUSTER_CLAIMED: &str = "ConsumerClusterClaimed";
+    /// [`super::IssueError::ClusterScopedNotShared`].
+    pub const CLUSTER_SCOPED_NOT_SHARED: &str = "ClusterScopedNotShared";
+    /// [`super::IssueError::ApiNotExported`].
+    pub const API_NOT_EXPORTED: &str = "APINotExported";
+    /// [`super::IssueError::UnsupportedProvider`].
+    pub const UNSUPPORTED_PROVIDER: &str = "UnsupportedProvider";
+    /// [`super::IssueError::NotIssued`].
+    pub const NOT_ISSUED: &str = "NotIssued";
+    /// [`super::IssueError::Cluster`] when the provider refused the issuer's request.
+    pub const FORBIDDEN: &str = "Forbidden";
+    /// [`super::IssueError::Cluster`] otherwise.
+    pub const PROVIDER_ERROR: &str = "ProviderError";
+
+    /// The reasons that are the issuer's final word on a Grant's generation: a bind fails with
+    /// them at once, any other `Ready=False` reason is waited out (it may pass on a retry).
+    pub const REFUSALS: &[&str] = &[
+        NAMESPACE_CLAIMED,
+        NAMESPACE_NOT_CLAIMABLE,
+        NAMESPACE_NOT_ALLOWED,
+        TOO_MANY_NAMESPACES,
+        NAMESPACE_QUOTA_EXCEEDED,
+        CONSUMER_CLUSTER_CLAIMED,
+        CLUSTER_SCOPED_NOT_SHARED,
+        API_NOT_EXPORTED,
+        UNSUPPORTED_PROVIDER,
+        FORBIDDEN,
+    ];
+}
+
 impl IssueError {
     /// The CamelCase reason used in Grant conditions and API errors.
     pub fn reason(&self) -> &'static str {
         match self {
-            IssueError::NamespaceClaimed { .. } => "NamespaceClaimed",
-            IssueError::NamespaceNotClaimable { .. } => "NamespaceNotClaimable",
-            IssueError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
-            IssueError::TooManyNamespaces { .. } => "TooManyNamespaces",
-            IssueError::NamespaceQuotaExceeded { .. } => "NamespaceQuotaExceeded",
-            IssueError::ConsumerClusterClaimed { .. } => "ConsumerClusterClaimed",
-            IssueError::ClusterScopedNotShared(_) => "ClusterScopedNotShared",
-            IssueError::ApiNotExported(_) => "APINotExported",
-            IssueError::UnsupportedProvider(_) => "UnsupportedProvider",
-            IssueError::NotIssued => "NotIssued",
-            IssueError::Cluster(kbind_cluster::Error::Forbidden { .. }) => "Forbidden",
-            IssueError::Cluster(_) => "ProviderError",
+            IssueError::NamespaceClaimed { .. } => reason::NAMESPACE_CLAIMED,
+            IssueError::NamespaceNotClaimable { .. } => reason::NAMESPACE_NOT_CLAIMABLE,
+            IssueError::NamespaceNotAllowed { .. } => reason::NAMESPACE_NOT_ALLOWED,
+            IssueError::TooManyNamespaces { .. } => reason::TOO_MANY_NAMESPACES,
+            IssueError::NamespaceQuotaExceeded { .. } => reason::NAMESPACE_QUOTA_EXCEEDED,
+            IssueError::ConsumerClusterClaimed { .. } => reason::CONSUMER_CLUSTER_CLAIMED,
+            IssueError::ClusterScopedNotShared(_) => reason::CLUSTER_SCOPED_NOT_SHARED,
+            IssueError::ApiNotExported(_) => reason::API_NOT_EXPORTED,
+            IssueError::UnsupportedProvider(_) => reason::UNSUPPORTED_PROVIDER,
+            IssueError::NotIssued => reason::NOT_ISSUED,
+            IssueError::Cluster(kbind_cluster::Error::Forbidden { .. }) => reason::FORBIDDEN,
+            IssueError::Cluster(_) => reason::PROVIDER_ERROR,
         }
+    }
+
+    /// The refusal of an Export that has cluster-scoped APIs (`cluster_scoped`, their names) and
+    /// does not set `spec.clusterScopedSharing`: every consumer would share their objects.
+    pub fn unshared(export: &Export, cluster_scoped: impl IntoIterator<Item = String>) -> Option<IssueError> {
+        let apis: Vec<String> = cluster_scoped.into_iter().collect();
+        (!apis.is_empty() && !export.spec.cluster_scoped_sharing).then_some(IssueError::ClusterScopedNotShared(apis))
     }
 }
 
@@ -194,4 +244,51 @@ pub trait Issuer: Send + Sync + 'static {
 
     /// Removes what [`Issuer::provision`] created, invalidating its credentials; idempotent.
     async fn revoke(&self, grant: &Grant) -> Result<(), IssueError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_of_a_grant_is_final_for_the_gateway() {
+        let forbidden = kbind_cluster::Error::Forbidden {
+            verb: String::new(),
+            resource: String::new(),
+            message: String::new(),
+        };
+        let refusals = [
+            IssueError::NamespaceClaimed {
+                namespace: String::new(),
+            },
+            IssueError::NamespaceNotClaimable {
+                namespace: String::new(),
+            },
+            IssueError::NamespaceNotAllowed {
+                namespace: String::new(),
+                rule: String::new(),
+            },
+            IssueError::TooManyNamespaces { max: 0, asked: 0 },
+            IssueError::NamespaceQuotaExceeded {
+                quota: 0,
+                held: 0,
+                adding: 0,
+            },
+            IssueError::ConsumerClusterClaimed { uid: String::new() },
+            IssueError::ClusterScopedNotShared(Vec::new()),
+            IssueError::ApiNotExported(Vec::new()),
+            IssueError::UnsupportedProvider(String::new()),
+            IssueError::Cluster(forbidden),
+        ];
+        for refusal in &refusals {
+            assert!(reason::REFUSALS.contains(&refusal.reason()), "{}", refusal.reason());
+        }
+        assert_eq!(refusals.len(), reason::REFUSALS.len());
+        for waited in [
+            IssueError::NotIssued,
+            IssueError::Cluster(kbind_cluster::Error::Decode(String::new())),
+        ] {
+            assert!(!reason::REFUSALS.contains(&waited.reason()), "{}", waited.reason());
+        }
+    }
 }
