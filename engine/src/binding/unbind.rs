@@ -338,13 +338,19 @@ async fn report_blocked(view: &BindingView, shared: &Shared, blocked: &[Blocked]
         api.synced = Observed::not(first.reason, first.message.clone());
         api.denied = first.denied.iter().cloned().collect();
     }
+    // The binding's Synced and Ready take the first unsynced API's reason: list the blocked
+    // APIs first so a drained API's `Pending` never hides the refusal, then give boundAPIs back
+    // the spec's order, which users see.
+    apis.sort_by_key(|a| !blocked.iter().any(|b| b.api == a.name));
     let report = Report {
         related: Default::default(),
         connected,
         apis,
     };
     let now = Time(shared.ctx.clock.now());
-    let status = desired_status(view, &report, &now);
+    let mut status = desired_status(view, &report, &now);
+    let spec_index = |name: &str| view.spec.apis.iter().position(|a| a.name == name);
+    status.bound_apis.sort_by_key(|a| spec_index(&a.name));
     let news = view.status.as_ref().map(|s| ready_of(&s.conditions)) != Some(ready_of(&status.conditions));
     for b in blocked {
         if news {

@@ -12,10 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, reason};
 use kbind_api::{Connection, conditions};
 use kbind_cluster::{ApiResource, ClusterClient};
-use kbind_scenarios::apis::{widgets, widgets_crd};
+use kbind_scenarios::apis::{exported_crd, widgets, widgets_crd};
 use kbind_scenarios::{Credential, ProviderOpts, World, seed_from_env};
 use serde_json::json;
 use story::*;
+
+/// A cluster-scoped API next to widgets.
+const GADGETS: &str = "gadgets.example.org";
 
 /// A world whose konnector writes to `acme` as ServiceAccount `kbind-konnector` bound to
 /// ClusterRole `cluster_role`; the ClusterBinding is Ready and widget `default/w1` has its copy.
@@ -28,7 +31,7 @@ async fn bound_with_service_account(story: &str, seed: u64, cluster_role: &str) 
 /// [`bound_with_service_account`] without any widget.
 async fn bound_without_objects(story: &str, seed: u64, cluster_role: &str) -> (World, Credential) {
     let mut world = world_with_widgets(story, seed).await;
-    let cred = bind_as(&mut world, cluster_role).await;
+    let cred = bind_as(&mut world, cluster_role, &[WIDGETS]).await;
     (world, cred)
 }
 
@@ -44,13 +47,13 @@ async fn world_with_widgets(story: &str, seed: u64) -> World {
     world
 }
 
-/// Binds widgets as ServiceAccount `kbind-konnector` bound to ClusterRole `cluster_role`, starts
+/// Binds `apis` as ServiceAccount `kbind-konnector` bound to ClusterRole `cluster_role`, starts
 /// the konnector and waits until the ClusterBinding is Ready.
-async fn bind_as(world: &mut World, cluster_role: &str) -> Credential {
+async fn bind_as(world: &mut World, cluster_role: &str, apis: &[&str]) -> Credential {
     let cred = world
         .mint_service_account("acme", "kbind-konnector", cluster_role)
         .await;
-    world.apply_bundle("acme", &cred, &[WIDGETS]).await;
+    world.apply_bundle("acme", &cred, apis).await;
     world.start_konnector();
     world
         .run_until_async("the ClusterBinding is Ready", 120, |w| binding_ready(w, "acme").boxed())
@@ -224,7 +227,7 @@ async fn credentials_that_may_not_delete_block_the_unbind_as_permission_denied()
     let story = "credentials_that_may_not_delete_block_the_unbind_as_permission_denied";
     let mut world = world_with_widgets(story, 2403).await;
     no_delete_role(&world).await;
-    bind_as(&mut world, "kbind-no-delete").await;
+    bind_as(&mut world, "kbind-no-delete", &[WIDGETS]).await;
     add_widget(&mut world).await;
     unbind(&mut world).await;
 
@@ -257,6 +260,61 @@ async fn credentials_that_may_not_delete_block_the_unbind_as_permission_denied()
             .is_some(),
         "the provider copy stays"
     );
+    orphan_releases_everything(&mut world).await;
+}
+
+/// The refused API is not the first of the binding: the first (gadgets, no objects) drains at
+/// once and waits for the other, yet the binding's `Ready` carries the refusal, not the drained
+/// API's `Pending`, and the Connection says `DeletionBlocked` rather than `DrainingBindings`.
+#[tokio::test(start_paused = true)]
+async fn a_refused_delete_of_a_later_api_is_what_the_binding_and_connection_report() {
+    let story = "a_refused_delete_of_a_later_api_is_what_the_binding_and_connection_report";
+    let mut world = world_with_widgets(story, 2404).await;
+    world
+        .install_provider_crd("acme", exported_crd("gadgets", "Gadget", "Cluster"))
+        .await;
+    no_delete_role(&world).await;
+    bind_as(&mut world, "kbind-no-delete", &[GADGETS, WIDGETS]).await;
+    add_widget(&mut world).await;
+    unbind(&mut world).await;
+
+    world
+        .run_until_async("the binding says Forbidden with the 403", 60, |w| {
+            async move {
+                let ready = binding_condition(w, condition::READY).await;
+                ready.is_some_and(|c| c.status == "False" && c.reason == reason::FORBIDDEN && c.message.contains("403"))
+            }
+            .boxed()
+        })
+        .await;
+    let gadgets = bound_api(&world, "acme", GADGETS).await.expect("gadgets stays listed");
+    let widgets_api = bound_api(&world, "acme", WIDGETS).await.expect("widgets stays listed");
+    let order: Vec<String> = cluster_binding(&world, "acme")
+        .await
+        .and_then(|b| b.status)
+        .map(|s| s.bound_apis.into_iter().map(|a| a.name).collect())
+        .unwrap_or_default();
+    assert_eq!(order, [GADGETS, WIDGETS], "boundAPIs keep the spec's order");
+    let synced =
+        |a: &kbind_api::BoundApiStatus| conditions::find(&a.conditions, condition::SYNCED).map(|c| c.reason.clone());
+    assert_eq!(
+        synced(&gadgets).as_deref(),
+        Some(reason::PENDING),
+        "gadgets drained and waits"
+    );
+    assert_eq!(
+        synced(&widgets_api).as_deref(),
+        Some(reason::FORBIDDEN),
+        "widgets is refused"
+    );
+    world
+        .run_until_connection("acme", "Ready=False/DeletionBlocked naming the 403", 60, |c| {
+            connection_condition(c, condition::READY).is_some_and(|c| {
+                c.status == "False" && c.reason == reason::DELETION_BLOCKED && c.message.contains("403")
+            })
+        })
+        .await;
+    assert_nothing_deleted(&world).await;
     orphan_releases_everything(&mut world).await;
 }
 
