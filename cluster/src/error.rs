@@ -136,6 +136,26 @@ impl Error {
         }
     }
 
+    /// The `Status.reason` this error carries on the wire (`InternalError` for client-side
+    /// failures and a 404 without a Status).
+    pub fn reason(&self) -> &str {
+        match self {
+            Error::NotFound { .. } => "NotFound",
+            Error::AlreadyExists { .. } => "AlreadyExists",
+            Error::Conflict { .. } => "Conflict",
+            Error::Forbidden { .. } => "Forbidden",
+            Error::Unauthorized { .. } => "Unauthorized",
+            Error::Invalid { .. } => "Invalid",
+            Error::Gone { .. } => "Expired",
+            Error::BadRequest { .. } => "BadRequest",
+            Error::MethodNotAllowed { .. } => "MethodNotAllowed",
+            Error::TooManyRequests { .. } => "TooManyRequests",
+            Error::Server { reason, .. } => reason,
+            Error::Timeout(_) => "Timeout",
+            Error::Transport(_) | Error::Decode(_) | Error::NotServed { .. } => "InternalError",
+        }
+    }
+
     /// Whether this is a 404.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { .. })
@@ -311,44 +331,29 @@ impl Error {
 
     /// The `Status` a server answers with for this error.
     pub fn to_status(&self) -> Status {
-        let (reason, details) = match self {
-            Error::NotFound { .. } => ("NotFound", None),
-            Error::AlreadyExists { .. } => ("AlreadyExists", None),
-            Error::Conflict { causes, .. } => ("Conflict", details_with(causes, "", "")),
+        let details = match self {
+            Error::Conflict { causes, .. } | Error::Invalid { causes, .. } => details_with(causes, "", ""),
             Error::Forbidden { resource, .. } => {
                 let (kind, group) = resource.split_once('.').unwrap_or((resource.as_str(), ""));
-                (
-                    "Forbidden",
-                    Some(StatusDetails {
-                        kind: kind.to_string(),
-                        group: group.to_string(),
-                        ..empty_details()
-                    }),
-                )
+                Some(StatusDetails {
+                    kind: kind.to_string(),
+                    group: group.to_string(),
+                    ..empty_details()
+                })
             }
-            Error::Unauthorized { .. } => ("Unauthorized", None),
-            Error::Invalid { causes, .. } => ("Invalid", details_with(causes, "", "")),
-            Error::Gone { .. } => ("Expired", None),
-            Error::BadRequest { .. } => ("BadRequest", None),
-            Error::MethodNotAllowed { .. } => ("MethodNotAllowed", None),
             Error::TooManyRequests {
                 retry_after_seconds, ..
-            } => (
-                "TooManyRequests",
-                Some(StatusDetails {
-                    retry_after_seconds: retry_after_seconds.unwrap_or(1),
-                    ..empty_details()
-                }),
-            ),
-            Error::Server { reason, .. } => (reason.as_str(), None),
-            Error::Timeout(_) => ("Timeout", None),
-            Error::Transport(_) | Error::Decode(_) | Error::NotServed { .. } => ("InternalError", None),
+            } => Some(StatusDetails {
+                retry_after_seconds: retry_after_seconds.unwrap_or(1),
+                ..empty_details()
+            }),
+            _ => None,
         };
         let code = match self.code() {
             0 => 500,
             c => c,
         };
-        let mut status = Status::failure(&self.to_string(), reason).with_code(code);
+        let mut status = Status::failure(&self.to_string(), self.reason()).with_code(code);
         status.details = details;
         status
     }

@@ -11,27 +11,19 @@ const MAX_REASON: usize = 64;
 /// `HTTP 401 Unauthorized`, `HTTP 403 Forbidden: may not delete widgets.example.org`, … or, when
 /// no HTTP answer came, what happened instead.
 pub(crate) fn http_cause(e: &Error) -> String {
-    let status = |code: u16, reason: &str| format!("HTTP {code} {reason}");
     match e {
-        Error::Unauthorized { .. } => status(401, "Unauthorized"),
-        Error::Forbidden { verb, resource, .. } => format!("{}: may not {verb} {resource}", status(403, "Forbidden")),
-        Error::NotFound { .. } => status(404, "NotFound"),
+        Error::Forbidden { verb, resource, .. } => format!("HTTP 403 Forbidden: may not {verb} {resource}"),
         Error::NotServed { .. } => {
             "HTTP 404 without a Kubernetes Status (a proxy or ingress in front of the API server?)".into()
         }
-        Error::AlreadyExists { .. } => status(409, "AlreadyExists"),
-        Error::Conflict { .. } => status(409, "Conflict"),
-        Error::Invalid { .. } => status(422, "Invalid"),
-        Error::Gone { .. } => status(410, "Gone"),
-        Error::BadRequest { .. } => status(400, "BadRequest"),
-        Error::MethodNotAllowed { .. } => status(405, "MethodNotAllowed"),
-        Error::TooManyRequests { .. } => status(429, "TooManyRequests"),
+        // The HTTP name of 410; its Status reason is `Expired`.
+        Error::Gone { .. } => "HTTP 410 Gone".into(),
         Error::Server { code, reason, .. } => {
             // A Status reason is one CamelCase word; anything else is not quoted.
             let word =
                 !reason.is_empty() && reason.len() <= MAX_REASON && reason.chars().all(|c| c.is_ascii_alphanumeric());
             if word {
-                status(*code, reason)
+                format!("HTTP {code} {reason}")
             } else {
                 format!("HTTP {code}")
             }
@@ -39,6 +31,7 @@ pub(crate) fn http_cause(e: &Error) -> String {
         Error::Transport(_) => "no HTTP answer: the provider cannot be reached (transport error)".into(),
         Error::Timeout(_) => "no HTTP answer: the request timed out".into(),
         Error::Decode(_) => "an answer that could not be decoded".into(),
+        _ => format!("HTTP {} {}", e.code(), e.reason()),
     }
 }
 
