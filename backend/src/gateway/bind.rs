@@ -29,7 +29,7 @@ use super::grants::poll_grant;
 use super::http::Writer;
 use super::{Gateway, GatewayError, catalog, is_dns_label, is_dns_subdomain};
 use crate::auth::Caller;
-use crate::issuer::{IssueError, reason};
+use crate::issuer::{IssueError, claims, reason};
 
 /// How many times a write that lost a race with another writer is retried.
 const WRITE_ATTEMPTS: usize = 5;
@@ -298,10 +298,10 @@ async fn precheck_consumer(provider: &dyn ClusterClient, subject: &str, uid: &st
             &kbind_cluster::ListParams::default().labels(&selector),
         )
         .await?;
-    let foreign = grants.items.iter().any(|g| {
-        g.data.pointer("/spec/identity/subject").and_then(|s| s.as_str()) != Some(subject)
-            && g.metadata.deletion_timestamp.is_none()
-    });
+    let foreign = grants
+        .items
+        .iter()
+        .any(|g| claims::consumer_subject(g, uid).is_some_and(|s| s != subject));
     if foreign {
         return Err(IssueError::ConsumerClusterClaimed { uid: uid.to_string() }.into());
     }
@@ -314,12 +314,8 @@ fn label_value(text: &str) -> String {
     if text.len() <= 63 {
         return text.to_string();
     }
-    let hex: String = Sha256::digest(text.as_bytes())
-        .iter()
-        .take(20)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256-{hex}")
+    // The claimed-by label's value is those 40 hex digits.
+    format!("sha256-{}", claims::claimed_by_value(text))
 }
 
 /// Waits until the terminating Grant `name` is gone, at most the bind timeout; past it the

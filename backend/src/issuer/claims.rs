@@ -19,6 +19,14 @@ pub fn claimed_by_value(subject: &str) -> String {
     digest.iter().take(20).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The identity subject of `grant` (a Grant as the provider lists it) when it is live (not being
+/// deleted) and names consumer cluster `uid`; empty when it names no subject.
+pub fn consumer_subject<'a>(grant: &'a DynamicObject, uid: &str) -> Option<&'a str> {
+    let spec = |p: &str| grant.data.pointer(p).and_then(serde_json::Value::as_str);
+    (grant.metadata.deletion_timestamp.is_none() && spec("/spec/consumerClusterUID") == Some(uid))
+        .then(|| spec("/spec/identity/subject").unwrap_or_default())
+}
+
 /// What a namespace is to a would-be claimer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NamespaceState {

@@ -260,20 +260,9 @@ impl KubernetesIssuer {
     /// first bound it, and of live Grants naming the UID under different identities the oldest
     /// wins (a bind racing another identity's cannot share the Lease either).
     async fn check_consumer(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
+        self.check_lease_owner(grant, names).await?;
         let subject = grant.spec.identity.subject.as_str();
         let uid = &grant.spec.consumer_cluster_uid;
-        let refused = || IssueError::ConsumerClusterClaimed { uid: uid.clone() };
-        let lease = self
-            .client
-            .get_opt(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
-            .await?;
-        if lease
-            .as_ref()
-            .and_then(lease_owner)
-            .is_some_and(|owner| owner != subject)
-        {
-            return Err(refused());
-        }
         let ours = (
             grant.metadata.creation_timestamp.as_ref().map(|t| t.0),
             names.grant.as_str(),
@@ -285,12 +274,9 @@ impl KubernetesIssuer {
             Err(e) => return Err(e.into()),
         };
         let older_foreign = grants.iter().any(|g| {
-            let spec = |p: &str| g.data.pointer(p).and_then(Value::as_str);
             let created = g.metadata.creation_timestamp.as_ref().map(|t| t.0);
             let name = g.metadata.name.as_deref().unwrap_or_default();
-            spec("/spec/consumerClusterUID") == Some(uid.as_str())
-                && spec("/spec/identity/subject") != Some(subject)
-                && g.metadata.deletion_timestamp.is_none()
+            claims::consumer_subject(g, uid).is_some_and(|s| s != subject)
                 && name != names.grant
                 // A Grant without a creation time (not stored) is the newest.
                 && match (created, ours.0) {
@@ -300,7 +286,25 @@ impl KubernetesIssuer {
                 }
         });
         if older_foreign {
-            return Err(refused());
+            return Err(IssueError::ConsumerClusterClaimed { uid: uid.clone() });
+        }
+        Ok(())
+    }
+
+    /// Refuses a consumer cluster whose heartbeat Lease records another identity.
+    async fn check_lease_owner(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
+        let lease = self
+            .client
+            .get_opt(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
+            .await?;
+        if lease
+            .as_ref()
+            .and_then(lease_owner)
+            .is_some_and(|owner| owner != grant.spec.identity.subject)
+        {
+            return Err(IssueError::ConsumerClusterClaimed {
+                uid: grant.spec.consumer_cluster_uid.clone(),
+            });
         }
         Ok(())
     }
@@ -457,30 +461,36 @@ impl KubernetesIssuer {
     }
 
     /// Removes the Grant's Roles and RoleBindings from namespaces that are no longer claimed by
-    /// its identity (each judged on a successful read of the namespace).
+    /// its identity: judged on one complete list of its Roles and a successful read of each
+    /// namespace, and only then deleted (a failed read withdraws nothing).
     async fn withdraw_unowned(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
         let selector = format!("{LABEL_GRANT}={}", names.grant);
         let roles = self
             .client
             .list(&erase::<Role>(), None, &ListParams::default().labels(&selector))
             .await?;
-        let mut keep = BTreeSet::new();
+        let mut withdraw = Vec::new();
         for role in roles.items {
             let (Some(ns), Some(name)) = (role.metadata.namespace, role.metadata.name) else {
                 continue;
             };
-            let ours = ns == self.options.lease_namespace
-                || match claims::check(self.client.as_ref(), &ns, &grant.spec.identity.subject).await {
-                    Ok(state) => state == NamespaceState::Ours,
-                    Err(IssueError::NamespaceClaimed { .. } | IssueError::NamespaceNotClaimable { .. }) => false,
-                    // A failed read withdraws nothing.
-                    Err(e) => return Err(e),
-                };
-            if ours {
-                keep.insert((ns, name));
+            if ns == self.options.lease_namespace {
+                continue;
+            }
+            match claims::check(self.client.as_ref(), &ns, &grant.spec.identity.subject).await {
+                Ok(NamespaceState::Ours) => {}
+                Ok(NamespaceState::Missing)
+                | Err(IssueError::NamespaceClaimed { .. } | IssueError::NamespaceNotClaimable { .. }) => {
+                    withdraw.push((ns, name));
+                }
+                Err(e) => return Err(e),
             }
         }
-        self.sweep_roles(names, &keep).await
+        for (ns, name) in withdraw {
+            self.delete_quietly(&erase::<RoleBinding>(), Some(&ns), &name).await?;
+            self.delete_quietly(&erase::<Role>(), Some(&ns), &name).await?;
+        }
+        Ok(())
     }
 
     /// Pre-creates the heartbeat Lease (never overwrites one: the konnector renews it).
@@ -513,8 +523,9 @@ impl KubernetesIssuer {
         }))?;
         match self.client.create(&lease_resource(), Some(ns), &body, &post()).await {
             Ok(_) => Ok(()),
-            // Another Grant's provision made it first: it must be this identity's.
-            Err(Error::AlreadyExists { .. }) => self.check_consumer(grant, names).await,
+            // Another Grant's provision made it first: it must be this identity's. The Grants were
+            // judged already (a racing identity's Grant is newer than ours, and refused by its own).
+            Err(Error::AlreadyExists { .. }) => self.check_lease_owner(grant, names).await,
             Err(e) => Err(e.into()),
         }
     }
@@ -749,11 +760,9 @@ impl Issuer for KubernetesIssuer {
             .items
             .into_iter()
             .filter(|g| g.metadata.name.as_deref() != Some(names.grant.as_str()))
-            .filter(|g| g.metadata.deletion_timestamp.is_none())
             .any(|g| {
-                let spec = |p: &str| g.data.pointer(p).and_then(Value::as_str);
-                spec("/spec/consumerClusterUID") == Some(grant.spec.consumer_cluster_uid.as_str())
-                    && (owner.is_none() || spec("/spec/identity/subject") == owner)
+                claims::consumer_subject(&g, &grant.spec.consumer_cluster_uid)
+                    .is_some_and(|s| owner.is_none_or(|o| o == s))
             });
         if !others {
             self.delete_quietly(&lease_resource(), Some(lease_ns), &names.lease)
