@@ -3,7 +3,7 @@
 //! objects of their APIs).
 
 use kbind_api::consts::annotation;
-use kbind_cluster::{ApiResource, ClusterClient};
+use kbind_cluster::{ApiResource, ClusterClient, DiscoveredResource, Discovery};
 use serde_json::{Value, json};
 
 use crate::Context;
@@ -63,14 +63,10 @@ pub async fn bindings(client: &dyn ClusterClient) -> Result<Vec<(String, Binding
 
 /// The consumer objects a binding serves: its APIs' objects (in its namespace for a Binding).
 pub async fn served_objects(client: &dyn ClusterClient, binding: &BindingRef) -> Result<Vec<(ApiResource, Value)>> {
-    let discovery = client
-        .discovery()
-        .await
-        .map_err(|e| consumer::consumer_error("cannot discover the consumer's APIs", e))?;
+    let discovery = discover(client).await?;
     let mut out = Vec::new();
     for api in binding.apis() {
-        let (plural, group) = api.split_once('.').unwrap_or((api.as_str(), ""));
-        let Some(found) = discovery.find(group, plural) else {
+        let Some(found) = find_api(&discovery, &api) else {
             continue;
         };
         let res = found.api_resource();
@@ -84,6 +80,20 @@ pub async fn served_objects(client: &dyn ClusterClient, binding: &BindingRef) ->
         }
     }
     Ok(out)
+}
+
+/// What the consumer serves.
+pub async fn discover(client: &dyn ClusterClient) -> Result<Discovery> {
+    client
+        .discovery()
+        .await
+        .map_err(|e| consumer::consumer_error("cannot discover the consumer's APIs", e))
+}
+
+/// Where `discovery` serves the API `<plural>.<group>`, if it does.
+pub fn find_api<'a>(discovery: &'a Discovery, api: &str) -> Option<&'a DiscoveredResource> {
+    let (plural, group) = api.split_once('.').unwrap_or((api, ""));
+    discovery.find(group, plural)
 }
 
 fn ready_columns(object: &Value) -> (String, String) {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, condition, label};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Patch, PatchParams};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DiscoveredResource, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::Context;
@@ -19,18 +19,19 @@ use crate::commands::{confirm, session};
 use crate::consumer::{self, Awaited, Target, consumer_error};
 use crate::error::{CliError, Result};
 use crate::output::{Reporter, emit, table};
-use crate::status::{BindingRef, bindings, served_objects};
+use crate::status::{BindingRef, bindings, discover, find_api, served_objects};
 
 /// `kbind unbind <export|connection>`.
 pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, ctx: &mut Context) -> Result<()> {
     let client = consumer::connect(target).await?;
-    let connection = find_connection(&client, &args.target).await?;
+    let connections = consumer::list(&client, &consumer::resource_of("Connection"), None).await?;
+    let connection = find_connection(&connections, &args.target)?;
     let name = connection["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let grant = connection["metadata"]["labels"][LABEL_GRANT]
         .as_str()
         .map(str::to_string);
     if !args.orphan
-        && let Some(why) = credential_refused(&connection)
+        && let Some(why) = credential_refused(connection)
     {
         return Err(CliError::Failed(format!(
             "the provider refuses Connection {name}'s credential ({why}; was its Grant revoked before unbinding?): \
@@ -42,7 +43,7 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     let all = bindings(&client).await?;
     let (mine, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(c, _)| *c == name);
     let mine: Vec<BindingRef> = mine.into_iter().map(|(_, b)| b).collect();
-    let secret = deletable_secret(&client, &connection, grant.as_deref()).await?;
+    let secret = deletable_secret(&client, connection, grant.as_deref(), &connections).await?;
 
     let mut rows = Vec::new();
     for binding in &mine {
@@ -61,14 +62,7 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     // On this cluster: the bindings, the Connection, its Secret when it is this Grant's alone,
     // and (without --orphan) each CRD no other binding serves, with every object of it in
     // every namespace (also namespaces never bound: deleting a CRD deletes all its objects).
-    let mut here = Vec::new();
-    for binding in &mine {
-        here.push(vec![
-            binding.kind.clone(),
-            binding.namespace.clone().unwrap_or_else(|| "-".into()),
-            binding.name.clone(),
-        ]);
-    }
+    let mut here: Vec<Vec<String>> = mine.iter().map(|b| row(&b.kind, &b.object)).collect();
     here.push(vec!["Connection".into(), "-".into(), name.clone()]);
     let secret_note = match &secret {
         Ok((ns, n)) => {
@@ -82,8 +76,17 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     } else {
         crds_that_go(&client, &mine, &others).await?
     };
+    let mut unlisted = String::new();
     for (crd, res) in &crds {
         here.push(vec!["CustomResourceDefinition".into(), "-".into(), crd.clone()]);
+        // Why list it anyway: the konnector deletes it, and whatever is stored of it, all the same.
+        let Some(res) = res else {
+            unlisted.push_str(&format!(
+                "CustomResourceDefinition {crd} is not in the cluster's discovery, so its objects could not be listed: \
+                 every object of it goes with it unseen (--orphan keeps it).\n"
+            ));
+            continue;
+        };
         let mut objects: Vec<Vec<String>> = consumer::list(&client, res, None)
             .await?
             .iter()
@@ -93,7 +96,7 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
         here.extend(objects);
     }
     let here = format!(
-        "Deleted on this cluster{}:\n{}{secret_note}",
+        "Deleted on this cluster{}:\n{}{secret_note}{unlisted}",
         if crds.is_empty() {
             ""
         } else {
@@ -224,6 +227,7 @@ async fn deletable_secret(
     client: &dyn ClusterClient,
     connection: &Value,
     grant: Option<&str>,
+    connections: &[Value],
 ) -> Result<Result<(String, String), String>> {
     let reference = &connection["spec"]["kubeconfigSecretRef"];
     let (Some(ns), Some(name)) = (reference["namespace"].as_str(), reference["name"].as_str()) else {
@@ -247,7 +251,6 @@ async fn deletable_secret(
             )));
         }
     }
-    let connections = consumer::list(client, &consumer::resource_of("Connection"), None).await?;
     let shared = connections.iter().find(|c| {
         c["metadata"]["name"].as_str() != Some(this)
             && c["spec"]["kubeconfigSecretRef"]["namespace"].as_str() == Some(ns)
@@ -263,12 +266,12 @@ async fn deletable_secret(
 }
 
 /// The consumer CRDs the konnector removes when `mine` go: kbind-managed, and bound by no
-/// binding in `others`; with the resource to list their objects.
+/// binding in `others`; with the resource to list their objects, `None` when discovery lacks it.
 async fn crds_that_go(
     client: &dyn ClusterClient,
     mine: &[BindingRef],
     others: &[(String, BindingRef)],
-) -> Result<Vec<(String, ApiResource)>> {
+) -> Result<Vec<(String, Option<ApiResource>)>> {
     let still: BTreeSet<String> = others.iter().flat_map(|(_, b)| b.apis()).collect();
     let going: BTreeSet<String> = mine
         .iter()
@@ -278,10 +281,7 @@ async fn crds_that_go(
     if going.is_empty() {
         return Ok(Vec::new());
     }
-    let discovery = client
-        .discovery()
-        .await
-        .map_err(|e| consumer_error("cannot discover the consumer's APIs", e))?;
+    let discovery = discover(client).await?;
     let mut out = Vec::new();
     for api in going {
         let crd: Option<CustomResourceDefinition> = client
@@ -291,25 +291,24 @@ async fn crds_that_go(
         let managed = crd
             .and_then(|c| c.metadata.labels)
             .is_some_and(|l| l.get(label::MANAGED).map(String::as_str) == Some(TRUE));
-        let (plural, group) = api.split_once('.').unwrap_or((api.as_str(), ""));
-        if let (true, Some(found)) = (managed, discovery.find(group, plural)) {
-            out.push((api.clone(), found.api_resource()));
+        if managed {
+            let res = find_api(&discovery, &api).map(DiscoveredResource::api_resource);
+            out.push((api, res));
         }
     }
     Ok(out)
 }
 
 /// The Connection named `target`, else the one bound for Export `target` (`<provider>-<export>`).
-async fn find_connection(client: &dyn ClusterClient, target: &str) -> Result<Value> {
-    let connections = consumer::list(client, &consumer::resource_of("Connection"), None).await?;
+fn find_connection<'a>(connections: &'a [Value], target: &str) -> Result<&'a Value> {
     let name_of = |c: &Value| c["metadata"]["name"].as_str().unwrap_or_default().to_string();
     if let Some(c) = connections.iter().find(|c| name_of(c) == target) {
-        return Ok(c.clone());
+        return Ok(c);
     }
     let suffix = format!("-{target}");
     let matching: Vec<&Value> = connections.iter().filter(|c| name_of(c).ends_with(&suffix)).collect();
     match matching.as_slice() {
-        [one] => Ok((*one).clone()),
+        [one] => Ok(*one),
         [] => Err(CliError::Usage(format!(
             "no Connection for {target:?} on this cluster; `kbind status` lists what is bound"
         ))),

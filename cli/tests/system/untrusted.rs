@@ -369,6 +369,13 @@ async fn unbind_deletes_only_what_its_plan_lists() {
     let mut crd = widgets_crd();
     crd["metadata"]["labels"] = json!({"core.kbind.io/managed": "true"});
     world.create(crd).await;
+    // A kbind-managed CRD the cluster does not serve: its objects cannot be listed, yet it goes.
+    let mut unserved = widgets_crd();
+    unserved["metadata"] = json!({"name": "gadgets.example.org", "labels": {"core.kbind.io/managed": "true"}});
+    unserved["spec"]["names"] =
+        json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"});
+    unserved["spec"]["versions"][0]["served"] = json!(false);
+    world.create(unserved).await;
     let c = &world.cluster.client;
     eventually("widgets served", &world.lines, async || {
         c.list(&widgets(), None, &Default::default()).await.ok().map(|_| ())
@@ -386,7 +393,8 @@ async fn unbind_deletes_only_what_its_plan_lists() {
     world
         .create(json!({"apiVersion": API_VERSION, "kind": "Binding",
             "metadata": {"name": CONNECTION, "namespace": "team-a", "labels": labels},
-            "spec": {"connectionRef": {"name": CONNECTION}, "apis": [{"name": "widgets.example.org"}]}}))
+            "spec": {"connectionRef": {"name": CONNECTION},
+                "apis": [{"name": "widgets.example.org"}, {"name": "gadgets.example.org"}]}}))
         .await;
     world
         .create(json!({"apiVersion": "v1", "kind": "Secret",
@@ -413,6 +421,16 @@ async fn unbind_deletes_only_what_its_plan_lists() {
     ] {
         assert!(run.stdout.contains(listed), "{listed} in the plan:\n{}", run.stdout);
     }
+    assert!(
+        run.stdout
+            .contains("CustomResourceDefinition gadgets.example.org is not in the cluster's discovery")
+            && run
+                .stdout
+                .lines()
+                .any(|l| l.starts_with("CustomResourceDefinition ") && l.ends_with(" gadgets.example.org")),
+        "the unserved CRD is in the plan, its objects unlisted:\n{}",
+        run.stdout
+    );
     assert!(
         run.stdout.contains("Secret kube-system/victim-secret stays"),
         "{}",
