@@ -163,8 +163,9 @@ enum Failure {
 /// or the server's text.
 fn classify(e: &Error) -> Failure {
     match e {
-        Error::Forbidden { verb, resource, .. } => Failure::Denied(format!(
-            "the provider credentials may not {verb} {resource} (HTTP 403 Forbidden)"
+        Error::Forbidden { .. } => Failure::Denied(format!(
+            "the provider refuses a request of the credentials ({})",
+            crate::cause::http_cause(e)
         )),
         Error::Unauthorized { .. } => Failure::Unauthorized(format!(
             "the provider refuses the credentials ({}); they were revoked or have expired. Nothing is deleted \
@@ -183,8 +184,8 @@ fn classify(e: &Error) -> Failure {
                 .into(),
         ),
         other => Failure::Unreachable(format!(
-            "the provider answered with an error (HTTP {}); retrying",
-            other.code()
+            "the provider answered with an error ({}); retrying",
+            crate::cause::http_cause(other)
         )),
     }
 }
