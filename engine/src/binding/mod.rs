@@ -169,16 +169,7 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     for<'a> BindingView: From<&'a K>,
 {
-    let names = futures::stream::unfold(tx.subscribe(), |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(name) => return Some((name, rx)),
-                // Missed names: the periodic requeue catches up.
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    });
+    let names = crate::connection::stores::received(tx.subscribe());
     names.flat_map(move |name| futures::stream::iter(bindings_naming(&store, &name)))
 }
 

@@ -94,15 +94,7 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
 /// The Connections whose bindings are being deleted or went away, as the binding controllers
 /// see it (a missed name is caught by the requeue backstop).
 fn binding_changes(stores: &ConsumerStores) -> impl futures::Stream<Item = ObjectRef<Connection>> + Send + 'static {
-    futures::stream::unfold(stores.binding_changes.subscribe(), |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(name) => return Some((ObjectRef::new(&name), rx)),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
+    stores::received(stores.binding_changes.subscribe()).map(|name| ObjectRef::new(&name))
 }
 
 /// A deterministic backoff for the consumer watches (no jitter, so paused-clock runs repeat).

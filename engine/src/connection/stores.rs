@@ -21,6 +21,22 @@ use crate::context::Context;
 /// How many changes a slow subscriber may fall behind before it is resynced from the store.
 const FAN_OUT: usize = 1024;
 
+/// Every value sent on `rx` until it closes; values missed while lagging are skipped (the
+/// periodic requeue catches up), for name notifications that need no resync.
+pub(crate) fn received<T: Clone + Send + 'static>(
+    rx: broadcast::Receiver<T>,
+) -> impl Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(value) => return Some((value, rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
 /// One change of a shared store.
 #[derive(Debug, Clone)]
 pub enum Change<K> {
