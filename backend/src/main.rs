@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use kbind_backend::modules::{self, GatewayModule, Modules};
+use kbind_backend::modules::{self, GatewayModule, MetricsListener, Modules};
 use kbind_backend::{auth, gateway, issuer, reaper};
 use kbind_cluster::{ClusterClient, KubeClusterClient};
 use tokio_util::sync::CancellationToken;
@@ -124,29 +124,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(config) => Some(auth::authenticator(&args.auth_options, &config.public_url)?),
         None => None,
     };
+    let metrics_limits = match args.metrics_listen {
+        Some(_) => Some(args.gateway_options.connection_limits()?),
+        None => None,
+    };
     let provider = provider_client(args.kubeconfig.as_deref()).await?;
     let gateway = match (gateway_config, authenticator) {
         (Some(config), Some(auth)) => {
-            let listen = args.gateway_options.listen;
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("failed to listen on {listen}"))?;
-            let addr = listener.local_addr().context("failed to read the listening address")?;
-            tracing::info!(%addr, "gateway listening");
+            let listener = listen(args.gateway_options.listen, "", "gateway listening").await?;
             Some(GatewayModule { config, auth, listener })
         }
         _ => None,
     };
-    let metrics_listener = match args.metrics_listen {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("failed to listen on --metrics-listen {addr}"))?;
-            let addr = listener.local_addr().context("failed to read the listening address")?;
-            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-            Some(listener)
-        }
-        None => None,
+    let metrics_listener = match (args.metrics_listen, metrics_limits) {
+        (Some(addr), Some(limits)) => Some(MetricsListener {
+            listener: listen(addr, "--metrics-listen ", "serving /metrics, /healthz and /readyz").await?,
+            limits,
+        }),
+        _ => None,
     };
     let modules = Modules {
         gateway,
@@ -172,6 +167,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The provider client: `--kubeconfig`, else kube's inference (in-cluster, then $KUBECONFIG).
+/// Binds `addr` (`flag`: how the error names it) and logs `what` with the address bound.
+async fn listen(addr: SocketAddr, flag: &str, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("failed to listen on {flag}{addr}"))?;
+    let addr = listener.local_addr().context("failed to read the listening address")?;
+    tracing::info!(%addr, "{what}");
+    Ok(listener)
+}
+
 async fn provider_client(kubeconfig: Option<&Path>) -> anyhow::Result<Arc<dyn ClusterClient>> {
     let config = match kubeconfig {
         Some(path) => {

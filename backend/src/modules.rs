@@ -27,6 +27,15 @@ pub struct GatewayModule {
     pub listener: tokio::net::TcpListener,
 }
 
+/// The `--metrics-listen` server of a process without a gateway: its bound listener and the
+/// bounds it enforces on connections, the gateway's (a silent client must not hold a socket).
+pub struct MetricsListener {
+    /// Where it serves.
+    pub listener: tokio::net::TcpListener,
+    /// From [`gateway::Options::connection_limits`].
+    pub limits: gateway::ConnectionLimits,
+}
+
 /// Which modules run, and the issuer's options (its lease namespace is every module's).
 pub struct Modules {
     /// The gateway, when enabled.
@@ -39,7 +48,7 @@ pub struct Modules {
     pub issuer_options: issuer::Options,
     /// Where `/healthz`, `/readyz` and `/metrics` are served when no gateway runs
     /// (`--metrics-listen`); the gateway serves them on its own listener.
-    pub metrics_listener: Option<tokio::net::TcpListener>,
+    pub metrics_listener: Option<MetricsListener>,
 }
 
 /// Why a running module stopped with an error.
@@ -116,7 +125,7 @@ pub fn start(
                 .await
                 .map_err(ModuleError::Gateway)
         });
-    } else if let Some(listener) = modules.metrics_listener {
+    } else if let Some(MetricsListener { listener, limits }) = modules.metrics_listener {
         // Ready when the provider answers, with this process's credentials, the lists its
         // modules watch: a pod whose RBAC is missing shows not ready instead of logging only.
         let mut checks = Vec::new();
@@ -135,13 +144,81 @@ pub fn start(
             });
         }
         let app = probes::router(provider, checks, registry);
-        let stop = shutdown.clone().cancelled_owned();
+        let stop = shutdown.clone();
         tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop)
+            gateway::serve(listener, app, limits, stop)
                 .await
                 .map_err(ModuleError::Metrics)
         });
     }
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fakeapi::FakeCluster;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// Reads until the server closes the connection; the deadline is far beyond any timeout.
+    async fn read_until_closed(stream: &mut tokio::net::TcpStream, which: &str) -> String {
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(600), stream.read_to_end(&mut answer))
+            .await
+            .unwrap_or_else(|_| panic!("the server never closed the {which} connection"));
+        match read {
+            Ok(_) => {}
+            // A server that closed with unread bytes pending resets the connection: closed too.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("{which}: {e}"),
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_metrics_listener_closes_a_half_sent_request_and_frees_its_slot() {
+        let cluster = FakeCluster::builder("provider").build();
+        let provider: Arc<dyn ClusterClient> = Arc::new(cluster.admin_client());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let modules = Modules {
+            gateway: None,
+            issuer: false,
+            reaper: None,
+            issuer_options: issuer::Options::default(),
+            metrics_listener: Some(MetricsListener {
+                listener,
+                limits: gateway::ConnectionLimits {
+                    header_read_timeout: Duration::from_secs(10),
+                    max_connections: 1,
+                },
+            }),
+        };
+        let stop = CancellationToken::new();
+        let mut tasks = start(provider, modules, &stop);
+        // A client that never finishes its headers takes the only slot...
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: kbind\r\nX-Slow: ")
+            .await
+            .unwrap();
+        // ...so a whole request waits for it, and is answered once the header timeout closed it.
+        let mut whole = tokio::net::TcpStream::connect(addr).await.unwrap();
+        whole
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: kbind\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_until_closed(&mut whole, "whole").await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        // The slow client's connection is gone: finishing its request now gets no answer.
+        let _ = slow.write_all(b"x\r\n\r\n").await;
+        let slow_answer = read_until_closed(&mut slow, "half-sent").await;
+        assert!(!slow_answer.contains("200 OK"), "{slow_answer}");
+        stop.cancel();
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap().unwrap();
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use http::header::CONTENT_TYPE;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -131,12 +132,23 @@ fn method_label(method: &str) -> &'static str {
 
 /// `GET /metrics`.
 pub(crate) async fn serve(State(state): State<Gateway>) -> Response {
+    response(&state.metrics().registry)
+}
+
+/// The `/metrics` answer: the OpenMetrics text of `registry` (the gateway's, or the probes' of a
+/// process without one).
+pub(crate) fn response(registry: &Registry) -> Response {
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, registry) {
+        tracing::warn!(error = %e, "encoding /metrics failed");
+        return (StatusCode::INTERNAL_SERVER_ERROR, "encoding the metrics failed").into_response();
+    }
     (
         [(
             CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics().encode(),
+        text,
     )
         .into_response()
 }

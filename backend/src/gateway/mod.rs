@@ -10,7 +10,7 @@ mod catalog;
 mod error;
 mod grants;
 mod http;
-mod metrics;
+pub(crate) mod metrics;
 mod pickup;
 mod ratelimit;
 mod serve;
@@ -307,6 +307,13 @@ impl Options {
             config.trusted_proxies = 1;
         }
         config.max_body_bytes = self.max_body_bytes;
+        config.connections = self.connection_limits()?;
+        Ok(config)
+    }
+
+    /// The checked `--header-read-timeout` and `--max-connections`: the gateway's listener and
+    /// `--metrics-listen` enforce them.
+    pub fn connection_limits(&self) -> Result<ConnectionLimits, ConfigError> {
         if self.header_read_timeout.is_zero() {
             return Err(ConfigError::Invalid {
                 flag: "--header-read-timeout",
@@ -319,11 +326,10 @@ impl Options {
                 message: "must be at least 1".into(),
             });
         }
-        config.connections = ConnectionLimits {
+        Ok(ConnectionLimits {
             header_read_timeout: self.header_read_timeout,
             max_connections: self.max_connections,
-        };
-        Ok(config)
+        })
     }
 }
 

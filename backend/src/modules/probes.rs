@@ -10,7 +10,6 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::StatusCode;
-use http::header::CONTENT_TYPE;
 use kbind_api::service::path;
 use kbind_cluster::{ApiResource, ClusterClient, ListParams};
 use prometheus_client::registry::Registry;
@@ -84,19 +83,7 @@ async fn readyz(State(probes): State<Probes>) -> Response {
 }
 
 async fn metrics(State(probes): State<Probes>) -> Response {
-    let mut text = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &probes.registry) {
-        tracing::warn!(error = %e, "encoding /metrics failed");
-        return (StatusCode::INTERNAL_SERVER_ERROR, "encoding the metrics failed").into_response();
-    }
-    (
-        [(
-            CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    crate::gateway::metrics::response(&probes.registry)
 }
 
 #[cfg(test)]
