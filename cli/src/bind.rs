@@ -54,12 +54,9 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
     if applying {
         apply::require_namespaces(&client, &namespaces).await?;
     }
-    let rules: Vec<Value> = export
-        .related_resources
-        .iter()
-        .filter_map(|r| serde_json::to_value(r).ok())
-        .flat_map(|r| bundle::from_consumer(&Value::Array(vec![r])))
-        .collect();
+    let rules = serde_json::to_value(&export.related_resources)
+        .map(|r| bundle::from_consumer(&r))
+        .unwrap_or_default();
     let from = if export.namespaced {
         namespaces.iter().map(|n| format!("namespace {n}")).collect()
     } else {
@@ -149,14 +146,9 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         namespaces: Some(&namespaces),
         grant: Some(&bound.grant),
     };
-    let installed = async {
-        let checked = bundle::check(&objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
-        let unshown = checked.consumer_rules.iter().any(|r| !rules.contains(r));
-        emit(
-            &mut ctx.stdout,
-            &format!("Applying:\n{}", objects_table(&checked.objects)),
-        )?;
-        if unshown {
+    // The namespaces were checked before the Grant, and the bundle must bind in exactly those.
+    let ask = async |checked: &CheckedBundle, ctx: &mut Context| {
+        if checked.consumer_rules.iter().any(|r| !rules.contains(r)) {
             emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
             confirm(
                 "The bundle copies more from this cluster than the catalog said; apply it?",
@@ -164,13 +156,12 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
                 ctx,
             )?;
         }
-        install(&checked, &client, ctx).await.map(|()| checked)
-    }
-    .await;
-    match installed {
-        Ok(checked) => wait(&checked, &args.apply, &client, ctx).await,
-        Err(e) => Err(undo.after(e).await),
-    }
+        Ok(())
+    };
+    apply_bundle(&objects, expected, &args.apply, &client, ctx, ask, async |e| {
+        undo.after(e).await
+    })
+    .await
 }
 
 /// Revokes the Grant a failed bind created (not one the cluster held before), and says so.
@@ -248,12 +239,7 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
         namespaces: (!given.is_empty()).then_some(given.as_slice()),
         grant: None,
     };
-    let installed = async {
-        let checked = bundle::check(&objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
-        emit(
-            &mut ctx.stdout,
-            &format!("Applying:\n{}", objects_table(&checked.objects)),
-        )?;
+    let ask = async |checked: &CheckedBundle, ctx: &mut Context| {
         let unconfirmed = given.is_empty() && !checked.namespaces.is_empty();
         if !checked.consumer_copies.is_empty() {
             emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
@@ -274,12 +260,39 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
             };
             confirm(&question, args.yes, ctx)?;
         }
-        install(&checked, &client, ctx).await.map(|()| checked)
+        apply::require_namespaces(&client, &checked.namespaces).await
+    };
+    apply_bundle(&objects, expected, &args.apply, &client, ctx, ask, async |e| {
+        spent(e, grant.as_deref())
+    })
+    .await
+}
+
+/// Checks the bundle against `expected`, shows what it applies, lets `ask` confirm (and check)
+/// what the caller must, installs it, then waits with `--wait`; an error before the wait goes
+/// through `undo`, which says what this run left behind.
+async fn apply_bundle(
+    objects: &[Value],
+    expected: Expected<'_>,
+    args: &ApplyArgs,
+    client: &kbind_cluster::KubeClusterClient,
+    ctx: &mut Context,
+    ask: impl AsyncFnOnce(&CheckedBundle, &mut Context) -> Result<()>,
+    undo: impl AsyncFnOnce(CliError) -> CliError,
+) -> Result<()> {
+    let installed = async {
+        let checked = bundle::check(objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+        emit(
+            &mut ctx.stdout,
+            &format!("Applying:\n{}", objects_table(&checked.objects)),
+        )?;
+        ask(&checked, ctx).await?;
+        install(&checked, client, ctx).await.map(|()| checked)
     }
     .await;
     match installed {
-        Ok(checked) => wait(&checked, &args.apply, &client, ctx).await,
-        Err(e) => Err(spent(e, grant.as_deref())),
+        Ok(checked) => wait(&checked, args, client, ctx).await,
+        Err(e) => Err(undo(e).await),
     }
 }
 
@@ -353,9 +366,9 @@ fn namespaces(args: &BindArgs, namespaced: bool, ctx: &mut Context) -> Result<Ve
     Ok(answer)
 }
 
-/// Checks the consumer for the bundle and applies it, undoing what it created on a failure.
+/// Checks the consumer for the bundle and applies it, undoing what it created on a failure (its
+/// namespaces are the caller's to check: bind does before the Grant).
 async fn install(checked: &CheckedBundle, client: &kbind_cluster::KubeClusterClient, ctx: &mut Context) -> Result<()> {
-    apply::require_namespaces(client, &checked.namespaces).await?;
     let existing = apply::preflight(client, checked).await?;
     apply::apply_or_undo(client, checked, &existing).await?;
     emit(

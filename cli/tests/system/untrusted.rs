@@ -344,6 +344,20 @@ async fn redeem_takes_the_url_from_stdin_or_the_environment_and_picks_it_up_firs
     assert!(run.stdout.contains("team-a"), "{}", run.stdout);
     assert!(world.untouched().await);
 
+    // A bundle binding in a namespace this cluster lacks: refused before anything is applied.
+    world.gateway.serve(honest_bundle(&["nope"]));
+    let run = world
+        .kbind_with(&["redeem", "-", "--yes"], &world.cluster.kubeconfig, Some(&url), &[])
+        .await;
+    check(&run, 6, "redeem into a missing namespace");
+    assert!(
+        run.stderr.contains("namespace nope does not exist") && run.stderr.contains("used up"),
+        "{}",
+        run.stderr
+    );
+    assert!(world.untouched().await);
+    world.gateway.serve(honest_bundle(&["team-a"]));
+
     // From the environment, with the namespaces stated.
     let run = world
         .kbind_with(
