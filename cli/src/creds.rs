@@ -78,21 +78,7 @@ pub fn load(config_dir: &Path, gateway: Option<&str>) -> Result<Credential> {
             CliError::Unauthorized("not logged in; run `kbind login <gateway-url> --token <token>` first".into())
         })?,
     };
-    let path = credentials_dir(config_dir).join(file_name(&gateway));
-    let text = match std::fs::read(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(CliError::Unauthorized(format!(
-                "not logged in to {gateway}; run `kbind login {gateway}` first"
-            )));
-        }
-        Err(e) => return Err(CliError::failed(&format!("cannot read {}", path.display()), e)),
-    };
-    let cred: Credential = serde_json::from_slice(&text).map_err(|_| {
-        CliError::Unauthorized(format!(
-            "the cached credential for {gateway} is damaged; run `kbind login {gateway}` again"
-        ))
-    })?;
+    let cred = read(config_dir, &gateway)?;
     if let Some(expires) = &cred.expires_at
         && let Ok(at) = expires.parse::<jiff::Timestamp>()
         && at < jiff::Timestamp::now()
@@ -106,8 +92,26 @@ pub fn load(config_dir: &Path, gateway: Option<&str>) -> Result<Credential> {
 
 /// The OIDC issuer of the last sign-in to `gateway`, even when that credential expired.
 pub fn previous_issuer(config_dir: &Path, gateway: &str) -> Option<String> {
-    let text = std::fs::read(credentials_dir(config_dir).join(file_name(gateway))).ok()?;
-    serde_json::from_slice::<Credential>(&text).ok()?.oidc_issuer
+    read(config_dir, gateway).ok()?.oidc_issuer
+}
+
+/// The stored credential for `gateway`, expired or not.
+fn read(config_dir: &Path, gateway: &str) -> Result<Credential> {
+    let path = credentials_dir(config_dir).join(file_name(gateway));
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(CliError::Unauthorized(format!(
+                "not logged in to {gateway}; run `kbind login {gateway}` first"
+            )));
+        }
+        Err(e) => return Err(CliError::failed(&format!("cannot read {}", path.display()), e)),
+    };
+    serde_json::from_slice(&text).map_err(|_| {
+        CliError::Unauthorized(format!(
+            "the cached credential for {gateway} is damaged; run `kbind login {gateway}` again"
+        ))
+    })
 }
 
 /// The current gateway, when one is set.
