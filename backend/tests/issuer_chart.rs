@@ -51,24 +51,11 @@ fn the_chart_passes_the_claim_rules_to_the_gateway_and_the_issuer() {
         issuer: kbind_backend::issuer::Options,
     }
     let Some(helm) = helm() else { return };
-    let values = std::env::temp_dir().join(format!("kbind-claims-{}.yaml", std::process::id()));
-    std::fs::write(
-        &values,
-        "issuer:\n  claims:\n    claimable: [\"{identity}-*\", \"shared-*\"]\n    unclaimable: [prod, \"kube-*\"]\n    maxPerBind: 3\n    quota: 5\n",
-    )
-    .unwrap();
-    let rendered = render_with(&helm, &["--values", values.to_str().unwrap()]);
-    std::fs::remove_file(&values).unwrap();
+    let claims = r#"issuer.claims={"claimable": ["{identity}-*", "shared-*"], "unclaimable": ["prod", "kube-*"], "maxPerBind": 3, "quota": 5}"#;
+    let rendered = template(&helm, &["--set-json", claims]).expect("helm template");
     for deployment in ["kbind-backend-gateway", "kbind-backend-controller"] {
-        let doc = rendered
-            .iter()
-            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == deployment)
-            .unwrap_or_else(|| panic!("no Deployment {deployment}"));
-        let args: Vec<&str> = doc["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a.as_str())
+        let args: Vec<&str> = args_of(named(&rendered, "Deployment", deployment))
+            .into_iter()
             .filter(|a| a.starts_with("--grants-") || a.starts_with("--lease-") || a.contains("namespace"))
             .collect();
         let options = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
