@@ -2,6 +2,8 @@
 //! Connection does before letting go: wait for its bindings, or release at once when marked
 //! `deletion-policy: Orphan`. The provider is never touched here.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kbind_api::conditions::{self, ConditionStatus};
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, finalizer, reason};
 use kbind_api::{Binding, ClusterBinding, Connection};
 use kbind_cluster::{
@@ -122,22 +124,11 @@ fn waiting_on(b: &DynamicObject) -> Waiting {
         None => b.name_any(),
     };
     let blocked = b.metadata.deletion_timestamp.as_ref().and_then(|_| {
-        let conds = b.data.pointer("/status/conditions")?.as_array()?;
-        let ready = conds
-            .iter()
-            .find(|c| c.get("type").and_then(|t| t.as_str()) == Some(condition::READY))?;
-        let is_blocked = ready.get("status").and_then(|s| s.as_str()) == Some("False")
-            && matches!(
-                ready.get("reason").and_then(|r| r.as_str()),
-                Some(reason::DELETION_BLOCKED | reason::FORBIDDEN)
-            );
-        is_blocked.then(|| {
-            ready
-                .get("message")
-                .and_then(|m| m.as_str())
-                .unwrap_or_default()
-                .to_string()
-        })
+        let conds: Vec<Condition> = serde_json::from_value(b.data.pointer("/status/conditions")?.clone()).ok()?;
+        let ready = conditions::find(&conds, condition::READY)?;
+        let is_blocked = ready.status == ConditionStatus::False.as_str()
+            && matches!(ready.reason.as_str(), reason::DELETION_BLOCKED | reason::FORBIDDEN);
+        is_blocked.then(|| ready.message.clone())
     });
     Waiting { binding, blocked }
 }
