@@ -168,16 +168,6 @@ pub enum SyncError {
 }
 
 impl SyncError {
-    fn source_error(&self) -> Option<&kbind_cluster::Error> {
-        match self {
-            SyncError::ConsumerReadFailed { source, .. }
-            | SyncError::ConsumerWriteFailed { source, .. }
-            | SyncError::ProviderReadFailed { source, .. }
-            | SyncError::ProviderWriteFailed { source, .. } => Some(source),
-            SyncError::ProviderUnavailable { .. } => None,
-        }
-    }
-
     /// The provider's answer, when a provider read or write failed.
     pub fn provider_error(&self) -> Option<&kbind_cluster::Error> {
         match self {
@@ -190,13 +180,7 @@ impl SyncError {
 
     /// `"<verb> <resource>"` when a provider call was forbidden.
     pub fn denied(&self) -> Option<String> {
-        if !matches!(
-            self,
-            SyncError::ProviderReadFailed { .. } | SyncError::ProviderWriteFailed { .. }
-        ) {
-            return None;
-        }
-        match self.source_error()? {
+        match self.provider_error()? {
             kbind_cluster::Error::Forbidden { verb, resource, .. } => Some(format!("{verb} {resource}")),
             _ => None,
         }
