@@ -288,11 +288,12 @@ fn refused(view: &BindingView, api: String, connection: &str, failed: &str, caus
             ),
             denied: None,
         },
+        // `failed` already names the refused verb and resource (its HTTP cause).
         Error::Forbidden { verb, resource, .. } => Blocked {
             api,
             reason: reason::FORBIDDEN,
             message: format!(
-                "{failed}: the credentials of Connection {connection} may not {verb} {resource}, so {what} cannot be \
+                "{failed}: the credentials of Connection {connection} lack that permission, so {what} cannot be \
                  deleted; deletion waits (nothing is lost). Grant it on the provider, or: {}",
                 way_out()
             ),
