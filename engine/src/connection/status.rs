@@ -107,24 +107,19 @@ pub(crate) fn draining_status(
     now: &Time,
 ) -> ConnectionStatus {
     let mut status = desired_status(conn, report, now);
-    let ready = match bindings.iter().find_map(|b| Some((&b.binding, b.blocked.as_ref()?))) {
-        Some((binding, why)) => Observed::not(
+    let waiting = format!("waiting for {} binding(s) of this Connection to drain", bindings.len());
+    let (reason, message) = match bindings.iter().find_map(|b| Some((&b.binding, b.blocked.as_ref()?))) {
+        Some((binding, why)) => (
             reason::DELETION_BLOCKED,
-            format!(
-                "waiting for {} binding(s) of this Connection to drain; binding {binding} cannot: {why}",
-                bindings.len()
-            ),
+            format!("{waiting}; binding {binding} cannot: {why}"),
         ),
-        None => Observed::not(
-            reason::DRAINING_BINDINGS,
-            format!("waiting for {} binding(s) of this Connection to drain", bindings.len()),
-        ),
+        None => (reason::DRAINING_BINDINGS, waiting),
     };
     let ready = conditions::new(
         condition::READY,
-        ready.status,
-        ready.reason,
-        ready.message,
+        ConditionStatus::False,
+        reason,
+        message,
         conn.metadata.generation,
     );
     conditions::set(&mut status.conditions, ready, now);
