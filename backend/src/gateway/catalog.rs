@@ -325,8 +325,6 @@ fn shorten(text: &str) -> String {
     }
 }
 
-/// An Export read from the provider (not the cache: a bind right after the Export was created
-/// must see it), with the scope of each of its APIs; an API not exported fails the whole call.
 /// `link` when it is an https URL with a host, else nothing: the CRD's pattern refuses other
 /// links, but an Export written before it (or on a cluster whose CRD is older) may hold a
 /// `javascript:` or `data:` link, which a catalog must never hand to a browser.
@@ -337,6 +335,8 @@ fn https_link(link: Option<&str>) -> Option<String> {
         .then(|| link.to_string())
 }
 
+/// An Export read from the provider (not the cache: a bind right after the Export was created
+/// must see it), with the scope of each of its APIs; an API not exported fails the whole call.
 pub(crate) async fn export_with_scopes(
     provider: &dyn ClusterClient,
     name: &str,

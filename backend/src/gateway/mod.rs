@@ -465,29 +465,24 @@ fn health_routes() -> Router<Gateway> {
 
 /// Whether `name` is an RFC 1123 DNS label (namespaces, provider names).
 pub(crate) fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
+    name.len() <= 63 && is_name_part(name)
+}
+
+/// Lower-case letters, digits and '-', starting and ending alphanumeric, not empty.
+fn is_name_part(part: &str) -> bool {
+    !part.is_empty()
+        && part
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
+        && !part.starts_with('-')
+        && !part.ends_with('-')
 }
 
 /// Whether `name` is a Kubernetes object name (a DNS-1123 subdomain as the API server checks
 /// it: at most 253 characters, dot-separated parts of lower-case letters, digits and '-' that
 /// start and end alphanumeric; unlike DNS, a part may be longer than 63).
 pub(crate) fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
+    name.len() <= 253 && name.split('.').all(is_name_part)
 }
 
 #[cfg(test)]

@@ -48,12 +48,8 @@ pub(crate) fn client_key(headers: &http::HeaderMap, peer: Option<SocketAddr>, tr
         .map(str::trim)
         .filter(|hop| !hop.is_empty())
         .collect();
-    let Some(hop) = hops
-        .len()
-        .checked_sub(trusted_proxies)
-        .map(|at| hops[at])
-        .or_else(|| hops.first().copied())
-    else {
+    // Fewer hops than trusted proxies: the first one is the nearest the client could reach.
+    let Some(hop) = hops.get(hops.len().saturating_sub(trusted_proxies)) else {
         return peer;
     };
     hop.parse::<IpAddr>().ok().or(peer)
