@@ -38,6 +38,9 @@ pub(crate) async fn reconcile_connection(shared: &Shared, conn: &Connection) -> 
         && let Some(provider) = shared.registry.get(&name)
     {
         for api in &exported {
+            if super::schema::pulls_crd(conn) {
+                shared.schema_followers.follow(&provider, &api.name);
+            }
             if let Err(e) = deliver(shared.ctx.consumer.as_ref(), conn, api, &provider).await {
                 tracing::debug!(connection = %name, api = %api.name, error = %e, "pullPolicy All: not pulled yet");
             }

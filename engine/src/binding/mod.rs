@@ -22,6 +22,7 @@ mod reconcile;
 mod schema;
 mod stale;
 mod status;
+mod triggers;
 mod unbind;
 mod view;
 
@@ -38,7 +39,7 @@ use crate::connection::stores::{Change, ConsumerStores};
 use crate::connection::watcher_config;
 use crate::context::Context;
 use crate::provider::ProviderRegistry;
-use crate::sync::Syncers;
+use crate::sync::{BindingKind, Syncers};
 use crate::typed::typed_watcher;
 
 pub use extras::autobind_name;
@@ -80,19 +81,21 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
         typed_watcher::<Binding>(client, None, watcher_config()),
     )
     .inspect(tell_connection(stores.binding_changes.clone()));
+    // One Connection stream feeds both controllers through a broadcast of changed names; the
+    // watches of pulled provider CRDs announce their Connection on it too.
+    let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let shared = Arc::new(Shared {
         ctx,
         registry: registry.clone(),
-        syncers,
+        syncers: syncers.clone(),
         connections: connections.clone(),
         cluster_bindings: cluster_bindings.clone(),
         bindings: bindings.clone(),
         recall: Default::default(),
+        schema_followers: triggers::SchemaFollowers::new(changed_tx.clone()),
     });
 
     let shared_for_extras = shared.clone();
-    // One Connection stream feeds both controllers through a broadcast of changed names.
-    let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let forward = {
         let changed_tx = changed_tx.clone();
         stores.connections.changes().for_each(move |change| {
@@ -105,11 +108,13 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
 
     let cluster_controller = Controller::for_stream(cluster_stream.applied_objects(), cluster_bindings.clone())
         .reconcile_on(bindings_of_changed(&changed_tx, cluster_bindings))
+        .reconcile_on(triggers::reports_of(syncers.report_changes(), BindingKind::Cluster))
         .reconcile_all_on(engagement_changes(&registry))
         .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
         .for_each(|_| async {});
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
         .reconcile_on(bindings_of_changed(&changed_tx, bindings))
+        .reconcile_on(triggers::reports_of(syncers.report_changes(), BindingKind::Namespaced))
         .reconcile_all_on(engagement_changes(&registry))
         .run(reconcile_binding, error_policy_binding, shared.clone())
         .for_each(|_| async {});
@@ -137,10 +142,8 @@ where
     }
 }
 
-/// How often the per-Connection passes (pullPolicy All, autoBind) run without a change.
-const EXTRAS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Runs the per-Connection passes on each Connection change and periodically.
+/// Runs the per-Connection passes on each Connection change (and each change of a pulled
+/// provider CRD), and at the resync interval as a backstop.
 async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadcast::Receiver<String>) {
     loop {
         let names: Vec<String> = tokio::select! {
@@ -149,7 +152,7 @@ async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadc
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
-            _ = tokio::time::sleep(EXTRAS_INTERVAL) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+            _ = tokio::time::sleep(shared.ctx.config.rediscovery_interval) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
         };
         for name in names {
             let Some(conn) = shared.connection(&name) else { continue };

@@ -26,7 +26,7 @@ use crate::provider::{EngagedProvider, ProviderRegistry};
 use crate::related;
 use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
 
-/// How often a healthy binding refreshes its status from its syncers' reports.
+/// How soon a binding whose related copies or blocked unbind still need passes looks again.
 pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// How soon a binding waiting for something (a CRD to be Established, a drain) looks again.
 pub(crate) const WAIT_INTERVAL: Duration = Duration::from_secs(2);
@@ -55,6 +55,8 @@ pub struct Shared {
     pub(crate) bindings: Store<Binding>,
     /// What earlier passes found out, so healthy passes do not ask again.
     pub(crate) recall: super::recall::Recall,
+    /// The watches of the provider CRDs pulled, which wake the bindings on a change.
+    pub(crate) schema_followers: super::triggers::SchemaFollowers,
 }
 
 impl Shared {
@@ -201,7 +203,16 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     let next = match engagement {
         Engagement::Engaged => {
             shared.recall.engaged(&view);
-            if waiting { WAIT_INTERVAL } else { REPORT_INTERVAL }
+            if waiting {
+                WAIT_INTERVAL
+            } else if !view.spec.related_resources.is_empty() || !shared.recall.related_idle(&view) {
+                // Related copies are converged by passes (their sources are not watched yet).
+                REPORT_INTERVAL
+            } else {
+                // Schema changes, syncer reports, Connection and engagement changes trigger a
+                // pass; this is only the backstop.
+                shared.ctx.config.rediscovery_interval
+            }
         }
         // Engagement and Connection changes trigger a pass at once; until one comes there is
         // nothing new to look at, so the waits grow instead of relisting every few seconds.
@@ -445,6 +456,9 @@ async fn observe_api(
         let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "");
         report.synced = Observed::ok(format!("{api} is synced by {other}"));
         return Ok((report, None));
+    }
+    if super::schema::pulls_crd(conn) {
+        shared.schema_followers.follow(provider, api);
     }
     let served = match deliver(shared.ctx.consumer.as_ref(), conn, exported, provider).await {
         Ok(Delivery::Serving(served)) => served,

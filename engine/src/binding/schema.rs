@@ -55,6 +55,12 @@ fn source_of(conn: &Connection) -> SchemaSource {
     }
 }
 
+/// Whether `conn` pulls its consumer CRDs from provider CRDs (whose watches then wake the
+/// bindings on a schema change).
+pub(crate) fn pulls_crd(conn: &Connection) -> bool {
+    conn.spec.schema.pull_policy != PullPolicy::None && source_of(conn) != SchemaSource::OpenApi
+}
+
 /// The consumer CRD `conn` wants for `api`, built from the provider.
 async fn desired_crd(
     conn: &Connection,
@@ -85,7 +91,14 @@ async fn desired_crd(
             }))
         }
         SchemaSource::Crd | SchemaSource::Auto => {
-            let crd = provider.reader.get(&crd_resource(), None, &api.name).await?;
+            // The CRD's own watch keeps it current (and its changes trigger the bindings), so
+            // a pass reads it from there; only until that watch has listed, or when the
+            // credentials may not watch it, is it read from the provider.
+            let (cached, _) = provider.cache.subscribe_named(&crd_resource(), &api.name);
+            let crd = match cached.is_synced().then(|| cached.get(None, &api.name)).flatten() {
+                Some(crd) => (*crd).clone(),
+                None => provider.reader.get(&crd_resource(), None, &api.name).await?,
+            };
             let crd: CustomResourceDefinition = from_dynamic(crd)?;
             Ok(crdpull::consumer_crd_from_provider(&crd, &connection).map_err(|e| Delivery::Waiting(e.to_string())))
         }

@@ -26,6 +26,35 @@ fn object(value: Value) -> Result<DynamicObject> {
     serde_json::from_value(value).map_err(|e| Error::Decode(e.to_string()))
 }
 
+/// What the last renewal left: the Lease exactly as the provider returned it.
+pub(crate) type Renewed = DynamicObject;
+
+/// Renews the Lease `last` that this link wrote before, with one update carrying its
+/// resourceVersion. `Ok(Some(..))`: the provider still holds exactly what we wrote last, which
+/// only the cluster we verified can (a replaced or rebuilt provider answers 404 or 409), so the
+/// pinned identity stands without another read. `Ok(None)`: that continuity is broken; nothing
+/// was written, and the caller reads the identity before [`renew`].
+pub(crate) async fn renew_unbroken(
+    provider: &dyn ClusterClient,
+    namespace: &str,
+    local_uid: &str,
+    now: Timestamp,
+    last: &Renewed,
+) -> Result<Option<Renewed>> {
+    let mut next = last.clone();
+    stamp(&mut next, local_uid, now);
+    let name = lease_name(local_uid);
+    match provider
+        .replace(&lease_resource(), Some(namespace), &name, &next, &ours())
+        .await
+    {
+        Ok(renewed) => Ok(Some(renewed)),
+        Err(Error::NotFound { .. }) => Ok(None),
+        Err(e) if e.is_conflict() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Renews (or creates) the heartbeat Lease of consumer `local_uid` at `now`. An existing Lease
 /// is updated with get+update only, so credentials limited to those verbs suffice.
 pub(crate) async fn renew(
@@ -33,28 +62,30 @@ pub(crate) async fn renew(
     namespace: &str,
     local_uid: &str,
     now: Timestamp,
-) -> Result<()> {
+) -> Result<Renewed> {
     let res = lease_resource();
     let name = lease_name(local_uid);
     match provider.get_opt(&res, Some(namespace), &name).await? {
         Some(mut existing) => {
-            let labels = existing.metadata.labels.get_or_insert_with(Default::default);
-            labels.insert(label::MANAGED.to_string(), TRUE.to_string());
-            let spec = existing
-                .data
-                .as_object_mut()
-                .map(|d| d.entry("spec").or_insert_with(|| json!({})));
-            if let Some(Value::Object(spec)) = spec {
-                spec.insert("holderIdentity".into(), json!(local_uid));
-                spec.insert("leaseDurationSeconds".into(), json!(lease::DURATION_SECONDS));
-                spec.insert("renewTime".into(), micro_time(now));
-            }
-            provider
-                .replace(&res, Some(namespace), &name, &existing, &ours())
-                .await
-                .map(|_| ())
+            stamp(&mut existing, local_uid, now);
+            provider.replace(&res, Some(namespace), &name, &existing, &ours()).await
         }
         None => create(provider, namespace, &name, local_uid, now).await,
+    }
+}
+
+/// Sets what a renewal writes: the managed label, holder, duration and renew time.
+fn stamp(lease: &mut DynamicObject, local_uid: &str, now: Timestamp) {
+    let labels = lease.metadata.labels.get_or_insert_with(Default::default);
+    labels.insert(label::MANAGED.to_string(), TRUE.to_string());
+    let spec = lease
+        .data
+        .as_object_mut()
+        .map(|d| d.entry("spec").or_insert_with(|| json!({})));
+    if let Some(Value::Object(spec)) = spec {
+        spec.insert("holderIdentity".into(), json!(local_uid));
+        spec.insert("leaseDurationSeconds".into(), json!(lease::DURATION_SECONDS));
+        spec.insert("renewTime".into(), micro_time(now));
     }
 }
 
@@ -64,7 +95,7 @@ async fn create(
     name: &str,
     local_uid: &str,
     now: Timestamp,
-) -> Result<()> {
+) -> Result<Renewed> {
     let lease = object(json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -78,14 +109,11 @@ async fn create(
     }))?;
     let res = lease_resource();
     match provider.create(&res, Some(namespace), &lease, &ours()).await {
-        Ok(_) => Ok(()),
+        Ok(created) => Ok(created),
         // The lease namespace is missing: create it (managed, like every namespace we create).
         Err(Error::NotFound { .. }) => {
             create_namespace(provider, namespace, local_uid).await?;
-            provider
-                .create(&res, Some(namespace), &lease, &ours())
-                .await
-                .map(|_| ())
+            provider.create(&res, Some(namespace), &lease, &ours()).await
         }
         Err(e) => Err(e),
     }

@@ -74,7 +74,7 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
     });
 
     let mapper_store = store.clone();
-    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone(), registry));
+    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone(), registry).with_secrets(stores.secrets.clone()));
     Controller::for_stream(connections, store)
         .watches_stream_with(
             secrets,

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::Connection;
 use kbind_api::conditions::ConditionStatus;
 use kbind_api::consts::reason;
+use kbind_cluster::identity::ClusterIdentity;
 use kbind_cluster::{ClusterClient, ClusterClientExt, Error, IdentitySource, to_dynamic};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -48,6 +49,10 @@ struct Link {
     kubeconfig: ProviderKubeconfig,
     client: Arc<dyn ClusterClient>,
     last_renew: Option<Instant>,
+    /// The Lease as this link last wrote it (its next renewal is one update).
+    lease: Option<heartbeat::Renewed>,
+    /// The identity read through this link, standing while the Lease renewals are unbroken.
+    identity: Option<ClusterIdentity>,
     last_discovery: Option<Instant>,
     discovered: Option<Discovered>,
     discovery_denied: Option<String>,
@@ -65,6 +70,8 @@ pub struct Shared {
     /// (pin written, watch event not yet seen) still compares against the pin.
     pinned: Mutex<BTreeMap<String, (String, String)>>,
     local_uid: tokio::sync::OnceCell<String>,
+    /// The engine's Secret store: the credential is read from it, not from the API server.
+    secrets: Option<super::stores::SharedStore<kbind_cluster::DynamicObject>>,
     /// Serialises Secret release across Connections being deleted at the same time.
     finalize_lock: tokio::sync::Mutex<()>,
     /// Writes the Connection Events.
@@ -91,8 +98,16 @@ impl Shared {
             links: Mutex::new(BTreeMap::new()),
             pinned: Mutex::new(BTreeMap::new()),
             local_uid: tokio::sync::OnceCell::new(),
+            secrets: None,
             finalize_lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Reads the credential Secrets from `secrets` (a synced store) instead of the API server.
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: super::stores::SharedStore<kbind_cluster::DynamicObject>) -> Self {
+        self.secrets = Some(secrets);
+        self
     }
 
     /// The cached Connections (for triggers and diagnostics).
@@ -280,6 +295,8 @@ async fn observe(conn: &Connection, shared: &Shared, report: &mut Report) -> Res
                 kubeconfig,
                 client,
                 last_renew: None,
+                lease: None,
+                identity: None,
                 last_discovery: None,
                 discovered: None,
                 discovery_denied: None,
@@ -311,18 +328,44 @@ async fn drive(
 ) -> (Duration, bool) {
     let name = conn.name_any();
     let config = &shared.ctx.config;
-    let identity = match provider_identity(link.client.as_ref()).await {
-        Ok(identity) => identity,
-        Err(e) => {
-            shared.registry.verified(&name, &link.client, None);
-            report_failure(report, &e);
-            return (RETRY_INTERVAL, false);
-        }
-    };
     let status = conn.status.clone().unwrap_or_default();
     let pinned = shared.pinned(&name);
     let pinned_remote = status.remote_cluster_uid.or_else(|| pinned.clone().map(|p| p.0));
     let pinned_local = status.local_cluster_uid.or_else(|| pinned.map(|p| p.1));
+    let lease_uid = pinned_local.clone().unwrap_or_else(|| local_uid.to_string());
+    let now = Instant::now();
+    let heartbeat_due = is_due(link.last_renew, config.heartbeat_interval, now);
+    if heartbeat_due && link.identity.is_some() {
+        match renew_unbroken(shared, link, &lease_uid).await {
+            Ok(true) => link.last_renew = Some(now),
+            Ok(false) => link.identity = None,
+            Err(e) => match classify(&e) {
+                Failure::Denied(message) => {
+                    // No Lease to prove continuity with: the identity is read every time.
+                    link.lease_denied = Some(message);
+                    link.lease = None;
+                    link.identity = None;
+                    link.last_renew = Some(now);
+                }
+                Failure::Unauthorized(_) | Failure::Unreachable(_) => {
+                    shared.registry.verified(&name, &link.client, None);
+                    report_failure(report, &e);
+                    return (RETRY_INTERVAL, false);
+                }
+            },
+        }
+    }
+    let identity = match link.identity.clone() {
+        Some(identity) => identity,
+        None => match provider_identity(link.client.as_ref()).await {
+            Ok(identity) => identity,
+            Err(e) => {
+                shared.registry.verified(&name, &link.client, None);
+                report_failure(report, &e);
+                return (RETRY_INTERVAL, false);
+            }
+        },
+    };
     let remote_changed = pinned_remote.as_deref().is_some_and(|uid| uid != identity.uid);
     let local_changed = pinned_local.as_deref().is_some_and(|uid| uid != local_uid);
     if remote_changed || local_changed {
@@ -352,9 +395,8 @@ async fn drive(
         .registry
         .verified(&name, &link.client, Some(identity.uid.clone()));
     report.remote_uid = Some(identity.uid.clone());
-    let lease_uid = pinned_local.unwrap_or_else(|| local_uid.to_string());
+    link.identity = Some(identity.clone());
 
-    let now = Instant::now();
     if is_due(link.last_discovery, config.rediscovery_interval, now) {
         let kcp_like = identity.source == IdentitySource::LogicalCluster;
         match discover(link.client.as_ref(), kcp_like, conn.spec.schema.source).await {
@@ -381,9 +423,16 @@ async fn drive(
         )
         .await
         {
-            Ok(()) => link.lease_denied = None,
+            Ok(lease) => {
+                link.lease = Some(lease);
+                link.lease_denied = None;
+            }
             Err(e) => match classify(&e) {
-                Failure::Denied(message) => link.lease_denied = Some(message),
+                Failure::Denied(message) => {
+                    link.lease_denied = Some(message);
+                    link.lease = None;
+                    link.identity = None;
+                }
                 Failure::Unauthorized(_) | Failure::Unreachable(_) => {
                     report_failure(report, &e);
                     return (RETRY_INTERVAL, false);
@@ -407,6 +456,28 @@ async fn drive(
     .min()
     .unwrap_or(RETRY_INTERVAL);
     (next.clamp(Duration::from_millis(100), config.heartbeat_interval), true)
+}
+
+/// Renews the Lease this link wrote last in one update; `Ok(false)` when there is none or the
+/// provider no longer holds it as written (the identity is then read before anything else).
+async fn renew_unbroken(shared: &Shared, link: &mut Link, lease_uid: &str) -> Result<bool, Error> {
+    let Some(last) = &link.lease else {
+        return Ok(false);
+    };
+    let renewed = heartbeat::renew_unbroken(
+        link.client.as_ref(),
+        &shared.ctx.config.lease_namespace,
+        lease_uid,
+        shared.ctx.clock.now(),
+        last,
+    )
+    .await?;
+    let unbroken = renewed.is_some();
+    link.lease = renewed;
+    if unbroken {
+        link.lease_denied = None;
+    }
+    Ok(unbroken)
 }
 
 fn is_due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
@@ -458,10 +529,21 @@ async fn load_kubeconfig(
         )));
     }
     let consumer = shared.ctx.consumer.as_ref();
-    let Some(secret) = consumer
-        .get_opt(&secret_resource(), Some(&secret_ref.namespace), &secret_ref.name)
-        .await?
-    else {
+    let cached = shared.secrets.as_ref().filter(|s| s.is_synced()).map(|s| {
+        s.store()
+            .get(&super::stores::secret_key(&secret_ref.namespace, &secret_ref.name))
+            .map(|secret| (*secret).clone())
+    });
+    let secret = match cached {
+        // The store follows every change of the Secret, and each one triggers a reconcile.
+        Some(secret) => secret,
+        None => {
+            consumer
+                .get_opt(&secret_resource(), Some(&secret_ref.namespace), &secret_ref.name)
+                .await?
+        }
+    };
+    let Some(secret) = secret else {
         return Ok(Err(Observed::not(
             reason::SECRET_NOT_FOUND,
             format!(

@@ -184,6 +184,17 @@ impl ProviderCache {
         namespace: Option<&str>,
     ) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let key = key_of(res, namespace);
+        self.subscribe_keyed(key, res, namespace, super::watcher_config(), StopOn::Never)
+    }
+
+    fn subscribe_keyed(
+        &self,
+        key: String,
+        res: &ApiResource,
+        namespace: Option<&str>,
+        config: kbind_cluster::watcher::WatcherConfig,
+        stop_on: StopOn,
+    ) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = entries.get(&key) {
             return (entry.cached.clone(), entry.events.subscribe());
@@ -199,14 +210,8 @@ impl ProviderCache {
             // Dropping the sender closes the receiver: nothing will ever come.
             return (cached, receiver);
         }
-        let stream = watcher(
-            self.client.clone(),
-            res.clone(),
-            namespace.map(str::to_string),
-            super::watcher_config(),
-        )
-        .modify(lean);
-        let task = tokio::spawn(reflect(writer, cached.clone(), stream, events.clone()));
+        let stream = watcher(self.client.clone(), res.clone(), namespace.map(str::to_string), config).modify(lean);
+        let task = tokio::spawn(reflect(writer, cached.clone(), stream, events.clone(), stop_on));
         entries.insert(
             key,
             Entry {
@@ -216,6 +221,16 @@ impl ProviderCache {
             },
         );
         (cached, receiver)
+    }
+
+    /// The store of the one cluster-scoped object `res`/`name` and a receiver of its changes,
+    /// starting its watch (field selector `metadata.name`, which RBAC `resourceNames` rules
+    /// allow) the first time it is asked for. A watch the provider refuses (403) stops for
+    /// good instead of retrying: the store then never syncs and the caller reads directly.
+    pub fn subscribe_named(&self, res: &ApiResource, name: &str) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
+        let key = format!("{}#{name}", key_of(res, None));
+        let config = super::watcher_config().fields(&format!("metadata.name={name}"));
+        self.subscribe_keyed(key, res, None, config, StopOn::Forbidden)
     }
 
     /// `group/version/plural` of every GVR with a running watch, sorted.
@@ -243,6 +258,16 @@ impl ProviderCache {
     }
 }
 
+/// Which watch errors end a watch instead of being retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopOn {
+    /// Retry everything (the syncers' GVR watches decide about refusals themselves).
+    Never,
+    /// A 403 ends the watch: a credential that may only `get` the object would otherwise
+    /// retry a refused list every backoff period.
+    Forbidden,
+}
+
 /// Applies each watch event to the store, then tells the subscribers. A send without
 /// subscribers is not an error: nobody follows this store right now.
 async fn reflect(
@@ -250,12 +275,19 @@ async fn reflect(
     cached: CachedStore,
     stream: impl futures::Stream<Item = Result<Event<DynamicObject>, kbind_cluster::watcher::WatcherError>>,
     events: broadcast::Sender<CacheEvent>,
+    stop_on: StopOn,
 ) {
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
-        let Ok(event) = event else {
-            // The watcher retries with its own backoff; the store keeps its last picture.
-            continue;
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                if stop_on == StopOn::Forbidden && kbind_cluster::watcher::into_seam_error(e).is_forbidden() {
+                    return;
+                }
+                // The watcher retries with its own backoff; the store keeps its last picture.
+                continue;
+            }
         };
         writer.apply_watcher_event(&event);
         let published = match &event {

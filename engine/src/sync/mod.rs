@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use kbind_api::ConflictPolicy;
 use kbind_cluster::ApiResource;
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::context::Context;
@@ -213,11 +214,66 @@ impl Tally {
     }
 }
 
-type SharedTally = Arc<Mutex<Tally>>;
+/// What of a tally the binding's status shows: the conflict count and the refused verbs.
+type Shown = (usize, BTreeSet<String>);
 
-fn lock(tally: &SharedTally) -> std::sync::MutexGuard<'_, Tally> {
-    tally.lock().unwrap_or_else(|p| p.into_inner())
+impl Tally {
+    fn shown(&self) -> Shown {
+        (self.conflicts.len(), self.denied.values().cloned().collect())
+    }
 }
+
+/// One syncer's tally and who to tell when what its binding shows changes.
+#[derive(Clone)]
+struct SharedTally {
+    tally: Arc<Mutex<Tally>>,
+    key: SyncerKey,
+    changes: broadcast::Sender<SyncerKey>,
+}
+
+/// A locked tally that, when released, tells the binding if what its status shows changed
+/// (so a healthy binding is reconciled on a change, not on a timer).
+struct TallyGuard<'a> {
+    guard: std::sync::MutexGuard<'a, Tally>,
+    shown: Shown,
+    owner: &'a SharedTally,
+}
+
+impl std::ops::Deref for TallyGuard<'_> {
+    type Target = Tally;
+    fn deref(&self) -> &Tally {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for TallyGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Tally {
+        &mut self.guard
+    }
+}
+
+impl Drop for TallyGuard<'_> {
+    fn drop(&mut self) {
+        if self.guard.shown() != self.shown {
+            // No binding controller listening (a syncer run alone) is fine.
+            let _ = self.owner.changes.send(self.owner.key.clone());
+        }
+    }
+}
+
+fn lock(tally: &SharedTally) -> TallyGuard<'_> {
+    let guard = tally.tally.lock().unwrap_or_else(|p| p.into_inner());
+    let shown = guard.shown();
+    TallyGuard {
+        guard,
+        shown,
+        owner: tally,
+    }
+}
+
+/// Report changes a binding controller may fall behind by before it misses some (the resync
+/// backstop then catches up).
+const REPORT_CHANGES: usize = 1024;
 
 /// One running syncer; dropping it stops the task.
 struct Running {
@@ -241,6 +297,7 @@ pub struct Syncers {
     mapper: Arc<dyn Mapper>,
     observer: Arc<dyn SyncObserver>,
     running: Arc<Mutex<BTreeMap<SyncerKey, Running>>>,
+    report_changes: broadcast::Sender<SyncerKey>,
 }
 
 impl std::fmt::Debug for Syncers {
@@ -257,6 +314,7 @@ impl Syncers {
             mapper,
             observer: Arc::new(NoObserver),
             running: Arc::new(Mutex::new(BTreeMap::new())),
+            report_changes: broadcast::channel(REPORT_CHANGES).0,
         }
     }
 
@@ -289,7 +347,11 @@ impl Syncers {
         {
             return false;
         }
-        let tally = SharedTally::default();
+        let tally = SharedTally {
+            tally: Arc::default(),
+            key: key.clone(),
+            changes: self.report_changes.clone(),
+        };
         let pending = Arc::new(observe::PendingTriggers::default());
         let task = tokio::spawn(syncer::run(syncer::Shared::new(
             &self.ctx,
@@ -324,6 +386,12 @@ impl Syncers {
     /// Stops every syncer of a Connection (nothing is deleted anywhere).
     pub fn stop_connection(&self, connection: &str) {
         self.running().retain(|k, _| k.connection != connection);
+    }
+
+    /// The keys of syncers whose report changed in what a binding's status shows (conflicts,
+    /// refused verbs), from now on.
+    pub fn report_changes(&self) -> broadcast::Receiver<SyncerKey> {
+        self.report_changes.subscribe()
     }
 
     /// Keys of the running syncers, sorted.

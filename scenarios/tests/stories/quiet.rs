@@ -322,8 +322,9 @@ async fn ten_idle_minutes_of_bindings_and_connections_cost_the_same_with_a_hundr
         engaged_lists, 0,
         "seed {seed}: healthy binding passes list instances or copies"
     );
-    // A pass reads each API's schema once on each side: the consumer CRD the pull just read
-    // (or wrote) is the one the pass goes on with, never read a second time.
+    // A healthy binding is woken by changes, not a timer: its only passes are the resync
+    // backstop (60 s in this world), each reading the API's consumer CRD once; the provider CRD
+    // comes from its watch and is never read by a pass.
     let crd_reads = |cluster: &str| {
         large
             .engaged
@@ -332,9 +333,14 @@ async fn ten_idle_minutes_of_bindings_and_connections_cost_the_same_with_a_hundr
             .unwrap_or(0)
     };
     assert_eq!(
-        crd_reads("consumer"),
         crd_reads("provider"),
-        "seed {seed}: consumer CRD reads against provider CRD reads in ten idle minutes"
+        0,
+        "seed {seed}: provider CRD reads in ten idle minutes (its watch holds it)"
+    );
+    assert!(
+        crd_reads("consumer") <= 10,
+        "seed {seed}: {} consumer CRD reads in ten idle minutes: more passes than the 60 s backstop",
+        crd_reads("consumer")
     );
     // While disengaged the binding backs off to the resync interval (2, 4, … 256, 300 s): at
     // most a dozen passes, each listing the widgets once, in ten minutes, not one every 2 s.
