@@ -19,6 +19,7 @@ mod determinism;
 mod drift;
 mod hand_overs;
 mod identity_changes;
+mod internet_scale;
 mod invariants_are_live;
 mod leader_hand_over;
 mod main_flow;

@@ -1,0 +1,149 @@
+//! Issue #25, the provider's view at internet scale: every request that many consumers'
+//! konnectors send one provider in ten idle minutes (paused clock), pinned to the heartbeat
+//! and the watches' own renewals. Each consumer is a world of its own (a fake consumer cluster
+//! and a konnector with the konnector binary's default `--resync` of 10 minutes) sharing one
+//! provider; `KBIND_IDLE_CONSUMERS` sets how many (20 by default, so the suite stays quick; the
+//! closing note of #25 gives the run with 1,000).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::FutureExt;
+use kbind_engine::context::EngineConfig;
+use kbind_scenarios::apis::widgets_crd;
+use kbind_scenarios::{ProviderOpts, World, seed_from_env};
+
+use crate::story::binding_ready;
+
+/// How many consumers share the provider.
+fn consumers() -> usize {
+    std::env::var("KBIND_IDLE_CONSUMERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20)
+}
+
+/// The konnector binary's default `--resync` (konnector/src/cli.rs).
+const KONNECTOR_RESYNC: Duration = Duration::from_secs(600);
+
+async fn consumer_world(seed: u64, i: usize, first: Option<&World>) -> World {
+    let config = EngineConfig {
+        rediscovery_interval: KONNECTOR_RESYNC,
+        ..EngineConfig::default()
+    };
+    let builder = World::builder()
+        .seed(seed + i as u64)
+        .story(&format!("idle consumers at internet scale (consumer {i})"))
+        .consumer(&format!("consumer-{i:04}"))
+        .engine_config(config);
+    let mut world = match first {
+        None => builder.provider("acme", ProviderOpts::default()).build().await,
+        Some(first) => {
+            builder
+                .shared_provider("acme", first.share_provider("acme"))
+                .build()
+                .await
+        }
+    };
+    if first.is_none() {
+        world.install_provider_crd("acme", widgets_crd()).await;
+    }
+    let cred = world.mint_admin_token("acme");
+    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
+    world.start_konnector();
+    world
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_idle_minutes_of_many_consumers_cost_the_provider_their_heartbeats_and_watch_renewals() {
+    let seed = seed_from_env(251);
+    let n = consumers();
+    let mut worlds: Vec<World> = Vec::with_capacity(n);
+    for i in 0..n {
+        let world = consumer_world(seed, i, worlds.first()).await;
+        worlds.push(world);
+    }
+    let (first, others) = worlds.split_first_mut().expect("at least one consumer");
+    let mut ready = vec![false; others.len()];
+    first
+        .run_until_async("every consumer's binding is Ready", 600, |w| {
+            async move { binding_ready(w, "acme").await }.boxed()
+        })
+        .await;
+    for _ in 0..600 {
+        for (done, world) in ready.iter_mut().zip(others.iter()) {
+            if !*done {
+                *done = binding_ready(world, "acme").await;
+            }
+        }
+        if ready.iter().all(|r| *r) {
+            break;
+        }
+        first.steps_for(5).await;
+    }
+    let waiting = ready.iter().filter(|r| !**r).count();
+    assert_eq!(waiting, 0, "seed {seed}: {waiting} of {n} consumers never got Ready");
+    // Let every first pass, first heartbeat and watch start finish.
+    first.steps_for(120).await;
+
+    let provider = first.provider("acme").clone();
+    let from = provider.request_log().len();
+    first.steps_for(600).await;
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    let mut users: BTreeMap<String, usize> = BTreeMap::new();
+    for r in provider.request_log_from(from) {
+        // The worlds' own reads (invariant checks) are the admin's, not a konnector's.
+        if r.user == "admin" {
+            continue;
+        }
+        *by_kind.entry(format!("{} {}", r.verb, r.resource)).or_insert(0) += 1;
+        *users.entry(r.user).or_insert(0) += 1;
+    }
+    let total: usize = by_kind.values().sum();
+    println!(
+        "seed {seed}: {n} consumers, ten idle minutes: {total} provider requests ({:.2} per consumer per minute) \
+         from {} konnectors: {by_kind:#?}",
+        total as f64 / n as f64 / 10.0,
+        users.len()
+    );
+    let count = |kind: &str| by_kind.get(kind).copied().unwrap_or(0);
+    let heartbeats = count("update leases.coordination.k8s.io");
+    // One Lease update every 30 s: 20 in ten minutes, one more or less at the window's edges.
+    assert!(
+        (19 * n..=21 * n).contains(&heartbeats),
+        "seed {seed}: {heartbeats} heartbeat updates from {n} consumers in ten minutes, not 20 each"
+    );
+    // Each konnector watches two things on the provider (the widgets and the widgets' CRD);
+    // a watch is renewed every 290 s, so at most three watch requests each in ten minutes.
+    let watches: usize = by_kind
+        .iter()
+        .filter(|(k, _)| k.starts_with("watch "))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        watches <= 6 * n,
+        "seed {seed}: {watches} watch requests from {n} consumers in ten minutes"
+    );
+    // Discovery once per resync (ten minutes): at most one list each.
+    let lists = count("list customresourcedefinitions.apiextensions.k8s.io");
+    assert!(
+        lists <= n,
+        "seed {seed}: {lists} discovery lists from {n} consumers in ten minutes"
+    );
+    let other: BTreeMap<&String, &usize> = by_kind
+        .iter()
+        .filter(|(k, _)| {
+            !k.starts_with("watch ")
+                && k.as_str() != "update leases.coordination.k8s.io"
+                && k.as_str() != "list customresourcedefinitions.apiextensions.k8s.io"
+        })
+        .collect();
+    assert!(
+        other.is_empty(),
+        "seed {seed}: idle konnectors sent the provider more than heartbeats, watches and discovery: {other:?}"
+    );
+    assert!(
+        total <= 3 * 10 * n,
+        "seed {seed}: {total} requests from {n} consumers: more than 3 per consumer per minute"
+    );
+}
