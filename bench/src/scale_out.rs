@@ -64,7 +64,7 @@ pub fn profile(profile: Profile) -> Vec<Args> {
             baseline: 1,
             ..args(Backend::Fake, 2)
         }],
-        Profile::Full => [1, 5, 10, 20].into_iter().map(|c| args(Backend::Real, c)).collect(),
+        Profile::Full => [1, 5, 10, 20, 50].into_iter().map(|c| args(Backend::Real, c)).collect(),
     }
 }
 

@@ -2,10 +2,12 @@
 //! client, a direct reader and one shared watch cache per GVR), and is disengaged when it stops
 //! being Ready or is deleted. Nothing is deleted anywhere on disengage (DESIGN.md §4).
 //!
-//! The registry also holds the one provider client per Connection and kubeconfig that the
-//! Connection reconciler and the engager share: the Connection reconciler's identity read
-//! through it is the check an engagement relies on, and a disengage drops it, so recovery
-//! connects afresh.
+//! The registry holds the one provider link per Connection and its state ([`LinkState`]:
+//! Unlinked → Linked → Verified → Engaged). The Connection reconciler is the only one that
+//! parses the kubeconfig and reads the identity (through the link's client); the engager only
+//! engages a link verified as the pinned identity, and a disengage drops the link, so recovery
+//! connects afresh. (`provider::run` alone, without a Connection reconciler, links and
+//! verifies in the engager through the same registry calls.)
 
 mod cache;
 mod guard;
@@ -85,9 +87,8 @@ pub struct EngagedProvider {
     /// One shared watch per GVR.
     pub cache: ProviderCache,
     guarded: GuardedClient,
-    /// SHA-256 of the kubeconfig bytes it was built from: only new bytes re-engage, not a new
-    /// resourceVersion of the Secret (a label or annotation change).
-    kubeconfig_digest: Vec<u8>,
+    /// The link's client it was built on: a new link (new kubeconfig bytes, or a failed link
+    /// replaced) re-engages; a label or annotation change of the Secret keeps the link.
     raw: Arc<dyn ClusterClient>,
 }
 
@@ -224,6 +225,30 @@ impl ProviderRegistry {
     }
 }
 
+/// Where one Connection's provider link stands: the engagement state machine (DESIGN.md §2
+/// "Identity", §4 "connection loss"). The Connection reconciler moves a link from `Unlinked`
+/// to `Linked` (Secret accepted, client built) and to `Verified` (identity read through it and
+/// equal to the pin); the engager moves a `Verified` link of a Ready Connection to `Engaged`.
+/// A failed link, a new kubeconfig or a Connection that stops being Ready ends the engagement
+/// and drops the client, so recovery starts again from `Unlinked` with a fresh client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkState {
+    /// No client: no accepted kubeconfig yet, or the last link failed.
+    Unlinked,
+    /// A client built from the accepted kubeconfig; its identity not (or no longer) verified.
+    Linked,
+    /// The identity read through the client matches the pin.
+    Verified {
+        /// The provider's cluster UID.
+        uid: String,
+    },
+    /// Engaged: write client, reader and watch caches built on the verified client.
+    Engaged {
+        /// The pinned cluster UID.
+        uid: String,
+    },
+}
+
 /// The provider client of one Connection for one accepted kubeconfig, and the identity the
 /// Connection reconciler last read through it (DESIGN.md §2 "Identity").
 #[derive(Clone)]
@@ -297,14 +322,30 @@ impl ProviderRegistry {
         }
     }
 
-    /// The identity last verified through the shared client `raw` of `name`.
-    fn verified_uid(&self, name: &str, raw: &Arc<dyn ClusterClient>) -> Option<String> {
+    /// The link of `name` whose identity was verified as `pinned` (what an engagement takes).
+    fn verified_client(&self, name: &str, pinned: &str) -> Option<Arc<dyn ClusterClient>> {
         self.clients
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
-            .filter(|c| Arc::ptr_eq(&c.raw, raw))
-            .and_then(|c| c.verified.clone())
+            .filter(|c| c.verified.as_deref() == Some(pinned))
+            .map(|c| c.raw.clone())
+    }
+
+    /// Where the provider link of Connection `name` stands.
+    pub fn link_state(&self, name: &str) -> LinkState {
+        if let Some(engaged) = self.get(name).filter(|p| !p.is_disengaged()) {
+            return LinkState::Engaged {
+                uid: engaged.identity.clone(),
+            };
+        }
+        match self.clients.read().unwrap_or_else(|p| p.into_inner()).get(name) {
+            None => LinkState::Unlinked,
+            Some(ProviderClient { verified: None, .. }) => LinkState::Linked,
+            Some(ProviderClient {
+                verified: Some(uid), ..
+            }) => LinkState::Verified { uid: uid.clone() },
+        }
     }
 
     /// Drops the shared client of `name` if it is `raw` (a failed link: recovery starts fresh).
@@ -395,24 +436,25 @@ async fn engage_loop(ctx: Context, registry: ProviderRegistry, stores: ConsumerS
         ),
         verifications,
     ));
-    let mut retry = tokio::time::interval(ENGAGE_RETRY);
-    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut engager = Engager {
         ctx,
         registry,
         check,
         previous: BTreeMap::new(),
     };
+    // Changes of the stores and verified links drive the engager; a timer only retries
+    // engagements that failed (there is nothing to look at otherwise).
+    let mut retry = true;
     loop {
         tokio::select! {
             event = events.next() => if event.is_none() { return },
-            _ = retry.tick() => {}
+            _ = tokio::time::sleep(ENGAGE_RETRY), if retry => {}
         }
         // Wait for complete lists: a half-listed store would look like deletions.
         if !stores.connections.is_synced() || !stores.secrets.is_synced() {
             continue;
         }
-        engager
+        retry = engager
             .reconcile_all(stores.connections.store(), stores.secrets.store())
             .await;
     }
@@ -428,7 +470,8 @@ struct Engager {
 }
 
 impl Engager {
-    async fn reconcile_all(&mut self, connections: &Store<Connection>, secrets: &Store<DynamicObject>) {
+    /// Engages and disengages every Connection; whether an engagement failed and is retried.
+    async fn reconcile_all(&mut self, connections: &Store<Connection>, secrets: &Store<DynamicObject>) -> bool {
         let wanted: BTreeMap<String, Connection> = connections
             .state()
             .iter()
@@ -451,18 +494,26 @@ impl Engager {
                 self.registry.clear_failure(name);
                 continue;
             };
-            let digest = self.secret_of(conn, secrets).and_then(|s| kubeconfig_digest(conn, &s));
+            if self.check == IdentityCheck::Own
+                && let Err(e) = self.link(conn, secrets).await
+            {
+                tracing::info!(connection = %name, error = %e, "provider not linked yet");
+                // The Secret went, or its new kubeconfig does not link: the old link is over.
+                self.disengage(name, "the provider link failed").await;
+                self.registry.record_failure(name);
+                continue;
+            }
             if let Some(current) = self.registry.get(name) {
                 if current.identity == pinned
-                    && Some(&current.kubeconfig_digest) == digest.as_ref()
                     && !current.is_disengaged()
+                    && self.registry.holds_client(name, &current.raw)
                 {
                     continue;
                 }
-                self.disengage(name, "the pinned identity or the kubeconfig Secret changed")
+                self.disengage(name, "the pinned identity or the provider link changed")
                     .await;
             }
-            match tokio::time::timeout(ENGAGE_TIMEOUT, self.engage(conn, &pinned, secrets)).await {
+            match tokio::time::timeout(ENGAGE_TIMEOUT, self.engage(conn, &pinned)).await {
                 Ok(Ok(provider)) => {
                     tracing::info!(connection = %name, identity = %pinned, "engaged provider");
                     self.registry.insert(Arc::new(provider));
@@ -480,6 +531,12 @@ impl Engager {
                 }
             }
         }
+        !self
+            .registry
+            .failed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     fn secret_of(&self, conn: &Connection, secrets: &Store<DynamicObject>) -> Option<Secret> {
@@ -492,12 +549,9 @@ impl Engager {
             .and_then(|obj| kbind_cluster::from_dynamic((*obj).clone()).ok())
     }
 
-    async fn engage(
-        &mut self,
-        conn: &Connection,
-        pinned: &str,
-        secrets: &Store<DynamicObject>,
-    ) -> Result<EngagedProvider, EngageError> {
+    /// What the Connection reconciler does when none runs beside the engager (`provider::run`
+    /// alone): accept the kubeconfig, link a client and verify the identity through it.
+    async fn link(&mut self, conn: &Connection, secrets: &Store<DynamicObject>) -> Result<(), EngageError> {
         let r = &conn.spec.kubeconfig_secret_ref;
         let secret_name = format!("{}/{}", r.namespace, r.name);
         let secret = self
@@ -510,39 +564,53 @@ impl Engager {
             .ok_or(EngageError::SecretNotFound(secret_name))?;
         let kubeconfig = crate::remote::parse_kubeconfig(&bytes.0, self.ctx.config.allow_insecure_providers)?;
         let name = conn.name_any();
-        let reused = match self.previous.get(&name) {
-            Some(old) if planted(Plant::ReuseClientAfterDisengage) => Some(old.clone()),
-            _ => None,
-        };
-        let own_check =
-            reused.is_some() || self.check == IdentityCheck::Own || conn.metadata.deletion_timestamp.is_some();
-        let raw = match reused {
-            Some(old) => old,
-            None => {
-                let (connector, config) = (self.ctx.connector.clone(), kubeconfig.clone());
-                self.registry
-                    .client(&name, &kubeconfig, || async move { connector.connect(&config).await })
-                    .await
-                    .map_err(|e| EngageError::Unreachable(e.to_string()))?
-            }
-        };
-        // One identity check per Connection and kubeconfig: the Connection reconciler reads it
-        // through this very client before it reports Ready.
-        if self.registry.verified_uid(&name, &raw).as_deref() != Some(pinned) {
-            if !own_check {
-                return Err(EngageError::AwaitingIdentity);
-            }
+        let (connector, config) = (self.ctx.connector.clone(), kubeconfig.clone());
+        let raw = self
+            .registry
+            .client(&name, &kubeconfig, || async move { connector.connect(&config).await })
+            .await
+            .map_err(|e| EngageError::Unreachable(e.to_string()))?;
+        if matches!(self.registry.link_state(&name), LinkState::Linked) {
             let identity = kbind_cluster::identity::read_identity(raw.as_ref())
                 .await
                 .map_err(|e| EngageError::Unreachable(e.to_string()))?;
-            if identity.uid != pinned {
-                return Err(EngageError::IdentityMismatch {
-                    pinned: pinned.to_string(),
-                    found: identity.uid,
-                });
-            }
             self.registry.verified(&name, &raw, Some(identity.uid));
         }
+        Ok(())
+    }
+
+    /// Engages the link the identity check verified as `pinned`: no kubeconfig parse and no
+    /// identity read of its own (one link per Connection, one check).
+    async fn engage(&mut self, conn: &Connection, pinned: &str) -> Result<EngagedProvider, EngageError> {
+        let name = conn.name_any();
+        let raw = match self.previous.get(&name) {
+            Some(old) if planted(Plant::ReuseClientAfterDisengage) => {
+                let identity = kbind_cluster::identity::read_identity(old.as_ref())
+                    .await
+                    .map_err(|e| EngageError::Unreachable(e.to_string()))?;
+                if identity.uid != pinned {
+                    return Err(EngageError::IdentityMismatch {
+                        pinned: pinned.to_string(),
+                        found: identity.uid,
+                    });
+                }
+                old.clone()
+            }
+            _ => match self.registry.verified_client(&name, pinned) {
+                Some(raw) => raw,
+                None => {
+                    return Err(match self.registry.link_state(&name) {
+                        LinkState::Verified { uid } if self.check == IdentityCheck::Own => {
+                            EngageError::IdentityMismatch {
+                                pinned: pinned.to_string(),
+                                found: uid,
+                            }
+                        }
+                        _ => EngageError::AwaitingIdentity,
+                    });
+                }
+            },
+        };
         let guarded = GuardedClient::new(raw.clone(), pinned);
         let client: Arc<dyn ClusterClient> = Arc::new(guarded.clone());
         Ok(EngagedProvider {
@@ -552,7 +620,6 @@ impl Engager {
             cache: ProviderCache::new(client.clone()),
             client,
             guarded,
-            kubeconfig_digest: digest(&bytes.0),
             raw,
         })
     }
@@ -571,16 +638,6 @@ impl Engager {
             planted_delete_pulled_crds(&self.ctx, name).await;
         }
     }
-}
-
-/// SHA-256 of the kubeconfig bytes `conn` uses from `secret`, if the key is there.
-fn kubeconfig_digest(conn: &Connection, secret: &Secret) -> Option<Vec<u8>> {
-    let bytes = secret.data.as_ref()?.get(&conn.spec.kubeconfig_secret_ref.key)?;
-    Some(digest(&bytes.0))
-}
-
-fn digest(bytes: &[u8]) -> Vec<u8> {
-    ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().to_vec()
 }
 
 /// The planted bug: "cleans up" the consumer CRDs pulled through this Connection on

@@ -398,3 +398,16 @@ async fn a_deleted_connection_draining_its_bindings_stays_engaged() {
         .unwrap();
     wait_for("acme is disengaged", || registry.get("acme").is_none()).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_link_is_engaged_only_while_ready_and_a_disengage_drops_it() {
+    let s = setup().await;
+    assert_eq!(ProviderRegistry::new().link_state("acme"), LinkState::Unlinked);
+    let registry = engaged(&s).await;
+    let uid = s.provider.identity_uid();
+    assert_eq!(registry.link_state("acme"), LinkState::Engaged { uid: uid.clone() });
+    set_ready(&s.consumer, false, &uid).await;
+    wait_for("acme is disengaged", || registry.get("acme").is_none()).await;
+    // Recovery connects afresh: the disengaged link's client is gone with it.
+    assert_eq!(registry.link_state("acme"), LinkState::Unlinked);
+}
