@@ -4,11 +4,14 @@
 use std::path::Path;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::{IDENTITY_NAMESPACE, condition};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient, ListParams};
+use kbind_cluster::{
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient, ListParams, WatchParams,
+};
 use serde_json::Value;
 
 use crate::error::{CliError, Result};
@@ -239,7 +242,10 @@ pub async fn wait_ready(
     Ok(())
 }
 
-/// Polls until every listed object is gone, or `timeout` passes.
+/// Waits until every listed object is gone, or `timeout` passes: each object is read, then
+/// watched from the version read until it changes, so its removal is seen at once (a poll
+/// would add up to its period per object to every unbind). A refused or failed watch falls
+/// back to reading again after a short pause.
 pub async fn wait_gone(
     client: &dyn ClusterClient,
     objects: &[Awaited],
@@ -254,24 +260,41 @@ pub async fn wait_gone(
             qualified(object.namespace.as_deref(), &object.name)
         );
         progress.waiting(&format!("waiting for {what} to be deleted"));
+        let res = resource_of(&object.kind);
+        let namespace = object.namespace.as_deref();
         loop {
-            let gone = matches!(
-                client
-                    .get_opt(&resource_of(&object.kind), object.namespace.as_deref(), &object.name)
-                    .await,
-                Ok(None)
-            );
-            if gone {
-                progress.done(&format!("{what} is deleted"));
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
+            let version = match client.get_opt(&res, namespace, &object.name).await {
+                Ok(None) => {
+                    progress.done(&format!("{what} is deleted"));
+                    break;
+                }
+                Ok(Some(obj)) => obj.metadata.resource_version,
+                Err(_) => None,
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 return Err(CliError::Timeout(format!(
                     "{what} was not deleted within {}s (the konnector may still be draining); `kbind status` shows why, or use `kbind unbind --orphan`",
                     timeout.as_secs()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            let left = deadline - now;
+            let changed = async {
+                let Some(version) = version else { return false };
+                let params = WatchParams::default()
+                    .fields(&format!("metadata.name={}", object.name))
+                    .timeout(u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290));
+                match client.watch(&res, namespace, &params, &version).await {
+                    Ok(mut events) => events.next().await.is_some(),
+                    Err(_) => false,
+                }
+            };
+            match tokio::time::timeout(left, changed).await {
+                // Something happened to it (or the watch ended): read it again.
+                Ok(true) => {}
+                Ok(false) => tokio::time::sleep(Duration::from_millis(250).min(left)).await,
+                Err(_) => {}
+            }
         }
     }
     Ok(())
