@@ -81,6 +81,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     )
     .inspect(tell_connection(stores.binding_changes.clone()));
     let shared = Arc::new(Shared {
+        related: crate::related::RelatedSyncers::new(ctx.clone(), cluster_bindings.clone(), bindings.clone()),
         ctx,
         registry: registry.clone(),
         syncers,
