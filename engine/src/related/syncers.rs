@@ -446,3 +446,55 @@ async fn sweep(
         tokio::time::sleep(syncer::RETRY).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn binding(name: &str) -> BindingRef {
+        BindingRef {
+            kind: BindingKind::Cluster,
+            namespace: None,
+            name: name.into(),
+            uid: format!("{name}-uid"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn notifications_come_at_most_once_a_second_per_binding() {
+        let notifier = SharedNotifier::default();
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = calls.clone();
+        lock(&notifier).hook = Some(Arc::new(move |b: &BindingRef| lock(&seen).push(b.name.clone())));
+        let count = |name: &str| lock(&calls).iter().filter(|n| *n == name).count();
+
+        for _ in 0..5 {
+            notify(&notifier, &binding("a"));
+        }
+        notify(&notifier, &binding("b"));
+        assert_eq!((count("a"), count("b")), (1, 1), "the first change of each goes at once");
+
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        notify(&notifier, &binding("a"));
+        assert_eq!(count("a"), 1, "later changes within the second wait");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(count("a"), 2, "and ride on one notification when the second is over");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(count("a"), 2, "nothing more without a change");
+    }
+
+    #[test]
+    fn without_a_hook_nothing_is_queued() {
+        let notifier = SharedNotifier::default();
+        notify(&notifier, &binding("a"));
+        assert!(lock(&notifier).last.is_empty());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        lock(&notifier).hook = Some(Arc::new(move |_: &BindingRef| {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }));
+        notify(&notifier, &binding("a"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+}
