@@ -75,6 +75,7 @@ use kbind_api::{
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, ListParams};
 
 pub use select::{label_selector_matches, selects};
+pub use syncer::ChangeHook;
 pub use syncers::{RelatedSpec, RelatedSyncers};
 
 use crate::context::Context;
@@ -396,7 +397,9 @@ impl Pass<'_> {
         match copy_to(&self.sides, &self.owner, adopt, res, side, source).await? {
             Outcome::Current => self.report.copied += 1,
             Outcome::Conflict(reason) => {
-                self.report.conflicts.push((describe(res, &key_of(source)), reason.to_string()));
+                self.report
+                    .conflicts
+                    .push((describe(res, &key_of(source)), reason.to_string()));
             }
             Outcome::Denied(denied) => {
                 self.denied.insert(denied);

@@ -107,6 +107,9 @@ pub(crate) fn lock(tally: &SharedTally) -> std::sync::MutexGuard<'_, Tally> {
     tally.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Called with a binding whose related report changed in what its status shows.
+pub type ChangeHook = Arc<dyn Fn(&BindingRef) + Send + Sync>;
+
 /// What a syncer needs from the registry around it.
 pub(crate) struct Environment {
     pub ctx: Context,
@@ -115,7 +118,7 @@ pub(crate) struct Environment {
     /// Whether the binding still exists with this UID and is not being deleted.
     pub live: Arc<dyn Fn(&BindingRef) -> bool + Send + Sync>,
     /// Called when what the binding's status shows of this syncer changed.
-    pub changed: Arc<dyn Fn(&BindingRef) + Send + Sync>,
+    pub changed: ChangeHook,
 }
 
 /// Where a syncer's namespaces come from.
@@ -197,7 +200,7 @@ impl Scope {
         let (result, _, _) = futures::future::select_all(changes).await;
         if result.is_err() {
             // The index went (it cannot while held, but never spin on a closed channel).
-            return std::future::pending().await;
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -414,7 +417,11 @@ impl Syncer {
         let mut keys: BTreeSet<Key> = source
             .objects()
             .iter()
-            .filter(|o| namespaces.set.contains(o.metadata.namespace.as_deref().unwrap_or_default()))
+            .filter(|o| {
+                namespaces
+                    .set
+                    .contains(o.metadata.namespace.as_deref().unwrap_or_default())
+            })
             .filter(|o| is_source(o, &selectors))
             .map(|o| key_of(o))
             .collect();

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_api::{Binding, ClusterBinding, ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind};
+use kbind_api::{
+    Binding, ClusterBinding, ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind,
+};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -16,8 +18,10 @@ use tokio::time::Instant;
 
 use super::copy::Owner;
 use super::namespaces::InstanceNamespaces;
-use super::syncer::{self, Environment, SharedTally, Syncer, SyncerSpec};
-use super::{DIRECTIONS, KINDS, RelatedError, RelatedReport, Sides, delete_copy, key_of, list_copies, resource_of, sides_of};
+use super::syncer::{self, ChangeHook, Environment, SharedTally, Syncer, SyncerSpec};
+use super::{
+    DIRECTIONS, KINDS, RelatedError, RelatedReport, Sides, delete_copy, key_of, list_copies, resource_of, sides_of,
+};
 use crate::context::Context;
 use crate::provider::{EngagedProvider, ProviderCache};
 use crate::sync::{BindingKind, BindingRef};
@@ -120,7 +124,7 @@ impl Liveness {
 /// The hook and the coalescing of change notifications.
 #[derive(Default)]
 struct Notifier {
-    hook: Option<Arc<dyn Fn(&BindingRef) + Send + Sync>>,
+    hook: Option<ChangeHook>,
     last: BTreeMap<BindingRef, Instant>,
     scheduled: BTreeSet<BindingRef>,
 }
@@ -218,7 +222,7 @@ impl RelatedSyncers {
 
     /// Calls `hook` with a binding whenever what its status shows of related resources (copied
     /// count, conflicts, denials) changed; at most once a second per binding while copies churn.
-    pub fn on_change(&self, hook: Arc<dyn Fn(&BindingRef) + Send + Sync>) {
+    pub fn on_change(&self, hook: ChangeHook) {
         lock(&self.inner.notifier).hook = Some(hook);
     }
 
@@ -347,12 +351,16 @@ impl RelatedSyncers {
     fn forget_others(&self, binding: &BindingRef) {
         let live = &self.inner.env.live;
         let stale = |b: &BindingRef| {
-            (b.kind == binding.kind && b.namespace == binding.namespace && b.name == binding.name && b.uid != binding.uid)
+            (b.kind == binding.kind
+                && b.namespace == binding.namespace
+                && b.name == binding.name
+                && b.uid != binding.uid)
                 || !live(b)
         };
         lock(&self.inner.running).retain(|(b, _), _| !stale(b));
         lock(&self.inner.sweeps).retain(|(b, _), _| !stale(b));
         lock(&self.inner.seen).retain(|b| !stale(b));
+        lock(&self.inner.notifier).last.retain(|b, _| !stale(b));
     }
 
     /// What the syncers and sweeps of `binding` know now: copies in place, conflicts, refusals,
@@ -473,7 +481,11 @@ mod tests {
             notify(&notifier, &binding("a"));
         }
         notify(&notifier, &binding("b"));
-        assert_eq!((count("a"), count("b")), (1, 1), "the first change of each goes at once");
+        assert_eq!(
+            (count("a"), count("b")),
+            (1, 1),
+            "the first change of each goes at once"
+        );
 
         tokio::time::sleep(Duration::from_millis(500)).await;
         notify(&notifier, &binding("a"));

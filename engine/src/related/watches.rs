@@ -162,7 +162,10 @@ fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = C
             Ok(CacheEvent::Applied(obj) | CacheEvent::Deleted(obj)) => Change::Object(obj),
             Ok(CacheEvent::Relisted) => Change::Everything,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::info!(missed, "fell behind a related-resource cache's events; looking at everything again");
+                tracing::info!(
+                    missed,
+                    "fell behind a related-resource cache's events; looking at everything again"
+                );
                 Change::Everything
             }
             Err(broadcast::error::RecvError::Closed) => return Some((Change::Closed, None)),

@@ -383,11 +383,7 @@ async fn idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_
     world.steps_for(600).await;
     let idle = related_requests(&world, from);
     println!("seed {seed}: Secret and ConfigMap requests in ten idle minutes: {idle:#?}");
-    let lists: usize = idle
-        .iter()
-        .filter(|(k, _)| k.contains(" list "))
-        .map(|(_, n)| n)
-        .sum();
+    let lists: usize = idle.iter().filter(|(k, _)| k.contains(" list ")).map(|(_, n)| n).sum();
     assert_eq!(
         lists, 0,
         "seed {seed}: idle related copies listed Secrets, ConfigMaps or widgets: {idle:?}"
@@ -423,12 +419,8 @@ async fn idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_
         .run_until_async("both changes are copied within a few steps", 3, move |w| {
             let wanted = wanted.clone();
             async move {
-                let up = w
-                    .provider_get("acme", &secrets(), Some("default"), "db-creds")
-                    .await;
-                let down = w
-                    .consumer_get(&configmaps(), Some("default"), "endpoints")
-                    .await;
+                let up = w.provider_get("acme", &secrets(), Some("default"), "db-creds").await;
+                let down = w.consumer_get(&configmaps(), Some("default"), "endpoints").await;
                 up.is_some_and(|u| u.data["data"] == wanted)
                     && down.is_some_and(|d| d.data["data"] == json!({"url": "https://db2.acme"}))
             }
