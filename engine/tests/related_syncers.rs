@@ -29,6 +29,7 @@ use support::*;
 const CLUSTER_UID: &str = "consumer-uid-1";
 
 struct World {
+    consumer_cluster: FakeCluster,
     consumer: Arc<dyn ClusterClient>,
     provider: Arc<dyn ClusterClient>,
     ctx: Context,
@@ -73,6 +74,7 @@ impl World {
             count.fetch_add(1, Ordering::SeqCst);
         }));
         Self {
+            consumer_cluster,
             consumer,
             provider,
             ctx,
@@ -332,4 +334,49 @@ async fn a_syncer_stops_once_its_binding_is_deleting_and_recreates_nothing() {
         password_on(&w.provider, "team-a", "db").await.is_none(),
         "the syncer of a deleting binding wrote again"
     );
+}
+
+/// §8.9: a ClusterBinding whose namespaces in use cannot be read (the consumer CRD read fails)
+/// collects nothing; once they can, its copies stay where instances live.
+#[tokio::test(start_paused = true)]
+async fn unknown_namespaces_in_use_collect_nothing() {
+    let mut w = World::admin().await;
+    serve_widgets(&w.consumer).await;
+    let b = BindingRef {
+        kind: BindingKind::Cluster,
+        namespace: None,
+        name: "acme".into(),
+        uid: "b-6".into(),
+    };
+    w.store(&b, false);
+    let widget = object(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "team-b"}}));
+    create(&w.consumer, &widgets(), widget).await;
+    create(&w.consumer, &secrets(), secret("team-b", "db", "b")).await;
+    w.ensure(&b, &secrets_up());
+    let copied = password_on(&w.consumer, "team-b", "db").await;
+    wait_for_password(&w, "team-b", copied.clone(), "the copy").await;
+
+    // A restarted konnector that cannot read the CRD yet.
+    w.consumer_cluster.inject_error(fakeapi::ErrorRule::new(
+        Some("get"),
+        Some("customresourcedefinitions"),
+        fakeapi::InjectedError::Internal,
+    ));
+    w.syncers = RelatedSyncers::new(w.ctx.clone(), w.cluster_bindings.as_reader(), w.bindings.as_reader());
+    w.ensure(&b, &secrets_up());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(
+        password_on(&w.provider, "team-b", "db").await,
+        copied,
+        "a copy was collected on an unknown set of namespaces"
+    );
+    w.consumer_cluster.clear_errors();
+    w.ensure(&b, &secrets_up());
+    eventually("the report counts the copy", Duration::from_secs(30), || {
+        let copied = w.syncers.report(&b).copied;
+        async move { copied == 1 }
+    })
+    .await;
+    assert_eq!(password_on(&w.provider, "team-b", "db").await, copied);
 }

@@ -130,8 +130,10 @@ enum Scope {
         /// APIs whose index runs.
         indexes: BTreeMap<String, Arc<ApiNamespaces>>,
         receivers: Vec<watch::Receiver<InUse>>,
-        /// APIs without a consumer CRD (yet), asked again on a poke or the backstop.
-        unresolved: BTreeSet<String>,
+        /// APIs without an index yet, asked again on a poke or the backstop: `false` when the
+        /// consumer has no CRD of it (no instances), `true` when reading the CRD failed (the
+        /// namespaces are unknown, so nothing is collected).
+        unresolved: BTreeMap<String, bool>,
     },
 }
 
@@ -145,11 +147,13 @@ impl Scope {
     fn current(&self, own_namespace: &str) -> Namespaces {
         let (set, complete): (BTreeSet<String>, bool) = match self {
             Scope::Own(ns) => (BTreeSet::from([ns.clone()]), true),
-            Scope::InUse { indexes, .. } => {
+            Scope::InUse {
+                indexes, unresolved, ..
+            } => {
                 let states: Vec<InUse> = indexes.values().map(|i| i.current()).collect();
                 (
                     states.iter().flat_map(|s| s.namespaces.iter().cloned()).collect(),
-                    states.iter().all(|s| s.synced),
+                    states.iter().all(|s| s.synced) && !unresolved.values().any(|failed| *failed),
                 )
             }
         };
@@ -169,7 +173,7 @@ impl Scope {
             return false;
         };
         let mut started = false;
-        for api in std::mem::take(unresolved) {
+        for (api, _) in std::mem::take(unresolved) {
             match instances.index(&api).await {
                 Ok(Some(index)) => {
                     receivers.push(index.subscribe());
@@ -177,11 +181,11 @@ impl Scope {
                     started = true;
                 }
                 Ok(None) => {
-                    unresolved.insert(api);
+                    unresolved.insert(api, false);
                 }
                 Err(e) => {
                     tracing::warn!(api = %api, error = %e, "namespaces in use not known yet; asking again later");
-                    unresolved.insert(api);
+                    unresolved.insert(api, true);
                 }
             }
         }
@@ -294,7 +298,8 @@ impl Syncer {
             _ => Scope::InUse {
                 indexes: BTreeMap::new(),
                 receivers: Vec::new(),
-                unresolved: self.spec.apis.iter().cloned().collect(),
+                // Unknown until the first resolve: nothing is collected before it.
+                unresolved: self.spec.apis.iter().map(|api| (api.clone(), true)).collect(),
             },
         };
         scope.resolve(&self.env.instances).await;
@@ -346,7 +351,9 @@ impl Syncer {
             }
             // Wait for the next reason to look, then fold in whatever else is ready.
             let retry_at = self.retries().values().min().copied();
+            // Biased: a fixed order of branches keeps a paused-clock world deterministic.
             tokio::select! {
+                biased;
                 change = source.next() => if !todo.add(change) { return },
                 change = target.next() => if !todo.add(change) { return },
                 () = scope.changed() => todo.everything = true,
