@@ -56,7 +56,7 @@ pub struct Shared {
     /// What earlier passes found out, so healthy passes do not ask again.
     pub(crate) recall: super::recall::Recall,
     /// The related-resource syncers (watch-driven; a pass only ensures them and reads reports).
-    pub related: related::RelatedSyncers,
+    pub(crate) related: related::RelatedSyncers,
 }
 
 impl Shared {

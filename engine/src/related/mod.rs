@@ -268,7 +268,8 @@ struct Pass<'a> {
 
 /// Converges the related copies of `binding`: copies what `rules` select in `namespaces`
 /// (see [`namespaces_in_use`]), reports conflicts and refusals, and deletes the copies it
-/// owns that nothing selects any more. Level-triggered: call it on every binding reconcile.
+/// owns that nothing selects any more, in one pass of LISTs. The engine runs [`RelatedSyncers`]
+/// instead (the same rules per object, over watch caches); this is for callers without caches.
 #[allow(clippy::too_many_arguments)]
 pub async fn reconcile(
     ctx: &Context,
@@ -654,8 +655,8 @@ async fn consumer_namespaces(ctx: &Context) -> Result<BTreeSet<String>, RelatedE
     Ok(list.items.iter().filter_map(|n| n.metadata.name.clone()).collect())
 }
 
-/// The namespaces whose related resources `binding` copies: a Binding's own namespace; for a
-/// ClusterBinding, every namespace where the consumer has instances of the bound `apis`
+/// The namespaces whose related resources `binding` copies, by LISTs (the syncers read them from
+/// an index instead): a Binding's own namespace; for a ClusterBinding, every namespace where the consumer has instances of the bound `apis`
 /// (`<plural>.<group>`; APIs whose consumer CRD is missing or cluster-scoped add none).
 pub async fn namespaces_in_use(
     ctx: &Context,

@@ -322,7 +322,7 @@ fn log_positions(world: &World) -> (usize, usize) {
 /// and copies on both sides every few seconds. Ten idle minutes of a ClusterBinding whose
 /// copies are in place (up and down) list no Secret, ConfigMap or instance (for the namespaces
 /// in use) on either cluster, and a changed source on either side is still copied within a few
-/// steps. The pass it replaces made 360 such LISTs (and 120 GETs of the targets) in ten minutes.
+/// steps. The pass it replaces made 420 such LISTs (and 120 GETs of the targets) in ten minutes.
 #[tokio::test(start_paused = true)]
 async fn idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_steps() {
     let (mut world, _cred) = bound_world(
