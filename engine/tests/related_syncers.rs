@@ -209,6 +209,17 @@ async fn a_changed_source_is_copied_on_its_event_and_the_binding_is_told() {
     wait_for_password(&w, "team-a", second, "the change copied").await;
     let report = w.syncers.report(&b);
     assert_eq!((report.copied, report.conflicts.len()), (1, 0), "{report:?}");
+
+    // A rule edit restarts the syncer; until its first converge the last findings stand, so
+    // the binding's status does not blank for a moment.
+    let narrower: Vec<RelatedResource> =
+        serde_json::from_value(json!([{"group": "", "resource": "secrets", "direction": "FromConsumer",
+            "selector": {"names": ["db"], "labelSelector": {"matchLabels": {"share": "yes"}}}}]))
+        .expect("rules");
+    w.ensure(&b, &narrower);
+    assert_eq!(w.syncers.report(&b).copied, 1, "carried over at once");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(w.syncers.report(&b).copied, 1, "and still true after the converge");
 }
 
 #[tokio::test(start_paused = true)]

@@ -53,7 +53,7 @@ pub(crate) struct SyncerSpec {
 }
 
 /// What a syncer's latest state says, for the binding's status.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Tally {
     /// Whether a first full converge ran (until then nothing is known).
     pub converged: bool,
@@ -68,6 +68,16 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// What a restarted syncer starts from: the last one's findings, which stand until its
+    /// first converge replaces them (so a rule edit or a re-engagement does not blank the
+    /// binding's conflicts for a moment), as not converged yet.
+    pub(crate) fn carried_over(&self) -> Self {
+        Self {
+            converged: false,
+            ..self.clone()
+        }
+    }
+
     fn forget(&mut self, key: &Key) {
         self.copied.remove(key);
         self.conflicts.remove(key);

@@ -282,7 +282,12 @@ impl RelatedSyncers {
             current.poke.notify_one();
             return;
         }
-        let tally = SharedTally::default();
+        let tally = SharedTally::new(Mutex::new(
+            running
+                .get(&key)
+                .map(|previous| syncer::lock(&previous.tally).carried_over())
+                .unwrap_or_default(),
+        ));
         let poke = Arc::new(Notify::new());
         let task = tokio::spawn(
             Syncer::new(
