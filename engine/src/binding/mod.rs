@@ -85,6 +85,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     // watches of pulled provider CRDs announce their Connection on it too.
     let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let shared = Arc::new(Shared {
+        related: crate::related::RelatedSyncers::new(ctx.clone(), cluster_bindings.clone(), bindings.clone()),
         ctx,
         registry: registry.clone(),
         syncers: syncers.clone(),
@@ -95,6 +96,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
         schema_followers: triggers::SchemaFollowers::new(changed_tx.clone()),
     });
 
+    let related_wakes = triggers::related_wakes(&shared.related);
     let shared_for_extras = shared.clone();
     let forward = {
         let changed_tx = changed_tx.clone();
@@ -108,13 +110,15 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
 
     let cluster_controller = Controller::for_stream(cluster_stream.applied_objects(), cluster_bindings.clone())
         .reconcile_on(bindings_of_changed(&changed_tx, cluster_bindings))
-        .reconcile_on(triggers::reports_of(syncers.report_changes(), BindingKind::Cluster))
+        .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Cluster))
+        .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Cluster))
         .reconcile_all_on(engagement_changes(&registry))
         .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
         .for_each(|_| async {});
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
         .reconcile_on(bindings_of_changed(&changed_tx, bindings))
-        .reconcile_on(triggers::reports_of(syncers.report_changes(), BindingKind::Namespaced))
+        .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Namespaced))
+        .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Namespaced))
         .reconcile_all_on(engagement_changes(&registry))
         .run(reconcile_binding, error_policy_binding, shared.clone())
         .for_each(|_| async {});

@@ -57,6 +57,8 @@ pub struct Shared {
     pub(crate) recall: super::recall::Recall,
     /// The watches of the provider CRDs pulled, which wake the bindings on a change.
     pub(crate) schema_followers: super::triggers::SchemaFollowers,
+    /// The related-resource syncers (watch-driven; a pass only ensures them and reads reports).
+    pub(crate) related: related::RelatedSyncers,
 }
 
 impl Shared {
@@ -205,12 +207,9 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
             shared.recall.engaged(&view);
             if waiting {
                 WAIT_INTERVAL
-            } else if !view.spec.related_resources.is_empty() || !shared.recall.related_idle(&view) {
-                // Related copies are converged by passes (their sources are not watched yet).
-                REPORT_INTERVAL
             } else {
-                // Schema changes, syncer reports, Connection and engagement changes trigger a
-                // pass; this is only the backstop.
+                // Schema changes, syncer and related-copy reports, Connection and engagement
+                // changes trigger a pass; this is only the backstop.
                 shared.ctx.config.rediscovery_interval
             }
         }
@@ -382,12 +381,13 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
     Ok((report, served))
 }
 
-/// Converges the binding's related copies; a failure is logged and retried next reconcile.
+/// Keeps the binding's related-resource syncers running and returns what they know; they
+/// converge by themselves on watch events (DESIGN.md §2, issue #25).
 async fn observe_related(
     view: &BindingView,
     shared: &Shared,
     conn: &Connection,
-    provider: &EngagedProvider,
+    provider: &Arc<EngagedProvider>,
 ) -> related::RelatedReport {
     let uid = conn
         .status
@@ -397,27 +397,22 @@ async fn observe_related(
     if uid.is_empty() {
         return Default::default();
     }
-    // No rule and none of its copies left: nothing to copy or collect, so nothing to list.
+    // No rule and none of its copies left: nothing to copy or collect, so nothing to run.
     if shared.recall.related_idle(view) {
         return Default::default();
     }
     let binding = view.reference();
-    let apis: Vec<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
-    let (ctx, rules, policy) = (&shared.ctx, &view.spec.related_resources, view.spec.conflict_policy);
-    let converged = async {
-        let namespaces = related::namespaces_in_use(ctx, &binding, &apis).await?;
-        related::reconcile(ctx, &binding, rules, policy, provider, &uid, &namespaces).await
+    let spec = related::RelatedSpec {
+        binding: binding.clone(),
+        apis: view.spec.apis.iter().map(|a| a.name.clone()).collect(),
+        rules: view.spec.related_resources.clone(),
+        policy: view.spec.conflict_policy,
+        consumer_cluster_uid: uid,
     };
-    match converged.await {
-        Ok(report) => {
-            shared.recall.related_done(view, report.owned);
-            report
-        }
-        Err(e) => {
-            tracing::warn!(binding = %view.display(), error = %e, "related resources not converged; retrying");
-            Default::default()
-        }
-    }
+    shared.related.ensure(spec, provider.clone());
+    let report = shared.related.report(&binding);
+    shared.recall.related_done(view, report.owned);
+    report
 }
 
 /// One API of the binding: its report, and the key of the syncer running for it.

@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 
 use crate::crdpull::crd_resource;
 use crate::provider::{CacheEvent, EngagedProvider};
-use crate::sync::{BindingKind, SyncerKey};
+use crate::sync::{BindingKind, BindingRef, SyncerKey};
 
 /// The provider CRDs followed, per engagement: each one's changes name its Connection on the
 /// binding controllers' broadcast of changed Connections.
@@ -59,23 +59,56 @@ impl SchemaFollowers {
     }
 }
 
-/// The bindings of `kind` whose syncers' reports changed, as the controller's references.
-pub(crate) fn reports_of<K>(
-    reports: broadcast::Receiver<SyncerKey>,
+/// Which binding a wake-up is for: its kind, namespace and name.
+pub(crate) trait Wakes {
+    /// ClusterBinding or Binding, its namespace, its name.
+    fn binding(&self) -> (BindingKind, Option<&str>, &str);
+}
+
+impl Wakes for SyncerKey {
+    fn binding(&self) -> (BindingKind, Option<&str>, &str) {
+        (self.binding_kind, self.binding_namespace.as_deref(), &self.binding_name)
+    }
+}
+
+impl Wakes for BindingRef {
+    fn binding(&self) -> (BindingKind, Option<&str>, &str) {
+        (self.kind, self.namespace.as_deref(), &self.name)
+    }
+}
+
+/// The bindings of `kind` named by `wakes` (syncer report changes, related-copy report
+/// changes), as the controller's references.
+pub(crate) fn wakes_of<K, T>(
+    wakes: broadcast::Receiver<T>,
     kind: BindingKind,
 ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()> + 'static,
+    T: Wakes + Clone + Send + 'static,
 {
     use futures::StreamExt;
-    crate::connection::stores::received(reports).filter_map(move |key| {
-        let wanted = (key.binding_kind == kind).then(|| {
-            let r = ObjectRef::<K>::new(&key.binding_name);
-            match &key.binding_namespace {
+    crate::connection::stores::received(wakes).filter_map(move |wake| {
+        let (of, namespace, name) = wake.binding();
+        let wanted = (of == kind).then(|| {
+            let r = ObjectRef::<K>::new(name);
+            match namespace {
                 Some(ns) => r.within(ns),
                 None => r,
             }
         });
         async move { wanted }
     })
+}
+
+/// A broadcast of the bindings whose related copies' report changed (copied count, conflicts,
+/// refusals), fed by `related`'s change hook.
+pub(crate) fn related_wakes(related: &crate::related::RelatedSyncers) -> broadcast::Sender<BindingRef> {
+    let (tx, _) = broadcast::channel(1024);
+    let hook_tx = tx.clone();
+    related.on_change(std::sync::Arc::new(move |binding: &BindingRef| {
+        // No controller listening (stopping) is fine.
+        let _ = hook_tx.send(binding.clone());
+    }));
+    tx
 }

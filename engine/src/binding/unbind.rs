@@ -125,6 +125,8 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
         .iter()
         .any(|r| r.direction == RelatedResourceDirection::FromConsumer);
     let skip_provider = provider.is_none() && !from_consumer;
+    // The binding's related syncers stop first, so no write of theirs races the removal.
+    shared.related.stop(&view.reference());
     let removed = match remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), skip_provider).await {
         // Provider credentials that may not list Secrets or ConfigMaps (the usual least privilege,
         // found on real clusters) never held a copy of ours: without FromConsumer rules there is

@@ -3,6 +3,31 @@
 //! server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
 //! garbage collection of only the copies that carry this binding's markers.
 //!
+//! Machinery (issue #25, "everything by watches"): [`RelatedSyncers`] runs one syncer per
+//! (binding, kind, direction) with rules, over shared watch caches on both sides: the engaged
+//! provider's cache (one watch per GVR per Connection, per namespace in use when a cluster-wide
+//! list is refused) and one engine-wide consumer cache of Secrets and ConfigMaps, started when
+//! the first rule of a kind needs it. A change of a source or a copy converges just that
+//! object; a relist, a missed event or a change of the namespaces in use converges the
+//! binding's set for the kind. A ClusterBinding's namespaces in use come from one shared
+//! consumer watch of each bound API's instances that keeps keys only (`namespaces.rs`), never
+//! from a LIST. [`reconcile`] is the same convergence as one pass of LISTs, for callers
+//! without caches.
+//!
+//! Cost, stated: a converged binding makes no request. Writes happen only when a store shows
+//! a change: then one fresh GET of the target (the verdict never rests on a cache alone) and
+//! the apply or delete. Starting a syncer costs one `limit=1` LIST per side to learn whether a
+//! cluster-wide watch is allowed (and one per namespace in use when it is not), and one GET of
+//! each bound API's CRD while its index does not run yet. The backstop is a full converge from
+//! the stores every `--resync` (`EngineConfig::rediscovery_interval`): no request unless
+//! something drifted, CPU in the number of objects of the kind in the stores of both sides.
+//! It re-reads the stores, not the servers: a watch relists on its own when the server says
+//! its version is too old, and a syncer that falls behind its events looks at everything. An
+//! object that could not be written is looked at again after 10 s (30 s after a refusal).
+//! Memory: the consumer cache holds every Secret (or ConfigMap) of the consumer once a rule of
+//! that kind exists, lean (no managedFields, no last-applied copy); the instance index holds
+//! `namespace/name` keys.
+//!
 //! Choices recorded here (see also docs/decisions.md):
 //! - Keys are not mapped: a copy has the source's namespace and name (the `Mapper` is for
 //!   instances only).
@@ -18,17 +43,26 @@
 //!   out of use). A consumer copy (`FromProvider`) goes only when the binding itself no longer
 //!   selects it (its rule, names or labels as copied, or its namespace): §8.1 forbids deleting
 //!   consumer objects because of a provider-side change, so a source deleted or relabelled on
-//!   the provider leaves the last copy in place.
+//!   the provider leaves the last copy in place. A syncer collects only on a complete picture
+//!   (§8.9): every bound API's index listed once, and the source store of the namespace listed.
 //! - Unbind ([`remove_copies`]): every copy this binding owns goes, on both sides. With the
-//!   Orphan escape hatch it is not called at all: every copy stays, in both directions.
+//!   Orphan escape hatch it is not called at all: every copy stays, in both directions. A
+//!   syncer stops by itself once the binding store shows its binding deleting or gone, so it
+//!   never re-creates a copy the unbind removed.
 //! - Secret content is never logged and never part of an error, condition or report: errors
 //!   name the resource, namespace and name only.
-//! - A binding without related resources lists its managed copies until a pass finds none
-//!   (the binding reconciler remembers that and skips the pass until a rule comes back), so
-//!   removing the last rule collects them; a provider refusal of that list is ignored.
+//! - A kind and direction without rules runs no syncer and no watch: a one-shot sweep lists
+//!   the binding's copies there (on the binding's first ensure after a start, and when its last
+//!   rule goes) and deletes them until a list finds none; a refusal of that list is ignored (a
+//!   binding without rules must not need the verb). The binding reconciler remembers a binding
+//!   with neither rules nor copies and skips it until a rule comes back.
 
 mod copy;
+mod namespaces;
 mod select;
+mod syncer;
+mod syncers;
+mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,6 +75,8 @@ use kbind_api::{
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, ListParams};
 
 pub use select::{label_selector_matches, selects};
+pub use syncer::ChangeHook;
+pub use syncers::{RelatedSpec, RelatedSyncers};
 
 use crate::context::Context;
 use crate::provider::EngagedProvider;
@@ -65,7 +101,8 @@ impl std::fmt::Display for Side {
     }
 }
 
-/// What one [`reconcile`] pass found.
+/// What one [`reconcile`] pass found, or what the syncers of a binding know now
+/// ([`RelatedSyncers::report`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelatedReport {
     /// Copies in place and current after this pass.
@@ -231,7 +268,8 @@ struct Pass<'a> {
 
 /// Converges the related copies of `binding`: copies what `rules` select in `namespaces`
 /// (see [`namespaces_in_use`]), reports conflicts and refusals, and deletes the copies it
-/// owns that nothing selects any more. Level-triggered: call it on every binding reconcile.
+/// owns that nothing selects any more, in one pass of LISTs. The engine runs [`RelatedSyncers`]
+/// instead (the same rules per object, over watch caches); this is for callers without caches.
 #[allow(clippy::too_many_arguments)]
 pub async fn reconcile(
     ctx: &Context,
@@ -303,7 +341,7 @@ impl Pass<'_> {
                 continue;
             }
             // A consumer copy stays while the binding still selects it (§8.1).
-            if target_side == Side::Consumer && self.still_selected(&copy, selectors) {
+            if target_side == Side::Consumer && still_selected(&self.namespaces, &copy, selectors) {
                 continue;
             }
             let writer = self.sides.writer(target_side).expect("a reconcile pass has both sides");
@@ -313,14 +351,6 @@ impl Pass<'_> {
             }
         }
         Ok(())
-    }
-
-    /// Whether the binding selects `copy` as it is (its namespace is in use and a rule picks
-    /// its name and copied labels).
-    fn still_selected(&self, copy: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
-        let (ns, name) = key_of(copy);
-        let labels = copy::copied_metadata(copy.metadata.labels.as_ref());
-        self.namespaces.contains(&ns) && selectors.iter().any(|s| selects(s, &name, &labels))
     }
 
     /// The selected sources by (namespace, name), or `None` when some list was refused.
@@ -353,9 +383,7 @@ impl Pass<'_> {
                 }
             };
             for obj in list.items {
-                let (_, name) = key_of(&obj);
-                let labels = obj.metadata.labels.clone().unwrap_or_default();
-                if copy::is_related_copy(&obj) || !selectors.iter().any(|s| selects(s, &name, &labels)) {
+                if !is_source(&obj, selectors) {
                     continue;
                 }
                 sources.insert(key_of(&obj), obj);
@@ -366,62 +394,20 @@ impl Pass<'_> {
 
     /// Copies `source` to `side` if the target there may be written.
     async fn copy(&mut self, res: &ApiResource, side: Side, source: &DynamicObject) -> Result<(), RelatedError> {
-        let key = key_of(source);
-        let reader = self.sides.reader(side).expect("a reconcile pass has both sides");
-        let live = match reader.get_opt(res, Some(&key.0), &key.1).await {
-            Ok(live) => live,
-            Err(e) if side == Side::Provider && e.is_forbidden() => {
-                self.denied.extend(denial(&e));
-                return Ok(());
-            }
-            Err(source) => {
-                return Err(RelatedError::ReadFailed {
-                    side,
-                    resource: res.plural.clone(),
-                    object: describe(res, &key),
-                    source,
-                });
-            }
-        };
         let adopt = self.adopt && side == Side::Provider;
-        let precondition = match copy::classify(live.as_ref(), &self.owner, adopt) {
-            Verdict::Create => None,
-            Verdict::Update { precondition } => precondition,
-            Verdict::Terminating => return Ok(()),
-            Verdict::Conflict(reason) => {
-                self.report.conflicts.push((describe(res, &key), reason.to_string()));
-                return Ok(());
+        match copy_to(&self.sides, &self.owner, adopt, res, side, source).await? {
+            Outcome::Current => self.report.copied += 1,
+            Outcome::Conflict(reason) => {
+                self.report
+                    .conflicts
+                    .push((describe(res, &key_of(source)), reason.to_string()));
             }
-        };
-        let body = copy::apply_body(res, source, &self.owner, precondition.as_deref());
-        if live.as_ref().is_some_and(|l| copy::up_to_date(res, l, &body)) {
-            self.report.copied += 1;
-            return Ok(());
+            Outcome::Denied(denied) => {
+                self.denied.insert(denied);
+            }
+            Outcome::Later => {}
         }
-        let writer = self.sides.writer(side).expect("a reconcile pass has both sides");
-        match writer
-            .apply(res, Some(&key.0), &key.1, body, field_manager::KONNECTOR_RELATED, true)
-            .await
-        {
-            Ok(_) => {
-                self.report.copied += 1;
-                Ok(())
-            }
-            Err(e) if side == Side::Provider && e.is_forbidden() => {
-                self.denied.extend(denial(&e));
-                Ok(())
-            }
-            // The namespace is not there yet, or the target changed since it was classified:
-            // the next pass looks again.
-            Err(e) if e.is_not_found() || matches!(e, kbind_cluster::Error::Conflict { .. }) => Ok(()),
-            Err(source) => Err(RelatedError::WriteFailed {
-                side,
-                step: "apply",
-                resource: res.plural.clone(),
-                object: describe(res, &key),
-                source,
-            }),
-        }
+        Ok(())
     }
 
     /// This binding's copies on `side`, or `None` when that side refuses to list them and no
@@ -447,6 +433,96 @@ impl Pass<'_> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether the binding selects `copy` as it is (its namespace is in use and a rule picks its
+/// name and copied labels): a consumer copy that is stays (§8.1).
+fn still_selected(namespaces: &BTreeSet<String>, copy: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
+    let (ns, name) = key_of(copy);
+    let labels = copy::copied_metadata(copy.metadata.labels.as_ref());
+    namespaces.contains(&ns) && selectors.iter().any(|s| selects(s, &name, &labels))
+}
+
+/// Whether `obj` is a source the selectors pick (some binding's copy never is).
+fn is_source(obj: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
+    let (_, name) = key_of(obj);
+    let empty = BTreeMap::new();
+    let labels = obj.metadata.labels.as_ref().unwrap_or(&empty);
+    !copy::is_related_copy(obj) && selectors.iter().any(|s| selects(s, &name, labels))
+}
+
+/// What one attempt to write a copy came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// The copy is in place and current.
+    Current,
+    /// The target is someone else's and stays as it is, for this reason.
+    Conflict(&'static str),
+    /// The provider refused a read or the write (`"<verb> <resource>"`).
+    Denied(String),
+    /// Not written now (the target terminates, its namespace is missing, it changed since it was
+    /// read): look again later.
+    Later,
+}
+
+/// Copies `source` to `side` if the target there may be written: a fresh read of the target,
+/// the ownership verdict (DESIGN.md §4 "conflicts"; `adopt` takes over unmarked targets), and
+/// a server-side apply as `kbind-konnector-related` unless the target is current already.
+async fn copy_to(
+    sides: &Sides<'_>,
+    owner: &Owner,
+    adopt: bool,
+    res: &ApiResource,
+    side: Side,
+    source: &DynamicObject,
+) -> Result<Outcome, RelatedError> {
+    let key = key_of(source);
+    let (Some(reader), Some(writer)) = (sides.reader(side), sides.writer(side)) else {
+        return Ok(Outcome::Later);
+    };
+    let live = match reader.get_opt(res, Some(&key.0), &key.1).await {
+        Ok(live) => live,
+        Err(e) if side == Side::Provider && e.is_forbidden() => return Ok(denied_or_later(&e)),
+        Err(source) => {
+            return Err(RelatedError::ReadFailed {
+                side,
+                resource: res.plural.clone(),
+                object: describe(res, &key),
+                source,
+            });
+        }
+    };
+    let precondition = match copy::classify(live.as_ref(), owner, adopt) {
+        Verdict::Create => None,
+        Verdict::Update { precondition } => precondition,
+        Verdict::Terminating => return Ok(Outcome::Later),
+        Verdict::Conflict(reason) => return Ok(Outcome::Conflict(reason)),
+    };
+    let body = copy::apply_body(res, source, owner, precondition.as_deref());
+    if live.as_ref().is_some_and(|l| copy::up_to_date(res, l, &body)) {
+        return Ok(Outcome::Current);
+    }
+    match writer
+        .apply(res, Some(&key.0), &key.1, body, field_manager::KONNECTOR_RELATED, true)
+        .await
+    {
+        Ok(_) => Ok(Outcome::Current),
+        Err(e) if side == Side::Provider && e.is_forbidden() => Ok(denied_or_later(&e)),
+        // The namespace is not there yet, or the target changed since it was classified: look
+        // again later.
+        Err(e) if e.is_not_found() || matches!(e, kbind_cluster::Error::Conflict { .. }) => Ok(Outcome::Later),
+        Err(source) => Err(RelatedError::WriteFailed {
+            side,
+            step: "apply",
+            resource: res.plural.clone(),
+            object: describe(res, &key),
+            source,
+        }),
+    }
+}
+
+fn denied_or_later(e: &kbind_cluster::Error) -> Outcome {
+    denial(e).map_or(Outcome::Later, Outcome::Denied)
 }
 
 /// The copies `owner` has on one side: in the Binding's namespace, or cluster-wide for a
@@ -579,8 +655,8 @@ async fn consumer_namespaces(ctx: &Context) -> Result<BTreeSet<String>, RelatedE
     Ok(list.items.iter().filter_map(|n| n.metadata.name.clone()).collect())
 }
 
-/// The namespaces whose related resources `binding` copies: a Binding's own namespace; for a
-/// ClusterBinding, every namespace where the consumer has instances of the bound `apis`
+/// The namespaces whose related resources `binding` copies, by LISTs (the syncers read them from
+/// an index instead): a Binding's own namespace; for a ClusterBinding, every namespace where the consumer has instances of the bound `apis`
 /// (`<plural>.<group>`; APIs whose consumer CRD is missing or cluster-scoped add none).
 pub async fn namespaces_in_use(
     ctx: &Context,

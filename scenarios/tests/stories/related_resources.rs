@@ -287,3 +287,147 @@ async fn an_unbind_removes_its_related_copy_and_the_allowed_delete_is_no_loss() 
         })
         .await;
 }
+
+/// The konnector's requests of Secrets and ConfigMaps, and its lists of widgets (the namespaces
+/// in use), on both clusters since positions `from` (consumer, provider), by `"<cluster> <verb>
+/// <resource> in <namespace or *>"`; the world's own reads (the admin's) are left out.
+fn related_requests(world: &World, from: (usize, usize)) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    let logs = [
+        ("consumer", world.consumer().request_log_from(from.0)),
+        ("provider", world.provider("acme").request_log_from(from.1)),
+    ];
+    for (cluster, log) in logs {
+        for r in log.into_iter().filter(|r| r.user != "admin") {
+            let instance_list = r.verb == "list" && r.resource == "widgets.example.org";
+            if r.resource == "secrets." || r.resource == "configmaps." || instance_list {
+                let ns = if r.namespace.is_empty() { "*" } else { &r.namespace };
+                *counts
+                    .entry(format!("{cluster} {} {} in {ns}", r.verb, r.resource))
+                    .or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+fn log_positions(world: &World) -> (usize, usize) {
+    (
+        world.consumer().request_log().len(),
+        world.provider("acme").request_log().len(),
+    )
+}
+
+/// Issue #25: related resources are converged by watches, not by a pass that lists sources
+/// and copies on both sides every few seconds. Ten idle minutes of a ClusterBinding whose
+/// copies are in place (up and down) list no Secret, ConfigMap or instance (for the namespaces
+/// in use) on either cluster, and a changed source on either side is still copied within a few
+/// steps. The pass it replaces made 420 such LISTs (and 120 GETs of the targets) in ten minutes.
+#[tokio::test(start_paused = true)]
+async fn idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_steps() {
+    let (mut world, _cred) = bound_world(
+        "idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_steps",
+        35,
+    )
+    .await;
+    let seed = world.seed();
+    let consumer = world.consumer().admin_client();
+    let provider = world.provider("acme").admin_client();
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    create(
+        &consumer,
+        &secrets(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db-creds", "namespace": "default", "labels": {"share": "yes"}},
+        "stringData": {"password": PASSWORD}}),
+    )
+    .await;
+    create(
+        &provider,
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "endpoints", "namespace": "default"}, "data": {"url": "https://db.acme"}}),
+    )
+    .await;
+    consumer
+        .patch(
+            &cluster_bindings(),
+            None,
+            "acme",
+            &Patch::Merge(json!({"spec": {"relatedResources": [
+                {"group": "", "resource": "secrets", "direction": "FromConsumer",
+                 "selector": {"labelSelector": {"matchLabels": {"share": "yes"}}}},
+                {"group": "", "resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}},
+            ]}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("adding related resources to the binding");
+    world
+        .run_until_async("the copies are in place both ways", 60, |w| {
+            async move {
+                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
+                    .await
+                    .is_some()
+                    && w.consumer_get(&configmaps(), Some("default"), "endpoints")
+                        .await
+                        .is_some()
+            }
+            .boxed()
+        })
+        .await;
+    // Let the watches start and every first converge finish.
+    world.steps_for(60).await;
+
+    let from = log_positions(&world);
+    world.steps_for(600).await;
+    let idle = related_requests(&world, from);
+    println!("seed {seed}: Secret and ConfigMap requests in ten idle minutes: {idle:#?}");
+    let lists: usize = idle.iter().filter(|(k, _)| k.contains(" list ")).map(|(_, n)| n).sum();
+    assert_eq!(
+        lists, 0,
+        "seed {seed}: idle related copies listed Secrets, ConfigMaps or widgets: {idle:?}"
+    );
+
+    // A changed source is copied on its event, on either side.
+    consumer
+        .patch(
+            &secrets(),
+            Some("default"),
+            "db-creds",
+            &Patch::Merge(json!({"stringData": {"password": "rotated"}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("rotating the consumer Secret");
+    provider
+        .patch(
+            &configmaps(),
+            Some("default"),
+            "endpoints",
+            &Patch::Merge(json!({"data": {"url": "https://db2.acme"}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("changing the provider ConfigMap");
+    let source = world
+        .consumer_get(&secrets(), Some("default"), "db-creds")
+        .await
+        .expect("the source");
+    let wanted = source.data["data"].clone();
+    world
+        .run_until_async("both changes are copied within a few steps", 3, move |w| {
+            let wanted = wanted.clone();
+            async move {
+                let up = w.provider_get("acme", &secrets(), Some("default"), "db-creds").await;
+                let down = w.consumer_get(&configmaps(), Some("default"), "endpoints").await;
+                up.is_some_and(|u| u.data["data"] == wanted)
+                    && down.is_some_and(|d| d.data["data"] == json!({"url": "https://db2.acme"}))
+            }
+            .boxed()
+        })
+        .await;
+    let changed = related_requests(&world, from);
+    println!("seed {seed}: Secret and ConfigMap requests including both changes: {changed:#?}");
+    assert!(!world.log().text().contains(PASSWORD));
+}

@@ -1,0 +1,590 @@
+//! One related-resources syncer: a (binding, kind, direction) over watch caches on both sides.
+//! An event of a source or a copy converges just that object; a relist, a change of the
+//! namespaces in use or the backstop converges the whole set from the stores. Writes are the
+//! ones of a pass ([`super::copy_to`], [`super::delete_copy`]); the stores only decide whether
+//! a write is needed, so a converged binding asks the servers nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kbind_api::{RelatedResourceDirection, RelatedResourceKind, RelatedResourceSelector};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::copy::{self, Owner, Verdict};
+use super::namespaces::{ApiNamespaces, InUse, InstanceNamespaces};
+use super::watches::{Change, SideStores};
+use super::{
+    Outcome, RelatedReport, Side, Sides, copy_to, delete_copy, describe, is_source, key_of, resource_of, sides_of,
+    still_selected,
+};
+use crate::context::Context;
+use crate::provider::{EngagedProvider, ProviderCache};
+use crate::sync::{BindingKind, BindingRef};
+
+/// Retry of one object after a failure, a missing namespace or a target that changed under us.
+pub(crate) const RETRY: Duration = Duration::from_secs(10);
+/// Retry of one object after the provider refused it.
+const DENIED_RETRY: Duration = Duration::from_secs(30);
+/// Events folded into one converge step before the work starts.
+const BATCH: usize = 256;
+
+type Key = (String, String);
+
+/// Everything one related syncer is about; a change restarts it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SyncerSpec {
+    /// The binding.
+    pub binding: BindingRef,
+    /// Secrets or ConfigMaps.
+    pub kind: RelatedResourceKind,
+    /// Up or down.
+    pub direction: RelatedResourceDirection,
+    /// The rules' selectors of this kind and direction (at least one).
+    pub selectors: Vec<RelatedResourceSelector>,
+    /// `conflictPolicy: Adopt` (provider targets only).
+    pub adopt: bool,
+    /// Who the copies belong to.
+    pub owner: Owner,
+    /// A ClusterBinding's bound APIs, whose instances put namespaces in use.
+    pub apis: Vec<String>,
+}
+
+/// What a syncer's latest state says, for the binding's status.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tally {
+    /// Whether a first full converge ran (until then nothing is known).
+    pub converged: bool,
+    copied: BTreeSet<Key>,
+    conflicts: BTreeMap<Key, &'static str>,
+    denied: BTreeMap<Key, String>,
+    /// Refused lists (per-namespace watches the credentials may not open).
+    refused: BTreeSet<String>,
+    /// Copies of this binding in the target stores.
+    owned: BTreeSet<Key>,
+    removed: usize,
+}
+
+impl Tally {
+    /// What a restarted syncer starts from: the last one's findings, which stand until its
+    /// first converge replaces them (so a rule edit or a re-engagement does not blank the
+    /// binding's conflicts for a moment), as not converged yet.
+    pub(crate) fn carried_over(&self) -> Self {
+        Self {
+            converged: false,
+            ..self.clone()
+        }
+    }
+
+    fn forget(&mut self, key: &Key) {
+        self.copied.remove(key);
+        self.conflicts.remove(key);
+        self.denied.remove(key);
+    }
+
+    /// What the binding's status shows of it (a change of this wakes the binding).
+    fn visible(&self) -> (usize, Vec<(Key, &'static str)>, BTreeSet<String>) {
+        (
+            self.copied.len(),
+            self.conflicts.iter().map(|(k, r)| (k.clone(), *r)).collect(),
+            self.denied_set(),
+        )
+    }
+
+    fn denied_set(&self) -> BTreeSet<String> {
+        self.denied.values().chain(&self.refused).cloned().collect()
+    }
+
+    /// Adds this syncer's part to `report`.
+    pub(crate) fn add_to(&self, res: &ApiResource, report: &mut RelatedReport, denied: &mut BTreeSet<String>) {
+        report.copied += self.copied.len();
+        report
+            .conflicts
+            .extend(self.conflicts.iter().map(|(k, r)| (describe(res, k), r.to_string())));
+        denied.extend(self.denied_set());
+        report.removed += self.removed;
+        // Until the first converge it is unknown whether copies exist: count one.
+        report.owned += if self.converged { self.owned.len() } else { 1 };
+    }
+}
+
+/// The tally a syncer and the registry share.
+pub(crate) type SharedTally = Arc<Mutex<Tally>>;
+
+pub(crate) fn lock(tally: &SharedTally) -> std::sync::MutexGuard<'_, Tally> {
+    tally.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Called with a binding whose related report changed in what its status shows.
+pub type ChangeHook = Arc<dyn Fn(&BindingRef) + Send + Sync>;
+
+/// What a syncer needs from the registry around it.
+pub(crate) struct Environment {
+    pub ctx: Context,
+    pub consumer_cache: Arc<ProviderCache>,
+    pub instances: Arc<InstanceNamespaces>,
+    /// Whether the binding still exists with this UID and is not being deleted.
+    pub live: Arc<dyn Fn(&BindingRef) -> bool + Send + Sync>,
+    /// Called when what the binding's status shows of this syncer changed.
+    pub changed: ChangeHook,
+}
+
+/// Where a syncer's namespaces come from.
+enum Scope {
+    /// A Binding: its own namespace.
+    Own(String),
+    /// A ClusterBinding: every namespace holding instances of its APIs.
+    InUse {
+        /// APIs whose index runs.
+        indexes: BTreeMap<String, Arc<ApiNamespaces>>,
+        receivers: Vec<watch::Receiver<InUse>>,
+        /// APIs without an index yet, asked again on a poke or the backstop: `false` when the
+        /// consumer has no CRD of it (no instances), `true` when reading the CRD failed (the
+        /// namespaces are unknown, so nothing is collected).
+        unresolved: BTreeMap<String, bool>,
+    },
+}
+
+/// The namespaces of a syncer now, and whether the set is complete.
+struct Namespaces {
+    set: BTreeSet<String>,
+    complete: bool,
+}
+
+impl Scope {
+    fn current(&self, own_namespace: &str) -> Namespaces {
+        let (set, complete): (BTreeSet<String>, bool) = match self {
+            Scope::Own(ns) => (BTreeSet::from([ns.clone()]), true),
+            Scope::InUse {
+                indexes, unresolved, ..
+            } => {
+                let states: Vec<InUse> = indexes.values().map(|i| i.current()).collect();
+                (
+                    states.iter().flat_map(|s| s.namespaces.iter().cloned()).collect(),
+                    states.iter().all(|s| s.synced) && !unresolved.values().any(|failed| *failed),
+                )
+            }
+        };
+        // The konnector's own namespace holds provider credentials: never a source or a target.
+        let set = set.into_iter().filter(|ns| ns != own_namespace).collect();
+        Namespaces { set, complete }
+    }
+
+    /// Starts the indexes of APIs not resolved yet; whether one started.
+    async fn resolve(&mut self, instances: &InstanceNamespaces) -> bool {
+        let Scope::InUse {
+            indexes,
+            receivers,
+            unresolved,
+        } = self
+        else {
+            return false;
+        };
+        let mut started = false;
+        for (api, _) in std::mem::take(unresolved) {
+            match instances.index(&api).await {
+                Ok(Some(index)) => {
+                    receivers.push(index.subscribe());
+                    indexes.insert(api, index);
+                    started = true;
+                }
+                Ok(None) => {
+                    unresolved.insert(api, false);
+                }
+                Err(e) => {
+                    tracing::warn!(api = %api, error = %e, "namespaces in use not known yet; asking again later");
+                    unresolved.insert(api, true);
+                }
+            }
+        }
+        started
+    }
+
+    /// Resolves when the namespaces of some API changed.
+    async fn changed(&mut self) {
+        let Scope::InUse { receivers, .. } = self else {
+            return std::future::pending().await;
+        };
+        if receivers.is_empty() {
+            return std::future::pending().await;
+        }
+        let changes = receivers.iter_mut().map(|rx| Box::pin(rx.changed()));
+        let (result, _, _) = futures::future::select_all(changes).await;
+        if result.is_err() {
+            // The index went (it cannot while held, but never spin on a closed channel).
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What the next converge step covers.
+#[derive(Debug, Default)]
+struct Todo {
+    everything: bool,
+    keys: BTreeSet<Key>,
+}
+
+impl Todo {
+    fn add(&mut self, change: Change) -> bool {
+        match change {
+            Change::Object(obj) => {
+                self.keys.insert(key_of(&obj));
+            }
+            Change::Everything => self.everything = true,
+            Change::Closed => return false,
+        }
+        true
+    }
+}
+
+/// One running syncer's state.
+pub(crate) struct Syncer {
+    spec: SyncerSpec,
+    env: Arc<Environment>,
+    provider: Arc<EngagedProvider>,
+    tally: SharedTally,
+    /// Poked by every `ensure` of the binding: look for APIs that were unresolved.
+    poke: Arc<Notify>,
+    res: ApiResource,
+    /// Objects to look at again, and when.
+    retries: Mutex<BTreeMap<Key, Instant>>,
+}
+
+impl Syncer {
+    pub(crate) fn new(
+        spec: SyncerSpec,
+        env: Arc<Environment>,
+        provider: Arc<EngagedProvider>,
+        tally: SharedTally,
+        poke: Arc<Notify>,
+    ) -> Self {
+        Self {
+            res: resource_of(spec.kind),
+            spec,
+            env,
+            provider,
+            tally,
+            poke,
+            retries: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn cache(&self, side: Side) -> &ProviderCache {
+        match side {
+            Side::Consumer => &self.env.consumer_cache,
+            Side::Provider => &self.provider.cache,
+        }
+    }
+
+    fn sides(&self) -> Sides<'_> {
+        Sides {
+            consumer: self.env.ctx.consumer.as_ref(),
+            provider: Some(self.provider.as_ref()),
+        }
+    }
+
+    fn reader(&self, side: Side) -> &dyn ClusterClient {
+        match side {
+            Side::Consumer => self.env.ctx.consumer.as_ref(),
+            Side::Provider => self.provider.reader.as_ref(),
+        }
+    }
+
+    fn retries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Instant>> {
+        self.retries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn selectors(&self) -> Vec<&RelatedResourceSelector> {
+        self.spec.selectors.iter().collect()
+    }
+
+    /// Runs until the binding goes, the provider is disengaged or the future is dropped.
+    pub(crate) async fn run(self) {
+        let (source_side, target_side) = sides_of(self.spec.direction);
+        let mut scope = match (&self.spec.binding.kind, &self.spec.binding.namespace) {
+            (BindingKind::Namespaced, Some(ns)) => Scope::Own(ns.clone()),
+            _ => Scope::InUse {
+                indexes: BTreeMap::new(),
+                receivers: Vec::new(),
+                // Unknown until the first resolve: nothing is collected before it.
+                unresolved: self.spec.apis.iter().map(|api| (api.clone(), true)).collect(),
+            },
+        };
+        scope.resolve(&self.env.instances).await;
+        let mut source = SideStores::open(
+            self.cache(source_side),
+            self.reader(source_side),
+            &self.res,
+            source_side,
+        )
+        .await;
+        let mut target = SideStores::open(
+            self.cache(target_side),
+            self.reader(target_side),
+            &self.res,
+            target_side,
+        )
+        .await;
+        let interval = self.env.ctx.config.rediscovery_interval.max(Duration::from_secs(1));
+        let mut backstop = Instant::now() + interval;
+        let mut todo = Todo {
+            everything: true,
+            ..Todo::default()
+        };
+        loop {
+            if !(self.env.live)(&self.spec.binding) || self.provider.is_disengaged() {
+                return;
+            }
+            let namespaces = scope.current(&self.env.ctx.config.namespace);
+            source
+                .follow(self.cache(source_side), self.reader(source_side), &namespaces.set)
+                .await;
+            target
+                .follow(self.cache(target_side), self.reader(target_side), &namespaces.set)
+                .await;
+            let before = lock(&self.tally).visible();
+            self.step(&source, &target, &namespaces, std::mem::take(&mut todo))
+                .await;
+            let after = {
+                let mut tally = lock(&self.tally);
+                tally.refused = if source_side == Side::Provider {
+                    source.denied()
+                } else {
+                    target.denied()
+                };
+                tally.visible()
+            };
+            if before != after {
+                (self.env.changed)(&self.spec.binding);
+            }
+            // Wait for the next reason to look, then fold in whatever else is ready.
+            let retry_at = self.retries().values().min().copied();
+            // Biased: a fixed order of branches keeps a paused-clock world deterministic.
+            tokio::select! {
+                biased;
+                change = source.next() => if !todo.add(change) { return },
+                change = target.next() => if !todo.add(change) { return },
+                () = scope.changed() => todo.everything = true,
+                () = self.poke.notified() => {
+                    todo.everything = scope.resolve(&self.env.instances).await;
+                }
+                () = tokio::time::sleep_until(backstop) => {
+                    backstop = Instant::now() + interval;
+                    source.retry_refused();
+                    target.retry_refused();
+                    scope.resolve(&self.env.instances).await;
+                    todo.everything = true;
+                }
+                () = sleep_until_opt(retry_at) => {
+                    let now = Instant::now();
+                    let mut retries = self.retries();
+                    let due: Vec<Key> = retries.iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
+                    for key in due {
+                        retries.remove(&key);
+                        todo.keys.insert(key);
+                    }
+                }
+            }
+            for _ in 0..BATCH {
+                let ready = futures::FutureExt::now_or_never(async {
+                    tokio::select! {
+                        biased;
+                        change = source.next() => change,
+                        change = target.next() => change,
+                    }
+                });
+                match ready {
+                    Some(change) => {
+                        if !todo.add(change) {
+                            return;
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Converges what `todo` names, or everything this syncer is about.
+    async fn step(&self, source: &SideStores, target: &SideStores, namespaces: &Namespaces, todo: Todo) {
+        let keys = if todo.everything {
+            let mut keys = self.everything(source, target, namespaces);
+            keys.extend(todo.keys);
+            keys
+        } else {
+            todo.keys
+        };
+        for key in keys {
+            if !(self.env.live)(&self.spec.binding) || self.provider.is_disengaged() {
+                return;
+            }
+            self.converge(source, target, namespaces, &key).await;
+        }
+        if todo.everything {
+            lock(&self.tally).converged = true;
+        }
+    }
+
+    /// Every key this syncer is about: selected sources in namespaces in use, this binding's
+    /// copies, and whatever the tally still remembers.
+    fn everything(&self, source: &SideStores, target: &SideStores, namespaces: &Namespaces) -> BTreeSet<Key> {
+        let selectors = self.selectors();
+        let mut keys: BTreeSet<Key> = source
+            .objects()
+            .iter()
+            .filter(|o| {
+                namespaces
+                    .set
+                    .contains(o.metadata.namespace.as_deref().unwrap_or_default())
+            })
+            .filter(|o| is_source(o, &selectors))
+            .map(|o| key_of(o))
+            .collect();
+        keys.extend(
+            target
+                .objects()
+                .iter()
+                .filter(|o| copy::is_ours(o, &self.spec.owner))
+                .map(|o| key_of(o)),
+        );
+        let tally = lock(&self.tally);
+        keys.extend(tally.copied.iter().cloned());
+        keys.extend(tally.conflicts.keys().cloned());
+        keys.extend(tally.denied.keys().cloned());
+        keys.extend(tally.owned.iter().cloned());
+        keys.extend(self.retries().keys().cloned());
+        keys
+    }
+
+    /// Whether a copy at `ns` is within this binding's reach: a Binding's copies are in its
+    /// namespace only.
+    fn in_reach(&self, ns: &str) -> bool {
+        self.spec.binding.namespace.as_deref().is_none_or(|own| own == ns)
+    }
+
+    /// Converges one object: copies its selected source, or collects our copy nothing selects.
+    async fn converge(&self, source: &SideStores, target: &SideStores, namespaces: &Namespaces, key: &Key) {
+        let selectors = self.selectors();
+        let in_use = namespaces.set.contains(&key.0);
+        let selected = in_use
+            .then(|| source.get(key))
+            .flatten()
+            .filter(|o| is_source(o, &selectors));
+        let cached = target.get(key).filter(|_| self.in_reach(&key.0));
+        let ours = cached.as_ref().filter(|t| copy::is_ours(t, &self.spec.owner));
+        {
+            let mut tally = lock(&self.tally);
+            if ours.is_some() {
+                tally.owned.insert(key.clone());
+            } else {
+                tally.owned.remove(key);
+            }
+        }
+        match selected {
+            Some(src) => self.copy(target, key, &src, cached.as_deref()).await,
+            None => {
+                lock(&self.tally).forget(key);
+                let Some(copy) = ours else {
+                    self.retries().remove(key);
+                    return;
+                };
+                // Only a complete picture may say "not selected any more" (§8.9): every
+                // namespace in use known, and the sources of this one listed.
+                if !namespaces.complete || (in_use && !source.synced(&key.0)) {
+                    return;
+                }
+                if copy.metadata.deletion_timestamp.is_some() {
+                    return;
+                }
+                // A consumer copy stays while the binding still selects it (§8.1).
+                if target.side() == Side::Consumer && still_selected(&namespaces.set, copy, &selectors) {
+                    return;
+                }
+                self.collect(target.side(), key).await;
+            }
+        }
+    }
+
+    /// Copies `src`: nothing to do when the cached target is our current copy or someone
+    /// else's; otherwise the write path of a pass (a fresh read, the verdict, an apply).
+    async fn copy(&self, target: &SideStores, key: &Key, src: &DynamicObject, cached: Option<&DynamicObject>) {
+        let side = target.side();
+        let adopt = self.spec.adopt && side == Side::Provider;
+        if target.synced(&key.0) {
+            let body = copy::apply_body(&self.res, src, &self.spec.owner, None);
+            let known = match (copy::classify(cached, &self.spec.owner, adopt), cached) {
+                (Verdict::Update { precondition: None }, Some(live)) if copy::up_to_date(&self.res, live, &body) => {
+                    Some(Outcome::Current)
+                }
+                (Verdict::Conflict(reason), _) => Some(Outcome::Conflict(reason)),
+                _ => None,
+            };
+            if let Some(outcome) = known {
+                self.record(key, outcome);
+                return;
+            }
+        }
+        match copy_to(&self.sides(), &self.spec.owner, adopt, &self.res, side, src).await {
+            Ok(outcome) => self.record(key, outcome),
+            Err(e) => {
+                tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not converged; retrying");
+                lock(&self.tally).forget(key);
+                self.retries().insert(key.clone(), Instant::now() + RETRY);
+            }
+        }
+    }
+
+    fn record(&self, key: &Key, outcome: Outcome) {
+        let mut tally = lock(&self.tally);
+        tally.forget(key);
+        match outcome {
+            Outcome::Current => {
+                tally.copied.insert(key.clone());
+                self.retries().remove(key);
+            }
+            Outcome::Conflict(reason) => {
+                tally.conflicts.insert(key.clone(), reason);
+                self.retries().remove(key);
+            }
+            Outcome::Denied(denied) => {
+                tally.denied.insert(key.clone(), denied);
+                self.retries().insert(key.clone(), Instant::now() + DENIED_RETRY);
+            }
+            Outcome::Later => {
+                self.retries().insert(key.clone(), Instant::now() + RETRY);
+            }
+        }
+    }
+
+    /// Deletes our copy at `key` on `side`.
+    async fn collect(&self, side: Side, key: &Key) {
+        let sides = self.sides();
+        let Some(writer) = sides.writer(side) else {
+            return;
+        };
+        match delete_copy(writer, &self.res, side, key).await {
+            Ok(gone) => {
+                if gone {
+                    tracing::info!(binding = %self.spec.binding.name, object = %describe(&self.res, key), %side, "removed a related copy nothing selects any more");
+                    let mut tally = lock(&self.tally);
+                    tally.removed += 1;
+                    tally.owned.remove(key);
+                }
+                self.retries().remove(key);
+            }
+            Err(e) => {
+                tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not collected; retrying");
+                self.retries().insert(key.clone(), Instant::now() + RETRY);
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,517 @@
+//! The set of related-resource syncers of the engine, one per (binding, kind, direction) with
+//! rules, and the one-shot sweeps that collect the copies of a kind and direction without
+//! rules. The binding reconciler calls [`RelatedSyncers::ensure`] on every pass (it returns at
+//! once) and shows [`RelatedSyncers::report`]; a change of what the status shows calls the hook
+//! of [`RelatedSyncers::on_change`], at most once a second per binding.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kbind_api::{
+    Binding, ClusterBinding, ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind,
+};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::copy::Owner;
+use super::namespaces::InstanceNamespaces;
+use super::syncer::{self, ChangeHook, Environment, SharedTally, Syncer, SyncerSpec};
+use super::{
+    DIRECTIONS, KINDS, RelatedError, RelatedReport, Sides, delete_copy, key_of, list_copies, resource_of, sides_of,
+};
+use crate::context::Context;
+use crate::provider::{EngagedProvider, ProviderCache};
+use crate::sync::{BindingKind, BindingRef};
+
+/// The least time between two change notifications of one binding while copies churn.
+const NOTIFY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What one binding asks of related resources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelatedSpec {
+    /// The binding (its UID marks the copies).
+    pub binding: BindingRef,
+    /// `spec.apis` by name (`<plural>.<group>`): a ClusterBinding copies in the namespaces
+    /// holding instances of these.
+    pub apis: Vec<String>,
+    /// `spec.relatedResources`.
+    pub rules: Vec<RelatedResource>,
+    /// `spec.conflictPolicy`.
+    pub policy: ConflictPolicy,
+    /// The consumer cluster's UID (`status.localClusterUID` of the Connection).
+    pub consumer_cluster_uid: String,
+}
+
+/// A kind and a direction, as a map key.
+type Lane = (&'static str, &'static str);
+
+fn lane(kind: RelatedResourceKind, direction: RelatedResourceDirection) -> Lane {
+    let kind = match kind {
+        RelatedResourceKind::Secrets => "secrets",
+        RelatedResourceKind::ConfigMaps => "configmaps",
+    };
+    let direction = match direction {
+        RelatedResourceDirection::FromConsumer => "FromConsumer",
+        RelatedResourceDirection::FromProvider => "FromProvider",
+    };
+    (kind, direction)
+}
+
+/// One running syncer; dropping it stops the task.
+struct Running {
+    spec: SyncerSpec,
+    provider: Arc<EngagedProvider>,
+    tally: SharedTally,
+    poke: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What a sweep found out.
+#[derive(Debug, Default)]
+struct SweepState {
+    /// A list found none of the binding's copies left (or may not see any).
+    done: bool,
+    removed: usize,
+}
+
+/// One sweep; dropping it stops the task.
+struct Sweep {
+    provider: Arc<EngagedProvider>,
+    state: Arc<Mutex<SweepState>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether a binding still exists with its UID and is not being deleted, from the binding
+/// reconciler's stores: a syncer of a binding on its way out stops before it writes again, so it
+/// never re-creates a copy the unbind removes.
+#[derive(Clone)]
+struct Liveness {
+    cluster_bindings: Store<ClusterBinding>,
+    bindings: Store<Binding>,
+}
+
+impl Liveness {
+    fn live(&self, b: &BindingRef) -> bool {
+        let meta = match (&b.kind, &b.namespace) {
+            (BindingKind::Namespaced, Some(ns)) => self
+                .bindings
+                .get(&ObjectRef::new(&b.name).within(ns))
+                .map(|o| o.metadata.clone()),
+            _ => self
+                .cluster_bindings
+                .get(&ObjectRef::new(&b.name))
+                .map(|o| o.metadata.clone()),
+        };
+        meta.is_some_and(|m| m.uid.as_deref() == Some(b.uid.as_str()) && m.deletion_timestamp.is_none())
+    }
+}
+
+/// The hook and the coalescing of change notifications.
+#[derive(Default)]
+struct Notifier {
+    hook: Option<ChangeHook>,
+    last: BTreeMap<BindingRef, Instant>,
+    scheduled: BTreeSet<BindingRef>,
+}
+
+type SharedNotifier = Arc<Mutex<Notifier>>;
+
+fn notify(notifier: &SharedNotifier, binding: &BindingRef) {
+    let mut n = notifier.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(hook) = n.hook.clone() else { return };
+    if n.scheduled.contains(binding) {
+        return;
+    }
+    let now = Instant::now();
+    match n.last.get(binding).map(|at| *at + NOTIFY_INTERVAL) {
+        Some(next) if next > now => {
+            // One notification per interval: the later changes ride on this one.
+            n.scheduled.insert(binding.clone());
+            let (notifier, binding) = (notifier.clone(), binding.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(next).await;
+                {
+                    let mut n = notifier.lock().unwrap_or_else(|p| p.into_inner());
+                    n.scheduled.remove(&binding);
+                    n.last.insert(binding.clone(), Instant::now());
+                }
+                hook(&binding);
+            });
+        }
+        _ => {
+            n.last.insert(binding.clone(), now);
+            drop(n);
+            hook(binding);
+        }
+    }
+}
+
+struct Inner {
+    env: Arc<Environment>,
+    notifier: SharedNotifier,
+    running: Mutex<BTreeMap<(BindingRef, Lane), Running>>,
+    sweeps: Mutex<BTreeMap<(BindingRef, Lane), Sweep>>,
+    /// Bindings ensured since the start: the first ensure also sweeps the lanes without rules
+    /// (copies of rules removed while no konnector ran).
+    seen: Mutex<BTreeSet<BindingRef>>,
+}
+
+/// The engine's related-resource syncers; clones share them. Dropping the last clone stops
+/// every syncer, sweep and watch (nothing is deleted anywhere).
+#[derive(Clone)]
+pub struct RelatedSyncers {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RelatedSyncers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let running: Vec<(BindingRef, Lane)> = lock(&self.inner.running).keys().cloned().collect();
+        f.debug_struct("RelatedSyncers").field("running", &running).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RelatedSyncers {
+    /// No syncers yet; the binding stores tell whether a binding is still there (a syncer of a
+    /// deleted binding stops by itself).
+    pub fn new(ctx: Context, cluster_bindings: Store<ClusterBinding>, bindings: Store<Binding>) -> Self {
+        let liveness = Liveness {
+            cluster_bindings,
+            bindings,
+        };
+        let notifier = SharedNotifier::default();
+        let changed = {
+            let notifier = notifier.clone();
+            Arc::new(move |b: &BindingRef| notify(&notifier, b))
+        };
+        let env = Environment {
+            consumer_cache: Arc::new(ProviderCache::new(ctx.consumer.clone())),
+            instances: Arc::new(InstanceNamespaces::new(ctx.consumer.clone())),
+            live: Arc::new(move |b: &BindingRef| liveness.live(b)),
+            changed,
+            ctx,
+        };
+        Self {
+            inner: Arc::new(Inner {
+                env: Arc::new(env),
+                notifier,
+                running: Mutex::new(BTreeMap::new()),
+                sweeps: Mutex::new(BTreeMap::new()),
+                seen: Mutex::new(BTreeSet::new()),
+            }),
+        }
+    }
+
+    /// Calls `hook` with a binding whenever what its status shows of related resources (copied
+    /// count, conflicts, denials) changed; at most once a second per binding while copies churn.
+    pub fn on_change(&self, hook: ChangeHook) {
+        lock(&self.inner.notifier).hook = Some(hook);
+    }
+
+    /// Makes the syncers of `spec` run on `provider`: starts the missing ones, restarts those
+    /// whose spec or engagement changed, stops those of rules that went (and sweeps their
+    /// copies). Returns at once; the work happens in the syncers' tasks.
+    pub fn ensure(&self, spec: RelatedSpec, provider: Arc<EngagedProvider>) {
+        let binding = spec.binding.clone();
+        self.forget_others(&binding);
+        let first = lock(&self.inner.seen).insert(binding.clone());
+        let owner = Owner {
+            binding_uid: binding.uid.clone(),
+            consumer_cluster_uid: spec.consumer_cluster_uid.clone(),
+        };
+        for kind in KINDS {
+            for direction in DIRECTIONS {
+                let key = (binding.clone(), lane(kind, direction));
+                let selectors: Vec<_> = spec
+                    .rules
+                    .iter()
+                    .filter(|r| r.group.is_empty() && r.resource == kind && r.direction == direction)
+                    .map(|r| r.selector.clone())
+                    .collect();
+                if selectors.is_empty() {
+                    let stopped = lock(&self.inner.running).remove(&key).is_some();
+                    self.ensure_sweep(key, &owner, kind, direction, &provider, first || stopped);
+                    continue;
+                }
+                lock(&self.inner.sweeps).remove(&key);
+                let syncer_spec = SyncerSpec {
+                    binding: binding.clone(),
+                    kind,
+                    direction,
+                    selectors,
+                    adopt: spec.policy == ConflictPolicy::Adopt,
+                    owner: owner.clone(),
+                    apis: if binding.kind == BindingKind::Cluster {
+                        spec.apis.clone()
+                    } else {
+                        Vec::new()
+                    },
+                };
+                self.ensure_syncer(key, syncer_spec, &provider);
+            }
+        }
+    }
+
+    fn ensure_syncer(&self, key: (BindingRef, Lane), spec: SyncerSpec, provider: &Arc<EngagedProvider>) {
+        let mut running = lock(&self.inner.running);
+        if let Some(current) = running.get(&key)
+            && current.spec == spec
+            && Arc::ptr_eq(&current.provider, provider)
+            && !provider.is_disengaged()
+            && !current.task.is_finished()
+        {
+            // An API without a consumer CRD before may have one now.
+            current.poke.notify_one();
+            return;
+        }
+        let tally = SharedTally::new(Mutex::new(
+            running
+                .get(&key)
+                .map(|previous| syncer::lock(&previous.tally).carried_over())
+                .unwrap_or_default(),
+        ));
+        let poke = Arc::new(Notify::new());
+        let task = tokio::spawn(
+            Syncer::new(
+                spec.clone(),
+                self.inner.env.clone(),
+                provider.clone(),
+                tally.clone(),
+                poke.clone(),
+            )
+            .run(),
+        );
+        // Replacing drops (and so stops) the previous syncer of this key.
+        running.insert(
+            key,
+            Running {
+                spec,
+                provider: provider.clone(),
+                tally,
+                poke,
+                task,
+            },
+        );
+    }
+
+    /// Starts a sweep of a lane without rules when `needed`, or again when one ended unfinished
+    /// (its provider went).
+    fn ensure_sweep(
+        &self,
+        key: (BindingRef, Lane),
+        owner: &Owner,
+        kind: RelatedResourceKind,
+        direction: RelatedResourceDirection,
+        provider: &Arc<EngagedProvider>,
+        needed: bool,
+    ) {
+        let mut sweeps = lock(&self.inner.sweeps);
+        let restart = sweeps.get(&key).is_some_and(|s| {
+            let done = lock(&s.state).done;
+            !done && (s.task.is_finished() || !Arc::ptr_eq(&s.provider, provider))
+        });
+        if !needed && !restart {
+            return;
+        }
+        let state = Arc::new(Mutex::new(SweepState::default()));
+        let task = tokio::spawn(sweep(
+            self.inner.env.clone(),
+            provider.clone(),
+            key.0.clone(),
+            owner.clone(),
+            kind,
+            direction,
+            state.clone(),
+        ));
+        sweeps.insert(
+            key,
+            Sweep {
+                provider: provider.clone(),
+                state,
+                task,
+            },
+        );
+    }
+
+    /// Stops what runs for another binding of the same name (a re-created one) or for bindings
+    /// that are gone.
+    fn forget_others(&self, binding: &BindingRef) {
+        let live = &self.inner.env.live;
+        let stale = |b: &BindingRef| {
+            (b.kind == binding.kind
+                && b.namespace == binding.namespace
+                && b.name == binding.name
+                && b.uid != binding.uid)
+                || !live(b)
+        };
+        lock(&self.inner.running).retain(|(b, _), _| !stale(b));
+        lock(&self.inner.sweeps).retain(|(b, _), _| !stale(b));
+        lock(&self.inner.seen).retain(|b| !stale(b));
+        lock(&self.inner.notifier).last.retain(|b, _| !stale(b));
+    }
+
+    /// What the syncers and sweeps of `binding` know now: copies in place, conflicts, refusals,
+    /// removed copies, and the copies of this binding seen on both sides (a syncer before its
+    /// first converge and an unfinished sweep count one each: unknown).
+    pub fn report(&self, binding: &BindingRef) -> RelatedReport {
+        let mut report = RelatedReport::default();
+        let mut denied = BTreeSet::new();
+        for ((b, _), running) in lock(&self.inner.running).iter() {
+            if b == binding {
+                syncer::lock(&running.tally).add_to(&resource_of(running.spec.kind), &mut report, &mut denied);
+            }
+        }
+        for ((b, _), sweep) in lock(&self.inner.sweeps).iter() {
+            if b == binding {
+                let state = lock(&sweep.state);
+                report.removed += state.removed;
+                report.owned += usize::from(!state.done);
+            }
+        }
+        report.conflicts.sort();
+        report.denied = denied.into_iter().collect();
+        report
+    }
+
+    /// Stops every syncer and sweep of `binding` (nothing is deleted anywhere).
+    pub fn stop(&self, binding: &BindingRef) {
+        lock(&self.inner.running).retain(|(b, _), _| b != binding);
+        lock(&self.inner.sweeps).retain(|(b, _), _| b != binding);
+        lock(&self.inner.seen).remove(binding);
+        let mut n = lock(&self.inner.notifier);
+        n.last.remove(binding);
+    }
+}
+
+/// Collects the copies of one lane without rules: lists the binding's copies on the target side
+/// and deletes them (no rule selects them any more), until a list finds none. A list the
+/// credentials may not make finds none (a binding without rules must not need the verb).
+async fn sweep(
+    env: Arc<Environment>,
+    provider: Arc<EngagedProvider>,
+    binding: BindingRef,
+    owner: Owner,
+    kind: RelatedResourceKind,
+    direction: RelatedResourceDirection,
+    state: Arc<Mutex<SweepState>>,
+) {
+    let res = resource_of(kind);
+    let (_, side) = sides_of(direction);
+    let sides = Sides {
+        consumer: env.ctx.consumer.as_ref(),
+        provider: Some(provider.as_ref()),
+    };
+    let (Some(reader), Some(writer)) = (sides.reader(side), sides.writer(side)) else {
+        return;
+    };
+    loop {
+        if !(env.live)(&binding) || provider.is_disengaged() {
+            return;
+        }
+        let copies = match list_copies(reader, &res, side, &binding, &BTreeSet::new(), &owner).await {
+            Ok(copies) => copies,
+            Err(RelatedError::ListFailed { source, .. }) if source.is_forbidden() => Vec::new(),
+            Err(e) => {
+                tracing::warn!(binding = %binding.name, error = %e, "related copies of removed rules not collected; retrying");
+                tokio::time::sleep(syncer::RETRY).await;
+                continue;
+            }
+        };
+        if copies.is_empty() {
+            lock(&state).done = true;
+            return;
+        }
+        for copy in copies {
+            if copy.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let key = key_of(&copy);
+            match delete_copy(writer, &res, side, &key).await {
+                Ok(true) => {
+                    tracing::info!(binding = %binding.name, object = %super::describe(&res, &key), %side, "removed a related copy nothing selects any more");
+                    lock(&state).removed += 1;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(binding = %binding.name, error = %e, "related copy of a removed rule not collected; retrying");
+                }
+            }
+        }
+        // Look again: terminating copies go in their own time, and a list must find none.
+        tokio::time::sleep(syncer::RETRY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn binding(name: &str) -> BindingRef {
+        BindingRef {
+            kind: BindingKind::Cluster,
+            namespace: None,
+            name: name.into(),
+            uid: format!("{name}-uid"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn notifications_come_at_most_once_a_second_per_binding() {
+        let notifier = SharedNotifier::default();
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = calls.clone();
+        lock(&notifier).hook = Some(Arc::new(move |b: &BindingRef| lock(&seen).push(b.name.clone())));
+        let count = |name: &str| lock(&calls).iter().filter(|n| *n == name).count();
+
+        for _ in 0..5 {
+            notify(&notifier, &binding("a"));
+        }
+        notify(&notifier, &binding("b"));
+        assert_eq!(
+            (count("a"), count("b")),
+            (1, 1),
+            "the first change of each goes at once"
+        );
+
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        notify(&notifier, &binding("a"));
+        assert_eq!(count("a"), 1, "later changes within the second wait");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(count("a"), 2, "and ride on one notification when the second is over");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(count("a"), 2, "nothing more without a change");
+    }
+
+    #[test]
+    fn without_a_hook_nothing_is_queued() {
+        let notifier = SharedNotifier::default();
+        notify(&notifier, &binding("a"));
+        assert!(lock(&notifier).last.is_empty());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        lock(&notifier).hook = Some(Arc::new(move |_: &BindingRef| {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }));
+        notify(&notifier, &binding("a"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+}
