@@ -113,19 +113,7 @@ async fn related_secrets_and_configmaps_are_copied_both_ways_and_collected_when_
         .await
         .expect("adding related resources to the binding");
 
-    world
-        .run_until_async("the Secret goes up and the ConfigMap comes down", 60, |w| {
-            async move {
-                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
-                    .await
-                    .is_some()
-                    && w.consumer_get(&configmaps(), Some("default"), "endpoints")
-                        .await
-                        .is_some()
-            }
-            .boxed()
-        })
-        .await;
+    copied_both_ways(&mut world, "the Secret goes up and the ConfigMap comes down").await;
     let source = world
         .consumer_get(&secrets(), Some("default"), "db-creds")
         .await
@@ -363,19 +351,7 @@ async fn idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_
         )
         .await
         .expect("adding related resources to the binding");
-    world
-        .run_until_async("the copies are in place both ways", 60, |w| {
-            async move {
-                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
-                    .await
-                    .is_some()
-                    && w.consumer_get(&configmaps(), Some("default"), "endpoints")
-                        .await
-                        .is_some()
-            }
-            .boxed()
-        })
-        .await;
+    copied_both_ways(&mut world, "the copies are in place both ways").await;
     // Let the watches start and every first converge finish.
     world.steps_for(60).await;
 
@@ -430,4 +406,21 @@ async fn idle_related_copies_cost_no_list_and_a_changed_source_is_copied_within_
     let changed = related_requests(&world, from);
     println!("seed {seed}: Secret and ConfigMap requests including both changes: {changed:#?}");
     assert!(!world.log().text().contains(PASSWORD));
+}
+
+/// Waits until Secret `db-creds` is on the provider and ConfigMap `endpoints` on the consumer.
+async fn copied_both_ways(world: &mut World, what: &str) {
+    world
+        .run_until_async(what, 60, |w| {
+            async move {
+                w.provider_get("acme", &secrets(), Some("default"), "db-creds")
+                    .await
+                    .is_some()
+                    && w.consumer_get(&configmaps(), Some("default"), "endpoints")
+                        .await
+                        .is_some()
+            }
+            .boxed()
+        })
+        .await;
 }
