@@ -453,7 +453,10 @@ impl Shared {
                 // Something is there after all: the next pass reads it and classifies it (the
                 // loop's end waits when the passes are used up).
                 Err(kbind_cluster::Error::Conflict { .. }) if creating => {
-                    tracing::info!(object = %target, "the provider object appeared before our create; classifying it again");
+                    tracing::info!(
+                        object = %target,
+                        "the provider object appeared before our create; classifying it again"
+                    );
                     refused = None;
                     continue;
                 }
@@ -543,9 +546,9 @@ impl Shared {
     /// Whether the listed provider store holds nothing at `target`, so the classifying read can
     /// be skipped: what it would find is at most an object that appeared since the store last
     /// heard, and the creating apply that follows ([`CREATE_ONLY`]) is refused by that one,
-    /// which the second pass then reads and classifies. Not trusted for a copy we created lately, whose
-    /// event may still be on its way (the read finds it and the reconcile goes on instead of
-    /// waiting out [`RECREATE_INTERVAL`]).
+    /// which the second pass then reads and classifies. Not trusted for a copy we created
+    /// lately, whose event may still be on its way (the read finds it and the reconcile goes on
+    /// instead of waiting out [`RECREATE_INTERVAL`]).
     fn cache_says_absent(&self, target: &ObjectKey) -> bool {
         let Some(store) = self.watches.store_for(target.namespace.as_deref()) else {
             return false;
