@@ -55,6 +55,7 @@ macro_rules! __with_cases {
             apply_conflict_is_409_with_causes,
             apply_force_transfers_ownership,
             apply_with_a_uid_lands_only_on_that_object,
+            apply_with_an_unmatchable_resource_version_only_creates,
             merge_patch_sets_and_removes,
             json_patch_applies_and_failed_test_is_invalid,
             strategic_merge_patch_merges_containers_by_name,

@@ -634,8 +634,9 @@ async fn forbidden_namespace_is_reported_and_the_other_keeps_syncing() {
     let report = syncers.report(&key).unwrap();
     assert_eq!(
         report.denied.into_iter().collect::<Vec<_>>(),
-        // The first write of a copy is a create (create-if-absent, docs/decisions.md).
-        vec!["create widgets.example.org".to_string()]
+        // The first write of a copy is an apply that can only create (docs/decisions.md): the
+        // request's own verb, patch, is refused first, as kube-apiserver does.
+        vec!["patch widgets.example.org".to_string()]
     );
 }
 

@@ -412,6 +412,22 @@ impl FakeCluster {
                         {
                             return Err(gone);
                         }
+                        // An apply that creates is a create too: kube-apiserver asks RBAC for
+                        // `create` as well as the `patch` admitted above (403 naming `create`).
+                        if sub == Subresource::Main && !caller.user.is_privileged() {
+                            let attrs = Attributes {
+                                verb: "create".into(),
+                                api_group: res.group.clone(),
+                                resource: res.plural.clone(),
+                                subresource: String::new(),
+                                namespace: namespace.map(str::to_string),
+                                name: Some(name.to_string()),
+                                path: None,
+                            };
+                            if !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
+                                return Err(forbidden(&caller.user, &attrs));
+                            }
+                        }
                     }
                 }
                 let merged = ssa::apply(

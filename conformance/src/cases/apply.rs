@@ -5,7 +5,7 @@ use kbind_cluster::{ClusterClient, ClusterClientExt, DynamicObject, Error, PostP
 use serde_json::{Value, json};
 
 use crate::check;
-use crate::support::{CaseResult, Context, Scope, WidgetCrd, expect_err, res};
+use crate::support::{CaseResult, Context, Scope, WidgetCrd, eventually, expect_err, object, res, to_json, widget};
 use crate::target::Target;
 
 fn applied_config_map(name: &str, data: Value) -> Value {
@@ -312,6 +312,186 @@ pub async fn apply_with_a_uid_lands_only_on_that_object(t: &dyn Target) -> CaseR
         check!(
             c.get_opt(&res::config_maps(), Some(&ns), "gone").await?.is_none(),
             "an apply naming a uid created an object"
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
+
+/// A resourceVersion no stored object has: etcd revisions are counted up from 1 in a u64.
+const UNMATCHABLE_RV: &str = "18446744073709551615";
+
+/// An apply whose `metadata.resourceVersion` no object has can only create: where nothing is it
+/// creates the object with one entry, its manager's Apply; where anything is (someone else's
+/// object or the manager's own) it is 409 and changes nothing; and creating asks RBAC for
+/// `create` besides `patch`. A later apply of the same manager then prunes what it dropped and
+/// leaves other managers' fields alone, as after any first apply. (kbind's first write of a
+/// provider copy. A create carrying an Apply entry in `metadata.managedFields` would not do: the
+/// create's own Update entry takes every field from it and the Apply entry is gone.)
+pub async fn apply_with_an_unmatchable_resource_version_only_creates(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "ssaonly");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        let group = s.group();
+        let widgets = s.widget_crd(&WidgetCrd::open(true)).await?;
+        let body = |name: &str, spec: Value| {
+            json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                "metadata": {"name": name, "resourceVersion": UNMATCHABLE_RV, "labels": {"app": "web"}},
+                "spec": spec})
+        };
+        let created = c
+            .apply(
+                &widgets,
+                Some(&ns),
+                "w",
+                body("w", json!({"size": 1, "drop": {"x": 1}})),
+                "conformance-a",
+                true,
+            )
+            .await
+            .ctx("an apply with an unmatchable resourceVersion where nothing is")?;
+        check!(
+            managers(&created) == vec![(Some("conformance-a".to_string()), Some("Apply".to_string()))],
+            "the created object's managers: {:?}",
+            created.metadata.managed_fields
+        );
+        check!(
+            owns(&created, "conformance-a", "Apply", &["f:spec", "f:drop", "f:x"]),
+            "the apply's fields: {:?}",
+            created.metadata.managed_fields
+        );
+        let err = expect_err(
+            c.apply(
+                &widgets,
+                Some(&ns),
+                "w",
+                body("w", json!({"size": 2})),
+                "conformance-a",
+                true,
+            )
+            .await,
+            "the same apply where the object now is",
+        )?;
+        check!(err.is_conflict(), "an existing object: expected 409, got {err:?}");
+        let theirs = c
+            .create(
+                &widgets,
+                Some(&ns),
+                &widget(&group, "theirs", json!({"size": 9}))?,
+                &PostParams::default(),
+            )
+            .await?;
+        let err = expect_err(
+            c.apply(
+                &widgets,
+                Some(&ns),
+                "theirs",
+                body("theirs", json!({"size": 2})),
+                "conformance-a",
+                true,
+            )
+            .await,
+            "the apply where someone else's object is",
+        )?;
+        check!(err.is_conflict(), "someone else's object: expected 409, got {err:?}");
+        for (name, before) in [("w", &created), ("theirs", &theirs)] {
+            let now = c.get(&widgets, Some(&ns), name).await?;
+            check!(
+                now.metadata.resource_version == before.metadata.resource_version,
+                "a refused apply changed {name}: {:?}",
+                now.data
+            );
+        }
+        // Another manager sets a field of its own and drifts ours; the next forced apply reverts
+        // the drift, prunes what it no longer sets and keeps the other manager's field, and an
+        // unforced one after it meets no conflict.
+        let drifted = json!({"spec": {"size": 5, "other": 1}});
+        c.patch(
+            &widgets,
+            Some(&ns),
+            "w",
+            &kbind_cluster::Patch::Merge(drifted),
+            &kbind_cluster::PatchParams {
+                field_manager: Some("conformance-b".into()),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let mut again = body("w", json!({"size": 1}));
+        again["metadata"]["uid"] = json!(created.metadata.uid);
+        if let Some(meta) = again["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        let applied = c
+            .apply(&widgets, Some(&ns), "w", again.clone(), "conformance-a", true)
+            .await
+            .ctx("the next apply")?;
+        check!(
+            applied.data["spec"] == json!({"size": 1, "other": 1}),
+            "after the next apply: {:?}",
+            applied.data["spec"]
+        );
+        c.apply(&widgets, Some(&ns), "w", again, "conformance-a", false)
+            .await
+            .ctx("the same apply, unforced")?;
+        // A create that carries an Apply entry keeps none of it: the create's Update entry has all.
+        let mut carried = to_json(&widget(&group, "carried", json!({"size": 1}))?);
+        carried["metadata"]["managedFields"] = json!([{
+            "manager": "conformance-a", "operation": "Apply", "apiVersion": format!("{group}/v1"),
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:size": {}}},
+        }]);
+        let carried = c
+            .create(
+                &widgets,
+                Some(&ns),
+                &object(carried)?,
+                &PostParams {
+                    field_manager: Some("conformance-a".into()),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        check!(
+            managers(&carried) == vec![(Some("conformance-a".to_string()), Some("Update".to_string()))],
+            "a create carrying an Apply entry: {:?}",
+            carried.metadata.managed_fields
+        );
+        // Creating by apply needs `create`: a user who may only patch gets 403 naming it.
+        let role = object(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "patcher"},
+            "rules": [{"apiGroups": [group], "resources": ["widgets"], "verbs": ["get", "list", "patch"]}],
+        }))?;
+        c.create(&res::roles(), Some(&ns), &role, &PostParams::default())
+            .await?;
+        let binding = object(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "patcher"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "patcher"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
+        }))?;
+        c.create(&res::role_bindings(), Some(&ns), &binding, &PostParams::default())
+            .await?;
+        let bob = t.user("bob");
+        eventually(s.patience(), "bob may get widgets", async || {
+            bob.get(&widgets, Some(&ns), "w").await.map(|_| ()).ctx("bob gets w")
+        })
+        .await?;
+        let err = expect_err(
+            bob.apply(
+                &widgets,
+                Some(&ns),
+                "new",
+                body("new", json!({"size": 1})),
+                "conformance-a",
+                true,
+            )
+            .await,
+            "an apply that creates, by a user who may only patch",
+        )?;
+        check!(
+            matches!(&err, Error::Forbidden { verb, .. } if verb == "create"),
+            "expected 403 naming create, got {err:?}"
         );
         Ok(())
     }

@@ -37,6 +37,12 @@ const RECREATE_INTERVAL: Duration = Duration::from_secs(1);
 /// its apply met a copy changed since (with the copy the cache knows by then), and a last one
 /// that reads the copy afresh.
 const WRITE_PASSES: usize = 4;
+/// The resourceVersion precondition of an apply that creates a copy: no stored object can have
+/// it (resourceVersions on kube-apiserver are etcd revisions, counted up from 1 in a u64), so
+/// the apply is refused with a Conflict whenever anything is at the name, and creates when
+/// nothing is (the precondition is not checked on create). Checked on kube-apiserver v1.35 by
+/// the conformance case `apply_with_an_unmatchable_resource_version_only_creates`.
+const CREATE_ONLY: &str = "18446744073709551615";
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 const WAIT: Duration = Duration::from_secs(2);
 /// Re-check of a conflicted object (provider changes re-trigger it sooner).
@@ -341,9 +347,9 @@ impl Shared {
     }
 
     /// Classifies the provider target and writes the copy where that is allowed (DESIGN.md §4
-    /// "conflicts"). A target that was absent is created with a plain create, never a forced
-    /// apply: an object someone else made since the read answers AlreadyExists and is
-    /// classified again, so it is never taken over.
+    /// "conflicts"). A target that was absent is created by an apply that can only create
+    /// ([`CREATE_ONLY`]), never by a plain forced apply: an object someone else made since the
+    /// read answers Conflict and is classified again, so it is never taken over.
     async fn write_copy(
         &self,
         obj: &DynamicObject,
@@ -354,8 +360,8 @@ impl Shared {
         if let Some(current) = self.current_copy(obj, target).await {
             return Ok(Written::Copy(Box::new(current)));
         }
-        // A later pass classifies what won the race against our create or changed the copy
-        // before our apply; the last one always from a fresh read.
+        // A later pass classifies what won the race against our creating apply or changed the
+        // copy before our apply; the last one always from a fresh read.
         let mut refused: Option<String> = None;
         for pass in 0..WRITE_PASSES {
             // A copy known to be ours (our latest write, or the cache) skips the read: the apply
@@ -406,15 +412,6 @@ impl Shared {
             }
             self.clear_conflict(obj, key).await?;
             self.ensure_namespace(target).await?;
-            // The copy we have just created, by UID and resourceVersion.
-            let mut created = None;
-            if creating && !crate::planted::planted(crate::planted::Plant::FirstWriteForcedApply) {
-                let Some(copy) = self.create_copy(obj, target).await? else {
-                    continue;
-                };
-                self.remember(target, &copy, None);
-                created = Some((copy.metadata.uid, copy.metadata.resource_version));
-            }
             let mut body = meta::apply_body(
                 self.res(),
                 obj,
@@ -422,19 +419,20 @@ impl Shared {
                 &self.spec.consumer_cluster_uid,
                 precondition.as_deref(),
             );
-            // The apply moves the created fields to the apply manager (a create records them
-            // under an Update entry, which a later apply would never prune). It names the copy
-            // we created by its UID: a copy that replaced it is refused, while a status that the
-            // provider's controller wrote meanwhile (nearly always there first) is no reason to
-            // fail, as a resourceVersion guard made it. A copy known without reading is named by
-            // its UID too: an apply to a name where nothing is any more would create the copy
-            // (with or without a resourceVersion), skipping the plain create and the wait before
-            // re-creating a copy someone keeps deleting. Named, it answers Conflict, and the
-            // next pass reads.
-            let guard_uid = match &created {
-                Some((uid, _)) => uid.clone(),
-                None => known_uid,
-            };
+            // A new copy is one apply that may only create: it carries a resourceVersion no
+            // stored object has, so an object someone made since we looked (or one terminating)
+            // answers Conflict and the next pass reads and classifies it. kube-apiserver checks
+            // that precondition against an object that is there and ignores it when the apply
+            // creates; the copy then carries only our Apply entry, with nothing to hand over
+            // and no create entry to drop (docs/decisions.md, "a new copy is one write").
+            if creating && !crate::planted::planted(crate::planted::Plant::FirstWriteForcedApply) {
+                body["metadata"]["resourceVersion"] = json!(CREATE_ONLY);
+            }
+            // An update names the copy known without reading by its UID: an apply to a name
+            // where nothing is any more would create the copy (with or without a
+            // resourceVersion), skipping the wait before re-creating a copy someone keeps
+            // deleting. Named, it answers Conflict, and the next pass reads.
+            let guard_uid = if creating { None } else { known_uid };
             if let Some(uid) = &guard_uid {
                 body["metadata"]["uid"] = json!(uid);
             }
@@ -450,23 +448,42 @@ impl Shared {
                     true,
                 )
                 .await;
-            let guarded = precondition.is_some() || guard_uid.is_some();
             let copy = match applied {
                 Ok(copy) => copy,
-                // The copy changed or went since the create or since the copy the precondition
-                // came from. Look at it again now rather than fail and wait out an error retry.
-                Err(e) if guarded && pass + 1 < WRITE_PASSES && is_changed_since(&e) => {
-                    refused = precondition.or(created.and_then(|(_, rv)| rv));
+                // Something is there after all: the next pass reads it and classifies it (the
+                // loop's end waits when the passes are used up).
+                Err(kbind_cluster::Error::Conflict { .. }) if creating => {
+                    tracing::info!(
+                        object = %target,
+                        "the provider object appeared before our create; classifying it again"
+                    );
+                    refused = None;
                     continue;
                 }
-                Err(source) => return Err(self.write_failed("apply", target, source)),
+                // The copy changed or went since the copy the precondition came from. Look at
+                // it again now rather than fail and wait out an error retry.
+                Err(e)
+                    if (precondition.is_some() || guard_uid.is_some())
+                        && pass + 1 < WRITE_PASSES
+                        && is_changed_since(&e) =>
+                {
+                    refused = precondition;
+                    continue;
+                }
+                Err(source) => {
+                    let step = if creating { "create" } else { "apply" };
+                    return Err(self.write_failed(step, target, source));
+                }
             };
-            let replaced = match &created {
-                Some((_, rv)) => rv.clone(),
-                None => live.as_ref().and_then(|l| l.metadata.resource_version.clone()),
+            let replaced = if creating {
+                None
+            } else {
+                live.as_ref().and_then(|l| l.metadata.resource_version.clone())
             };
             self.remember(target, &copy, replaced);
-            // Checked after every apply, so a pass that lost the race to another writer heals later.
+            // A copy created by an older konnector (or the Go one) still carries its create's
+            // entry; checked after every apply, so a pass that lost the race to another writer
+            // heals later.
             return Ok(Written::Copy(Box::new(self.drop_create_entry(target, copy).await?)));
         }
         Ok(Written::Not(Action::requeue(WAIT)))
@@ -528,10 +545,10 @@ impl Shared {
 
     /// Whether the listed provider store holds nothing at `target`, so the classifying read can
     /// be skipped: what it would find is at most an object that appeared since the store last
-    /// heard, and the plain create that follows answers AlreadyExists to that one, which the
-    /// second pass then reads and classifies. Not trusted for a copy we created lately, whose
-    /// event may still be on its way (the read finds it and the reconcile goes on instead of
-    /// waiting out [`RECREATE_INTERVAL`]).
+    /// heard, and the creating apply that follows ([`CREATE_ONLY`]) is refused by that one,
+    /// which the second pass then reads and classifies. Not trusted for a copy we created
+    /// lately, whose event may still be on its way (the read finds it and the reconcile goes on
+    /// instead of waiting out [`RECREATE_INTERVAL`]).
     fn cache_says_absent(&self, target: &ObjectKey) -> bool {
         let Some(store) = self.watches.store_for(target.namespace.as_deref()) else {
             return false;
@@ -557,30 +574,6 @@ impl Shared {
         }
         created.insert(target.clone(), now);
         None
-    }
-
-    /// Creates the provider copy if nothing is there; `None` when something is (AlreadyExists).
-    async fn create_copy(&self, obj: &DynamicObject, target: &ObjectKey) -> Result<Option<DynamicObject>, SyncError> {
-        let body = meta::apply_body(self.res(), obj, target, &self.spec.consumer_cluster_uid, None);
-        let body: DynamicObject = serde_json::from_value(body)
-            .map_err(|e| self.write_failed("create", target, kbind_cluster::Error::Decode(e.to_string())))?;
-        let params = PostParams {
-            field_manager: Some(kbind_api::consts::field_manager::KONNECTOR.to_string()),
-            ..PostParams::default()
-        };
-        match self
-            .provider
-            .client
-            .create(self.res(), target.namespace.as_deref(), &body, &params)
-            .await
-        {
-            Ok(created) => Ok(Some(created)),
-            Err(kbind_cluster::Error::AlreadyExists { .. }) => {
-                tracing::info!(object = %target, "the provider object appeared before our create; classifying it again");
-                Ok(None)
-            }
-            Err(source) => Err(self.write_failed("create", target, source)),
-        }
     }
 
     /// Removes the `Update` entry our create left in the copy's managedFields. kube-apiserver

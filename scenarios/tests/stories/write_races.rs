@@ -1,6 +1,7 @@
 //! DESIGN.md §4 "conflicts" and "deletion", §8.3: another client's write can land between the
-//! syncer's read of the provider target and its write. The first write of a copy is a create,
-//! so an object that appeared meanwhile is classified (and left alone), never taken over; the
+//! syncer's read of the provider target and its write. The first write of a copy can only
+//! create (an apply carrying a resourceVersion no object has), so an object that appeared
+//! meanwhile answers Conflict and is classified (and left alone), never taken over; the
 //! delete of a copy carries its UID and resourceVersion, so an object that replaced it meanwhile
 //! is never deleted.
 
@@ -132,15 +133,15 @@ async fn an_object_that_replaced_a_copy_just_before_its_delete_is_left_alone() {
     assert_eq!(story::label(&theirs, "owner").as_deref(), Some("provider-team"));
 }
 
-/// Another writer changes the copy between our create and the apply that takes the created
-/// fields over (a provider's controller answering the create, most often): the apply's
-/// precondition fails. The copy is still ours, so the syncer reads it again and applies at once,
-/// instead of taking the conflict for a failure and retrying seconds later (issue #16: nearly
-/// every new object of the initial-sync benchmark met this and waited five seconds).
+/// A copy of ours by its markers appears just before our first write of it (a second konnector
+/// of this consumer cluster, a restore): our creating apply is refused. The copy is ours, so
+/// the syncer reads it and applies at once, instead of taking the refusal for a failure and
+/// retrying seconds later (issue #16 met the same with the apply after a create: nearly every
+/// new object of the initial-sync benchmark waited five seconds).
 #[tokio::test(start_paused = true)]
-async fn a_copy_changed_between_our_create_and_apply_is_applied_without_a_failed_pass() {
+async fn a_copy_of_ours_that_appeared_just_before_our_first_write_is_applied_without_a_failed_pass() {
     let (mut world, _cred) = bound_world(
-        "a_copy_changed_between_our_create_and_apply_is_applied_without_a_failed_pass",
+        "a_copy_of_ours_that_appeared_just_before_our_first_write_is_applied_without_a_failed_pass",
         613,
     )
     .await;
@@ -213,37 +214,34 @@ async fn an_object_that_replaced_a_copy_just_before_a_spec_change_is_never_taken
     foreign_w1_stays_untouched(&mut world).await;
 }
 
-/// The apply after our create names the created copy by its UID (issue #16: a resourceVersion
-/// guard failed on nearly every new object, since the provider's controller answers the create
-/// with a status first). An object of someone else's that replaced the copy in between is
-/// refused by that UID, read, found foreign and reported; it is never written.
+/// The first write of a new copy is an apply that can only create (issue #25; a create, then an
+/// apply naming the created copy's UID, before): someone else's object that lands just before
+/// it makes the apply's resourceVersion precondition fail, and it is read, found foreign and
+/// reported; it is never written.
 #[tokio::test(start_paused = true)]
-async fn an_object_that_replaced_our_new_copy_before_its_apply_is_never_taken_over() {
-    let (mut world, _cred) = bound_world(
-        "an_object_that_replaced_our_new_copy_before_its_apply_is_never_taken_over",
-        615,
-    )
-    .await;
-    // The first write of w1 is the create; the interloper lands before the write after it.
+async fn an_object_made_just_before_our_creating_apply_is_never_taken_over() {
+    let (mut world, _cred) =
+        bound_world("an_object_made_just_before_our_creating_apply_is_never_taken_over", 615).await;
+    // The interloper lands before the konnector's first patch of w1: its creating apply.
     foreign_w1_lands_before(&world, Some("patch"));
     create_widget(&world, "default", "w1", json!({"size": 1})).await;
     w1_reports_a_foreign_object(&mut world).await;
     foreign_w1_stays_untouched(&mut world).await;
 }
 
-/// A copy deleted out of band just as its object's spec changes is re-created by a plain
-/// create, never by the apply meant for the copy the syncer knew: an apply to a name where
-/// nothing is creates the object (kube-apiserver does so even with a resourceVersion in the
-/// body), which would skip the plain create and the wait before re-creating a copy someone keeps
-/// deleting. The apply names the known copy's UID, so it answers Conflict and the next pass
-/// reads and creates. In this world the delete's event reaches the cache first, so this story
+/// A copy deleted out of band just as its object's spec changes is re-created by the creating
+/// apply (one write, our Apply entry only), never by the apply meant for the copy the syncer
+/// knew: an apply to a name where nothing is creates the object (kube-apiserver does so even
+/// with a resourceVersion in the body), which would skip the classification and the wait before
+/// re-creating a copy someone keeps deleting. The apply names the known copy's UID, so it
+/// answers Conflict and the next pass reads and creates. In this world the delete's event reaches the cache first, so this story
 /// holds the behaviour without reproducing the race; the race itself showed in the planted-bug
 /// gate (`copy-owner-references-up`: the provider's garbage collector deleting each copy right
 /// after our writes), where an apply without the UID re-created the copy in a loop.
 #[tokio::test(start_paused = true)]
-async fn a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_plain_create() {
+async fn a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_creating_apply() {
     let (mut world, _cred) = bound_world(
-        "a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_plain_create",
+        "a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_creating_apply",
         616,
     )
     .await;
@@ -267,6 +265,16 @@ async fn a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_plain_creat
         )
         .await;
     let again = world.provider_get("acme", &widgets(), Some("default"), "w1").await;
+    let owners: Vec<_> = again
+        .iter()
+        .flat_map(|c| c.metadata.managed_fields.iter().flatten())
+        .map(|e| (e.manager.clone(), e.operation.clone()))
+        .collect();
+    assert_eq!(
+        owners,
+        vec![(Some("kbind-konnector".to_string()), Some("Apply".to_string()))],
+        "seed {seed}: the new copy's field owners"
+    );
     assert_ne!(
         again.and_then(|c| c.metadata.uid),
         first.metadata.uid,
@@ -280,8 +288,8 @@ async fn a_copy_deleted_just_before_a_spec_change_is_re_created_by_a_plain_creat
         .map(|r| r.verb)
         .collect();
     assert_eq!(
-        writes.first().map(String::as_str),
-        Some("create"),
-        "seed {seed}: the copy came back by a plain create: {writes:?}"
+        writes,
+        vec!["patch".to_string()],
+        "seed {seed}: the copy came back by one creating apply: {writes:?}"
     );
 }
