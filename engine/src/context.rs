@@ -17,7 +17,8 @@ pub struct EngineConfig {
     pub lease_namespace: String,
     /// How often the heartbeat Lease is renewed while connected.
     pub heartbeat_interval: Duration,
-    /// How often a Ready Connection re-runs discovery (a backstop to watches).
+    /// How often a Ready Connection re-runs discovery, and the backstop pass of every binding
+    /// and related-resource syncer (everything else is driven by watches).
     pub rediscovery_interval: Duration,
     /// Development only: accept plain `http://` and `insecure-skip-tls-verify` providers.
     pub allow_insecure_providers: bool,

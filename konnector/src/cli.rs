@@ -92,7 +92,8 @@ pub struct RunArgs {
     /// Wait between leader-election attempts.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub retry_period: Duration,
-    /// How often a Ready Connection re-runs discovery (a backstop to watches).
+    /// How often a Ready Connection re-runs discovery, and the backstop pass of every binding
+    /// and related-resource syncer (everything else is driven by watches).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub resync: Duration,
     /// Address of the `/metrics` endpoint.
