@@ -26,6 +26,9 @@ pub mod label {
     /// `"true"` on everything the konnector writes on the provider, on pulled consumer CRDs,
     /// related copies, provider namespaces it creates and the Lease.
     pub const MANAGED: &str = "core.kbind.io/managed";
+    /// *(ours)* On a synced consumer object: the Connection that serves it (several
+    /// Connections may serve one API, each its own namespaces).
+    pub const CONNECTION: &str = "core.kbind.io/connection";
 }
 
 /// Annotation keys.
@@ -150,6 +153,9 @@ pub mod reason {
     pub const SCHEMA_UPDATE_BLOCKED: &str = "SchemaUpdateBlocked";
     /// *(ours)* The provider's OpenAPI schema is too deep or too large to inline into a CRD.
     pub const SCHEMA_TOO_COMPLEX: &str = "SchemaTooComplex";
+    /// *(ours)* Another provider serves this API's other namespaces and this provider's schema
+    /// lacks a field of the consumer CRD or stores another version.
+    pub const INCOMPATIBLE_SCHEMA: &str = "IncompatibleSchema";
     /// *(ours)* Deletion waits because the provider is unreachable or refuses the deletes.
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     /// *(ours)* The provider answered 401: it refuses the Connection's credentials (revoked or

@@ -42,11 +42,13 @@ pub enum Plant {
     /// A 404 that is not a Kubernetes `NotFound` Status (a proxy's text) reads as "absent"
     /// (switched in kbind-cluster, which cannot see this enum: `cluster/src/planted.rs`).
     NonStatus404IsAbsent,
+    /// A second Connection's binding is let into a namespace another Connection serves.
+    SecondConnectionInServedNamespace,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 18] = [
+    pub const ALL: [Plant; 19] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -65,6 +67,7 @@ impl Plant {
         Plant::FirstWriteForcedApply,
         Plant::AutobindDropsUnexported,
         Plant::NonStatus404IsAbsent,
+        Plant::SecondConnectionInServedNamespace,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -88,6 +91,7 @@ impl Plant {
             Plant::FirstWriteForcedApply => "first-write-forced-apply",
             Plant::AutobindDropsUnexported => "autobind-drops-unexported",
             Plant::NonStatus404IsAbsent => "non-status-404-is-absent",
+            Plant::SecondConnectionInServedNamespace => "second-connection-in-served-namespace",
         }
     }
 }

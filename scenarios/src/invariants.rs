@@ -706,17 +706,34 @@ pub fn unbind_keeps_served_copies(
                 continue;
             }
             let api = resource_name(&mine.gr);
+            let (lo, hi) = consumer_rvs_around(&provider.name, cause, requests, window);
+            // The Connection that served the object before the copy went: its label then (several
+            // Connections may serve one API), else the CRD's Connection.
+            let labelled = consumer
+                .events
+                .iter()
+                .rev()
+                .filter(|e| e.rv <= lo)
+                .find(|e| e.object.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
+                .and_then(|e| {
+                    e.object
+                        .pointer("/metadata/labels")
+                        .and_then(|l| l.get(label::CONNECTION))
+                })
+                .and_then(Value::as_str)
+                .map(str::to_string);
             let crd = last_events_until(&consumer.events, window.consumer_to, |e| {
                 resource_name(&e.gr) == CRDS && e.name() == api
             });
-            let Some(connection) = crd
-                .values()
-                .next()
-                .and_then(|c| annotation_of(&c.object, annotation::CONNECTION))
-            else {
+            let Some(connection) = labelled.or_else(|| {
+                crd.values()
+                    .next()
+                    .and_then(|c| annotation_of(&c.object, annotation::CONNECTION))
+                    .map(str::to_string)
+            }) else {
                 continue;
             };
-            let (lo, hi) = consumer_rvs_around(&provider.name, cause, requests, window);
+            let connection = connection.as_str();
             let (before, after) = (BindingsAt::at(consumer, lo), BindingsAt::at(consumer, hi));
             let served_throughout = before.serving(&api, connection, mine.namespace()).filter(|b| {
                 after

@@ -41,7 +41,9 @@ pub(crate) async fn reconcile_connection(shared: &Shared, conn: &Connection) -> 
             if super::schema::pulls_crd(conn) {
                 shared.schema_followers.follow(&provider, &api.name);
             }
-            if let Err(e) = deliver(shared.ctx.consumer.as_ref(), conn, api, &provider).await {
+            // Pulling every API never takes a CRD another Connection pulled: only a binding does.
+            let never_take_over = |_: &str| true;
+            if let Err(e) = deliver(shared.ctx.consumer.as_ref(), conn, api, &provider, &never_take_over).await {
                 tracing::debug!(connection = %name, api = %api.name, error = %e, "pullPolicy All: not pulled yet");
             }
         }

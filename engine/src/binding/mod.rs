@@ -17,6 +17,7 @@
 
 mod extras;
 mod namespaces;
+mod placement;
 mod recall;
 mod reconcile;
 mod schema;
@@ -71,16 +72,19 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     let (cluster_bindings, cluster_writer) = reflector::store::<ClusterBinding>();
     let (bindings, bindings_writer) = reflector::store::<Binding>();
     let client = ctx.consumer.clone();
+    // The APIs of bindings being deleted or gone: another Connection's bindings of them may take
+    // their namespaces over (several Connections may serve one API).
+    let (released_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let cluster_stream = reflector::reflector(
         cluster_writer,
         typed_watcher::<ClusterBinding>(client.clone(), None, watcher_config()),
     )
-    .inspect(tell_connection(stores.binding_changes.clone()));
+    .inspect(tell_connection(stores.binding_changes.clone(), released_tx.clone()));
     let binding_stream = reflector::reflector(
         bindings_writer,
         typed_watcher::<Binding>(client, None, watcher_config()),
     )
-    .inspect(tell_connection(stores.binding_changes.clone()));
+    .inspect(tell_connection(stores.binding_changes.clone(), released_tx.clone()));
     // One Connection stream feeds both controllers through a broadcast of changed names; the
     // watches of pulled provider CRDs announce their Connection on it too.
     let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
@@ -109,6 +113,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     };
 
     let cluster_controller = Controller::for_stream(cluster_stream.applied_objects(), cluster_bindings.clone())
+        .reconcile_on(bindings_of_released(&released_tx, cluster_bindings.clone()))
         .reconcile_on(bindings_of_changed(&changed_tx, cluster_bindings))
         .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Cluster))
         .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Cluster))
@@ -116,6 +121,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
         .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
         .for_each(|_| async {});
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
+        .reconcile_on(bindings_of_released(&released_tx, bindings.clone()))
         .reconcile_on(bindings_of_changed(&changed_tx, bindings))
         .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Namespaced))
         .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Namespaced))
@@ -127,9 +133,11 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
 }
 
 /// Publishes the Connection name of each binding being deleted or gone, so the Connection
-/// reconciler looks again at once (a deleted Connection goes with its last binding).
+/// reconciler looks again at once (a deleted Connection goes with its last binding), and its
+/// APIs on `apis`, so bindings of another Connection waiting for its namespaces look again.
 fn tell_connection<K>(
     tx: tokio::sync::broadcast::Sender<String>,
+    apis: tokio::sync::broadcast::Sender<String>,
 ) -> impl FnMut(&Result<Event<K>, kube::runtime::watcher::Error>) + Send + 'static
 where
     K: kube::Resource + Send + 'static,
@@ -141,9 +149,34 @@ where
             Ok(Event::Apply(b) | Event::InitApply(b)) if b.meta().deletion_timestamp.is_some() => b,
             _ => return,
         };
+        let view = BindingView::from(binding);
+        for api in &view.spec.apis {
+            let _ = apis.send(api.name.clone());
+        }
         // No Connection reconciler listening (the binding controllers run alone) is fine.
-        let _ = tx.send(BindingView::from(binding).spec.connection_ref.name);
+        let _ = tx.send(view.spec.connection_ref.name);
     }
+}
+
+/// The bindings of one kind that name an API whose binding is being deleted or gone.
+fn bindings_of_released<K>(
+    tx: &tokio::sync::broadcast::Sender<String>,
+    store: Store<K>,
+) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    for<'a> BindingView: From<&'a K>,
+{
+    let apis = crate::connection::stores::received(tx.subscribe());
+    apis.flat_map(move |api| {
+        let naming: Vec<ObjectRef<K>> = store
+            .state()
+            .iter()
+            .filter(|b| BindingView::from(b.as_ref()).spec.apis.iter().any(|a| a.name == api))
+            .map(|b| ObjectRef::from_obj(b.as_ref()))
+            .collect();
+        futures::stream::iter(naming)
+    })
 }
 
 /// Runs the per-Connection passes on each Connection change (and each change of a pulled

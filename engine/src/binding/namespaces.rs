@@ -14,7 +14,7 @@ use kbind_cluster::{ApiResource, ClusterClient, DeleteParams, DynamicObject, Lis
 use kube::api::Preconditions;
 
 use super::reconcile::Shared;
-use super::schema::{our_crd, resource_of};
+use super::schema::{consumer_crd, resource_of};
 use super::view::BindingView;
 use crate::mapper::ObjectKey;
 use crate::provider::EngagedProvider;
@@ -60,10 +60,7 @@ async fn used_by(view: &BindingView, shared: &Shared) -> Option<BTreeSet<String>
     let mapper = shared.syncers.mapper();
     let mut used = BTreeSet::new();
     for api in &view.spec.apis {
-        let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, &api.name)
-            .await
-            .ok()?
-        else {
+        let Some(crd) = consumer_crd(consumer, &api.name).await.ok()? else {
             continue;
         };
         let Some((res, true, _)) = resource_of(&crd) else {

@@ -15,7 +15,8 @@ use kbind_cluster::Error;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::schema::{Delivery, deliver, our_crd, resource_of};
+use super::placement::{Placement, placement, region};
+use super::schema::{Delivery, consumer_crd, deliver, resource_of};
 use super::stale;
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
@@ -144,6 +145,16 @@ pub(crate) fn served_by_other(shared: &Shared, view: &BindingView, api: &str) ->
         .map(|winner| winner.display())
 }
 
+/// Whether Connection `connection` has a live binding of `api` that it may serve.
+pub(crate) fn binds_api(shared: &Shared, connection: &str, api: &str) -> bool {
+    shared.all_bindings().iter().any(|b| {
+        !b.is_deleting()
+            && b.spec.connection_ref.name == connection
+            && b.spec.apis.iter().any(|a| a.name == api)
+            && shared.may_serve(b)
+    })
+}
+
 /// What a drain of `view`'s objects of `api` must leave alone because another live binding
 /// serves it (DESIGN.md §4 "unbind", §8.8: a hand-over keeps every copy with its UID).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,13 +276,13 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engagement: Engagem
     }
     let consumer = shared.ctx.consumer.as_ref();
     for api in &view.spec.apis {
-        if served_by_other(shared, view, &api.name).is_some() {
+        if served_by_other(shared, view, &api.name).is_some() || placement(shared, view, &api.name) != Placement::Ours {
             continue;
         }
         if engagement == Engagement::Engaged && !shared.recall.may_be_stale(view, &api.name) {
             continue;
         }
-        let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, &api.name).await? else {
+        let Some(crd) = consumer_crd(consumer, &api.name).await? else {
             continue;
         };
         let Some((res, namespaced, _)) = resource_of(&crd) else {
@@ -447,6 +458,36 @@ async fn observe_api(
             None,
         ));
     }
+    match placement(shared, view, api) {
+        Placement::Ours => {}
+        Placement::Elsewhere {
+            connection,
+            binding,
+            namespace,
+        } => {
+            let message = format!(
+                "{} is served through Connection {connection:?} ({binding}); nothing is synced here. \
+                 Each namespace of an API is served through one Connection: unbind it there, or bind another namespace",
+                region(api, namespace.as_deref())
+            );
+            return Ok((
+                ApiReport::not_synced(api, reason::BOUND_THROUGH_ANOTHER_CONNECTION, message),
+                None,
+            ));
+        }
+        Placement::HandingOver {
+            connection,
+            binding,
+            namespace,
+        } => {
+            let message = format!(
+                "{} is being handed over from Connection {connection:?}: {binding} is being deleted and drains its \
+                 provider copies; syncing through this Connection starts once it is gone (no consumer object is deleted)",
+                region(api, namespace.as_deref())
+            );
+            return Ok((ApiReport::not_synced(api, reason::PENDING, message), None));
+        }
+    }
     if let Some(other) = served_by_other(shared, view, api) {
         let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "");
         report.synced = Observed::ok(format!("{api} is synced by {other}"));
@@ -455,7 +496,8 @@ async fn observe_api(
     if super::schema::pulls_crd(conn) {
         shared.schema_followers.follow(provider, api);
     }
-    let served = match deliver(shared.ctx.consumer.as_ref(), conn, exported, provider).await {
+    let binds = |connection: &str| binds_api(shared, connection, api);
+    let served = match deliver(shared.ctx.consumer.as_ref(), conn, exported, provider, &binds).await {
         Ok(Delivery::Serving(served)) => served,
         Ok(Delivery::Refused { reason, message }) => return Ok((ApiReport::not_synced(api, reason, message), None)),
         Ok(Delivery::Waiting(message)) => return Ok((ApiReport::not_synced(api, reason::PENDING, message), None)),

@@ -106,12 +106,16 @@ async fn desired_crd(
 }
 
 /// Writes (or, with pullPolicy `None`, only reads) the consumer CRD of `api` and says whether
-/// a syncer can run on it.
+/// a syncer can run on it. `binds(c)` says whether Connection `c` has a live binding of `api`:
+/// while the Connection that pulled the CRD does, this one serves its own namespaces beside it
+/// on that CRD (when its provider's schema fits it) and writes nothing; once it does not, this
+/// Connection claims the CRD and its schema policies apply.
 pub(crate) async fn deliver(
     consumer: &dyn ClusterClient,
     conn: &Connection,
     api: &ExportedApi,
     provider: &EngagedProvider,
+    binds: &(dyn Fn(&str) -> bool + Send + Sync),
 ) -> Result<Delivery, Error> {
     let connection = conn.metadata.name.clone().unwrap_or_default();
     let mut blocked = None;
@@ -121,7 +125,23 @@ pub(crate) async fn deliver(
             Ok(crd) => crd,
             Err(not_yet_or_refused) => return Ok(not_yet_or_refused),
         };
-        let (outcome, crd) = crdpull::ensure_and_keep(consumer, desired, conn.spec.schema.update_policy).await?;
+        let policy = conn.spec.schema.update_policy;
+        let (mut outcome, mut crd) = crdpull::ensure_and_keep(consumer, desired.clone(), policy).await?;
+        if let CrdOutcome::OtherConnection(other) = &outcome {
+            if !other.is_empty() && binds(other) {
+                return Ok(beside(crd, &desired, &api.name, other, &connection));
+            }
+            // The Connection that pulled it serves it no more: this one takes the CRD over.
+            match claim(consumer, crd, &connection).await? {
+                Some(_) => (outcome, crd) = crdpull::ensure_and_keep(consumer, desired, policy).await?,
+                None => {
+                    return Ok(Delivery::Waiting(format!(
+                        "CustomResourceDefinition {} changed while Connection {connection} claimed it; looking again",
+                        api.name
+                    )));
+                }
+            }
+        }
         held = Some(crd);
         match outcome {
             CrdOutcome::Created | CrdOutcome::Updated | CrdOutcome::Unchanged | CrdOutcome::Held => {}
@@ -157,6 +177,10 @@ pub(crate) async fn deliver(
         if let Some(other) = claimed_by
             && claimant_exists(consumer, other).await?
         {
+            // Several Connections serve one user CRD by namespace: the claim stays with the first.
+            if binds(other) {
+                return Ok(served(&crd, blocked));
+            }
             return Ok(another_connection(&api.name, other));
         }
         match claim(consumer, raw, &connection).await? {
@@ -209,6 +233,33 @@ async fn claim(
         }
         Err(e) if e.is_conflict() || e.is_not_found() => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// Serving `api` beside Connection `other`, which pulled the consumer CRD `existing`: only when
+/// this provider's schema (`ours`) holds every field of it in the same storage version and scope
+/// (DESIGN.md §4): objects written through either provider then keep all their fields.
+fn beside(
+    existing: DynamicObject,
+    ours: &CustomResourceDefinition,
+    api: &str,
+    other: &str,
+    connection: &str,
+) -> Delivery {
+    let existing: CustomResourceDefinition = match from_dynamic(existing) {
+        Ok(crd) => crd,
+        Err(e) => return Delivery::Waiting(format!("the consumer CRD of {api} cannot be read: {e}")),
+    };
+    match crdpull::classify_update(&existing, ours) {
+        crdpull::UpdateKind::Unchanged | crdpull::UpdateKind::Compatible => served(&existing, None),
+        crdpull::UpdateKind::Destructive(what) => Delivery::Refused {
+            reason: reason::INCOMPATIBLE_SCHEMA,
+            message: format!(
+                "the consumer CRD of {api} was pulled through Connection {other:?}; the schema of Connection \
+                 {connection:?}'s provider does not fit it ({what}), so nothing is synced through {connection:?}. \
+                 Make the two providers' schemas agree, or bind {api} through {other:?}"
+            ),
+        },
     }
 }
 
@@ -266,19 +317,21 @@ pub(crate) fn resource_of(crd: &CustomResourceDefinition) -> Option<(ApiResource
     Some((resource, crd.spec.scope == "Namespaced", status))
 }
 
-/// The consumer CRD of `api` when it is served through Connection `connection` (or carries no
-/// Connection annotation, as with pullPolicy None).
-pub(crate) async fn our_crd(
+/// The consumer CRD of `api`, whichever Connection pulled it: several Connections may serve
+/// one API (each its own namespaces), and which objects a binding may touch is told by their
+/// `core.kbind.io/connection` label, not by the CRD.
+pub(crate) async fn consumer_crd(
     consumer: &dyn ClusterClient,
-    connection: &str,
     api: &str,
 ) -> Result<Option<CustomResourceDefinition>, Error> {
     let Some(crd) = consumer.get_opt(&crd_resource(), None, api).await? else {
         return Ok(None);
     };
-    let crd: CustomResourceDefinition = from_dynamic(crd)?;
-    match annotation_of(&crd, annotation::CONNECTION) {
-        Some(c) if c != connection => Ok(None),
-        _ => Ok(Some(crd)),
-    }
+    from_dynamic(crd).map(Some)
+}
+
+/// Whether `crd` was pulled (or claimed) through Connection `connection`, so its unlabelled
+/// instances (synced before objects carried their Connection's label) are that Connection's.
+pub(crate) fn claimed_by(crd: &CustomResourceDefinition, connection: &str) -> bool {
+    annotation_of(crd, annotation::CONNECTION).is_none_or(|c| c == connection)
 }

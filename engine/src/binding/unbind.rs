@@ -16,7 +16,7 @@ use kbind_cluster::Error;
 use kube::runtime::controller::Action;
 
 use super::reconcile::{BindingError, REPORT_INTERVAL, Shared, Successors, WAIT_INTERVAL, successors};
-use super::schema::{our_crd, resource_of};
+use super::schema::{claimed_by, consumer_crd, resource_of};
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, is_orphan as connection_is_orphan, remove_cleanup};
@@ -182,7 +182,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
 async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool) -> Result<Drain, BindingError> {
     let consumer = shared.ctx.consumer.as_ref();
     // No CRD of ours: no instances, or they belong to another Connection's binding.
-    let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, api).await? else {
+    let Some(crd) = consumer_crd(consumer, api).await? else {
         return Ok(Drain::Done);
     };
     let Some((resource, namespaced, status_subresource)) = resource_of(&crd) else {
@@ -219,7 +219,12 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool)
         status_subresource,
     };
     let provider = shared.registry.get(&connection);
-    match shared.syncers.drain_keeping(&spec, provider, orphan, &keep).await {
+    let unlabelled_ours = claimed_by(&crd, &connection);
+    match shared
+        .syncers
+        .drain_keeping(&spec, provider, orphan, &keep, unlabelled_ours)
+        .await
+    {
         Ok(drained) if drained.is_complete() => Ok(Drain::Done),
         Ok(_) => Ok(Drain::InProgress),
         Err(SyncError::ProviderUnavailable { waiting }) => Ok(Drain::Blocked(Blocked {
@@ -371,21 +376,19 @@ fn ready_of(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition])
     conditions::find(conds, condition::READY).map(|c| (c.reason.clone(), c.message.clone()))
 }
 
-/// Deletes the consumer CRD of `api` if kbind pulled it through this binding's Connection and
-/// no other binding of that Connection, of either kind, names the API. A Binding leaves the CRD
-/// of a cluster-scoped API alone: it never served it.
+/// Deletes the consumer CRD of `api` if kbind pulled it and no other live binding, of either
+/// kind and through any Connection, names the API (several Connections may serve one API by
+/// namespace). A Binding leaves the CRD of a cluster-scoped API alone: it never served it.
 async fn remove_crd_if_unused(view: &BindingView, shared: &Shared, api: &str) -> Result<(), BindingError> {
-    let others = shared.all_bindings().into_iter().any(|b| {
-        b.reference() != view.reference()
-            && !b.is_deleting()
-            && b.spec.connection_ref.name == view.spec.connection_ref.name
-            && b.spec.apis.iter().any(|a| a.name == api)
-    });
+    let others = shared
+        .all_bindings()
+        .into_iter()
+        .any(|b| b.reference() != view.reference() && !b.is_deleting() && b.spec.apis.iter().any(|a| a.name == api));
     if others {
         return Ok(());
     }
     let consumer = shared.ctx.consumer.as_ref();
-    let Some(crd) = our_crd(consumer, &view.spec.connection_ref.name, api).await? else {
+    let Some(crd) = consumer_crd(consumer, api).await? else {
         return Ok(());
     };
     if !is_managed(&crd) || (view.kind == BindingKind::Namespaced && crd.spec.scope != "Namespaced") {

@@ -42,15 +42,28 @@ enum CopyFate {
 impl Syncers {
     /// [`Syncers::drain`], leaving alone (copy and finalizer) every object in `keep`: the
     /// namespaces another live binding serves, so a hand-over keeps every copy with its UID.
+    /// Only objects served through the spec's Connection are touched (their label names it; an
+    /// unlabelled one only when `unlabelled_ours`): another Connection may serve other namespaces
+    /// of the same API.
     pub async fn drain_keeping(
         &self,
         spec: &SyncerSpec,
         provider: Option<Arc<EngagedProvider>>,
         orphan: bool,
         keep: &BTreeSet<String>,
+        unlabelled_ours: bool,
     ) -> Result<Drained, SyncError> {
         self.stop(&spec.key());
-        drain_except(&self.ctx, self.mapper.as_ref(), spec, provider.as_deref(), orphan, keep).await
+        let scope = Scope { keep, unlabelled_ours };
+        drain_except(
+            &self.ctx,
+            self.mapper.as_ref(),
+            spec,
+            provider.as_deref(),
+            orphan,
+            scope,
+        )
+        .await
     }
 }
 
@@ -61,7 +74,20 @@ pub(super) async fn drain(
     provider: Option<&EngagedProvider>,
     orphan: bool,
 ) -> Result<Drained, SyncError> {
-    drain_except(ctx, mapper, spec, provider, orphan, &BTreeSet::new()).await
+    let scope = Scope {
+        keep: &BTreeSet::new(),
+        unlabelled_ours: true,
+    };
+    drain_except(ctx, mapper, spec, provider, orphan, scope).await
+}
+
+/// Which consumer objects a drain may touch.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    /// Namespaces another live binding of the same Connection serves.
+    keep: &'a BTreeSet<String>,
+    /// Whether objects without a Connection label are this Connection's.
+    unlabelled_ours: bool,
 }
 
 async fn drain_except(
@@ -70,7 +96,7 @@ async fn drain_except(
     spec: &SyncerSpec,
     provider: Option<&EngagedProvider>,
     orphan: bool,
-    keep: &BTreeSet<String>,
+    scope: Scope<'_>,
 ) -> Result<Drained, SyncError> {
     let res = &spec.resource;
     let objects = ctx
@@ -83,7 +109,10 @@ async fn drain_except(
         })?;
     let mut drained = Drained::default();
     let mut blocked = 0;
-    let kept = |o: &DynamicObject| o.metadata.namespace.as_ref().is_some_and(|ns| keep.contains(ns));
+    let kept = |o: &DynamicObject| {
+        o.metadata.namespace.as_ref().is_some_and(|ns| scope.keep.contains(ns))
+            || !meta::served_through(o, &spec.connection, scope.unlabelled_ours)
+    };
     for obj in objects.items.iter().filter(|o| meta::has_finalizer(o) && !kept(o)) {
         let Some(key) = ObjectKey::of(obj) else { continue };
         if !orphan && !meta::is_orphan(obj) {

@@ -127,6 +127,21 @@ pub(crate) fn has_finalizer(obj: &DynamicObject) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
 }
 
+/// The Connection the consumer object's `core.kbind.io/connection` label names.
+pub(crate) fn connection_of(obj: &DynamicObject) -> Option<&str> {
+    obj.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label::CONNECTION))
+        .map(String::as_str)
+}
+
+/// Whether the consumer object is served through `connection`: its label says so, or it has no
+/// label (synced before objects carried one) and `unlabelled_ours` (the CRD was pulled there).
+pub(crate) fn served_through(obj: &DynamicObject, connection: &str, unlabelled_ours: bool) -> bool {
+    connection_of(obj).map_or(unlabelled_ours, |c| c == connection)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

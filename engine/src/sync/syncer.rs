@@ -314,13 +314,20 @@ impl Shared {
     /// Syncs one object; `since` is when its unprocessed change was first seen (`None` for a
     /// resync), the start of the latencies reported to the observer.
     async fn sync(&self, obj: &DynamicObject, key: &ObjectKey, since: Option<Instant>) -> Result<Action, SyncError> {
+        let connection = self.spec.connection.as_str();
+        // Held by another Connection's syncer (a namespace hand-over not finished): its drain
+        // releases it first; touching it here would leave its provider copy behind.
+        if meta::has_finalizer(obj) && meta::connection_of(obj).is_some_and(|c| c != connection) {
+            tracing::debug!(object = %key, held_by = ?meta::connection_of(obj), "served through another Connection; left alone");
+            return Ok(Action::await_change());
+        }
         let target = self.mapper.to_provider(self.res(), key);
         self.follow_namespace(target.namespace.as_deref());
         if obj.metadata.deletion_timestamp.is_some() {
             return self.finalize(obj, key, &target).await;
         }
         let owned;
-        let obj = if meta::has_finalizer(obj) {
+        let obj = if meta::has_finalizer(obj) && meta::connection_of(obj) == Some(connection) {
             obj
         } else {
             owned = self.add_finalizer(obj, key).await?;
@@ -692,9 +699,13 @@ impl Shared {
 
     async fn add_finalizer(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<DynamicObject, SyncError> {
         let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
-        finalizers.push(finalizer::SYNCER.to_string());
+        if !meta::has_finalizer(obj) {
+            finalizers.push(finalizer::SYNCER.to_string());
+        }
+        // The label says which Connection serves the object (several may serve one API).
         let patch = json!({"metadata": {
             "finalizers": finalizers,
+            "labels": {label::CONNECTION: self.spec.connection},
             "resourceVersion": obj.metadata.resource_version,
         }});
         let updated = self
@@ -950,7 +961,13 @@ pub(crate) async fn release_finalizer(
         .filter(|f| f.as_str() != finalizer::SYNCER)
         .cloned()
         .collect();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}});
+    // The Connection label goes with the finalizer: nothing serves the object any more.
+    let labelled = meta::connection_of(obj).is_some();
+    let patch = if labelled {
+        json!({"metadata": {"finalizers": finalizers, "labels": {label::CONNECTION: null}, "resourceVersion": obj.metadata.resource_version}})
+    } else {
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}})
+    };
     match consumer
         .patch(
             res,

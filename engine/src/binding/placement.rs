@@ -1,0 +1,148 @@
+//! Which Connection serves each namespace of an API (DESIGN.md §4 "Connections per API"):
+//! several Connections may serve one consumer API when their Bindings partition it by
+//! namespace; a ClusterBinding claims every namespace. Of two Connections whose bindings would
+//! serve one namespace, the one already claiming it keeps it: a binding that was refused (or
+//! never allowed) ranks after every claiming one, then the oldest wins. So a serving binding
+//! never loses its namespace to an older one that becomes eligible later: never a takeover.
+//! A namespace is handed over only when its binding is deleted, and the next Connection waits
+//! until that binding has drained its provider copies as an unbind does.
+
+use kbind_api::conditions;
+use kbind_api::consts::{condition, reason};
+
+use super::reconcile::Shared;
+use super::view::BindingView;
+use crate::sync::BindingKind;
+
+/// Per-API reasons that say a binding serves nothing of that API: such a binding claims no
+/// namespace.
+const REFUSALS: [&str; 7] = [
+    reason::BOUND_THROUGH_ANOTHER_CONNECTION,
+    reason::NAMESPACE_NOT_ALLOWED,
+    reason::CLUSTER_SCOPED_API_IN_BINDING,
+    reason::API_NOT_EXPORTED,
+    reason::CRD_NOT_MANAGED,
+    reason::INCOMPATIBLE_SCHEMA,
+    reason::SCHEMA_TOO_COMPLEX,
+];
+
+/// Where one binding's API stands among the Connections that bind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// No other Connection claims what this binding covers.
+    Ours,
+    /// Another Connection's binding serves (part of) what this binding covers.
+    Elsewhere {
+        /// The other Connection.
+        connection: String,
+        /// Its binding, for messages.
+        binding: String,
+        /// The namespace they share (`None`: the whole API).
+        namespace: Option<String>,
+    },
+    /// Another Connection's binding of this namespace is being deleted and drains its copies.
+    HandingOver {
+        /// The other Connection.
+        connection: String,
+        /// Its binding, for messages.
+        binding: String,
+        /// The namespace handed over (`None`: the whole API).
+        namespace: Option<String>,
+    },
+}
+
+/// Whether `b`'s status says it serves nothing of `api`.
+fn refused(b: &BindingView, api: &str) -> bool {
+    b.status
+        .as_ref()
+        .and_then(|s| s.bound_api(api))
+        .and_then(|a| conditions::find(&a.conditions, condition::SYNCED))
+        .is_some_and(|c| c.status == "False" && REFUSALS.contains(&c.reason.as_str()))
+}
+
+/// Rank of a binding's claim: lower wins.
+type Rank = (bool, Option<jiff::Timestamp>, Option<String>, String);
+
+fn rank(b: &BindingView, api: &str) -> Rank {
+    (
+        refused(b, api),
+        b.meta.creation_timestamp.as_ref().map(|t| t.0),
+        b.namespace(),
+        b.name(),
+    )
+}
+
+/// Whether `b` covers `namespace` (`None`: the whole API, which only a ClusterBinding covers).
+fn covers(b: &BindingView, namespace: Option<&str>) -> bool {
+    b.kind == BindingKind::Cluster || (namespace.is_some() && b.namespace().as_deref() == namespace)
+}
+
+/// The best claim of `connection` on `namespace` of `api`, and the binding that holds it.
+fn claim(
+    shared: &Shared,
+    all: &[BindingView],
+    connection: &str,
+    namespace: Option<&str>,
+    api: &str,
+) -> Option<(Rank, String)> {
+    all.iter()
+        .filter(|b| !b.is_deleting() && b.spec.connection_ref.name == connection)
+        .filter(|b| b.spec.apis.iter().any(|a| a.name == api) && covers(b, namespace))
+        .filter(|b| shared.may_serve(b))
+        .map(|b| (rank(b, api), b.display()))
+        .min()
+}
+
+/// Where `view`'s `api` stands: served here, by another Connection, or being handed over.
+pub(crate) fn placement(shared: &Shared, view: &BindingView, api: &str) -> Placement {
+    if crate::planted::planted(crate::planted::Plant::SecondConnectionInServedNamespace) {
+        return Placement::Ours;
+    }
+    let mine = &view.spec.connection_ref.name;
+    let all = shared.all_bindings();
+    let mut handing_over = None;
+    for other in all.iter().filter(|b| &b.spec.connection_ref.name != mine) {
+        if !other.spec.apis.iter().any(|a| a.name == api) {
+            continue;
+        }
+        // The namespace both cover: the Binding's, or the whole API for two ClusterBindings.
+        let namespace = match (view.kind, other.kind) {
+            (BindingKind::Namespaced, _) => view.namespace(),
+            (BindingKind::Cluster, BindingKind::Namespaced) => other.namespace(),
+            (BindingKind::Cluster, BindingKind::Cluster) => None,
+        };
+        if !covers(other, namespace.as_deref()) {
+            continue;
+        }
+        if other.is_deleting() {
+            if !refused(other, api) && handing_over.is_none() {
+                handing_over = Some(Placement::HandingOver {
+                    connection: other.spec.connection_ref.name.clone(),
+                    binding: other.display(),
+                    namespace,
+                });
+            }
+            continue;
+        }
+        let theirs = claim(shared, &all, &other.spec.connection_ref.name, namespace.as_deref(), api);
+        let ours = claim(shared, &all, mine, namespace.as_deref(), api);
+        if let Some((their_rank, binding)) = theirs
+            && ours.is_none_or(|(our_rank, _)| their_rank < our_rank)
+        {
+            return Placement::Elsewhere {
+                connection: other.spec.connection_ref.name.clone(),
+                binding,
+                namespace,
+            };
+        }
+    }
+    handing_over.unwrap_or(Placement::Ours)
+}
+
+/// `"namespace team-a of widgets.example.org"` or `"widgets.example.org"`.
+pub(crate) fn region(api: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) => format!("namespace {ns} of {api}"),
+        None => api.to_string(),
+    }
+}

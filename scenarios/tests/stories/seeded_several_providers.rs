@@ -1,0 +1,1 @@
+//! Placeholder until the seeded several-providers property lands (issue 26).

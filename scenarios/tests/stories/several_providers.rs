@@ -1,0 +1,592 @@
+//! Issue 26, DESIGN.md §4 "Connections per API": one consumer API served by two providers, each
+//! namespace through exactly one Connection. Bindings partition the API by namespace; a binding
+//! that would make two Connections serve one namespace (or a ClusterBinding beside another
+//! Connection's bindings) gets `BoundThroughAnotherConnection` and syncs nothing, never a
+//! takeover; an incompatible second schema is refused naming both Connections; a namespace moves
+//! between providers by deleting one Binding and creating another, with no consumer object lost
+//! (the old provider's copies drained as an unbind drains them); the consumer CRD goes only with
+//! the last binding through any Connection; each object's label names its Connection.
+
+#![allow(dead_code)]
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kbind_api::consts::{annotation as kbind_annotation, condition, label as kbind_label, reason};
+use kbind_api::{Binding, conditions};
+use kbind_cluster::{ClusterClient, ClusterClientExt, DynamicObject};
+use kbind_scenarios::apis::{exported_crd, widgets, widgets_crd};
+use kbind_scenarios::world::ProviderOpts;
+use kbind_scenarios::{World, seed_from_env};
+use serde_json::{Value, json};
+
+use crate::binding_kit::{allow_binding_namespaces, bindings};
+use crate::story::*;
+
+/// The two providers.
+pub const PROVIDERS: [&str; 2] = ["acme", "beta"];
+
+/// A world with providers `acme` and `beta`, each exporting widgets (`beta`'s CRD is
+/// `beta_crd`), a Connection to each that allows Bindings in every namespace, no binding, and
+/// konnector-0 running with both Connections Ready.
+pub async fn two_providers(story: &str, seed: u64, beta_crd: Value) -> World {
+    let mut world = World::builder()
+        .seed(seed_from_env(seed))
+        .story(story)
+        .provider("acme", ProviderOpts::default())
+        .provider("beta", ProviderOpts::default())
+        .build()
+        .await;
+    world.install_provider_crd("acme", widgets_crd()).await;
+    world.install_provider_crd("beta", beta_crd).await;
+    for provider in PROVIDERS {
+        let cred = world.mint_admin_token(provider);
+        let mut objects = kbind_scenarios::bundle::bundle(
+            provider,
+            kbind_scenarios::world::NAMESPACE,
+            &world.kubeconfig_for(&cred),
+            &[],
+        );
+        allow_binding_namespaces(&mut objects, "*");
+        for obj in objects {
+            world.apply_object(obj).await;
+        }
+    }
+    world.start_konnector();
+    for provider in PROVIDERS {
+        world
+            .run_until_connection(provider, "Ready", 120, |c| {
+                conditions::is_true(c.conditions(), condition::READY)
+            })
+            .await;
+    }
+    world
+}
+
+/// Creates Binding `ns/name` of widgets through Connection `connection`, its namespace first.
+pub async fn bind(world: &World, connection: &str, ns: &str, name: &str) {
+    let client = world.consumer().admin_client();
+    ensure_namespace(&client, ns).await;
+    let body: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "core.kbind.io/v1alpha1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"connectionRef": {"name": connection}, "apis": [{"name": WIDGETS}]},
+    }))
+    .expect("a Binding object");
+    client
+        .create(&bindings(), Some(ns), &body, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("creating Binding {ns}/{name}: {e}"));
+}
+
+/// Creates ClusterBinding `name` of widgets through Connection `connection`.
+pub async fn bind_cluster(world: &World, connection: &str, name: &str) {
+    let body: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "core.kbind.io/v1alpha1", "kind": "ClusterBinding",
+        "metadata": {"name": name},
+        "spec": {"connectionRef": {"name": connection}, "apis": [{"name": WIDGETS}]},
+    }))
+    .expect("a ClusterBinding object");
+    world
+        .consumer()
+        .admin_client()
+        .create(&cluster_bindings(), None, &body, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("creating ClusterBinding {name}: {e}"));
+}
+
+/// The per-API `Synced` condition of widgets on Binding `ns/name` (`None` namespace: the
+/// ClusterBinding `name`): its status, reason and message.
+pub async fn synced(world: &World, ns: Option<&str>, name: &str) -> Option<(String, String, String)> {
+    let client = world.consumer().admin_client();
+    let status = match ns {
+        Some(ns) => client.get_typed_opt::<Binding>(Some(ns), name).await.ok()??.status?,
+        None => cluster_binding(world, name).await?.status?,
+    };
+    let c = conditions::find(&status.bound_api(WIDGETS)?.conditions, condition::SYNCED)?.clone();
+    Some((c.status, c.reason, c.message))
+}
+
+/// A check that the per-API `Synced` reason of widgets on a binding is `reason`.
+pub fn synced_reason_is(
+    ns: Option<&str>,
+    name: &str,
+    reason: &str,
+) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + use<> {
+    let (ns, name, reason) = (ns.map(str::to_string), name.to_string(), reason.to_string());
+    move |w| {
+        let (ns, name, reason) = (ns.clone(), name.clone(), reason.clone());
+        async move {
+            synced(w, ns.as_deref(), &name)
+                .await
+                .is_some_and(|(_, r, _)| r == reason)
+        }
+        .boxed()
+    }
+}
+
+/// A check that widgets on a binding is syncing (`Synced=True`).
+pub fn serving(ns: Option<&str>, name: &str) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + use<> {
+    let (ns, name) = (ns.map(str::to_string), name.to_string());
+    move |w| {
+        let (ns, name) = (ns.clone(), name.clone());
+        async move {
+            synced(w, ns.as_deref(), &name)
+                .await
+                .is_some_and(|(s, _, _)| s == "True")
+        }
+        .boxed()
+    }
+}
+
+/// The Connection label of consumer widget `ns/name`.
+pub async fn served_by(world: &World, ns: &str, name: &str) -> Option<String> {
+    label(
+        &world.consumer_get(&widgets(), Some(ns), name).await,
+        kbind_label::CONNECTION,
+    )
+}
+
+/// A check that consumer widget `ns/name` is labelled with Connection `connection`.
+pub fn labelled(ns: &str, name: &str, connection: &str) -> impl for<'w> Fn(&'w World) -> BoxFuture<'w, bool> + use<> {
+    let (ns, name, connection) = (ns.to_string(), name.to_string(), connection.to_string());
+    move |w| {
+        let (ns, name, connection) = (ns.clone(), name.clone(), connection.clone());
+        async move { served_by(w, &ns, &name).await.as_deref() == Some(connection.as_str()) }.boxed()
+    }
+}
+
+/// Widget writes (create, apply or delete) on `provider` in namespace `ns` so far.
+pub fn writes_in(world: &World, provider: &str, ns: &str) -> usize {
+    world
+        .provider(provider)
+        .write_log()
+        .iter()
+        .filter(|w| w.resource.starts_with("widgets.") && w.namespace == ns)
+        .count()
+}
+
+/// The consumer CRD's `core.kbind.io/connection` annotation (`None` when the CRD is gone).
+pub async fn crd_claimed_by(world: &World) -> Option<String> {
+    annotation(
+        &world.consumer_get(&crds(), None, WIDGETS).await,
+        kbind_annotation::CONNECTION,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_providers_serve_two_namespaces_and_a_third_binding_into_a_served_namespace_is_refused() {
+    let mut world = two_providers(
+        "two_providers_serve_two_namespaces_and_a_third_binding_into_a_served_namespace_is_refused",
+        2601,
+        widgets_crd(),
+    )
+    .await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    world
+        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
+        .await;
+    bind(&world, "beta", "team-b", "widgets").await;
+    world
+        .run_until_async("beta serves team-b", 120, serving(Some("team-b"), "widgets"))
+        .await;
+    let a = create_widget(&world, "team-a", "w", json!({"size": 1})).await;
+    let b = create_widget(&world, "team-b", "w", json!({"size": 2})).await;
+    wait_for_copy(&mut world, "acme", "team-a", "w").await;
+    wait_for_copy(&mut world, "beta", "team-b", "w").await;
+    world
+        .run_until_async("team-a's widget names acme", 30, labelled("team-a", "w", "acme"))
+        .await;
+    world
+        .run_until_async("team-b's widget names beta", 30, labelled("team-b", "w", "beta"))
+        .await;
+    assert!(
+        world
+            .provider_get("beta", &widgets(), Some("team-a"), "w")
+            .await
+            .is_none()
+    );
+    assert!(
+        world
+            .provider_get("acme", &widgets(), Some("team-b"), "w")
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        crd_claimed_by(&world).await.as_deref(),
+        Some("acme"),
+        "the CRD names the first Connection"
+    );
+    let copy = world.provider_get("beta", &widgets(), Some("team-b"), "w").await;
+    assert_eq!(
+        annotation(&copy, kbind_annotation::CONSUMER_OBJECT_UID),
+        b.metadata.uid.clone(),
+        "beta's copy is team-b's widget"
+    );
+
+    // A Binding of team-a through beta would make two Connections serve team-a.
+    let beta_writes = writes_in(&world, "beta", "team-a");
+    bind(&world, "beta", "team-a", "widgets-beta").await;
+    world
+        .run_until_async(
+            "beta's Binding in team-a is refused",
+            60,
+            synced_reason_is(Some("team-a"), "widgets-beta", reason::BOUND_THROUGH_ANOTHER_CONNECTION),
+        )
+        .await;
+    let (_, _, message) = synced(&world, Some("team-a"), "widgets-beta").await.unwrap_or_default();
+    assert!(
+        message.contains("\"acme\"") && message.contains("team-a"),
+        "the refusal names the serving Connection and the namespace: {message}"
+    );
+    patch_widget(&world, "team-a", "w", json!({"spec": {"size": 5}})).await;
+    world
+        .run_until_async(
+            "acme still serves team-a",
+            60,
+            copy_has("acme", "team-a", "w", "/spec/size", json!(5)),
+        )
+        .await;
+    world.steps_for(10).await;
+    assert_eq!(
+        writes_in(&world, "beta", "team-a"),
+        beta_writes,
+        "beta never writes team-a"
+    );
+    assert_eq!(served_by(&world, "team-a", "w").await.as_deref(), Some("acme"));
+    assert!(
+        world
+            .consumer_get(&widgets(), Some("team-a"), "w")
+            .await
+            .map(|w| w.metadata.uid)
+            == Some(a.metadata.uid)
+    );
+    // The serving Binding keeps serving: the refused one never took over.
+    assert_eq!(
+        synced(&world, Some("team-a"), "widgets").await.map(|s| s.0).as_deref(),
+        Some("True")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost() {
+    let mut world = two_providers(
+        "a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost",
+        2602,
+        widgets_crd(),
+    )
+    .await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    bind(&world, "beta", "team-b", "widgets").await;
+    world
+        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
+        .await;
+    let mut uids = Vec::new();
+    for name in ["w1", "w2", "w3"] {
+        uids.push(
+            create_widget(&world, "team-a", name, json!({"size": 1}))
+                .await
+                .metadata
+                .uid,
+        );
+        wait_for_copy(&mut world, "acme", "team-a", name).await;
+    }
+    // Waiting beside the serving Binding is a refusal, not a takeover.
+    bind(&world, "beta", "team-a", "widgets-beta").await;
+    world
+        .run_until_async(
+            "beta's Binding in team-a waits",
+            60,
+            synced_reason_is(Some("team-a"), "widgets-beta", reason::BOUND_THROUGH_ANOTHER_CONNECTION),
+        )
+        .await;
+
+    // The hand-over: acme's Binding goes, beta's takes team-a with fresh copies.
+    world.delete_on_consumer(&bindings(), Some("team-a"), "widgets").await;
+    for name in ["w1", "w2", "w3"] {
+        world
+            .run_until_async(
+                &format!("acme's copy of {name} is drained"),
+                60,
+                copy_gone("acme", "team-a", name),
+            )
+            .await;
+        wait_for_copy(&mut world, "beta", "team-a", name).await;
+        world
+            .run_until_async(&format!("{name} names beta"), 30, labelled("team-a", name, "beta"))
+            .await;
+    }
+    for (name, uid) in ["w1", "w2", "w3"].into_iter().zip(&uids) {
+        let live = world.consumer_get(&widgets(), Some("team-a"), name).await;
+        assert_eq!(
+            live.and_then(|w| w.metadata.uid).as_ref(),
+            uid.as_ref(),
+            "{name} is the same consumer object"
+        );
+    }
+    world
+        .run_until_async("beta serves team-a", 60, serving(Some("team-a"), "widgets-beta"))
+        .await;
+    assert!(
+        world.consumer_get(&crds(), None, WIDGETS).await.is_some(),
+        "beta still uses the CRD"
+    );
+    world
+        .run_until_async("beta claims the CRD acme no longer uses", 60, |w| {
+            async move { crd_claimed_by(w).await.as_deref() == Some("beta") }.boxed()
+        })
+        .await;
+    patch_widget(&world, "team-a", "w2", json!({"spec": {"size": 9}})).await;
+    world
+        .run_until_async(
+            "beta syncs team-a",
+            60,
+            copy_has("beta", "team-a", "w2", "/spec/size", json!(9)),
+        )
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_incompatible_schema_from_the_second_provider_is_refused_naming_both() {
+    // beta's widgets keep `size` only: acme's `color` and `config` would be dropped there.
+    let mut beta_crd = exported_crd("widgets", "Widget", "Namespaced");
+    let spec_props = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
+    if let Some(props) = beta_crd.pointer_mut(spec_props).and_then(Value::as_object_mut) {
+        props.remove("color");
+        props.remove("config");
+    }
+    let mut world = two_providers(
+        "an_incompatible_schema_from_the_second_provider_is_refused_naming_both",
+        2603,
+        beta_crd,
+    )
+    .await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    world
+        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
+        .await;
+    let crd_before = world
+        .consumer_get(&crds(), None, WIDGETS)
+        .await
+        .and_then(|c| c.metadata.resource_version);
+    bind(&world, "beta", "team-b", "widgets").await;
+    world
+        .run_until_async(
+            "beta's Binding is refused for its schema",
+            60,
+            synced_reason_is(Some("team-b"), "widgets", reason::INCOMPATIBLE_SCHEMA),
+        )
+        .await;
+    let (_, _, message) = synced(&world, Some("team-b"), "widgets").await.unwrap_or_default();
+    assert!(
+        message.contains("\"acme\"") && message.contains("\"beta\"") && message.contains("color"),
+        "the refusal names both Connections and what is missing: {message}"
+    );
+    create_widget(&world, "team-b", "w", json!({"size": 1, "color": "red"})).await;
+    world.steps_for(10).await;
+    assert_eq!(writes_in(&world, "beta", "team-b"), 0, "nothing is synced through beta");
+    assert_eq!(
+        world
+            .consumer_get(&crds(), None, WIDGETS)
+            .await
+            .and_then(|c| c.metadata.resource_version),
+        crd_before,
+        "the consumer CRD is left as acme's provider has it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_compatible_superset_from_the_second_provider_is_served() {
+    // beta's widgets have one more field: every consumer field is kept there.
+    let mut beta_crd = exported_crd("widgets", "Widget", "Namespaced");
+    let spec_props = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
+    if let Some(props) = beta_crd.pointer_mut(spec_props).and_then(Value::as_object_mut) {
+        props.insert("zone".into(), json!({"type": "string"}));
+    }
+    let mut world = two_providers(
+        "a_compatible_superset_from_the_second_provider_is_served",
+        2604,
+        beta_crd,
+    )
+    .await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    world
+        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
+        .await;
+    bind(&world, "beta", "team-b", "widgets").await;
+    world
+        .run_until_async("beta serves team-b", 60, serving(Some("team-b"), "widgets"))
+        .await;
+    create_widget(&world, "team-b", "w", json!({"size": 3, "color": "blue"})).await;
+    world
+        .run_until_async(
+            "beta has team-b's widget",
+            60,
+            copy_has("beta", "team-b", "w", "/spec/color", json!("blue")),
+        )
+        .await;
+    assert_eq!(
+        crd_claimed_by(&world).await.as_deref(),
+        Some("acme"),
+        "acme's schema stays the consumer's"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_binding_is_refused_beside_another_connections_bindings_and_the_reverse() {
+    let mut world = two_providers(
+        "a_cluster_binding_is_refused_beside_another_connections_bindings_and_the_reverse",
+        2605,
+        widgets_crd(),
+    )
+    .await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    world
+        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
+        .await;
+    bind_cluster(&world, "beta", "beta").await;
+    world
+        .run_until_async(
+            "beta's ClusterBinding is refused",
+            60,
+            synced_reason_is(None, "beta", reason::BOUND_THROUGH_ANOTHER_CONNECTION),
+        )
+        .await;
+    create_widget(&world, "team-c", "w", json!({"size": 1})).await;
+    world.steps_for(10).await;
+    assert_eq!(
+        provider_widget_writes(&world, "beta", "create") + provider_widget_writes(&world, "beta", "patch"),
+        0,
+        "a refused ClusterBinding syncs nothing, not even namespaces nobody serves"
+    );
+
+    // The reverse: once acme's Binding goes, beta's ClusterBinding serves the whole API, and a
+    // Binding through acme is refused beside it.
+    world.delete_on_consumer(&bindings(), Some("team-a"), "widgets").await;
+    world
+        .run_until_async("beta's ClusterBinding serves", 60, serving(None, "beta"))
+        .await;
+    wait_for_copy(&mut world, "beta", "team-c", "w").await;
+    bind(&world, "acme", "team-d", "widgets").await;
+    world
+        .run_until_async(
+            "acme's Binding beside beta's ClusterBinding is refused",
+            60,
+            synced_reason_is(Some("team-d"), "widgets", reason::BOUND_THROUGH_ANOTHER_CONNECTION),
+        )
+        .await;
+    create_widget(&world, "team-d", "w", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "beta", "team-d", "w").await;
+    world.steps_for(5).await;
+    assert!(
+        world
+            .provider_get("acme", &widgets(), Some("team-d"), "w")
+            .await
+            .is_none()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_konnector_restarted_mid_hand_over_loses_nothing() {
+    let mut world = two_providers("a_konnector_restarted_mid_hand_over_loses_nothing", 2606, widgets_crd()).await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    bind(&world, "beta", "team-a", "widgets-beta").await;
+    world
+        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
+        .await;
+    let mut uids = Vec::new();
+    for name in ["w1", "w2"] {
+        uids.push(
+            create_widget(&world, "team-a", name, json!({"size": 1}))
+                .await
+                .metadata
+                .uid,
+        );
+        wait_for_copy(&mut world, "acme", "team-a", name).await;
+    }
+    // acme is cut off, so its Binding's drain cannot finish before the crash.
+    world.partition("acme");
+    world.delete_on_consumer(&bindings(), Some("team-a"), "widgets").await;
+    world
+        .run_until_async(
+            "beta waits for the hand-over",
+            60,
+            synced_reason_is(Some("team-a"), "widgets-beta", reason::PENDING),
+        )
+        .await;
+    world.steps_for(5).await;
+    assert_eq!(writes_in(&world, "beta", "team-a"), 0, "beta waits while acme drains");
+    world.crash_konnector();
+    world.heal("acme");
+    world.start_konnector();
+    for name in ["w1", "w2"] {
+        world
+            .run_until_async(
+                &format!("acme's copy of {name} is drained"),
+                120,
+                copy_gone("acme", "team-a", name),
+            )
+            .await;
+        wait_for_copy(&mut world, "beta", "team-a", name).await;
+    }
+    for (name, uid) in ["w1", "w2"].into_iter().zip(&uids) {
+        let live = world.consumer_get(&widgets(), Some("team-a"), name).await;
+        assert_eq!(
+            live.and_then(|w| w.metadata.uid).as_ref(),
+            uid.as_ref(),
+            "{name} is the same consumer object"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_consumer_crd_goes_only_with_the_last_binding_through_any_connection() {
+    let mut world = two_providers(
+        "the_consumer_crd_goes_only_with_the_last_binding_through_any_connection",
+        2607,
+        widgets_crd(),
+    )
+    .await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    bind(&world, "beta", "team-b", "widgets").await;
+    world
+        .run_until_async("beta serves team-b", 120, serving(Some("team-b"), "widgets"))
+        .await;
+    create_widget(&world, "team-b", "w", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "beta", "team-b", "w").await;
+
+    // acme pulled the CRD; its last binding going leaves it to beta.
+    world.delete_on_consumer(&bindings(), Some("team-a"), "widgets").await;
+    world
+        .run_until_async("acme's Binding is gone", 60, |w| {
+            async move {
+                w.consumer()
+                    .admin_client()
+                    .get_typed_opt::<Binding>(Some("team-a"), "widgets")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+            }
+            .boxed()
+        })
+        .await;
+    world.steps_for(5).await;
+    assert!(
+        world.consumer_get(&crds(), None, WIDGETS).await.is_some(),
+        "beta still serves the API"
+    );
+    assert!(world.consumer_get(&widgets(), Some("team-b"), "w").await.is_some());
+    assert!(
+        world
+            .provider_get("beta", &widgets(), Some("team-b"), "w")
+            .await
+            .is_some()
+    );
+
+    world.delete_on_consumer(&bindings(), Some("team-b"), "widgets").await;
+    world
+        .run_until_async("the last binding takes the CRD with it", 120, |w| {
+            async move { w.consumer_get(&crds(), None, WIDGETS).await.is_none() }.boxed()
+        })
+        .await;
+}
