@@ -60,8 +60,9 @@ fn refused(b: &BindingView, api: &str) -> bool {
         .is_some_and(|c| c.status == "False" && REFUSALS.contains(&c.reason.as_str()))
 }
 
-/// Rank of a binding's claim: lower wins.
-type Rank = (bool, Option<jiff::Timestamp>, Option<String>, String);
+/// Rank of a binding's claim: lower wins. The Connection's name comes last so two bindings
+/// created in the same second with the same namespace and name still rank apart.
+type Rank = (bool, Option<jiff::Timestamp>, Option<String>, String, String);
 
 fn rank(b: &BindingView, api: &str) -> Rank {
     (
@@ -69,6 +70,7 @@ fn rank(b: &BindingView, api: &str) -> Rank {
         b.meta.creation_timestamp.as_ref().map(|t| t.0),
         b.namespace(),
         b.name(),
+        b.spec.connection_ref.name.clone(),
     )
 }
 

@@ -590,3 +590,60 @@ async fn the_consumer_crd_goes_only_with_the_last_binding_through_any_connection
         })
         .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn two_bindings_of_one_namespace_made_in_the_same_second_leave_exactly_one_serving() {
+    let mut world = two_providers(
+        "two_bindings_of_one_namespace_made_in_the_same_second_leave_exactly_one_serving",
+        2608,
+        widgets_crd(),
+    )
+    .await;
+    // Same namespace, same name, same creation second: only the Connection tells them apart.
+    let client = world.consumer().admin_client();
+    ensure_namespace(&client, "team-a").await;
+    for connection in PROVIDERS {
+        let body: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "core.kbind.io/v1alpha1", "kind": "Binding",
+            "metadata": {"name": format!("widgets-{connection}"), "namespace": "team-a"},
+            "spec": {"connectionRef": {"name": connection}, "apis": [{"name": WIDGETS}]},
+        }))
+        .expect("a Binding object");
+        client
+            .create(&bindings(), Some("team-a"), &body, &Default::default())
+            .await
+            .expect("creating a Binding");
+    }
+    world
+        .run_until_async("one of them serves team-a", 120, |w| {
+            async move {
+                serving(Some("team-a"), "widgets-acme")(w).await || serving(Some("team-a"), "widgets-beta")(w).await
+            }
+            .boxed()
+        })
+        .await;
+    create_widget(&world, "team-a", "w", json!({"size": 1})).await;
+    world
+        .run_until_async("the widget is labelled", 60, |w| {
+            async move { served_by(w, "team-a", "w").await.is_some() }.boxed()
+        })
+        .await;
+    world.steps_for(10).await;
+    let winner = served_by(&world, "team-a", "w").await.unwrap_or_default();
+    let loser = if winner == "acme" { "beta" } else { "acme" };
+    assert_eq!(
+        synced(&world, Some("team-a"), &format!("widgets-{loser}"))
+            .await
+            .map(|s| s.1)
+            .as_deref(),
+        Some(reason::BOUND_THROUGH_ANOTHER_CONNECTION),
+        "the other binding is refused"
+    );
+    assert!(
+        world
+            .provider_get(&winner, &widgets(), Some("team-a"), "w")
+            .await
+            .is_some()
+    );
+    assert_eq!(writes_in(&world, loser, "team-a"), 0, "{loser} never wrote team-a");
+}
