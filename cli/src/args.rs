@@ -15,7 +15,8 @@ Exit codes:
   4  timed out waiting (--timeout)
   5  refused by the gateway (unknown Export, claimed namespace, used pickup URL, ...)
   6  refused on the consumer: no konnector runs there, a namespace is missing, or the bundle does not
-     match the request or would overwrite another Grant's objects (nothing applied)";
+     match the request, would overwrite another Grant's objects, or binds a namespace of an API
+     that another Connection already serves (nothing applied)";
 
 /// Bind APIs offered by a kbind provider into this cluster.
 #[derive(Parser, Debug)]
@@ -72,7 +73,7 @@ pub enum Command {
         #[arg(short, long)]
         yes: bool,
     },
-    /// Show this cluster's Connections and bindings: conditions, conflicts, stale objects.
+    /// Show this cluster's Connections and bindings, and which Connection serves each API where.
     Status {
         /// Output format (default: a table).
         #[arg(short, long, value_enum)]

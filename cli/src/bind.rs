@@ -1,5 +1,7 @@
 //! `kbind bind` and `kbind redeem`: get a bundle, check it against what was asked for, show it
-//! (and ask before it copies anything of this cluster to the provider), apply it, wait for Ready.
+//! (and ask before it copies anything of this cluster to the provider), refuse it when another
+//! Connection already serves one of its namespaces of an API, apply it, say which Connection
+//! serves which namespace when the API is shared, wait for Ready.
 
 use kbind_api::service::BindRequest;
 use serde_json::{Value, json};
@@ -13,6 +15,8 @@ use crate::consumer::{self, Awaited, Target};
 use crate::error::{CliError, Result};
 use crate::gateway;
 use crate::output::{Reporter, emit, render, table};
+use crate::placement::{self, Planned};
+use crate::status;
 
 /// `kbind bind <export>`.
 pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: &mut Context) -> Result<()> {
@@ -54,6 +58,14 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
     if applying {
         apply::require_namespaces(&client, &namespaces).await?;
     }
+    // Another Connection's bindings of the Export's APIs: a namespace one of them serves would
+    // be refused by the konnector, so it is refused here, before any Grant, in every mode.
+    let provider = session.provider().await?;
+    let existing = placement::served(&status::bindings_if_installed(&client).await?);
+    let shared = match bundle_connection(&provider.name, &export.name) {
+        Some(connection) => Planned::of_export(&connection, export, &namespaces).check(&existing)?,
+        None => Vec::new(),
+    };
     let rules = serde_json::to_value(&export.related_resources)
         .map(|r| bundle::from_consumer(&r))
         .unwrap_or_default();
@@ -68,7 +80,6 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         .collect();
 
     if args.dry_run {
-        let provider = session.provider().await?;
         let base = format!("{}-{}", provider.name, export.name);
         let ns = &args.apply.konnector_namespace;
         let mut rows = vec![
@@ -88,7 +99,7 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
             }
         }
         let text = format!(
-            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}{}Nothing was bound or applied.\n",
+            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}{}{}Nothing was bound or applied.\n",
             export.name,
             if namespaces.is_empty() {
                 String::new()
@@ -97,6 +108,7 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
             },
             table(&["KIND", "NAMESPACE", "NAME"], rows),
             copies_text(&shown),
+            placement::notice(&shared),
         );
         return emit(&mut ctx.stdout, &text);
     }
@@ -134,6 +146,14 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         Err(e) => return Err(undo.after(e).await),
     };
     if let Some(format) = args.output {
+        // The bundle is printed, not applied: its bindings are checked all the same, and who
+        // would serve what goes to stderr (stdout is the bundle).
+        let shared = match Planned::of_objects(&objects).map(|p| p.check(&existing)) {
+            Some(Err(e)) => return Err(undo.after(e).await),
+            Some(Ok(lines)) => lines,
+            None => Vec::new(),
+        };
+        emit(&mut ctx.stderr, &placement::notice(&shared))?;
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
         let text = match format {
             Format::Json => render(&list, format)?,
@@ -282,12 +302,20 @@ async fn apply_bundle(
 ) -> Result<()> {
     let installed = async {
         let checked = bundle::check(objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+        let existing = placement::served(&status::bindings_if_installed(client).await?);
+        let shared = match Planned::of_objects(checked.objects.iter().map(|o| &o.body)) {
+            Some(planned) => planned.check(&existing)?,
+            None => Vec::new(),
+        };
         emit(
             &mut ctx.stdout,
             &format!("Applying:\n{}", objects_table(&checked.objects)),
         )?;
         ask(&checked, ctx).await?;
-        install(&checked, client, ctx).await.map(|()| checked)
+        install(&checked, client, ctx).await?;
+        // Applied: a failed write of the notice must not undo the bind.
+        let _ = emit(&mut ctx.stdout, &placement::notice(&shared));
+        Ok(checked)
     }
     .await;
     match installed {
@@ -314,6 +342,13 @@ fn copies_text(copies: &[ConsumerCopy]) -> String {
         "These related-resource rules (FromConsumer) copy objects of THIS cluster to the provider:\n{}{everything}",
         table(&["COPIES", "FROM", "SELECTS"], rows)
     )
+}
+
+/// The name the gateway gives the Connection (and bindings) of `export`: `<provider>-<export>`,
+/// unless that is too long for an object name (then it is the Grant's, unknown before binding).
+fn bundle_connection(provider: &str, export: &str) -> Option<String> {
+    let name = format!("{provider}-{export}");
+    (name.len() + "-kubeconfig".len() <= 253).then_some(name)
 }
 
 fn writeln_err(ctx: &mut Context, line: &str) -> std::io::Result<()> {

@@ -16,7 +16,8 @@ pub mod exit {
     /// The gateway refused the request (unknown Export, claimed namespace, used pickup, …).
     pub const REFUSED: i32 = 5;
     /// The consumer cannot take the bundle: no konnector runs there, a namespace is missing, or
-    /// the bundle does not match the request or would overwrite another Grant's objects.
+    /// the bundle does not match the request, would overwrite another Grant's objects, or binds a
+    /// namespace of an API that another Connection already serves.
     /// Nothing was applied.
     pub const CONSUMER_REFUSED: i32 = 6;
 }

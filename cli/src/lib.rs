@@ -20,6 +20,7 @@ pub mod error;
 mod gateway;
 pub mod login;
 mod output;
+mod placement;
 mod status;
 mod unbind;
 

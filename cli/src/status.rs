@@ -1,5 +1,5 @@
 //! `kbind status`: this cluster's Connections and bindings, their conditions, conflict counts
-//! and stale objects, plus what `unbind` shares with it (finding a Connection's bindings and the
+//! and stale objects, which Connection serves each API in each namespace, plus what `unbind` shares with it (finding a Connection's bindings and the
 //! objects of their APIs).
 
 use kbind_api::consts::annotation;
@@ -11,6 +11,7 @@ use crate::args::Format;
 use crate::consumer::{self, Target, condition_of};
 use crate::error::Result;
 use crate::output::{emit, render, table};
+use crate::placement::{self, Served};
 
 /// A binding of a Connection on the consumer.
 pub struct BindingRef {
@@ -40,9 +41,30 @@ impl BindingRef {
 
 /// Every binding on the consumer, with the Connection each references.
 pub async fn bindings(client: &dyn ClusterClient) -> Result<Vec<(String, BindingRef)>> {
+    bindings_of(client, false).await
+}
+
+/// Every binding on the consumer as [`bindings`], none when kbind's CRDs are not installed
+/// (`bind -o yaml` for a cluster without a konnector yet).
+pub async fn bindings_if_installed(client: &dyn ClusterClient) -> Result<Vec<(String, BindingRef)>> {
+    bindings_of(client, true).await
+}
+
+async fn bindings_of(client: &dyn ClusterClient, missing_ok: bool) -> Result<Vec<(String, BindingRef)>> {
     let mut out = Vec::new();
     for kind in ["ClusterBinding", "Binding"] {
-        for object in consumer::list(client, &consumer::resource_of(kind), None).await? {
+        let res = consumer::resource_of(kind);
+        let objects = match client.list(&res, None, &Default::default()).await {
+            Ok(list) => list.items.iter().map(consumer::object_value).collect(),
+            Err(e) if missing_ok && e.is_not_found() => Vec::new(),
+            Err(e) => {
+                return Err(consumer::consumer_error(
+                    &format!("cannot list {} on the consumer", res.plural),
+                    e,
+                ));
+            }
+        };
+        for object in objects {
             let connection = object["spec"]["connectionRef"]["name"]
                 .as_str()
                 .unwrap_or_default()
@@ -177,25 +199,65 @@ pub async fn status(target: &Target, output: Option<Format>, ctx: &mut Context) 
             "conditions": binding.object.pointer("/status/conditions").cloned().unwrap_or(json!([]))}),
         );
     }
+    let served = placement::served(&bindings);
     let text = match output {
-        Some(format) => render(&json!({"items": machine}), format)?,
+        Some(format) => render(
+            &json!({"items": machine, "servedBy": served.iter().map(Served::to_json).collect::<Vec<_>>()}),
+            format,
+        )?,
         None if rows.is_empty() => {
             "No Connections or bindings on this cluster; `kbind catalog` and `kbind bind` add one.\n".into()
         }
-        None => table(
-            &[
-                "KIND",
-                "NAMESPACE",
-                "NAME",
-                "CONNECTION",
-                "READY",
-                "REASON",
-                "CONDITIONS",
-                "CONFLICTS",
-                "STALE",
-            ],
-            rows,
-        ),
+        None => {
+            let mut text = table(
+                &[
+                    "KIND",
+                    "NAMESPACE",
+                    "NAME",
+                    "CONNECTION",
+                    "READY",
+                    "REASON",
+                    "CONDITIONS",
+                    "CONFLICTS",
+                    "STALE",
+                ],
+                rows,
+            );
+            text.push_str(&served_by_text(&served));
+            text
+        }
     };
     emit(&mut ctx.stdout, &text)
+}
+
+/// The SERVED BY table: per API and namespace, which Connection (and binding) serves it, and
+/// how to see it per object; nothing when no binding names an API.
+fn served_by_text(served: &[Served]) -> String {
+    if served.is_empty() {
+        return String::new();
+    }
+    let rows = served
+        .iter()
+        .map(|s| {
+            let state = if s.deleting {
+                format!("{} (deleting)", s.state)
+            } else {
+                s.state.clone()
+            };
+            vec![
+                s.api.clone(),
+                s.namespace_column().to_string(),
+                s.connection.clone(),
+                s.binding_column(),
+                state,
+            ]
+        })
+        .collect();
+    let apis: std::collections::BTreeSet<&str> = served.iter().map(|s| s.api.as_str()).collect();
+    format!(
+        "\nSERVED BY\n{}Each object's Connection: kubectl get {} -A -L {}\n",
+        table(&["API", "NAMESPACE", "CONNECTION", "BINDING", "STATE"], rows),
+        apis.into_iter().collect::<Vec<_>>().join(","),
+        placement::CONNECTION_LABEL
+    )
 }

@@ -599,3 +599,219 @@ async fn login_hands_the_opener_only_https_and_keeps_to_the_pinned_issuer() {
         "{stderr}"
     );
 }
+
+/// A Connection `connection` of another provider (its Secret need not exist: no konnector runs).
+fn other_connection(connection: &str) -> Value {
+    json!({"apiVersion": API_VERSION, "kind": "Connection",
+        "metadata": {"name": connection, "labels": {LABEL_GRANT: format!("g-{connection}")}},
+        "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": format!("{connection}-kubeconfig"),
+            "key": "kubeconfig"}}})
+}
+
+/// A Binding of widgets in `namespace` through `connection`, named `name`.
+fn widgets_binding(namespace: &str, name: &str, connection: &str) -> Value {
+    json!({"apiVersion": API_VERSION, "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_GRANT: format!("g-{connection}")}},
+        "spec": {"connectionRef": {"name": connection}, "apis": [{"name": "widgets.example.org"}]}})
+}
+
+impl Consumer {
+    /// Writes what the konnector reports for widgets on Binding `namespace/name`: its per-API
+    /// Synced condition `status` with `reason`.
+    async fn report_synced(&self, namespace: &str, name: &str, status: &str, reason: &str) {
+        let condition = |type_: &str, status: &str, reason: &str| {
+            json!({"type": type_, "status": status, "reason": reason, "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let patch = json!({"status": {
+            "boundAPIs": [{"name": "widgets.example.org", "conflictCount": 0,
+                "conditions": [condition("Synced", status, reason)]}],
+            "conditions": [condition("Synced", status, reason)]}});
+        self.cluster
+            .client
+            .patch_status(
+                &erase::<kbind_api::Binding>(),
+                Some(namespace),
+                name,
+                &kbind_cluster::Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .expect("status written");
+    }
+
+    /// Every Connection, binding and konnector-namespace Secret as `kind ns/name@resourceVersion`.
+    async fn inventory(&self) -> Vec<String> {
+        let c = &self.cluster.client;
+        let mut out = Vec::new();
+        for (res, ns) in [
+            (erase::<kbind_api::Connection>(), None),
+            (erase::<kbind_api::ClusterBinding>(), None),
+            (erase::<kbind_api::Binding>(), None),
+            (erase::<Secret>(), Some("kbind")),
+        ] {
+            let list = c.list(&res, ns, &Default::default()).await.expect("list");
+            for o in list.items {
+                out.push(format!(
+                    "{} {}/{}@{}",
+                    res.kind,
+                    o.metadata.namespace.unwrap_or_default(),
+                    o.metadata.name.unwrap_or_default(),
+                    o.metadata.resource_version.unwrap_or_default()
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_which_connection_serves_each_namespace_of_an_api() {
+    let world = Consumer::new(Vec::new()).await;
+    for connection in ["acme-eu", "acme-us"] {
+        world.create(other_connection(connection)).await;
+    }
+    world.create(widgets_binding("team-a", "eu-widgets", "acme-eu")).await;
+    world.create(widgets_binding("other", "us-widgets", "acme-us")).await;
+    // acme-us asked for team-a too: the konnector refuses it there.
+    world.create(widgets_binding("team-a", "us-widgets", "acme-us")).await;
+    world.report_synced("team-a", "eu-widgets", "True", "AsExpected").await;
+    world.report_synced("other", "us-widgets", "True", "AsExpected").await;
+    world
+        .report_synced("team-a", "us-widgets", "False", "BoundThroughAnotherConnection")
+        .await;
+
+    let run = world.kbind(&["status"]).await;
+    check(&run, 0, "status");
+    let served: Vec<Vec<&str>> = run
+        .stdout
+        .split("SERVED BY\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("a SERVED BY table:\n{}", run.stdout))
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        served[..4],
+        [
+            vec!["API", "NAMESPACE", "CONNECTION", "BINDING", "STATE"],
+            vec![
+                "widgets.example.org",
+                "other",
+                "acme-us",
+                "Binding/other/us-widgets",
+                "Serving"
+            ],
+            vec![
+                "widgets.example.org",
+                "team-a",
+                "acme-eu",
+                "Binding/team-a/eu-widgets",
+                "Serving"
+            ],
+            vec![
+                "widgets.example.org",
+                "team-a",
+                "acme-us",
+                "Binding/team-a/us-widgets",
+                "BoundThroughAnotherConnection"
+            ],
+        ],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("kubectl get widgets.example.org -A -L core.kbind.io/connection"),
+        "{}",
+        run.stdout
+    );
+
+    let run = world.kbind(&["status", "-o", "json"]).await;
+    check(&run, 0, "status -o json");
+    let status: Value = serde_json::from_str(&run.stdout).expect("JSON only");
+    assert_eq!(
+        status["servedBy"],
+        json!([
+            {"api": "widgets.example.org", "namespace": "other", "connection": "acme-us",
+             "binding": "Binding/other/us-widgets", "state": "Serving", "deleting": false},
+            {"api": "widgets.example.org", "namespace": "team-a", "connection": "acme-eu",
+             "binding": "Binding/team-a/eu-widgets", "state": "Serving", "deleting": false},
+            {"api": "widgets.example.org", "namespace": "team-a", "connection": "acme-us",
+             "binding": "Binding/team-a/us-widgets", "state": "BoundThroughAnotherConnection", "deleting": false},
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_refuses_a_namespace_another_connection_serves_and_reports_a_partition() {
+    let world = Consumer::new(honest_bundle(&["other"])).await;
+    world.create(other_connection("acme-us")).await;
+    world
+        .create(widgets_binding("other", "acme-us-widgets", "acme-us"))
+        .await;
+    world
+        .report_synced("other", "acme-us-widgets", "True", "AsExpected")
+        .await;
+    let before = world.inventory().await;
+    let why = "namespace other of widgets.example.org is already served through Connection acme-us \
+               (Binding other/acme-us-widgets); unbind it first (`kbind unbind acme-us`) or bind another namespace";
+
+    // Refused before any Grant, whether applying, printing or a dry run.
+    for extra in [&["--wait=false"][..], &["--dry-run"], &["-o", "yaml"]] {
+        let args: Vec<&str> = ["bind", "widgets", "-n", "other"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let run = world.kbind(&args).await;
+        check(&run, 6, &format!("{args:?} into a namespace acme-us serves"));
+        assert!(run.stderr.contains(why), "{args:?}: {}", run.stderr);
+        assert_eq!(run.stdout, "", "{args:?}: nothing shown as applied");
+        assert!(
+            !world.asked_for_a_grant(),
+            "{args:?}: no Grant asked for: {:?}",
+            world.gateway.seen()
+        );
+    }
+    assert_eq!(world.inventory().await, before, "nothing was applied");
+
+    // A bundle from a pickup URL is checked the same way before anything is applied.
+    let run = world
+        .kbind_with(
+            &["redeem", "-", "-n", "other", "--yes", "--wait=false"],
+            &world.cluster.kubeconfig,
+            Some(&world.gateway.pickup_url()),
+            &[],
+        )
+        .await;
+    check(&run, 6, "redeem into a namespace acme-us serves");
+    assert!(
+        run.stderr.contains(why) && run.stderr.contains("used up"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(world.inventory().await, before, "nothing was applied");
+
+    // Another namespace: a partition. Shown by the dry run, applied, and said after applying.
+    world.gateway.serve(honest_bundle(&["team-a"]));
+    let partition = format!(
+        "widgets.example.org: namespace other → Connection acme-us; namespace team-a → Connection {CONNECTION} (this bind)"
+    );
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--dry-run"]).await;
+    check(&run, 0, "a dry run of a partition");
+    assert!(run.stdout.contains(&partition), "{}", run.stdout);
+    assert_eq!(world.inventory().await, before, "a dry run applies nothing");
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 0, "bind of a partition");
+    let applied = run.stdout.find("Applied 3 objects").expect("applied");
+    let said = run.stdout.find(&partition).unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(applied < said, "said after applying:\n{}", run.stdout);
+    assert!(world.get("Binding", Some("team-a"), CONNECTION).await.is_some());
+    assert!(world.get("Binding", Some("other"), "acme-us-widgets").await.is_some());
+
+    // A re-bind of the same Connection is no conflict.
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 0, "a re-bind");
+}
