@@ -156,6 +156,17 @@ pub mod reason {
     /// *(ours)* Another provider serves this API's other namespaces and this provider's schema
     /// lacks a field of the consumer CRD or stores another version.
     pub const INCOMPATIBLE_SCHEMA: &str = "IncompatibleSchema";
+    /// *(ours)* The per-API `Synced` reasons that say a binding serves nothing of that API, so it
+    /// claims none of its namespaces (DESIGN.md §4 "Connections per API").
+    pub const REFUSALS: [&str; 7] = [
+        BOUND_THROUGH_ANOTHER_CONNECTION,
+        NAMESPACE_NOT_ALLOWED,
+        CLUSTER_SCOPED_API_IN_BINDING,
+        API_NOT_EXPORTED,
+        CRD_NOT_MANAGED,
+        INCOMPATIBLE_SCHEMA,
+        SCHEMA_TOO_COMPLEX,
+    ];
     /// *(ours)* Deletion waits because the provider is unreachable or refuses the deletes.
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     /// *(ours)* The provider answered 401: it refuses the Connection's credentials (revoked or

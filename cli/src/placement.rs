@@ -17,9 +17,8 @@ use serde_json::Value;
 use crate::error::CliError;
 use crate::status::BindingRef;
 
-/// The label on every consumer object kbind syncs: the Connection that serves it
-/// (`kbind_api::consts::label::CONNECTION`).
-pub const CONNECTION_LABEL: &str = "core.kbind.io/connection";
+/// The label on every consumer object kbind syncs: the Connection that serves it.
+pub const CONNECTION_LABEL: &str = kbind_api::consts::label::CONNECTION;
 /// The state of a binding whose per-API `Synced` condition holds.
 pub const SERVING: &str = "Serving";
 /// The namespace column of a ClusterBinding: every namespace.
@@ -28,15 +27,7 @@ pub const EVERY_NAMESPACE: &str = "*";
 /// Per-API `Synced` reasons of a binding that is refused for the API: it serves and claims no
 /// namespace of it. Every other state (serving, Pending, SchemaUpdateBlocked, no status yet)
 /// claims its namespaces.
-const REFUSED: [&str; 7] = [
-    reason::BOUND_THROUGH_ANOTHER_CONNECTION,
-    reason::NAMESPACE_NOT_ALLOWED,
-    reason::CLUSTER_SCOPED_API_IN_BINDING,
-    reason::API_NOT_EXPORTED,
-    reason::CRD_NOT_MANAGED,
-    "IncompatibleSchema",
-    reason::SCHEMA_TOO_COMPLEX,
-];
+const REFUSED: [&str; 7] = reason::REFUSALS;
 
 /// One API of one binding: where it serves (or would serve) it, through which Connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -500,7 +491,7 @@ mod tests {
             Some("team-b"),
             "us",
             "acme-us",
-            Some(("False", "IncompatibleSchema")),
+            Some(("False", reason::INCOMPATIBLE_SCHEMA)),
         )]);
         assert!(
             bundle("acme-eu", &["team-b"], false)

@@ -8,23 +8,12 @@
 //! until that binding has drained its provider copies as an unbind does.
 
 use kbind_api::conditions;
-use kbind_api::consts::{condition, reason};
+use kbind_api::consts::reason::REFUSALS;
+use kbind_api::consts::condition;
 
 use super::reconcile::Shared;
 use super::view::BindingView;
 use crate::sync::BindingKind;
-
-/// Per-API reasons that say a binding serves nothing of that API: such a binding claims no
-/// namespace.
-const REFUSALS: [&str; 7] = [
-    reason::BOUND_THROUGH_ANOTHER_CONNECTION,
-    reason::NAMESPACE_NOT_ALLOWED,
-    reason::CLUSTER_SCOPED_API_IN_BINDING,
-    reason::API_NOT_EXPORTED,
-    reason::CRD_NOT_MANAGED,
-    reason::INCOMPATIBLE_SCHEMA,
-    reason::SCHEMA_TOO_COMPLEX,
-];
 
 /// Where one binding's API stands among the Connections that bind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
