@@ -25,9 +25,15 @@ where
     })
 }
 
-/// Decodes one event; `None` when its object does not decode.
+/// Decodes one event; `None` when its object does not decode. managedFields are dropped: no
+/// decision reads them and nothing is written back from these caches, while every reconcile
+/// clones cached bindings and Connections (each status write adds to them; at 50 Connections
+/// those clones were most of the konnector's start-up CPU).
 fn typed_event<K: DeserializeOwned>(event: Event<DynamicObject>) -> Option<Event<K>> {
-    let decode = |obj: DynamicObject| from_dynamic::<K>(obj).ok();
+    let decode = |mut obj: DynamicObject| {
+        obj.metadata.managed_fields = None;
+        from_dynamic::<K>(obj).ok()
+    };
     Some(match event {
         Event::Apply(o) => Event::Apply(decode(o)?),
         Event::Delete(o) => Event::Delete(decode(o)?),

@@ -8,8 +8,8 @@
 //! until that binding has drained its provider copies as an unbind does.
 
 use kbind_api::conditions;
-use kbind_api::consts::reason::REFUSALS;
 use kbind_api::consts::condition;
+use kbind_api::consts::reason::REFUSALS;
 
 use super::reconcile::Shared;
 use super::view::BindingView;
@@ -85,12 +85,11 @@ fn claim(
 }
 
 /// Where `view`'s `api` stands: served here, by another Connection, or being handed over.
-pub(crate) fn placement(shared: &Shared, view: &BindingView, api: &str) -> Placement {
+pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Placement {
     if crate::planted::planted(crate::planted::Plant::SecondConnectionInServedNamespace) {
         return Placement::Ours;
     }
     let mine = &view.spec.connection_ref.name;
-    let all = shared.all_bindings();
     let mut handing_over = None;
     for other in all.iter().filter(|b| &b.spec.connection_ref.name != mine) {
         if !other.spec.apis.iter().any(|a| a.name == api) {
@@ -115,8 +114,8 @@ pub(crate) fn placement(shared: &Shared, view: &BindingView, api: &str) -> Place
             }
             continue;
         }
-        let theirs = claim(shared, &all, &other.spec.connection_ref.name, namespace.as_deref(), api);
-        let ours = claim(shared, &all, mine, namespace.as_deref(), api);
+        let theirs = claim(shared, all, &other.spec.connection_ref.name, namespace.as_deref(), api);
+        let ours = claim(shared, all, mine, namespace.as_deref(), api);
         if let Some((their_rank, binding)) = theirs
             && ours.is_none_or(|(our_rank, _)| their_rank < our_rank)
         {

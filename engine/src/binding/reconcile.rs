@@ -124,6 +124,11 @@ pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
 /// not `view` itself: a ClusterBinding wins over Bindings, and among equals the oldest (then
 /// the first by name) wins, so exactly one syncer runs per object.
 pub(crate) fn served_by_other(shared: &Shared, view: &BindingView, api: &str) -> Option<String> {
+    served_by_other_in(shared, &shared.all_bindings(), view, api)
+}
+
+/// [`served_by_other`] over a snapshot of the binding caches taken once per pass.
+fn served_by_other_in(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Option<String> {
     let connection = &view.spec.connection_ref.name;
     let rank = |b: &BindingView| {
         (
@@ -133,21 +138,19 @@ pub(crate) fn served_by_other(shared: &Shared, view: &BindingView, api: &str) ->
             b.name(),
         )
     };
-    shared
-        .all_bindings()
-        .into_iter()
+    all.iter()
         .filter(|b| !b.is_deleting() && &b.spec.connection_ref.name == connection)
         .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
         .filter(|b| b.kind == BindingKind::Cluster || b.namespace() == view.namespace())
         .filter(|b| shared.may_serve(b))
-        .min_by_key(rank)
+        .min_by_key(|b| rank(b))
         .filter(|winner| winner.reference() != view.reference())
         .map(|winner| winner.display())
 }
 
 /// Whether Connection `connection` has a live binding of `api` that it may serve.
-pub(crate) fn binds_api(shared: &Shared, connection: &str, api: &str) -> bool {
-    shared.all_bindings().iter().any(|b| {
+pub(crate) fn binds_api(shared: &Shared, all: &[BindingView], connection: &str, api: &str) -> bool {
+    all.iter().any(|b| {
         !b.is_deleting()
             && b.spec.connection_ref.name == connection
             && b.spec.apis.iter().any(|a| a.name == api)
@@ -275,11 +278,15 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engagement: Engagem
         return Ok(());
     }
     let consumer = shared.ctx.consumer.as_ref();
+    let mut snapshot = None;
     for api in &view.spec.apis {
-        if served_by_other(shared, view, &api.name).is_some() || placement(shared, view, &api.name) != Placement::Ours {
+        if engagement == Engagement::Engaged && !shared.recall.may_be_stale(view, &api.name) {
             continue;
         }
-        if engagement == Engagement::Engaged && !shared.recall.may_be_stale(view, &api.name) {
+        let all = snapshot.get_or_insert_with(|| shared.all_bindings());
+        if served_by_other_in(shared, all, view, &api.name).is_some()
+            || placement(shared, all, view, &api.name) != Placement::Ours
+        {
             continue;
         }
         let Some(crd) = consumer_crd(consumer, &api.name).await? else {
@@ -382,8 +389,12 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         related: Default::default(),
     };
     let mut served = BTreeSet::new();
+    // One snapshot of the binding caches for the whole pass: each API's placement and
+    // precedence read every binding, and a copy per question was most of a pass's CPU at 50
+    // Connections.
+    let all = shared.all_bindings();
     for api in &view.spec.apis {
-        let (api_report, key) = observe_api(view, shared, &conn, &provider, &api.name).await?;
+        let (api_report, key) = observe_api(view, shared, &all, &conn, &provider, &api.name).await?;
         report.apis.push(api_report);
         served.extend(key);
     }
@@ -430,6 +441,7 @@ async fn observe_related(
 async fn observe_api(
     view: &BindingView,
     shared: &Shared,
+    all: &[BindingView],
     conn: &Connection,
     provider: &Arc<EngagedProvider>,
     api: &str,
@@ -458,7 +470,7 @@ async fn observe_api(
             None,
         ));
     }
-    match placement(shared, view, api) {
+    match placement(shared, all, view, api) {
         Placement::Ours => {}
         Placement::Elsewhere {
             connection,
@@ -488,7 +500,7 @@ async fn observe_api(
             return Ok((ApiReport::not_synced(api, reason::PENDING, message), None));
         }
     }
-    if let Some(other) = served_by_other(shared, view, api) {
+    if let Some(other) = served_by_other_in(shared, all, view, api) {
         let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "");
         report.synced = Observed::ok(format!("{api} is synced by {other}"));
         return Ok((report, None));
@@ -496,7 +508,7 @@ async fn observe_api(
     if super::schema::pulls_crd(conn) {
         shared.schema_followers.follow(provider, api);
     }
-    let binds = |connection: &str| binds_api(shared, connection, api);
+    let binds = |connection: &str| binds_api(shared, all, connection, api);
     let served = match deliver(shared.ctx.consumer.as_ref(), conn, exported, provider, &binds).await {
         Ok(Delivery::Serving(served)) => served,
         Ok(Delivery::Refused { reason, message }) => return Ok((ApiReport::not_synced(api, reason, message), None)),

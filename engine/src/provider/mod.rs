@@ -472,10 +472,12 @@ struct Engager {
 impl Engager {
     /// Engages and disengages every Connection; whether an engagement failed and is retried.
     async fn reconcile_all(&mut self, connections: &Store<Connection>, secrets: &Store<DynamicObject>) -> bool {
-        let wanted: BTreeMap<String, Connection> = connections
+        // The cache's Arcs, not copies: a Connection's status lists every exported API, and
+        // this runs on every Connection change of every Connection.
+        let wanted: BTreeMap<String, Arc<Connection>> = connections
             .state()
-            .iter()
-            .map(|conn| (conn.name_any(), conn.as_ref().clone()))
+            .into_iter()
+            .map(|conn| (conn.name_any(), conn))
             .collect();
         self.registry
             .failed
@@ -483,7 +485,7 @@ impl Engager {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|name| wanted.contains_key(name));
         for name in self.registry.engaged() {
-            let keep = wanted.get(&name).and_then(wanted_identity);
+            let keep = wanted.get(&name).and_then(|c| wanted_identity(c));
             if keep.is_none() {
                 self.disengage(&name, "the Connection is no longer Ready").await;
             }
