@@ -276,6 +276,27 @@ impl Several {
     }
 
     /// The consumer CRD's `core.kbind.io/connection` annotation.
+    /// Resizes consumer widget `ns/name` and waits until `provider`'s copy has the new size.
+    async fn resize_and_wait(&self, provider: &str, ns: &str, name: &str, size: i64) {
+        self.consumer
+            .admin
+            .patch(
+                &widgets(),
+                Some(ns),
+                name,
+                &Patch::Merge(json!({"spec": {"size": size}})),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap();
+        let copies = self.provider(provider);
+        eventually(&format!("{ns}/{name} resized on {provider}"), &self.lines, async || {
+            let copy = copies.get_opt(&widgets(), Some(ns), name).await.ok()??;
+            (copy.data.pointer("/spec/size") == Some(&json!(size))).then_some(())
+        })
+        .await;
+    }
+
     async fn crd_connection(&self) -> Option<String> {
         let crd = self.consumer.admin.get_opt(&crds(), None, API).await.unwrap()?;
         annotation(&crd, kbind_annotation::CONNECTION).map(str::to_string)
@@ -383,23 +404,7 @@ async fn two_providers_serve_two_namespaces_on_real_servers() {
     // acme keeps serving team-a: a new widget and a resize reach acme, nothing reaches beta.
     world.create_widget("team-a", "w2", 3).await;
     world.copy("acme", "team-a", "w2").await;
-    world
-        .consumer
-        .admin
-        .patch(
-            &widgets(),
-            Some("team-a"),
-            "w",
-            &Patch::Merge(json!({"spec": {"size": 5}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
-    eventually("team-a/w resized on acme", &world.lines, async || {
-        let copy = world.acme.get_opt(&widgets(), Some("team-a"), "w").await.ok()??;
-        (copy.data.pointer("/spec/size") == Some(&json!(5))).then_some(())
-    })
-    .await;
+    world.resize_and_wait("acme", "team-a", "w", 5).await;
     assert_eq!(world.copies("beta").await, ["team-b/w"], "beta got nothing of team-a");
     for name in ["w", "w2"] {
         let mine = world.widget("team-a", name).await.unwrap();
@@ -490,23 +495,7 @@ async fn handed_over_to_beta(world: &Several, uids: &BTreeMap<String, Option<Str
         (world.crd_connection().await.as_deref() == Some("beta")).then_some(())
     })
     .await;
-    world
-        .consumer
-        .admin
-        .patch(
-            &widgets(),
-            Some("team-a"),
-            "w2",
-            &Patch::Merge(json!({"spec": {"size": 9}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
-    eventually("beta syncs team-a", &world.lines, async || {
-        let copy = world.beta.get_opt(&widgets(), Some("team-a"), "w2").await.ok()??;
-        (copy.data.pointer("/spec/size") == Some(&json!(9))).then_some(())
-    })
-    .await;
+    world.resize_and_wait("beta", "team-a", "w2", 9).await;
     assert!(
         world
             .acme

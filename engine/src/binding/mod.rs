@@ -113,16 +113,16 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     };
 
     let cluster_controller = Controller::for_stream(cluster_stream.applied_objects(), cluster_bindings.clone())
-        .reconcile_on(bindings_of_released(&released_tx, cluster_bindings.clone()))
-        .reconcile_on(bindings_of_changed(&changed_tx, cluster_bindings))
+        .reconcile_on(bindings_where(&released_tx, cluster_bindings.clone(), names_api))
+        .reconcile_on(bindings_where(&changed_tx, cluster_bindings, names_connection))
         .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Cluster))
         .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Cluster))
         .reconcile_all_on(engagement_changes(&registry))
         .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
         .for_each(|_| async {});
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
-        .reconcile_on(bindings_of_released(&released_tx, bindings.clone()))
-        .reconcile_on(bindings_of_changed(&changed_tx, bindings))
+        .reconcile_on(bindings_where(&released_tx, bindings.clone(), names_api))
+        .reconcile_on(bindings_where(&changed_tx, bindings, names_connection))
         .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Namespaced))
         .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Namespaced))
         .reconcile_all_on(engagement_changes(&registry))
@@ -158,21 +158,33 @@ where
     }
 }
 
-/// The bindings of one kind that name an API whose binding is being deleted or gone.
-fn bindings_of_released<K>(
+/// Whether `b` binds API `api` (its binding through another Connection went: wake it).
+fn names_api(b: &BindingView, api: &str) -> bool {
+    b.spec.apis.iter().any(|a| a.name == api)
+}
+
+/// Whether `b` uses Connection `connection` (which changed: wake it).
+fn names_connection(b: &BindingView, connection: &str) -> bool {
+    b.spec.connection_ref.name == connection
+}
+
+/// Each name received on `tx` (a Connection's, an API's), the bindings of one kind that
+/// `names` says name it.
+fn bindings_where<K>(
     tx: &tokio::sync::broadcast::Sender<String>,
     store: Store<K>,
+    names: fn(&BindingView, &str) -> bool,
 ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     for<'a> BindingView: From<&'a K>,
 {
-    let apis = crate::connection::stores::received(tx.subscribe());
-    apis.flat_map(move |api| {
+    let received = crate::connection::stores::received(tx.subscribe());
+    received.flat_map(move |name| {
         let naming: Vec<ObjectRef<K>> = store
             .state()
             .iter()
-            .filter(|b| BindingView::from(b.as_ref()).spec.apis.iter().any(|a| a.name == api))
+            .filter(|b| names(&BindingView::from(b.as_ref()), &name))
             .map(|b| ObjectRef::from_obj(b.as_ref()))
             .collect();
         futures::stream::iter(naming)
@@ -200,39 +212,12 @@ async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadc
     }
 }
 
-/// The bindings of one kind that name a Connection, each time that Connection changes.
-fn bindings_of_changed<K>(
-    tx: &tokio::sync::broadcast::Sender<String>,
-    store: Store<K>,
-) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-    for<'a> BindingView: From<&'a K>,
-{
-    let names = crate::connection::stores::received(tx.subscribe());
-    names.flat_map(move |name| futures::stream::iter(bindings_naming(&store, &name)))
-}
-
 /// A tick each time a provider is engaged or disengaged.
 fn engagement_changes(registry: &ProviderRegistry) -> impl Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(registry.changes(), |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))
     })
-}
-
-/// The bindings of one kind that name Connection `name`.
-fn bindings_naming<K>(store: &Store<K>, name: &str) -> Vec<ObjectRef<K>>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-    for<'a> BindingView: From<&'a K>,
-{
-    store
-        .state()
-        .iter()
-        .filter(|b| BindingView::from(b.as_ref()).spec.connection_ref.name == name)
-        .map(|b| ObjectRef::from_obj(b.as_ref()))
-        .collect()
 }
 
 async fn reconcile_cluster_binding(b: Arc<ClusterBinding>, shared: Arc<Shared>) -> Result<Action, BindingError> {

@@ -173,6 +173,20 @@ pub async fn crd_claimed_by(world: &World) -> Option<String> {
     )
 }
 
+/// [`two_providers`] with widgets of `team-a` served through acme and of `team-b` through beta,
+/// both Bindings (`widgets`) serving.
+pub async fn partitioned(story: &str, seed: u64) -> World {
+    let mut world = two_providers(story, seed, widgets_crd()).await;
+    bind(&world, "acme", "team-a", "widgets").await;
+    bind(&world, "beta", "team-b", "widgets").await;
+    for ns in ["team-a", "team-b"] {
+        world
+            .run_until_async(&format!("{ns} is served"), 120, serving(Some(ns), "widgets"))
+            .await;
+    }
+    world
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_providers_serve_two_namespaces_and_a_third_binding_into_a_served_namespace_is_refused() {
     let mut world = two_providers(
@@ -269,17 +283,11 @@ async fn two_providers_serve_two_namespaces_and_a_third_binding_into_a_served_na
 
 #[tokio::test(start_paused = true)]
 async fn a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost() {
-    let mut world = two_providers(
+    let mut world = partitioned(
         "a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost",
         2602,
-        widgets_crd(),
     )
     .await;
-    bind(&world, "acme", "team-a", "widgets").await;
-    bind(&world, "beta", "team-b", "widgets").await;
-    world
-        .run_until_async("acme serves team-a", 120, serving(Some("team-a"), "widgets"))
-        .await;
     let mut uids = Vec::new();
     for name in ["w1", "w2", "w3"] {
         uids.push(
@@ -540,17 +548,11 @@ async fn a_konnector_restarted_mid_hand_over_loses_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn the_consumer_crd_goes_only_with_the_last_binding_through_any_connection() {
-    let mut world = two_providers(
+    let mut world = partitioned(
         "the_consumer_crd_goes_only_with_the_last_binding_through_any_connection",
         2607,
-        widgets_crd(),
     )
     .await;
-    bind(&world, "acme", "team-a", "widgets").await;
-    bind(&world, "beta", "team-b", "widgets").await;
-    world
-        .run_until_async("beta serves team-b", 120, serving(Some("team-b"), "widgets"))
-        .await;
     create_widget(&world, "team-b", "w", json!({"size": 1})).await;
     wait_for_copy(&mut world, "beta", "team-b", "w").await;
 
