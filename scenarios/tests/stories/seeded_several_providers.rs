@@ -1,1 +1,830 @@
-//! Placeholder until the seeded several-providers property lands (issue 26).
+//! The randomized several-providers property (issue 26, DESIGN.md §4 "Connections per API",
+//! §8): for many seeds, a random schedule across providers `acme` and `beta` of creating
+//! Bindings of widgets (3 namespaces) and ClusterBindings through either Connection, deleting
+//! them (and "moving" a namespace: deleting one Connection's Binding while the other's exists,
+//! or creating the other's next), creating, patching and deleting consumer widgets, with a
+//! konnector crash and restart now and then in the middle of an action.
+//!
+//! After every step (besides the world's own §8 checks): no namespace is served (`Synced=True`)
+//! through two Connections; a binding seen serving never stops while it lives; a namespace's
+//! serving Connection changes only after every binding that served it there was deleted by the
+//! schedule (never a takeover); no consumer widget has copies on both providers; no consumer
+//! widget is lost (same UIDs). After every action settles (bounded, no sleeps): each binding's
+//! per-API `Synced` is what the model's placement rule (issue 26 design: claiming before refused,
+//! then oldest, then namespace and name, iterated to a fixed point from the statuses before the
+//! action) says, a refused one with `BoundThroughAnotherConnection`; every widget's
+//! `core.kbind.io/connection` label names the Connection serving its namespace and its only copy
+//! (our consumer-object-uid, its latest spec) is on that provider; an unserved namespace has no
+//! copies; the consumer CRD's annotation names a Connection with a live binding. At the end every
+//! binding, ClusterBindings included, is deleted: the consumer CRD goes and no copy is left on
+//! either provider. Two engine bugs this property found are stepped around (`AVOID_*` below).
+//!
+//! `KBIND_SEEDS=N` runs N seeds (default 20); `KBIND_SEED=S` replays seed S. A failure names the
+//! seed, the step and the action sequence so far. Cost (debug build, measured on 2 shared
+//! cores): about 1.2 s of CPU per seed (50 actions), 20 seeds in 24 s, 100 seeds in 2 min; most
+//! of it is the world's set-up and per-step §8 checks and this property's reads each step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::FutureExt;
+use kbind_api::consts::{annotation as kbind_annotation, condition, label as kbind_label, reason};
+use kbind_cluster::{ClusterClient, DynamicObject};
+use kbind_scenarios::World;
+use kbind_scenarios::apis::{widgets, widgets_crd};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+
+use crate::binding_kit::bindings;
+use crate::several_providers::{PROVIDERS, bind, bind_cluster, two_providers};
+use crate::story::*;
+
+const NAMESPACES: [&str; 3] = ["team-a", "team-b", "team-c"];
+const WIDGET_NAMES: [&str; 3] = ["w1", "w2", "w3"];
+const ACTIONS: usize = 50;
+/// Steps an action gets to settle before the story fails.
+const SETTLE_WITHIN: u64 = 120;
+/// Engine bug 1 (found by this property; with `false`, seeds 1, 8, 10, 14, 15 and 18 fail):
+/// a Binding of a Connection whose ClusterBinding is refused (`BoundThroughAnotherConnection`)
+/// reports `Synced=True` "synced by ClusterBinding/..." and nothing syncs its namespace, an
+/// already serving one stops syncing, and its unbind leaves its copies, labels and finalizers
+/// (`served_by_other` and `successors` let the refused ClusterBinding win within its
+/// Connection). While `true`, the schedule never creates a binding that leaves a refused
+/// ClusterBinding beside a Binding of its Connection. Set it to `false` once the engine is fixed.
+const AVOID_REFUSED_CLUSTER_BINDING_BESIDE_BINDINGS: bool = true;
+/// Engine bug 2 (found by this property; with `false`, seeds 1, 7, 13 and 15 fail): a
+/// ClusterBinding created beside a serving Binding of the same Connection does not wake that
+/// Binding, so both run a syncer for its namespace; deleting the Binding then drains nothing
+/// (the ClusterBinding serves it) and never stops its syncer, which outlives it: once the
+/// ClusterBinding goes too, the namespace's copies, labels and finalizers stay and the orphaned
+/// syncer keeps writing them. While `true`, the schedule never creates a ClusterBinding while
+/// its Connection has a Binding. Set it to `false` once the engine is fixed.
+const AVOID_CLUSTER_BINDING_AFTER_BINDINGS: bool = true;
+
+/// One binding of the pool: Binding `namespace/connection` or ClusterBinding `connection`, both
+/// through Connection `connection`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Slot {
+    connection: &'static str,
+    namespace: Option<&'static str>,
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.namespace {
+            None => write!(f, "ClusterBinding/{}", self.connection),
+            Some(ns) => write!(f, "Binding/{ns}/{}", self.connection),
+        }
+    }
+}
+
+impl Slot {
+    fn pool() -> Vec<Slot> {
+        let mut slots = Vec::new();
+        for connection in PROVIDERS {
+            slots.push(Slot {
+                connection,
+                namespace: None,
+            });
+            for ns in NAMESPACES {
+                slots.push(Slot {
+                    connection,
+                    namespace: Some(ns),
+                });
+            }
+        }
+        slots
+    }
+
+    /// The pool slot a stored binding is.
+    fn of(obj: &DynamicObject) -> Option<Slot> {
+        let connection = obj.data.pointer("/spec/connectionRef/name").and_then(Value::as_str)?;
+        let connection = PROVIDERS.into_iter().find(|p| *p == connection)?;
+        let namespace = match obj.metadata.namespace.as_deref() {
+            None => None,
+            Some(ns) => Some(NAMESPACES.into_iter().find(|n| *n == ns)?),
+        };
+        (obj.metadata.name.as_deref() == Some(connection)).then_some(Slot { connection, namespace })
+    }
+
+    fn resource(&self) -> kbind_cluster::ApiResource {
+        if self.namespace.is_some() {
+            bindings()
+        } else {
+            cluster_bindings()
+        }
+    }
+
+    /// Whether this binding covers `namespace` (`None`: the whole API, only a ClusterBinding).
+    fn covers(&self, namespace: Option<&str>) -> bool {
+        self.namespace.is_none() || (namespace.is_some() && self.namespace == namespace)
+    }
+}
+
+/// A live binding in the model.
+#[derive(Debug, Clone)]
+struct Bound {
+    uid: String,
+    created: String,
+    /// Refused for widgets (`BoundThroughAnotherConnection`) as last settled; `false` until then.
+    refused: bool,
+}
+
+/// A live consumer widget in the model.
+#[derive(Debug, Clone)]
+struct Widget {
+    uid: String,
+    size: i64,
+}
+
+/// One binding as the consumer stores it.
+#[derive(Debug, Clone)]
+struct Seen {
+    slot: Slot,
+    uid: String,
+    deleting: bool,
+    /// Its per-API `Synced` of widgets: status, reason and message.
+    synced: Option<(String, String, String)>,
+}
+
+impl Seen {
+    fn serving(&self) -> bool {
+        self.synced.as_ref().is_some_and(|(s, _, _)| s == "True")
+    }
+}
+
+/// Per live binding, whether it is refused.
+type Flags = BTreeMap<Slot, bool>;
+/// A binding's claim, as the design ranks it: refused, creation, namespace, name; lower wins.
+type Rank = (bool, String, Option<&'static str>, &'static str);
+/// The provider copies: `(namespace, name)` → the providers holding one, each with its
+/// consumer-object-uid annotation.
+type Copies = BTreeMap<(String, String), Vec<(&'static str, Option<String>)>>;
+
+struct Model {
+    seed: u64,
+    history: Vec<String>,
+    live: BTreeMap<Slot, Bound>,
+    /// UIDs of the bindings the schedule deleted.
+    deleted: BTreeSet<String>,
+    widgets: BTreeMap<(&'static str, &'static str), Widget>,
+    /// UIDs of the bindings ever seen serving.
+    was_serving: BTreeSet<String>,
+    /// Per namespace, the Connection last seen serving it and its bindings that did.
+    servers: BTreeMap<&'static str, (&'static str, BTreeSet<String>)>,
+    /// Once every binding is being deleted, the consumer CRD (and its widgets) may go.
+    tearing_down: bool,
+}
+
+impl Model {
+    fn fail(&self, world: &World, what: String) -> ! {
+        panic!(
+            "seed {} step {}: {what}\nreproduce: KBIND_SEED={} cargo test -p kbind-scenarios --test stories seeded_several_providers\nactions: {:#?}",
+            self.seed,
+            world.steps(),
+            self.seed,
+            self.history
+        )
+    }
+
+    /// Steps once (the world checks §8), then checks the per-step property.
+    async fn step(&mut self, world: &mut World) {
+        if let Err(panic) = std::panic::AssertUnwindSafe(world.step()).catch_unwind().await {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            self.fail(world, format!("the world failed: {what}"));
+        }
+        self.check_step(world).await;
+    }
+
+    async fn check_step(&mut self, world: &World) {
+        let seen = seen_bindings(world).await;
+        for b in seen.iter().filter(|b| !b.deleting) {
+            if b.serving() {
+                self.was_serving.insert(b.uid.clone());
+            } else if self.was_serving.contains(&b.uid) {
+                self.fail(
+                    world,
+                    format!(
+                        "{} served widgets and stopped while live: Synced {:?}",
+                        b.slot, b.synced
+                    ),
+                );
+            }
+        }
+        for ns in NAMESPACES {
+            let mut by: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+            for b in seen
+                .iter()
+                .filter(|b| !b.deleting && b.serving() && b.slot.covers(Some(ns)))
+            {
+                by.entry(b.slot.connection).or_default().insert(b.uid.clone());
+            }
+            if by.len() > 1 {
+                self.fail(world, format!("{ns} is served through two Connections: {by:?}"));
+            }
+            let Some((connection, uids)) = by.into_iter().next() else {
+                continue;
+            };
+            if let Some((before, served)) = self.servers.get(ns)
+                && *before != connection
+                && let Some(kept) = served.iter().find(|u| !self.deleted.contains(*u))
+            {
+                self.fail(
+                    world,
+                    format!(
+                        "takeover: {ns} moved from {before} to {connection} while {before}'s binding {kept} that served it was never deleted"
+                    ),
+                );
+            }
+            self.servers.insert(ns, (connection, uids));
+        }
+        let copies = copies(world).await;
+        for ((ns, name), on) in &copies {
+            let providers: BTreeSet<&str> = on.iter().map(|(p, _)| *p).collect();
+            if providers.len() > 1 {
+                self.fail(
+                    world,
+                    format!("widget {ns}/{name} has copies on both providers: {on:?}"),
+                );
+            }
+        }
+        if !self.tearing_down {
+            let consumer = consumer_widgets(world).await;
+            for ((ns, name), w) in &self.widgets {
+                if consumer.get(&(ns.to_string(), name.to_string())) != Some(&w.uid) {
+                    self.fail(
+                        world,
+                        format!(
+                            "consumer widget {ns}/{name} ({}) was lost: now {:?}",
+                            w.uid,
+                            consumer.get(&(ns.to_string(), name.to_string()))
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The model's placement: the refused flags a fixed point of the design's rule reaches from
+    /// the current flags, sweeping the bindings in `order`.
+    fn fixed_point(&self, order: &[Slot]) -> Option<Flags> {
+        let mut flags: Flags = self.live.iter().map(|(s, b)| (*s, b.refused)).collect();
+        for _ in 0..10 {
+            let mut changed = false;
+            for slot in order {
+                let refused = self.elsewhere(slot, &flags);
+                if flags.insert(*slot, refused) != Some(refused) {
+                    changed = true;
+                }
+            }
+            if !changed {
+                return Some(flags);
+            }
+        }
+        None
+    }
+
+    /// Whether, for some namespace `v` covers, another Connection's claim beats `v`'s.
+    fn elsewhere(&self, v: &Slot, flags: &Flags) -> bool {
+        self.live.keys().filter(|o| o.connection != v.connection).any(|o| {
+            let namespace = v.namespace.or(o.namespace);
+            if !o.covers(namespace) {
+                return false;
+            }
+            match (
+                self.claim(o.connection, namespace, flags),
+                self.claim(v.connection, namespace, flags),
+            ) {
+                (Some(theirs), Some(ours)) => theirs < ours,
+                (Some(_), None) => true,
+                _ => false,
+            }
+        })
+    }
+
+    /// Rank of the best live binding of `connection` covering `namespace`: lower wins.
+    fn claim(&self, connection: &str, namespace: Option<&str>, flags: &Flags) -> Option<Rank> {
+        self.live
+            .iter()
+            .filter(|(s, _)| s.connection == connection && s.covers(namespace))
+            .map(|(s, b)| (flags[s], b.created.clone(), s.namespace, s.connection))
+            .min()
+    }
+
+    /// Every placement the rule may settle on (sweeping forwards and backwards).
+    fn expected(&self, world: &World) -> Vec<Flags> {
+        let mut order: Vec<Slot> = self.live.keys().copied().collect();
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            let Some(flags) = self.fixed_point(&order) else {
+                self.fail(world, "the model's placement does not converge".into());
+            };
+            if !outcomes.contains(&flags) {
+                outcomes.push(flags);
+            }
+            order.reverse();
+        }
+        outcomes
+    }
+
+    /// The Connection serving `ns` under `flags`.
+    fn server(&self, world: &World, flags: &Flags, ns: &str) -> Option<&'static str> {
+        let serving: BTreeSet<&'static str> = flags
+            .iter()
+            .filter(|(s, refused)| !**refused && s.covers(Some(ns)))
+            .map(|(s, _)| s.connection)
+            .collect();
+        if serving.len() > 1 {
+            self.fail(world, format!("the model serves {ns} through {serving:?}"));
+        }
+        serving.into_iter().next()
+    }
+
+    /// What still differs from the settled state the model expects (`Ok`: the placement reached).
+    async fn mismatch(&self, world: &World, expected: &[Flags]) -> Result<Flags, String> {
+        let seen = seen_bindings(world).await;
+        if let Some(b) = seen.iter().find(|b| self.deleted.contains(&b.uid)) {
+            return Err(format!("deleted {} is still there", b.slot));
+        }
+        let mut flags = Flags::new();
+        for (slot, bound) in &self.live {
+            let Some(b) = seen.iter().find(|b| b.uid == bound.uid) else {
+                return Err(format!("{slot} is missing"));
+            };
+            let other = PROVIDERS
+                .into_iter()
+                .find(|p| *p != slot.connection)
+                .unwrap_or_default();
+            let refused = match b.synced.as_ref().map(|(s, r, m)| (s.as_str(), r.as_str(), m.as_str())) {
+                Some(("True", _, _)) => false,
+                Some(("False", r, m)) if r == reason::BOUND_THROUGH_ANOTHER_CONNECTION => {
+                    if !m.contains(&format!("{other:?}")) {
+                        return Err(format!("{slot}'s refusal does not name Connection {other}: {m}"));
+                    }
+                    true
+                }
+                other => return Err(format!("{slot} has Synced {other:?}")),
+            };
+            flags.insert(*slot, refused);
+        }
+        if !expected.contains(&flags) {
+            return Err(format!("placement {flags:?}, the model expects one of {expected:?}"));
+        }
+        let crd = world.consumer_get(&crds(), None, WIDGETS).await;
+        let Some(claimed) = annotation(&crd, kbind_annotation::CONNECTION) else {
+            return Err("the consumer CRD is missing or unclaimed".into());
+        };
+        if !self.live.keys().any(|s| s.connection == claimed) {
+            return Err(format!("the consumer CRD names {claimed}, which has no live binding"));
+        }
+        let consumer = consumer_widgets(world).await;
+        let wanted: BTreeMap<(String, String), String> = self
+            .widgets
+            .iter()
+            .map(|((ns, name), w)| ((ns.to_string(), name.to_string()), w.uid.clone()))
+            .collect();
+        if consumer != wanted {
+            return Err(format!("consumer widgets {consumer:?}, the model has {wanted:?}"));
+        }
+        let copies = copies(world).await;
+        for ((ns, name), on) in &copies {
+            let key = (ns.as_str(), name.as_str());
+            let Some(w) = self.widgets.iter().find(|(k, _)| (k.0, k.1) == key).map(|(_, w)| w) else {
+                return Err(format!("a copy of deleted widget {ns}/{name} is left: {on:?}"));
+            };
+            let server = self.server(world, &flags, ns);
+            for (provider, uid) in on {
+                if Some(*provider) != server {
+                    let object = world.consumer_get(&widgets(), Some(ns), name).await;
+                    let (labels, finalizers) = object
+                        .map(|o| (o.metadata.labels, o.metadata.finalizers))
+                        .unwrap_or_default();
+                    return Err(format!(
+                        "{ns}/{name} has a copy on {provider}, served by {server:?} (consumer labels {labels:?}, finalizers {finalizers:?})"
+                    ));
+                }
+                if uid.as_deref() != Some(w.uid.as_str()) {
+                    return Err(format!(
+                        "{provider}'s copy of {ns}/{name} is of consumer object {uid:?}"
+                    ));
+                }
+            }
+        }
+        for ((ns, name), w) in &self.widgets {
+            let server = self.server(world, &flags, ns);
+            let object = world.consumer_get(&widgets(), Some(ns), name).await;
+            let labelled = label(&object, kbind_label::CONNECTION);
+            if labelled.as_deref() != server {
+                return Err(format!("{ns}/{name} is labelled {labelled:?}, served by {server:?}"));
+            }
+            if let Some(provider) = server {
+                let copy = world.provider_get(provider, &widgets(), Some(ns), name).await;
+                if at(&copy, "/spec/size") != Some(json!(w.size)) {
+                    return Err(format!(
+                        "{provider}'s copy of {ns}/{name} lacks size {}: {copy:?}",
+                        w.size
+                    ));
+                }
+            }
+        }
+        Ok(flags)
+    }
+
+    /// Steps until the state the model expects is reached (at least one step, so no two
+    /// bindings share a creation second), restarting the konnector after `crash_at` steps.
+    async fn settle(&mut self, world: &mut World, crash_at: Option<u64>) {
+        let expected = self.expected(world);
+        if let Some(k) = crash_at {
+            for _ in 0..k {
+                self.step(world).await;
+            }
+            world.restart_konnector();
+        }
+        let mut last = String::new();
+        for _ in 0..SETTLE_WITHIN {
+            self.step(world).await;
+            match self.mismatch(world, &expected).await {
+                Ok(flags) => {
+                    for (slot, refused) in flags {
+                        if let Some(b) = self.live.get_mut(&slot) {
+                            b.refused = refused;
+                        }
+                    }
+                    return;
+                }
+                Err(what) => last = what,
+            }
+        }
+        let bindings = describe_bindings(world).await;
+        self.fail(
+            world,
+            format!("not settled after {SETTLE_WITHIN} steps: {last}\nbindings:\n{bindings}"),
+        );
+    }
+
+    /// Why creating `slot` would hit a known engine bug (see the `AVOID_*` constants), if it would.
+    fn known_bug(&mut self, world: &World, slot: Slot) -> Option<&'static str> {
+        if AVOID_CLUSTER_BINDING_AFTER_BINDINGS
+            && slot.namespace.is_none()
+            && self.live.keys().any(|b| b.connection == slot.connection)
+        {
+            return Some("a ClusterBinding after a Binding of its Connection");
+        }
+        if !AVOID_REFUSED_CLUSTER_BINDING_BESIDE_BINDINGS {
+            return None;
+        }
+        self.live.insert(
+            slot,
+            Bound {
+                uid: String::new(),
+                created: "9999".into(),
+                refused: false,
+            },
+        );
+        let outcomes = self.expected(world);
+        self.live.remove(&slot);
+        outcomes
+            .iter()
+            .any(|flags| {
+                flags.iter().any(|(cb, refused)| {
+                    *refused
+                        && cb.namespace.is_none()
+                        && flags
+                            .keys()
+                            .any(|b| b.connection == cb.connection && b.namespace.is_some())
+                })
+            })
+            .then_some("a refused ClusterBinding beside a Binding of its Connection")
+    }
+
+    /// Creates `slot` unless [`Model::known_bug`] says not to; whether it did.
+    async fn create(&mut self, world: &World, slot: Slot) -> bool {
+        if let Some(bug) = self.known_bug(world, slot) {
+            self.history.push(format!("skip create {slot}: engine bug, {bug}"));
+            return false;
+        }
+        self.history.push(format!("create {slot}"));
+        match slot.namespace {
+            Some(ns) => bind(world, slot.connection, ns, slot.connection).await,
+            None => bind_cluster(world, slot.connection, slot.connection).await,
+        }
+        let obj = world
+            .consumer_get(&slot.resource(), slot.namespace, slot.connection)
+            .await
+            .unwrap_or_else(|| self.fail(world, format!("{slot} was just created")));
+        let created = at(&Some(obj.clone()), "/metadata/creationTimestamp")
+            .and_then(|t| t.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let uid = obj.metadata.uid.unwrap_or_default();
+        self.live.insert(
+            slot,
+            Bound {
+                uid,
+                created,
+                refused: false,
+            },
+        );
+        true
+    }
+
+    async fn delete(&mut self, world: &mut World, slot: Slot) {
+        self.history.push(format!("delete {slot}"));
+        if let Some(b) = self.live.remove(&slot) {
+            self.deleted.insert(b.uid);
+        }
+        world
+            .delete_on_consumer(&slot.resource(), slot.namespace, slot.connection)
+            .await;
+    }
+}
+
+/// A binding's per-API `Synced` of widgets: status, reason and message.
+fn synced_of(obj: &DynamicObject) -> Option<(String, String, String)> {
+    let c = obj
+        .data
+        .pointer("/status/boundAPIs")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|a| a["name"] == WIDGETS)?["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == condition::SYNCED)?;
+    let field = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((field("status"), field("reason"), field("message")))
+}
+
+/// Every binding of the pool as the consumer stores it.
+async fn seen_bindings(world: &World) -> Vec<Seen> {
+    let client = world.consumer().admin_client();
+    let mut out = Vec::new();
+    for res in [bindings(), cluster_bindings()] {
+        let list = client
+            .list(&res, None, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing {}: {e}", res.plural));
+        for obj in list.items {
+            let Some(slot) = Slot::of(&obj) else {
+                continue;
+            };
+            out.push(Seen {
+                slot,
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
+                deleting: obj.metadata.deletion_timestamp.is_some(),
+                synced: synced_of(&obj),
+            });
+        }
+    }
+    out
+}
+
+/// Every binding with its per-API `Synced` of widgets, one a line (for failure reports).
+async fn describe_bindings(world: &World) -> String {
+    let client = world.consumer().admin_client();
+    let mut out = String::new();
+    for res in [bindings(), cluster_bindings()] {
+        let Ok(list) = client.list(&res, None, &Default::default()).await else {
+            continue;
+        };
+        for obj in list.items {
+            let synced = synced_of(&obj).map(|(s, r, m)| format!("{s} {r} {m}"));
+            out.push_str(&format!(
+                "  {} {}/{} created {:?} deleting {}: Synced {}\n",
+                res.kind,
+                obj.metadata.namespace.as_deref().unwrap_or(""),
+                obj.metadata.name.as_deref().unwrap_or(""),
+                at(&Some(obj.clone()), "/metadata/creationTimestamp"),
+                obj.metadata.deletion_timestamp.is_some(),
+                synced.unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+/// The consumer widgets: `(namespace, name)` → UID (empty when the CRD is gone).
+async fn consumer_widgets(world: &World) -> BTreeMap<(String, String), String> {
+    let Ok(list) = world
+        .consumer()
+        .admin_client()
+        .list(&widgets(), None, &Default::default())
+        .await
+    else {
+        return BTreeMap::new();
+    };
+    list.items
+        .into_iter()
+        .map(|w| {
+            (
+                (
+                    w.metadata.namespace.unwrap_or_default(),
+                    w.metadata.name.unwrap_or_default(),
+                ),
+                w.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Every provider copy, by consumer key.
+async fn copies(world: &World) -> Copies {
+    let mut out = Copies::new();
+    for provider in PROVIDERS {
+        let list = world
+            .provider(provider)
+            .admin_client()
+            .list(&widgets(), None, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing widgets on {provider}: {e}"));
+        for copy in list.items {
+            let uid = annotation(&Some(copy.clone()), kbind_annotation::CONSUMER_OBJECT_UID);
+            let key = (
+                copy.metadata.namespace.unwrap_or_default(),
+                copy.metadata.name.unwrap_or_default(),
+            );
+            out.entry(key).or_default().push((provider, uid));
+        }
+    }
+    out
+}
+
+fn pick<T: Copy>(rng: &mut ChaCha8Rng, items: &[T]) -> Option<T> {
+    (!items.is_empty()).then(|| items[rng.random_range(0..items.len())])
+}
+
+async fn run_schedule(seed: u64) {
+    let mut world = two_providers(
+        "seeded_several_providers_serve_each_namespace_once",
+        seed,
+        widgets_crd(),
+    )
+    .await;
+    let mut model = Model {
+        seed,
+        history: Vec::new(),
+        live: BTreeMap::new(),
+        deleted: BTreeSet::new(),
+        widgets: BTreeMap::new(),
+        was_serving: BTreeSet::new(),
+        servers: BTreeMap::new(),
+        tearing_down: false,
+    };
+    let pool = Slot::pool();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x26_0b1d);
+    let first = pool[rng.random_range(0..pool.len())];
+    assert!(model.create(&world, first).await, "the first binding is never refused");
+    model.settle(&mut world, None).await;
+    for ns in NAMESPACES {
+        let size = rng.random_range(1..100i64);
+        model.history.push(format!("create widget {ns}/w1 size {size}"));
+        let uid = create_widget(&world, ns, "w1", json!({"size": size}))
+            .await
+            .metadata
+            .uid;
+        model.widgets.insert(
+            (ns, "w1"),
+            Widget {
+                uid: uid.unwrap_or_default(),
+                size,
+            },
+        );
+    }
+    model.settle(&mut world, None).await;
+
+    for _ in 0..ACTIONS {
+        let mut crash_at = rng.random_bool(0.15).then(|| rng.random_range(0..3u64));
+        if let Some(k) = crash_at {
+            model
+                .history
+                .push(format!("(the konnector restarts {k} steps into the next action)"));
+        }
+        match rng.random_range(0..20) {
+            0..=5 => {
+                let free: Vec<Slot> = pool.iter().copied().filter(|s| !model.live.contains_key(s)).collect();
+                let Some(slot) = pick(&mut rng, &free) else {
+                    model.history.push("skip: every binding exists".into());
+                    continue;
+                };
+                if !model.create(&world, slot).await {
+                    continue;
+                }
+            }
+            6..=8 => {
+                let live: Vec<Slot> = model.live.keys().copied().collect();
+                // Always keep one binding, so the API (and its CRD) stays in use.
+                let Some(slot) = pick(&mut rng, &live).filter(|_| live.len() > 1) else {
+                    model.history.push("skip: the only binding stays".into());
+                    continue;
+                };
+                model.delete(&mut world, slot).await;
+            }
+            9..=11 => {
+                // The move of a namespace: from the Connection serving it by a Binding there to
+                // the other one.
+                let ns = NAMESPACES[rng.random_range(0..NAMESPACES.len())];
+                let Some(from) = model
+                    .live
+                    .iter()
+                    .find(|(s, b)| s.namespace == Some(ns) && !b.refused)
+                    .map(|(s, _)| *s)
+                else {
+                    model.history.push(format!("skip: no Binding serves {ns}"));
+                    continue;
+                };
+                let to = Slot {
+                    connection: PROVIDERS.into_iter().find(|p| *p != from.connection).unwrap_or("beta"),
+                    namespace: Some(ns),
+                };
+                model
+                    .history
+                    .push(format!("move {ns} from {} to {}", from.connection, to.connection));
+                if model.live.contains_key(&to) {
+                    model.delete(&mut world, from).await;
+                } else if model.live.len() > 1 {
+                    model.delete(&mut world, from).await;
+                    model.settle(&mut world, crash_at.take()).await;
+                    if !model.create(&world, to).await {
+                        continue;
+                    }
+                } else {
+                    if !model.create(&world, to).await {
+                        continue;
+                    }
+                    model.settle(&mut world, crash_at.take()).await;
+                    model.delete(&mut world, from).await;
+                }
+            }
+            12..=15 => {
+                let ns = NAMESPACES[rng.random_range(0..NAMESPACES.len())];
+                let free: Vec<&'static str> = WIDGET_NAMES
+                    .into_iter()
+                    .filter(|n| !model.widgets.contains_key(&(ns, *n)))
+                    .collect();
+                let Some(name) = pick(&mut rng, &free) else {
+                    model.history.push(format!("skip: every widget in {ns} exists"));
+                    continue;
+                };
+                let size = rng.random_range(1..100i64);
+                model.history.push(format!("create widget {ns}/{name} size {size}"));
+                let obj = create_widget(&world, ns, name, json!({"size": size})).await;
+                let uid = obj.metadata.uid.unwrap_or_default();
+                model.widgets.insert((ns, name), Widget { uid, size });
+            }
+            16..=17 => {
+                let live: Vec<(&'static str, &'static str)> = model.widgets.keys().copied().collect();
+                let Some((ns, name)) = pick(&mut rng, &live) else {
+                    model.history.push("skip: no widget to patch".into());
+                    continue;
+                };
+                let size = rng.random_range(1..100i64);
+                model.history.push(format!("patch widget {ns}/{name} size {size}"));
+                patch_widget(&world, ns, name, json!({"spec": {"size": size}})).await;
+                if let Some(w) = model.widgets.get_mut(&(ns, name)) {
+                    w.size = size;
+                }
+            }
+            _ => {
+                let live: Vec<(&'static str, &'static str)> = model.widgets.keys().copied().collect();
+                let Some((ns, name)) = pick(&mut rng, &live) else {
+                    model.history.push("skip: no widget to delete".into());
+                    continue;
+                };
+                model.history.push(format!("delete widget {ns}/{name}"));
+                model.widgets.remove(&(ns, name));
+                world.delete_on_consumer(&widgets(), Some(ns), name).await;
+            }
+        }
+        model.settle(&mut world, crash_at).await;
+    }
+
+    // The end: every binding goes, and with the last one the consumer CRD and every copy.
+    model.tearing_down = true;
+    let live: Vec<Slot> = model.live.keys().copied().collect();
+    for slot in live {
+        model.delete(&mut world, slot).await;
+    }
+    let mut last = String::new();
+    for _ in 0..SETTLE_WITHIN {
+        model.step(&mut world).await;
+        let seen = seen_bindings(&world).await;
+        let crd = world.consumer_get(&crds(), None, WIDGETS).await;
+        let copies = copies(&world).await;
+        last = format!(
+            "bindings left {:?}, consumer CRD there: {}, copies left {copies:?}",
+            seen.iter().map(|b| b.slot.to_string()).collect::<Vec<_>>(),
+            crd.is_some()
+        );
+        if seen.is_empty() && crd.is_none() && copies.is_empty() {
+            return;
+        }
+    }
+    model.fail(&world, format!("the unbind did not finish: {last}"));
+}
+
+#[test]
+fn seeded_several_providers_serve_each_namespace_once() {
+    kbind_scenarios::world::for_each_seed(20, run_schedule);
+}
