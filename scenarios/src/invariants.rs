@@ -96,6 +96,26 @@ fn apis_of(binding: &Value) -> impl Iterator<Item = &str> {
         .filter_map(|a| a.get("name").and_then(Value::as_str))
 }
 
+/// Whether the binding's status says it serves nothing of `api` (a per-API `Synced=False` with
+/// a refusal reason, e.g. `BoundThroughAnotherConnection`: another Connection keeps it out).
+fn refused_for(binding: &Value, api: &str) -> bool {
+    binding
+        .pointer("/status/boundAPIs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|a| a.get("name").and_then(Value::as_str) == Some(api))
+        .filter_map(|a| a.get("conditions").and_then(Value::as_array))
+        .flatten()
+        .any(|c| {
+            c.get("type").and_then(Value::as_str) == Some("Synced")
+                && c.get("status").and_then(Value::as_str) == Some("False")
+                && c.get("reason")
+                    .and_then(Value::as_str)
+                    .is_some_and(|r| kbind_api::consts::reason::REFUSALS.contains(&r))
+        })
+}
+
 fn connection_of(binding: &Value) -> &str {
     binding
         .pointer("/spec/connectionRef/name")
@@ -168,6 +188,7 @@ impl<'a> BindingsAt<'a> {
             .values()
             .filter(|b| !is_going(b))
             .filter(|b| apis_of(&b.object).any(|a| a == api) && connection_of(&b.object) == connection)
+            .filter(|b| !refused_for(&b.object, api))
             .find(|b| {
                 b.gr.resource == "clusterbindings"
                     || (b.namespace() == namespace && allows_namespace(self.connections.get(connection), namespace))

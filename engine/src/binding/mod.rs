@@ -133,8 +133,9 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
 }
 
 /// Publishes the Connection name of each binding being deleted or gone, so the Connection
-/// reconciler looks again at once (a deleted Connection goes with its last binding), and its
-/// APIs on `apis`, so bindings of another Connection waiting for its namespaces look again.
+/// reconciler looks again at once (a deleted Connection goes with its last binding), and the
+/// APIs of each binding that appears or goes on `apis`, so the other bindings of those APIs
+/// (of any Connection) look again at who serves what.
 fn tell_connection<K>(
     tx: tokio::sync::broadcast::Sender<String>,
     apis: tokio::sync::broadcast::Sender<String>,
@@ -144,17 +145,23 @@ where
     for<'a> BindingView: From<&'a K>,
 {
     move |event| {
-        let binding = match event {
-            Ok(Event::Delete(b)) => b,
-            Ok(Event::Apply(b) | Event::InitApply(b)) if b.meta().deletion_timestamp.is_some() => b,
+        let (binding, going) = match event {
+            Ok(Event::Delete(b)) => (b, true),
+            Ok(Event::Apply(b) | Event::InitApply(b)) => (b, b.meta().deletion_timestamp.is_some()),
             _ => return,
         };
         let view = BindingView::from(binding);
-        for api in &view.spec.apis {
-            let _ = apis.send(api.name.clone());
+        // A binding that appeared (no status yet) may outrank another of its API (a
+        // ClusterBinding over a Binding); one that goes may leave its namespaces to others.
+        if going || view.status.is_none() {
+            for api in &view.spec.apis {
+                let _ = apis.send(api.name.clone());
+            }
         }
-        // No Connection reconciler listening (the binding controllers run alone) is fine.
-        let _ = tx.send(view.spec.connection_ref.name);
+        if going {
+            // No Connection reconciler listening (the binding controllers run alone) is fine.
+            let _ = tx.send(view.spec.connection_ref.name);
+        }
     }
 }
 

@@ -123,12 +123,8 @@ pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
 /// The binding that serves `api` through `connection` for objects `view` covers, when it is
 /// not `view` itself: a ClusterBinding wins over Bindings, and among equals the oldest (then
 /// the first by name) wins, so exactly one syncer runs per object.
-pub(crate) fn served_by_other(shared: &Shared, view: &BindingView, api: &str) -> Option<String> {
-    served_by_other_in(shared, &shared.all_bindings(), view, api)
-}
-
-/// [`served_by_other`] over a snapshot of the binding caches taken once per pass.
-fn served_by_other_in(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Option<String> {
+/// `all` is a snapshot of the binding caches, taken once per pass.
+pub(crate) fn served_by_other(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Option<String> {
     let connection = &view.spec.connection_ref.name;
     let rank = |b: &BindingView| {
         (
@@ -143,6 +139,8 @@ fn served_by_other_in(shared: &Shared, all: &[BindingView], view: &BindingView, 
         .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
         .filter(|b| b.kind == BindingKind::Cluster || b.namespace() == view.namespace())
         .filter(|b| shared.may_serve(b))
+        // A binding another Connection keeps out of the API serves nothing of it.
+        .filter(|b| b.reference() == view.reference() || placement(shared, all, b, api) == Placement::Ours)
         .min_by_key(|b| rank(b))
         .filter(|winner| winner.reference() != view.reference())
         .map(|winner| winner.display())
@@ -173,7 +171,8 @@ pub(crate) enum Successors {
 /// the API through the same Connection in a namespace that Connection allows takes its
 /// namespace. Only a namespaced API can be served by a Binding.
 pub(crate) fn successors(shared: &Shared, view: &BindingView, api: &str, namespaced: bool) -> Successors {
-    if let Some(other) = served_by_other(shared, view, api) {
+    let all = shared.all_bindings();
+    if let Some(other) = served_by_other(shared, &all, view, api) {
         return Successors::All(other);
     }
     if view.kind != BindingKind::Cluster
@@ -183,12 +182,12 @@ pub(crate) fn successors(shared: &Shared, view: &BindingView, api: &str, namespa
         return Successors::Namespaces(BTreeSet::new());
     }
     let connection = &view.spec.connection_ref.name;
-    let namespaces = shared
-        .all_bindings()
-        .into_iter()
+    let namespaces = all
+        .iter()
         .filter(|b| b.kind == BindingKind::Namespaced && !b.is_deleting())
         .filter(|b| &b.spec.connection_ref.name == connection && b.spec.apis.iter().any(|a| a.name == api))
         .filter(|b| shared.may_serve(b))
+        .filter(|b| placement(shared, &all, b, api) == Placement::Ours)
         .filter_map(|b| b.namespace())
         .collect();
     Successors::Namespaces(namespaces)
@@ -284,7 +283,7 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engagement: Engagem
             continue;
         }
         let all = snapshot.get_or_insert_with(|| shared.all_bindings());
-        if served_by_other_in(shared, all, view, &api.name).is_some()
+        if served_by_other(shared, all, view, &api.name).is_some()
             || placement(shared, all, view, &api.name) != Placement::Ours
         {
             continue;
@@ -500,7 +499,7 @@ async fn observe_api(
             return Ok((ApiReport::not_synced(api, reason::PENDING, message), None));
         }
     }
-    if let Some(other) = served_by_other_in(shared, all, view, api) {
+    if let Some(other) = served_by_other(shared, all, view, api) {
         let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "");
         report.synced = Observed::ok(format!("{api} is synced by {other}"));
         return Ok((report, None));

@@ -197,6 +197,16 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool)
     let keep = match successors(shared, view, api, namespaced) {
         Successors::All(by) => {
             tracing::debug!(binding = %view.display(), api, successor = %by, "nothing to drain: another binding serves these objects");
+            // A syncer of this binding may still run (it was serving until the other came):
+            // the other binding's syncer takes the objects over, and two must never run.
+            let me = view.reference();
+            shared.syncers.stop(&crate::sync::SyncerKey {
+                connection: view.spec.connection_ref.name.clone(),
+                binding_kind: me.kind,
+                binding_namespace: me.namespace,
+                binding_name: me.name,
+                api: api.to_string(),
+            });
             return Ok(Drain::Done);
         }
         Successors::Namespaces(keep) => keep,
