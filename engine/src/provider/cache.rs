@@ -23,6 +23,10 @@ use tokio::task::JoinHandle;
 /// ([`broadcast::error::RecvError::Lagged`]). Events share their objects with the store, so a
 /// full buffer costs pointers, not copies.
 const EVENT_BUFFER: usize = 1024;
+/// [`EVENT_BUFFER`] of a watch of one object by name (a pulled CRD): a handful of events. Every
+/// buffer slot is allocated up front, and a 1,024-slot buffer per bound API was about 40 KiB
+/// of each API's memory (massif, issue 25); a lag only means one look at the object again.
+const NAMED_EVENT_BUFFER: usize = 8;
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -184,7 +188,14 @@ impl ProviderCache {
         namespace: Option<&str>,
     ) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let key = key_of(res, namespace);
-        self.subscribe_keyed(key, res, namespace, super::watcher_config(), StopOn::Never)
+        self.subscribe_keyed(
+            key,
+            res,
+            namespace,
+            super::watcher_config(),
+            StopOn::Never,
+            EVENT_BUFFER,
+        )
     }
 
     fn subscribe_keyed(
@@ -194,6 +205,7 @@ impl ProviderCache {
         namespace: Option<&str>,
         config: kbind_cluster::watcher::WatcherConfig,
         stop_on: StopOn,
+        buffer: usize,
     ) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = entries.get(&key) {
@@ -205,7 +217,7 @@ impl ProviderCache {
             res: res.clone(),
             synced: Arc::new(AtomicBool::new(false)),
         };
-        let (events, receiver) = broadcast::channel(EVENT_BUFFER);
+        let (events, receiver) = broadcast::channel(buffer);
         if self.is_stopped() {
             // Dropping the sender closes the receiver: nothing will ever come.
             return (cached, receiver);
@@ -230,7 +242,7 @@ impl ProviderCache {
     pub fn subscribe_named(&self, res: &ApiResource, name: &str) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let key = format!("{}#{name}", key_of(res, None));
         let config = super::watcher_config().fields(&format!("metadata.name={name}"));
-        self.subscribe_keyed(key, res, None, config, StopOn::Forbidden)
+        self.subscribe_keyed(key, res, None, config, StopOn::Forbidden, NAMED_EVENT_BUFFER)
     }
 
     /// `group/version/plural` of every GVR with a running watch, sorted.
