@@ -68,6 +68,20 @@ fn covers(b: &BindingView, namespace: Option<&str>) -> bool {
     b.kind == BindingKind::Cluster || (namespace.is_some() && b.namespace().as_deref() == namespace)
 }
 
+/// The live (not deleting) bindings of `connection` that name `api` and that the Connection
+/// allows to serve: the only ones that can serve it.
+pub(crate) fn live<'a>(
+    shared: &'a Shared,
+    all: &'a [BindingView],
+    connection: &'a str,
+    api: &'a str,
+) -> impl Iterator<Item = &'a BindingView> + 'a {
+    all.iter()
+        .filter(move |b| !b.is_deleting() && b.spec.connection_ref.name == connection)
+        .filter(move |b| b.spec.apis.iter().any(|a| a.name == api))
+        .filter(move |b| shared.may_serve(b))
+}
+
 /// The best claim of `connection` on `namespace` of `api`, and the binding that holds it.
 fn claim(
     shared: &Shared,
@@ -76,10 +90,8 @@ fn claim(
     namespace: Option<&str>,
     api: &str,
 ) -> Option<(Rank, String)> {
-    all.iter()
-        .filter(|b| !b.is_deleting() && b.spec.connection_ref.name == connection)
-        .filter(|b| b.spec.apis.iter().any(|a| a.name == api) && covers(b, namespace))
-        .filter(|b| shared.may_serve(b))
+    live(shared, all, connection, api)
+        .filter(|b| covers(b, namespace))
         .map(|b| (rank(b, api), b.display()))
         .min()
 }

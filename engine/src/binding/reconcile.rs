@@ -15,7 +15,7 @@ use kbind_cluster::Error;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::placement::{Placement, placement, region};
+use super::placement::{Placement, live, placement, region};
 use super::schema::{Delivery, consumer_crd, deliver, resource_of};
 use super::stale;
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
@@ -134,11 +134,8 @@ pub(crate) fn served_by_other(shared: &Shared, all: &[BindingView], view: &Bindi
             b.name(),
         )
     };
-    all.iter()
-        .filter(|b| !b.is_deleting() && &b.spec.connection_ref.name == connection)
-        .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
+    live(shared, all, connection, api)
         .filter(|b| b.kind == BindingKind::Cluster || b.namespace() == view.namespace())
-        .filter(|b| shared.may_serve(b))
         // A binding another Connection keeps out of the API serves nothing of it.
         .filter(|b| b.reference() == view.reference() || placement(shared, all, b, api) == Placement::Ours)
         .min_by_key(|b| rank(b))
@@ -148,12 +145,7 @@ pub(crate) fn served_by_other(shared: &Shared, all: &[BindingView], view: &Bindi
 
 /// Whether Connection `connection` has a live binding of `api` that it may serve.
 pub(crate) fn binds_api(shared: &Shared, all: &[BindingView], connection: &str, api: &str) -> bool {
-    all.iter().any(|b| {
-        !b.is_deleting()
-            && b.spec.connection_ref.name == connection
-            && b.spec.apis.iter().any(|a| a.name == api)
-            && shared.may_serve(b)
-    })
+    live(shared, all, connection, api).next().is_some()
 }
 
 /// What a drain of `view`'s objects of `api` must leave alone because another live binding
@@ -182,11 +174,8 @@ pub(crate) fn successors(shared: &Shared, view: &BindingView, api: &str, namespa
         return Successors::Namespaces(BTreeSet::new());
     }
     let connection = &view.spec.connection_ref.name;
-    let namespaces = all
-        .iter()
-        .filter(|b| b.kind == BindingKind::Namespaced && !b.is_deleting())
-        .filter(|b| &b.spec.connection_ref.name == connection && b.spec.apis.iter().any(|a| a.name == api))
-        .filter(|b| shared.may_serve(b))
+    let namespaces = live(shared, &all, connection, api)
+        .filter(|b| b.kind == BindingKind::Namespaced)
         .filter(|b| placement(shared, &all, b, api) == Placement::Ours)
         .filter_map(|b| b.namespace())
         .collect();
