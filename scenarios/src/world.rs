@@ -357,8 +357,15 @@ impl World {
     /// A static admin token on `provider` (survives a provider replacement, like a break-glass
     /// token; not revocable).
     pub fn mint_admin_token(&mut self, provider: &str) -> Credential {
-        let token = format!("kbind-admin.{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
         let user = format!("kbind-konnector.{}@{provider}", self.consumer.name());
+        self.mint_admin_token_for(provider, &user)
+    }
+
+    /// [`Self::mint_admin_token`] authenticating as `user` (tells Connections apart in the
+    /// provider's request log).
+    pub fn mint_admin_token_for(&mut self, provider: &str, user: &str) -> Credential {
+        let token = format!("kbind-admin.{:016x}{:016x}", self.rng.next_u64(), self.rng.next_u64());
+        let user = user.to_string();
         self.provider(provider).add_token(
             &token,
             UserInfo {

@@ -1,5 +1,16 @@
 //! The heartbeat Lease on the provider (DESIGN.md §2): `consumer-<localClusterUID>` in the
 //! lease namespace, holder = localClusterUID, 60 s duration, labelled managed.
+//!
+//! One Lease per consumer–provider pair, however many Connections reach that provider (the
+//! gateway makes one per Export): [`Pairs`] lets one of them renew it each interval and the
+//! others prove their own link still reaches the pinned provider by reading it back at a
+//! resourceVersion the pair wrote, so they neither conflict on the update nor re-read the identity.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -55,6 +66,31 @@ pub(crate) async fn renew_unbroken(
     }
 }
 
+/// Reads the Lease through `provider`: `Ok(Some(..))` when it is at one of the `written`
+/// versions (uid and resourceVersion), which only the cluster the pair verified holds, so this link reaches it too.
+/// `Ok(None)`: not proven (gone, or moved on since), and the caller reads the identity.
+pub(crate) async fn check_unbroken(
+    provider: &dyn ClusterClient,
+    namespace: &str,
+    local_uid: &str,
+    written: &BTreeSet<String>,
+) -> Result<Option<Renewed>> {
+    let lease = provider
+        .get_opt(&lease_resource(), Some(namespace), &lease_name(local_uid))
+        .await?;
+    Ok(lease.filter(|l| version(l).is_some_and(|v| written.contains(&v))))
+}
+
+/// A Lease's uid and resourceVersion: together they name one write on one cluster (an
+/// update's preconditions compare the same two).
+fn version(lease: &Renewed) -> Option<String> {
+    let meta = &lease.metadata;
+    Some(format!("{}/{}", meta.uid.as_deref()?, meta.resource_version.as_deref()?))
+}
+
+/// How many times [`renew`] reads again after another Connection's renewal got in between.
+const RENEW_ATTEMPTS: usize = 3;
+
 /// Renews (or creates) the heartbeat Lease of consumer `local_uid` at `now`. An existing Lease
 /// is updated with get+update only, so credentials limited to those verbs suffice.
 pub(crate) async fn renew(
@@ -65,12 +101,95 @@ pub(crate) async fn renew(
 ) -> Result<Renewed> {
     let res = lease_resource();
     let name = lease_name(local_uid);
-    match provider.get_opt(&res, Some(namespace), &name).await? {
-        Some(mut existing) => {
-            stamp(&mut existing, local_uid, now);
-            provider.replace(&res, Some(namespace), &name, &existing, &ours()).await
+    let mut attempt = 1;
+    loop {
+        let written = match provider.get_opt(&res, Some(namespace), &name).await? {
+            Some(mut existing) => {
+                stamp(&mut existing, local_uid, now);
+                provider.replace(&res, Some(namespace), &name, &existing, &ours()).await
+            }
+            None => create(provider, namespace, &name, local_uid, now).await,
+        };
+        match written {
+            // Another Connection to the same provider renewed (or created) it in between.
+            Err(e) if (e.is_conflict() || matches!(e, Error::AlreadyExists { .. })) && attempt < RENEW_ATTEMPTS => {
+                attempt += 1;
+            }
+            other => return other,
         }
-        None => create(provider, namespace, &name, local_uid, now).await,
+    }
+}
+
+/// Which Lease a pair is about: the provider's identity and the consumer UID it is named after.
+pub(crate) type PairKey = (String, String);
+
+/// How many of its own writes a pair remembers: a read racing one renewal still matches.
+const WRITTEN_KEPT: usize = 4;
+
+/// The heartbeat of one consumer–provider pair, shared by the Connections to that provider.
+struct Pair {
+    /// The Lease as the pair last wrote it.
+    lease: Renewed,
+    /// The versions (uid and resourceVersion) of the pair's latest writes.
+    written: VecDeque<String>,
+    /// When its last renewal started.
+    renewed_at: Instant,
+}
+
+/// What a Connection whose heartbeat is due does.
+pub(crate) enum Turn {
+    /// Renew the Lease from this one, the pair's latest (or the link's own when the pair has none).
+    Renew(Option<Renewed>),
+    /// Another Connection renewed it within this interval: read it back at one of these.
+    Check(BTreeSet<String>),
+}
+
+/// The heartbeats of all consumer–provider pairs of this konnector.
+#[derive(Default)]
+pub(crate) struct Pairs {
+    pairs: Mutex<BTreeMap<PairKey, Pair>>,
+}
+
+impl Pairs {
+    /// What a Connection of `key` does at `now`: renew when the pair's last renewal is nearly an
+    /// `interval` old (the margin keeps a renewer whose timer fires a little early from skipping
+    /// a round), else check.
+    pub(crate) fn turn(&self, key: &PairKey, now: Instant, interval: Duration) -> Turn {
+        let pairs = self.pairs.lock().unwrap_or_else(|p| p.into_inner());
+        match pairs.get(key) {
+            Some(pair) if now.saturating_duration_since(pair.renewed_at) < interval.mul_f32(0.9) => {
+                Turn::Check(pair.written.iter().cloned().collect())
+            }
+            Some(pair) => Turn::Renew(Some(pair.lease.clone())),
+            None => Turn::Renew(None),
+        }
+    }
+
+    /// Records a renewal of `key`'s Lease started at `at`.
+    pub(crate) fn renewed(&self, key: &PairKey, lease: &Renewed, at: Instant) {
+        let Some(rv) = version(lease) else {
+            return;
+        };
+        let mut pairs = self.pairs.lock().unwrap_or_else(|p| p.into_inner());
+        let pair = pairs.entry(key.clone()).or_insert_with(|| Pair {
+            lease: lease.clone(),
+            written: VecDeque::new(),
+            renewed_at: at,
+        });
+        pair.lease = lease.clone();
+        pair.renewed_at = pair.renewed_at.max(at);
+        if !pair.written.contains(&rv) {
+            pair.written.push_back(rv);
+        }
+        while pair.written.len() > WRITTEN_KEPT {
+            pair.written.pop_front();
+        }
+    }
+
+    /// Forgets `key`'s renewals: the Lease was not as the pair wrote it, so none of them proves
+    /// anything any more.
+    pub(crate) fn broken(&self, key: &PairKey) {
+        self.pairs.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
     }
 }
 

@@ -66,6 +66,8 @@ pub struct Shared {
     /// Holds the one provider client per Connection, shared with the engager.
     registry: ProviderRegistry,
     links: Mutex<BTreeMap<String, Link>>,
+    /// The heartbeat Leases, one per consumer–provider pair, shared by its Connections.
+    pairs: heartbeat::Pairs,
     /// UIDs pinned by this process, so a reconcile running on a stale cached Connection
     /// (pin written, watch event not yet seen) still compares against the pin.
     pinned: Mutex<BTreeMap<String, (String, String)>>,
@@ -96,6 +98,7 @@ impl Shared {
             store,
             registry,
             links: Mutex::new(BTreeMap::new()),
+            pairs: heartbeat::Pairs::default(),
             pinned: Mutex::new(BTreeMap::new()),
             local_uid: tokio::sync::OnceCell::new(),
             secrets: None,
@@ -335,8 +338,9 @@ async fn drive(
     let lease_uid = pinned_local.clone().unwrap_or_else(|| local_uid.to_string());
     let now = Instant::now();
     let heartbeat_due = is_due(link.last_renew, config.heartbeat_interval, now);
-    if heartbeat_due && link.identity.is_some() {
-        match renew_unbroken(shared, link, &lease_uid).await {
+    let verified = link.identity.as_ref().map(|identity| (identity.uid.clone(), lease_uid.clone()));
+    if let Some(pair) = verified.filter(|_| heartbeat_due) {
+        match beat(shared, link, &pair, now).await {
             Ok(true) => link.last_renew = Some(now),
             Ok(false) => link.identity = None,
             Err(e) => match classify(&e) {
@@ -424,6 +428,7 @@ async fn drive(
         .await
         {
             Ok(lease) => {
+                shared.pairs.renewed(&(identity.uid.clone(), lease_uid.clone()), &lease, now);
                 link.lease = Some(lease);
                 link.lease_denied = None;
             }
@@ -458,22 +463,38 @@ async fn drive(
     (next.clamp(Duration::from_millis(100), config.heartbeat_interval), true)
 }
 
-/// Renews the Lease this link wrote last in one update; `Ok(false)` when there is none or the
-/// provider no longer holds it as written (the identity is then read before anything else).
-async fn renew_unbroken(shared: &Shared, link: &mut Link, lease_uid: &str) -> Result<bool, Error> {
-    let Some(last) = &link.lease else {
-        return Ok(false);
+/// The heartbeat of a verified link: renews the pair's Lease in one update when this link's
+/// turn has come, else reads it back. `Ok(false)`: this link's continuity is not proven (no
+/// Lease to go from, or the provider no longer holds it as the pair wrote it), and the identity
+/// is read before anything else.
+async fn beat(shared: &Shared, link: &mut Link, pair: &heartbeat::PairKey, now: Instant) -> Result<bool, Error> {
+    let namespace = &shared.ctx.config.lease_namespace;
+    let lease_uid = &pair.1;
+    let proven = match shared.pairs.turn(pair, now, shared.ctx.config.heartbeat_interval) {
+        heartbeat::Turn::Check(written) => {
+            heartbeat::check_unbroken(link.client.as_ref(), namespace, lease_uid, &written).await?
+        }
+        heartbeat::Turn::Renew(latest) => {
+            let Some(last) = latest.or_else(|| link.lease.clone()) else {
+                return Ok(false);
+            };
+            let renewed = heartbeat::renew_unbroken(
+                link.client.as_ref(),
+                namespace,
+                lease_uid,
+                shared.ctx.clock.now(),
+                &last,
+            )
+            .await?;
+            match &renewed {
+                Some(lease) => shared.pairs.renewed(pair, lease, now),
+                None => shared.pairs.broken(pair),
+            }
+            renewed
+        }
     };
-    let renewed = heartbeat::renew_unbroken(
-        link.client.as_ref(),
-        &shared.ctx.config.lease_namespace,
-        lease_uid,
-        shared.ctx.clock.now(),
-        last,
-    )
-    .await?;
-    let unbroken = renewed.is_some();
-    link.lease = renewed;
+    let unbroken = proven.is_some();
+    link.lease = proven;
     if unbroken {
         link.lease_denied = None;
     }

@@ -147,3 +147,99 @@ async fn ten_idle_minutes_of_many_consumers_cost_the_provider_their_heartbeats_a
         "seed {seed}: {total} requests from {n} consumers: more than 3 per consumer per minute"
     );
 }
+
+/// How many Connections the one consumer of the next story makes to one provider.
+fn connections() -> usize {
+    std::env::var("KBIND_IDLE_CONNECTIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20)
+}
+
+/// Issue #25, the gateway's common case: one Connection per Export, so a consumer holds many
+/// Connections to one provider. They share one heartbeat Lease (one per consumer–provider pair,
+/// DESIGN §2): one of them renews it, the others prove their own link still reaches the pinned
+/// provider by reading it, so no renewal conflicts and no identity re-reads follow.
+#[tokio::test(start_paused = true)]
+async fn ten_idle_minutes_of_many_connections_to_one_provider_cost_one_heartbeat() {
+    let seed = seed_from_env(252);
+    let n = connections();
+    let config = EngineConfig {
+        rediscovery_interval: KONNECTOR_RESYNC,
+        ..EngineConfig::default()
+    };
+    let mut world = World::builder()
+        .seed(seed)
+        .story("many Connections to one provider, idle")
+        .provider("acme", ProviderOpts::default())
+        .engine_config(config)
+        .build()
+        .await;
+    let mut users = Vec::with_capacity(n);
+    for i in 0..n {
+        let plural = format!("things{i:02}");
+        let kind = format!("Thing{i:02}");
+        world
+            .install_provider_crd("acme", kbind_scenarios::apis::exported_crd(&plural, &kind, "Namespaced"))
+            .await;
+        let cred = world.mint_admin_token_for("acme", &format!("kbind-konnector.acme-{i:02}"));
+        users.push(cred.user.clone());
+        world
+            .apply_bundle(&format!("acme-{i:02}"), &cred, &[&format!("{plural}.example.org")])
+            .await;
+    }
+    world.start_konnector();
+    world
+        .run_until_async("every binding is Ready", 600, move |w| {
+            async move {
+                for i in 0..n {
+                    if !binding_ready(w, &format!("acme-{i:02}")).await {
+                        return false;
+                    }
+                }
+                true
+            }
+            .boxed()
+        })
+        .await;
+    // Let every first pass, first heartbeat and watch start finish.
+    world.steps_for(120).await;
+
+    let provider = world.provider("acme").clone();
+    let from = provider.request_log().len();
+    world.steps_for(600).await;
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    let mut by_user: BTreeMap<String, usize> = BTreeMap::new();
+    for r in provider.request_log_from(from) {
+        if r.user == "admin" {
+            continue;
+        }
+        *by_kind.entry(format!("{} {}", r.verb, r.resource)).or_insert(0) += 1;
+        *by_user.entry(r.user).or_insert(0) += 1;
+    }
+    let total: usize = by_kind.values().sum();
+    println!(
+        "seed {seed}: {n} Connections to one provider, ten idle minutes: {total} provider requests \
+         ({:.2} per Connection per minute): {by_kind:#?}",
+        total as f64 / n as f64 / 10.0
+    );
+    let count = |kind: &str| by_kind.get(kind).copied().unwrap_or(0);
+    let renewals = count("update leases.coordination.k8s.io");
+    assert!(
+        (19..=22).contains(&renewals),
+        "seed {seed}: {renewals} Lease updates in ten minutes from {n} Connections to one provider: \
+         the consumer's one Lease is renewed every 30 s, by one of them"
+    );
+    let identity_reads = count("get namespaces.");
+    assert_eq!(
+        identity_reads, 0,
+        "seed {seed}: {identity_reads} identity reads while every link's Lease continuity held"
+    );
+    for user in &users {
+        let sent = by_user.get(user).copied().unwrap_or(0);
+        assert!(
+            sent <= 3 * 10,
+            "seed {seed}: Connection of {user} sent {sent} requests in ten idle minutes: more than 3 a minute"
+        );
+    }
+}
