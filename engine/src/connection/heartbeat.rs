@@ -85,7 +85,11 @@ pub(crate) async fn check_unbroken(
 /// update's preconditions compare the same two).
 fn version(lease: &Renewed) -> Option<String> {
     let meta = &lease.metadata;
-    Some(format!("{}/{}", meta.uid.as_deref()?, meta.resource_version.as_deref()?))
+    Some(format!(
+        "{}/{}",
+        meta.uid.as_deref()?,
+        meta.resource_version.as_deref()?
+    ))
 }
 
 /// How many times [`renew`] reads again after another Connection's renewal got in between.
@@ -139,7 +143,7 @@ struct Pair {
 /// What a Connection whose heartbeat is due does.
 pub(crate) enum Turn {
     /// Renew the Lease from this one, the pair's latest (or the link's own when the pair has none).
-    Renew(Option<Renewed>),
+    Renew(Option<Box<Renewed>>),
     /// Another Connection renewed it within this interval: read it back at one of these.
     Check(BTreeSet<String>),
 }
@@ -160,7 +164,7 @@ impl Pairs {
             Some(pair) if now.saturating_duration_since(pair.renewed_at) < interval.mul_f32(0.9) => {
                 Turn::Check(pair.written.iter().cloned().collect())
             }
-            Some(pair) => Turn::Renew(Some(pair.lease.clone())),
+            Some(pair) => Turn::Renew(Some(Box::new(pair.lease.clone()))),
             None => Turn::Renew(None),
         }
     }
@@ -263,5 +267,77 @@ fn ours() -> PostParams {
     PostParams {
         field_manager: Some(kbind_api::consts::field_manager::KONNECTOR.to_string()),
         ..PostParams::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fakeapi::FakeCluster;
+
+    use super::*;
+
+    const CONSUMER: &str = "consumer-uid";
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn versions(lease: &Renewed) -> BTreeSet<String> {
+        version(lease).into_iter().collect()
+    }
+
+    #[tokio::test]
+    async fn a_read_back_proves_the_pinned_cluster_and_nothing_else() {
+        let pinned = FakeCluster::builder("pinned").seed(1).build().admin_client();
+        let rebuilt = FakeCluster::builder("rebuilt").seed(2).build().admin_client();
+        let written = renew(&pinned, "kbind", CONSUMER, now()).await.expect("renewed");
+        // The rebuilt cluster holds a Lease of the same name, written the same way (its own
+        // UIDs: fakeapi draws them from its seed, kube-apiserver at random).
+        renew(&rebuilt, "kbind", CONSUMER, now()).await.expect("renewed");
+
+        let proof = check_unbroken(&pinned, "kbind", CONSUMER, &versions(&written)).await;
+        assert!(
+            matches!(proof, Ok(Some(_))),
+            "the pinned cluster holds what the pair wrote"
+        );
+        let proof = check_unbroken(&rebuilt, "kbind", CONSUMER, &versions(&written)).await;
+        assert!(matches!(proof, Ok(None)), "another cluster's Lease proves nothing");
+
+        // Written since by someone else: the pinned cluster no longer holds the pair's write.
+        let later = now() + std::time::Duration::from_secs(30);
+        renew(&pinned, "kbind", CONSUMER, later).await.expect("renewed");
+        let proof = check_unbroken(&pinned, "kbind", CONSUMER, &versions(&written)).await;
+        assert!(matches!(proof, Ok(None)), "a Lease moved on since proves nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_connection_of_a_pair_renews_each_interval_and_the_others_check() {
+        let cluster = FakeCluster::builder("pinned").seed(1).build().admin_client();
+        let pairs = Pairs::default();
+        let key: PairKey = ("provider-uid".into(), CONSUMER.into());
+        let interval = Duration::from_secs(30);
+        let start = Instant::now();
+        assert!(matches!(pairs.turn(&key, start, interval), Turn::Renew(None)));
+
+        let lease = renew(&cluster, "kbind", CONSUMER, now()).await.expect("renewed");
+        pairs.renewed(&key, &lease, start);
+        let Turn::Check(written) = pairs.turn(&key, start + Duration::from_secs(1), interval) else {
+            panic!("a Connection whose turn comes a second after the renewal must check, not renew");
+        };
+        assert_eq!(written, versions(&lease));
+        // The renewer's own timer fires one interval later (or a little early): it renews.
+        let Turn::Renew(Some(latest)) = pairs.turn(&key, start + Duration::from_secs(28), interval) else {
+            panic!("the pair's Lease must be renewed once nearly an interval old");
+        };
+        assert_eq!(version(&latest), version(&lease));
+
+        pairs.broken(&key);
+        assert!(
+            matches!(
+                pairs.turn(&key, start + Duration::from_secs(29), interval),
+                Turn::Renew(None)
+            ),
+            "a broken pair proves nothing: each Connection goes from its own Lease or its identity"
+        );
     }
 }

@@ -17,8 +17,10 @@
 //! - Deleting a Connection never deletes anything on the provider, not even the heartbeat
 //!   Lease: the issuer may have pre-created it with get/update-only RBAC, and a Lease that stops
 //!   being renewed is exactly the signal the reaper watches for.
-//! - Identity is read before every provider write of a reconcile, so a rebuilt provider is
-//!   caught before the next Lease renewal.
+//! - Identity is read before every provider write of a reconcile unless the link proved since
+//!   that it still reaches the pinned cluster: its Lease renewal landed on the version it wrote,
+//!   or (another Connection to the same provider renewed this interval) it read the Lease back
+//!   at a version the pair wrote. Either way a rebuilt provider is caught at the next heartbeat.
 
 mod announce;
 mod discovery;

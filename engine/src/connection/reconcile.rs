@@ -338,7 +338,10 @@ async fn drive(
     let lease_uid = pinned_local.clone().unwrap_or_else(|| local_uid.to_string());
     let now = Instant::now();
     let heartbeat_due = is_due(link.last_renew, config.heartbeat_interval, now);
-    let verified = link.identity.as_ref().map(|identity| (identity.uid.clone(), lease_uid.clone()));
+    let verified = link
+        .identity
+        .as_ref()
+        .map(|identity| (identity.uid.clone(), lease_uid.clone()));
     if let Some(pair) = verified.filter(|_| heartbeat_due) {
         match beat(shared, link, &pair, now).await {
             Ok(true) => link.last_renew = Some(now),
@@ -428,7 +431,9 @@ async fn drive(
         .await
         {
             Ok(lease) => {
-                shared.pairs.renewed(&(identity.uid.clone(), lease_uid.clone()), &lease, now);
+                shared
+                    .pairs
+                    .renewed(&(identity.uid.clone(), lease_uid.clone()), &lease, now);
                 link.lease = Some(lease);
                 link.lease_denied = None;
             }
@@ -475,7 +480,7 @@ async fn beat(shared: &Shared, link: &mut Link, pair: &heartbeat::PairKey, now: 
             heartbeat::check_unbroken(link.client.as_ref(), namespace, lease_uid, &written).await?
         }
         heartbeat::Turn::Renew(latest) => {
-            let Some(last) = latest.or_else(|| link.lease.clone()) else {
+            let Some(last) = latest.map(|l| *l).or_else(|| link.lease.clone()) else {
                 return Ok(false);
             };
             let renewed = heartbeat::renew_unbroken(

@@ -160,3 +160,61 @@ async fn a_kcp_like_provider_is_pinned_by_its_logical_cluster() {
         .run_until("kcp is engaged", 30, |w| w.providers().get("kcp").is_some())
         .await;
 }
+
+/// Connections to one provider share its heartbeat Lease: one renews, the others read it back.
+/// A rebuilt provider breaks both proofs, so each Connection reads the identity again and
+/// refuses the new cluster, the one that only reads as well as the one that renews.
+#[tokio::test(start_paused = true)]
+async fn a_provider_rebuilt_under_two_connections_that_share_its_heartbeat_is_refused_by_both() {
+    let mut world = World::builder()
+        .seed(seed_from_env(12))
+        .story("a_provider_rebuilt_under_two_connections_that_share_its_heartbeat_is_refused_by_both")
+        .provider("acme", ProviderOpts::default())
+        .build()
+        .await;
+    world
+        .install_provider_crd(
+            "acme",
+            kbind_scenarios::apis::exported_crd("gadgets", "Gadget", "Namespaced"),
+        )
+        .await;
+    let first = world.mint_admin_token_for("acme", "kbind-konnector.first");
+    let second = world.mint_admin_token_for("acme", "kbind-konnector.second");
+    world.apply_bundle("first", &first, &["widgets.example.org"]).await;
+    world.apply_bundle("second", &second, &["gadgets.example.org"]).await;
+    world.start_konnector();
+    world.run_until_connection("first", "Ready", 60, is_ready).await;
+    world.run_until_connection("second", "Ready", 60, is_ready).await;
+    // Two heartbeat rounds, so one Connection renews and the other reads back.
+    world.steps_for(70).await;
+    let reads_back = world
+        .provider("acme")
+        .request_log()
+        .iter()
+        .filter(|r| r.verb == "get" && r.resource == "leases.coordination.k8s.io")
+        .count();
+    assert!(reads_back > 0, "neither Connection read the shared Lease back");
+
+    let replaced_at = world.provider("acme").resource_version();
+    world.replace_provider("acme");
+    // The world checks §8.2 on every step: nothing the konnector sends reaches the new cluster.
+    for name in ["first", "second"] {
+        world
+            .run_until_connection(name, "ClusterIdentityChanged", 90, identity_changed)
+            .await;
+    }
+    world
+        .run_until("both are disengaged", 30, |w| w.providers().engaged().is_empty())
+        .await;
+    world.steps_for(60).await;
+    let writes: Vec<_> = world
+        .provider("acme")
+        .write_log()
+        .into_iter()
+        .filter(|w| w.rv > replaced_at && (w.user == first.user || w.user == second.user))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the konnector wrote to the rebuilt provider: {writes:?}"
+    );
+}

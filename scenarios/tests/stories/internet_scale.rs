@@ -180,7 +180,10 @@ async fn ten_idle_minutes_of_many_connections_to_one_provider_cost_one_heartbeat
         let plural = format!("things{i:02}");
         let kind = format!("Thing{i:02}");
         world
-            .install_provider_crd("acme", kbind_scenarios::apis::exported_crd(&plural, &kind, "Namespaced"))
+            .install_provider_crd(
+                "acme",
+                kbind_scenarios::apis::exported_crd(&plural, &kind, "Namespaced"),
+            )
             .await;
         let cred = world.mint_admin_token_for("acme", &format!("kbind-konnector.acme-{i:02}"));
         users.push(cred.user.clone());
