@@ -58,10 +58,18 @@ impl KubeClusterClient {
     /// (per event for watches): a server cannot make the client buffer without end.
     pub fn from_config_with_limit(mut config: kube::Config, max_response_bytes: u64) -> Result<Self, Error> {
         config.default_retry = false;
-        let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| Error::Transport(e.to_string()))?;
-        let client = builder
-            .with_layer(&crate::limit::ResponseLimitLayer::new(max_response_bytes))
-            .build();
+        let limit = crate::limit::ResponseLimitLayer::new(max_response_bytes);
+        let client = if crate::transport::supports(&config) {
+            crate::transport::client_builder(&config)
+                .map_err(|e| Error::Transport(e.to_string()))?
+                .with_layer(&limit)
+                .build()
+        } else {
+            kube::client::ClientBuilder::try_from(config)
+                .map_err(|e| Error::Transport(e.to_string()))?
+                .with_layer(&limit)
+                .build()
+        };
         Ok(Self::new(client))
     }
 

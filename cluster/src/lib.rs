@@ -11,6 +11,7 @@ pub mod kube_impl;
 pub mod layer;
 pub mod limit;
 pub mod planted;
+pub mod transport;
 pub mod watcher;
 
 pub use client::{ClusterClient, ClusterClientExt, WatchStream, from_dynamic, to_dynamic};

@@ -267,3 +267,61 @@ async fn users_with_a_repeated_name_or_token_are_refused_before_serving() {
     );
     assert!(!format!("{err}").contains("shared"), "errors never show tokens");
 }
+
+/// kbind's transport (kbind_cluster::transport) multiplexes a client's requests over HTTP/2,
+/// and the server caps streams per connection (kube-apiserver: 100). More watches than that
+/// must all start: the transport dials another connection instead of queueing them behind
+/// watches that only end at their timeout, minutes later.
+#[tokio::test]
+async fn more_watches_than_one_http2_connection_carries_all_start_through_kbinds_transport() {
+    use kbind_cluster::{ClusterClient, WatchEvent, WatchParams};
+
+    let cluster = FakeCluster::builder("streams").seed(5).build();
+    let server = serve_cluster(cluster.clone(), ClusterServeOptions::default())
+        .await
+        .unwrap();
+    let kubeconfig = Kubeconfig::from_yaml(&server.admin_kubeconfig().unwrap()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = kbind_cluster::KubeClusterClient::from_config(config).unwrap();
+    let configmaps = kbind_cluster::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+
+    let watches = fakeapi::serve::HTTP2_MAX_STREAMS as usize + 30;
+    let mut streams = Vec::with_capacity(watches);
+    for i in 0..watches {
+        let params = WatchParams::default().fields(&format!("metadata.name=cm-{i}"));
+        let stream = within(
+            "opening a watch",
+            client.watch(&configmaps, Some("default"), &params, "0"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("watch {i} refused: {e}"));
+        streams.push(stream);
+    }
+    let admin = cluster.admin_client();
+    for i in 0..watches {
+        let cm = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
+        }))
+        .unwrap();
+        admin
+            .create(&configmaps, Some("default"), &cm, &Default::default())
+            .await
+            .unwrap();
+    }
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let event = within(&format!("watch {i} of {watches} sees its ConfigMap"), async {
+            loop {
+                match futures::StreamExt::next(stream).await {
+                    Some(Ok(WatchEvent::Added(obj))) => return obj,
+                    Some(Ok(_)) => continue,
+                    other => panic!("watch {i} ended: {other:?}"),
+                }
+            }
+        })
+        .await;
+        assert_eq!(event.metadata.name.as_deref(), Some(format!("cm-{i}").as_str()));
+    }
+}

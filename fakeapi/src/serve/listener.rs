@@ -18,6 +18,9 @@ use tokio_rustls::TlsAcceptor;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// kube-apiserver's limit of concurrent HTTP/2 streams per connection (100 since the 2023
+/// rapid-reset fixes), so a client that opens more watches than that meets it here too.
+pub const HTTP2_MAX_STREAMS: u32 = 100;
 /// What Go's net/http answers a plain HTTP request on a TLS port, as kube-apiserver does.
 const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
@@ -96,7 +99,8 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = TowerToHyperService::new(router);
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     if let Err(error) = watcher.watch(conn.into_owned()).await {
         tracing::debug!(%peer, %error, "connection ended with an error");

@@ -4,6 +4,7 @@
 mod admin;
 mod kubeconfig;
 mod listener;
+pub use listener::HTTP2_MAX_STREAMS;
 mod tls;
 mod users;
 

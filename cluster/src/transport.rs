@@ -1,0 +1,175 @@
+//! The HTTP stack under `kube::Client`. kube-client 5's default stack speaks HTTP/1.1 only, so
+//! every open watch holds a TCP+TLS connection and hyper's buffers of its own (measured: half of
+//! an idle konnector's heap, with three watches per bound API). This stack offers HTTP/2 by ALPN:
+//! a server that accepts it, as kube-apiserver does, carries every request and watch of one
+//! client over one connection; a server that does not gets HTTP/1.1 as before. The layers above
+//! the connection are kube's own (base URI, credentials, extra headers), in kube's order; no
+//! retry layer (see `KubeClusterClient::from_config`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper_timeout::TimeoutConnector;
+
+use http::{Request, Response};
+use http_body::Frame;
+use http_body_util::BodyExt as _;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ClientBuilder, ConfigExt as _, DynBody};
+use tower::util::BoxService;
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
+
+/// The boxed service every client of ours is built over.
+pub type Transport = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// How often an HTTP/2 connection is pinged while idle, so a dead peer ends every watch it
+/// carries at once instead of after the read timeout (client-go pings every 30 s too).
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// Whether [`client_builder`] covers everything `config` asks for. A proxy, a TLS server name
+/// override or an exec plugin (whose client certificates expire) are left to kube's own stack,
+/// which knows them; the konnector's provider configs never carry them.
+pub fn supports(config: &kube::Config) -> bool {
+    config.proxy_url.is_none() && config.tls_server_name.is_none() && config.auth_info.exec.is_none()
+}
+
+/// A `ClientBuilder` for `config` over [`Transport`] (see [`supports`]).
+pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::Error> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let tls = config.rustls_client_config()?;
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(http);
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let mut builder = hyper_util::client::legacy::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(Some(KEEP_ALIVE))
+        .http2_keep_alive_while_idle(true);
+    let client = Pool {
+        slots: Arc::new(Mutex::new(Vec::new())),
+        builder,
+        connector,
+    };
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(client)
+        .boxed();
+    Ok(ClientBuilder::new(service, config.default_namespace.clone()))
+}
+
+/// The most requests one connection carries at once. kube-apiserver allows 100 concurrent
+/// HTTP/2 streams per connection (since the 2023 rapid-reset fixes), and hyper, unlike Go's
+/// client, queues a request beyond the server's limit on the same connection instead of
+/// dialling another: a watch would wait there for another watch to end (minutes). So the pool
+/// dials another connection itself once one carries this many.
+const STREAMS_PER_CONNECTION: usize = 64;
+
+type Connector = TimeoutConnector<hyper_rustls::HttpsConnector<HttpConnector>>;
+type Hyper = hyper_util::client::legacy::Client<Connector, Body>;
+
+/// One hyper client (one HTTP/2 connection, or HTTP/1.1 connections) and the requests it
+/// carries now.
+struct Slot {
+    client: Hyper,
+    open: Arc<AtomicUsize>,
+}
+
+/// hyper clients to one server, each carrying at most [`STREAMS_PER_CONNECTION`] requests at
+/// once; a request goes to the first with room, and a new client is made when none has.
+#[derive(Clone)]
+struct Pool {
+    slots: Arc<Mutex<Vec<Slot>>>,
+    builder: hyper_util::client::legacy::Builder,
+    connector: Connector,
+}
+
+impl Pool {
+    /// A client with room for one more request, and the count that request holds.
+    fn pick(&self) -> (Hyper, Arc<AtomicUsize>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = match slots
+            .iter()
+            .position(|s| s.open.load(Ordering::Acquire) < STREAMS_PER_CONNECTION)
+        {
+            Some(i) => &slots[i],
+            None => {
+                slots.push(Slot {
+                    client: self.builder.build(self.connector.clone()),
+                    open: Arc::new(AtomicUsize::new(0)),
+                });
+                &slots[slots.len() - 1]
+            }
+        };
+        slot.open.fetch_add(1, Ordering::AcqRel);
+        (slot.client.clone(), slot.open.clone())
+    }
+}
+
+impl Service<Request<Body>> for Pool {
+    type Response = Response<Box<DynBody>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // A hyper client is always ready; its connections are made per request.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let (client, open) = self.pick();
+        let held = Held(open);
+        Box::pin(async move {
+            let response = client.request(request).await?;
+            Ok(response.map(|body| Box::new(Counted { body, _held: held }.map_err(BoxError::from)) as Box<DynBody>))
+        })
+    }
+}
+
+/// One request's place on its connection, given back when the response body is dropped (for
+/// a watch: when the watch ends) or the request fails.
+struct Held(Arc<AtomicUsize>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that holds its request's place on the connection until it is dropped.
+struct Counted {
+    body: hyper::body::Incoming,
+    _held: Held,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
