@@ -16,7 +16,8 @@ use crate::registry::{GroupResource, Registry};
 use crate::store::{EventType, HistoryEvent, State, WriteRecord};
 use crate::{controllers, meta};
 
-/// How many events a cluster keeps for watches to resume from, unless told otherwise.
+/// How many events of each resource a cluster keeps for watches to resume from, unless told
+/// otherwise (kube-apiserver keeps a watch cache per resource too).
 pub const DEFAULT_HISTORY: usize = 10_000;
 
 /// Builds a [`FakeCluster`].
@@ -64,7 +65,7 @@ impl FakeClusterBuilder {
         self
     }
 
-    /// How many events the watch history keeps.
+    /// How many events of each resource the watch history keeps.
     pub fn history_limit(mut self, events: usize) -> Self {
         self.history_limit = events.max(1);
         self
@@ -237,7 +238,7 @@ impl FakeCluster {
 
     /// The retained event history (what a determinism check compares).
     pub fn event_log(&self) -> Vec<HistoryEvent> {
-        self.inner.lock().history.iter().cloned().collect()
+        self.inner.lock().all_history()
     }
 
     /// Turns garbage collection of ownerReferences on or off.

@@ -203,7 +203,7 @@ impl FakeCluster {
         let (snapshot_rv, start_after, paginate) = match params.continue_token.as_deref().filter(|t| !t.is_empty()) {
             Some(token) => {
                 let (rv, after) = decode_continue(token)?;
-                if rv < state.floor {
+                if rv < state.floor_of(&gr) {
                     return Err(Error::Gone {
                         message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
                     });

@@ -80,11 +80,15 @@ pub struct State {
     pub rv: u64,
     /// Objects by group-resource, then by key (ordered, so every scan is deterministic).
     pub objects: BTreeMap<GroupResource, BTreeMap<ObjectKey, Arc<Value>>>,
-    /// Recent events, oldest first.
-    pub history: VecDeque<HistoryEvent>,
-    /// Watches and exact reads are possible only from resourceVersions >= this.
+    /// Recent events of each group-resource, oldest first. Kept per resource, as kube-apiserver's
+    /// watch cache is, so churn of one resource (heartbeat Leases) never ages out another's.
+    pub history: BTreeMap<GroupResource, VecDeque<HistoryEvent>>,
+    /// Watches and exact reads of any resource are possible only from resourceVersions >= this
+    /// (raised by a compaction or a replacement).
     pub floor: u64,
-    /// How many events the history keeps.
+    /// The same per group-resource, raised as its history drops old events.
+    pub floors: BTreeMap<GroupResource, u64>,
+    /// How many events the history keeps per group-resource.
     pub history_limit: usize,
     /// What is served.
     pub registry: Registry,
@@ -152,8 +156,9 @@ impl State {
         Self {
             rv: first_rv,
             objects: BTreeMap::new(),
-            history: VecDeque::new(),
+            history: BTreeMap::new(),
             floor: first_rv,
+            floors: BTreeMap::new(),
             history_limit,
             registry,
             rng,
@@ -234,17 +239,37 @@ impl State {
     }
 
     fn record(&mut self, event: HistoryEvent) {
-        self.history.push_back(event);
-        while self.history.len() > self.history_limit {
-            if let Some(dropped) = self.history.pop_front() {
-                self.floor = dropped.rv;
+        let gr = event.gr.clone();
+        let history = self.history.entry(gr.clone()).or_default();
+        history.push_back(event);
+        while history.len() > self.history_limit {
+            if let Some(dropped) = history.pop_front() {
+                self.floors.insert(gr.clone(), dropped.rv);
             }
         }
+    }
+
+    /// The oldest resourceVersion a watch or exact read of `gr` may start from.
+    pub fn floor_of(&self, gr: &GroupResource) -> u64 {
+        self.floors.get(gr).copied().unwrap_or(0).max(self.floor)
+    }
+
+    /// The retained events of `gr`, oldest first.
+    pub fn history_of(&self, gr: &GroupResource) -> impl DoubleEndedIterator<Item = &HistoryEvent> {
+        self.history.get(gr).into_iter().flatten()
+    }
+
+    /// Every retained event, in resourceVersion order.
+    pub fn all_history(&self) -> Vec<HistoryEvent> {
+        let mut events: Vec<HistoryEvent> = self.history.values().flatten().cloned().collect();
+        events.sort_by_key(|e| e.rv);
+        events
     }
 
     /// Forgets all history: every older resourceVersion becomes 410 Gone.
     pub fn compact(&mut self) {
         self.history.clear();
+        self.floors.clear();
         self.floor = self.rv;
     }
 
@@ -257,14 +282,11 @@ impl State {
                 self.rv
             )));
         }
-        if rv < self.floor {
+        if rv < self.floor_of(gr) {
             return Err(Error::gone(&rv.to_string()));
         }
         let mut objects = self.objects.get(gr).cloned().unwrap_or_default();
-        for event in self.history.iter().rev().take_while(|e| e.rv > rv) {
-            if &event.gr != gr {
-                continue;
-            }
+        for event in self.history_of(gr).rev().take_while(|e| e.rv > rv) {
             let key = key_of(&event.object);
             match (&event.kind, &event.old) {
                 (EventType::Added, _) => {

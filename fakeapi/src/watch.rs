@@ -194,7 +194,7 @@ impl Cursor {
             if state.watch_epoch != self.epoch {
                 return Phase::Done;
             }
-            if rv < state.floor {
+            if rv < state.floor_of(&self.filter.gr) {
                 self.out.push_back(Err(Error::gone(&rv.to_string())));
                 return Phase::Done;
             }
@@ -226,9 +226,11 @@ impl Cursor {
 
 /// The events after `rv` a filter lets through.
 fn collect(state: &State, rv: u64, filter: &Filter, info: &ResourceInfo) -> Vec<WatchEvent<Value>> {
-    let start = state.history.partition_point(|e| e.rv <= rv);
-    state
-        .history
+    let Some(history) = state.history.get(&filter.gr) else {
+        return Vec::new();
+    };
+    let start = history.partition_point(|e| e.rv <= rv);
+    history
         .range(start..)
         .filter_map(|event| filter.translate(event, info))
         .collect()
