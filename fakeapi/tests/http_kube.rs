@@ -465,6 +465,54 @@ async fn a_compacted_resource_version_is_an_error_event_with_410() {
     );
 }
 
+/// History is kept per resource, as kube-apiserver's watch cache is: another resource's churn
+/// beyond the history limit never makes a quiet resource's watch 410, while the churning
+/// resource's own old versions do go.
+#[tokio::test]
+async fn another_resources_churn_never_ages_out_a_quiet_resources_history() {
+    let cluster = FakeCluster::builder("history")
+        .seed(3)
+        .root_ca_publisher(false)
+        .history_limit(10)
+        .build();
+    cluster.add_token(ADMIN_TOKEN, UserInfo::admin());
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin(&cluster), "default");
+    let secrets: Api<Secret> = Api::namespaced(admin(&cluster), "default");
+    let quiet = configmaps
+        .create(&PostParams::default(), &configmap("quiet", json!({})))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut first_secret = None;
+    for i in 0..30 {
+        let secret: Secret = serde_json::from_value(json!({"metadata": {"name": format!("s{i}")}})).unwrap();
+        let created = secrets.create(&PostParams::default(), &secret).await.unwrap();
+        first_secret.get_or_insert(created.metadata.resource_version.unwrap());
+    }
+    configmaps
+        .create(&PostParams::default(), &configmap("later", json!({})))
+        .await
+        .unwrap();
+
+    let mut events = configmaps.watch(&WatchParams::default(), &quiet).await.unwrap().boxed();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Added(cm)) => assert_eq!(cm.metadata.name.as_deref(), Some("later")),
+        other => panic!("the quiet resource's watch resumes with its next event, got {other:?}"),
+    }
+    let first_secret = first_secret.expect("a Secret was created");
+    let mut events = secrets
+        .watch(&WatchParams::default(), &first_secret)
+        .await
+        .unwrap()
+        .boxed();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Error(status)) => assert_eq!(status.code, 410),
+        other => panic!("30 Secrets overrun a history of 10: expected ERROR 410, got {other:?}"),
+    }
+}
+
 type WatcherStream = futures::stream::BoxStream<'static, watcher::Result<watcher::Event<ConfigMap>>>;
 
 async fn next(events: &mut WatcherStream) -> watcher::Result<Option<watcher::Event<ConfigMap>>> {
