@@ -54,6 +54,24 @@ async fn consumer_world(seed: u64, i: usize, first: Option<&World>) -> World {
     world
 }
 
+/// Runs `world` ten minutes and counts the requests provider `acme` got meanwhile from anyone
+/// but the admin (whose reads are the worlds' invariant checks): by verb and resource, and by user.
+async fn ten_idle_minutes(world: &mut World) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let provider = world.provider("acme").clone();
+    let from = provider.request_log().len();
+    world.steps_for(600).await;
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    let mut by_user: BTreeMap<String, usize> = BTreeMap::new();
+    for r in provider.request_log_from(from) {
+        if r.user == "admin" {
+            continue;
+        }
+        *by_kind.entry(format!("{} {}", r.verb, r.resource)).or_insert(0) += 1;
+        *by_user.entry(r.user).or_insert(0) += 1;
+    }
+    (by_kind, by_user)
+}
+
 #[tokio::test(start_paused = true)]
 async fn ten_idle_minutes_of_many_consumers_cost_the_provider_their_heartbeats_and_watch_renewals() {
     let seed = seed_from_env(251);
@@ -86,19 +104,7 @@ async fn ten_idle_minutes_of_many_consumers_cost_the_provider_their_heartbeats_a
     // Let every first pass, first heartbeat and watch start finish.
     first.steps_for(120).await;
 
-    let provider = first.provider("acme").clone();
-    let from = provider.request_log().len();
-    first.steps_for(600).await;
-    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
-    let mut users: BTreeMap<String, usize> = BTreeMap::new();
-    for r in provider.request_log_from(from) {
-        // The worlds' own reads (invariant checks) are the admin's, not a konnector's.
-        if r.user == "admin" {
-            continue;
-        }
-        *by_kind.entry(format!("{} {}", r.verb, r.resource)).or_insert(0) += 1;
-        *users.entry(r.user).or_insert(0) += 1;
-    }
+    let (by_kind, users) = ten_idle_minutes(first).await;
     let total: usize = by_kind.values().sum();
     println!(
         "seed {seed}: {n} consumers, ten idle minutes: {total} provider requests ({:.2} per consumer per minute) \
@@ -208,18 +214,7 @@ async fn ten_idle_minutes_of_many_connections_to_one_provider_cost_one_heartbeat
     // Let every first pass, first heartbeat and watch start finish.
     world.steps_for(120).await;
 
-    let provider = world.provider("acme").clone();
-    let from = provider.request_log().len();
-    world.steps_for(600).await;
-    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
-    let mut by_user: BTreeMap<String, usize> = BTreeMap::new();
-    for r in provider.request_log_from(from) {
-        if r.user == "admin" {
-            continue;
-        }
-        *by_kind.entry(format!("{} {}", r.verb, r.resource)).or_insert(0) += 1;
-        *by_user.entry(r.user).or_insert(0) += 1;
-    }
+    let (by_kind, by_user) = ten_idle_minutes(&mut world).await;
     let total: usize = by_kind.values().sum();
     println!(
         "seed {seed}: {n} Connections to one provider, ten idle minutes: {total} provider requests \
