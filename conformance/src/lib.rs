@@ -83,6 +83,7 @@ macro_rules! __with_cases {
             rbac_cluster_role_binding_grants_cluster_scope,
             fault_partition_and_heal,
             fault_latency_on_paused_clock,
+            fault_latency_holds_answers_until_removed,
             fault_too_many_requests_has_retry_after,
             fault_injected_forbidden_and_internal,
             fault_dropped_watches_end_streams,

@@ -86,6 +86,8 @@ pub trait FaultControl: Send + Sync {
     fn heal(&self);
     /// Adds latency (on the tokio clock) before every answer; `None` removes it.
     fn set_latency(&self, latency: Option<Duration>);
+    /// How many requests are waiting out the latency right now.
+    fn delayed_requests(&self) -> usize;
     /// Injects an error into matching requests.
     fn inject_error(&self, rule: ErrorRule);
     /// Removes every injected error.
@@ -198,6 +200,10 @@ impl FaultControl for FakeCluster {
 
     fn set_latency(&self, latency: Option<Duration>) {
         FakeCluster::set_latency(self, latency);
+    }
+
+    fn delayed_requests(&self) -> usize {
+        FakeCluster::delayed_requests(self)
     }
 
     fn inject_error(&self, rule: ErrorRule) {

@@ -96,6 +96,7 @@ impl FakeClusterBuilder {
             tokens: Mutex::new(BTreeMap::new()),
             requests: Mutex::new(Vec::new()),
             incarnation: std::sync::atomic::AtomicU64::new(0),
+            delayed: std::sync::atomic::AtomicUsize::new(0),
         });
         let cluster = FakeCluster { inner };
         cluster.bootstrap();
@@ -120,6 +121,9 @@ pub(crate) struct Inner {
     /// Bumped by `replace_with_fresh`: a request sent to an earlier incarnation never lands
     /// on the fresh cluster (its connection is reset, as with a rebuilt server).
     pub(crate) incarnation: std::sync::atomic::AtomicU64,
+    /// Requests waiting out the latency fault right now, counted down also when the client
+    /// goes away mid-wait (the handler is dropped).
+    pub(crate) delayed: std::sync::atomic::AtomicUsize,
     /// Every request the fault gate answered, in order.
     pub(crate) requests: Mutex<Vec<crate::faults::RequestRecord>>,
 }
@@ -295,6 +299,13 @@ impl FakeCluster {
     /// Adds `latency` (on the tokio clock) before every answer; `None` removes it.
     pub fn set_latency(&self, latency: Option<Duration>) {
         self.inner.faults().latency = latency;
+    }
+
+    /// How many requests are waiting out the latency fault right now: a test that cut one
+    /// short waits for zero before it measures the next, since a paused clock would otherwise
+    /// jump to the abandoned request's timer while the next one waits on its socket.
+    pub fn delayed_requests(&self) -> usize {
+        self.inner.delayed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Injects an error into matching requests.

@@ -679,12 +679,29 @@ pub(crate) enum UpdateKind<'a> {
     System,
 }
 
+/// One request inside the latency wait; leaving (or being dropped) counts it out.
+struct Delayed<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Delayed<'a> {
+    fn enter(gauge: &'a std::sync::atomic::AtomicUsize) -> Self {
+        gauge.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Delayed(gauge)
+    }
+}
+
+impl Drop for Delayed<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl Inner {
     /// Faults in front of every request: latency (on the tokio clock), partition, injected errors.
     pub(crate) async fn fault_gate(&self, verb: &str, resource: &str) -> Result<()> {
         let latency = self.faults().latency;
         if let Some(delay) = latency {
             let sent_to = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
+            let _held = Delayed::enter(&self.delayed);
             tokio::time::sleep(delay).await;
             if self.incarnation.load(std::sync::atomic::Ordering::SeqCst) != sent_to {
                 return Err(Error::Transport("read tcp: connection reset by peer".into()));
