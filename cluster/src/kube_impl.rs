@@ -8,12 +8,11 @@
 //! line-framing and end-of-stream handling.
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList, APIVersions};
 use kube::{
-    Api, Client, Resource,
+    Client, Resource,
     api::{
         ApiResource, DeleteParams, DynamicObject, ListParams, ObjectList, Patch, PatchParams, PostParams, WatchEvent,
         WatchParams,
@@ -81,14 +80,6 @@ impl KubeClusterClient {
     /// kube's request builder for the collection of `res` in `namespace` (all namespaces if `None`).
     fn request(res: &ApiResource, namespace: Option<&str>) -> Request {
         Request::new(DynamicObject::url_path(res, namespace))
-    }
-
-    /// The `kube::Api` for the collection of `res` in `namespace`.
-    fn api(&self, res: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, res),
-            None => Api::all_with(self.client.clone(), res),
-        }
     }
 
     /// Sends a request and returns the body of a successful answer.
@@ -204,8 +195,20 @@ impl ClusterClient for KubeClusterClient {
         params: &WatchParams,
         resource_version: &str,
     ) -> Result<WatchStream> {
-        let events = self.api(res, namespace).watch(params, resource_version).await?;
-        Ok(events.map(watch_item).boxed())
+        let mut request = Self::request(res, namespace).watch(params, resource_version)?;
+        // Servers from 1.37 gzip watch streams one member per event, which the decompression
+        // layer cannot read (kube-client does the same).
+        request
+            .headers_mut()
+            .insert(header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        let response = self.client.send(request.map(kube::client::Body::from)).await?;
+        let code = response.status();
+        if code.is_client_error() || code.is_server_error() {
+            let retry_after = retry_after_seconds(response.headers());
+            let body = response.into_body().collect().await?.to_bytes();
+            return Err(error_from_response(code, retry_after, &body));
+        }
+        Ok(crate::kube_watch::events(response.into_body()))
     }
 
     async fn create(
@@ -332,7 +335,7 @@ impl From<kube::core::request::Error> for Error {
 }
 
 /// Maps one item of kube's watch stream onto the seam: server `ERROR` events become typed errors.
-fn watch_item(item: kube::Result<WatchEvent<DynamicObject>>) -> Result<WatchEvent<DynamicObject>> {
+pub(crate) fn watch_item(item: kube::Result<WatchEvent<DynamicObject>>) -> Result<WatchEvent<DynamicObject>> {
     match item {
         Ok(WatchEvent::Error(status)) => Err(Error::from_status(&status)),
         Ok(event) => Ok(event),
@@ -483,12 +486,12 @@ fn add_legacy_resources(discovery: &mut Discovery, group: &str, version: &str, l
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
     use std::{
         collections::BTreeMap,
         sync::{Arc, Mutex},
     };
 
-    use futures::StreamExt;
     use kube::api::{Preconditions, PropagationPolicy};
     use serde_json::json;
 

@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod error;
 pub mod identity;
 pub mod kube_impl;
+mod kube_watch;
 pub mod layer;
 pub mod limit;
 pub mod planted;

@@ -20,9 +20,11 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 /// Events a subscriber may fall behind by before it is told to look at everything again
-/// ([`broadcast::error::RecvError::Lagged`]). Events share their objects with the store, so a
-/// full buffer costs pointers, not copies.
-const EVENT_BUFFER: usize = 1024;
+/// ([`broadcast::error::RecvError::Lagged`]). Events share their objects with the store, but
+/// tokio allocates every slot up front (about 40 bytes each): 1,024 slots were 40 KiB of each
+/// bound API (massif, issue 25). The subscribers only turn events into queue keys, so they
+/// keep up with a watch's pace; a lag costs one look at every object of the store.
+const EVENT_BUFFER: usize = 256;
 /// [`EVENT_BUFFER`] of a watch of one object by name (a pulled CRD): a handful of events. Every
 /// buffer slot is allocated up front, and a 1,024-slot buffer per bound API was about 40 KiB
 /// of each API's memory (massif, issue 25); a lag only means one look at the object again.
