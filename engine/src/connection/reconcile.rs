@@ -80,6 +80,9 @@ pub struct Shared {
     recorder: Recorder,
     /// What the Events of each Connection announced last (the cached status may lag behind).
     announced: Mutex<BTreeMap<String, Announced>>,
+    /// The last kubeconfig each Connection accepted, with the Secret value it came from: a
+    /// heartbeat's reconcile finds the value unchanged and parses no YAML (perf, issue 25).
+    accepted: Mutex<BTreeMap<String, (String, ProviderKubeconfig)>>,
 }
 
 impl Shared {
@@ -95,6 +98,7 @@ impl Shared {
             ctx,
             recorder,
             announced: Mutex::new(BTreeMap::new()),
+            accepted: Mutex::new(BTreeMap::new()),
             store,
             registry,
             links: Mutex::new(BTreeMap::new()),
@@ -152,6 +156,7 @@ impl Shared {
         self.take_link(name);
         self.registry.forget_client(name);
         self.announced.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.accepted.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
         self.pinned.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 
@@ -215,7 +220,11 @@ pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Act
     if conn.metadata.deletion_timestamp.is_some() {
         return finalize(&conn, &shared).await;
     }
-    ensure_cleanup(consumer, &connection_resource(), &to_dynamic(conn.as_ref())?).await?;
+    // Checked on the typed object first: the dynamic copy serialises the whole status (every
+    // exported API), and this runs on every heartbeat of every Connection (perf, issue 25).
+    if !has_cleanup(&conn.metadata) {
+        ensure_cleanup(consumer, &connection_resource(), &to_dynamic(conn.as_ref())?).await?;
+    }
     let mut report = Report::pending();
     let requeue = observe(&conn, &shared, &mut report).await?;
     let now = Time(shared.ctx.clock.now());
@@ -595,14 +604,38 @@ async fn load_kubeconfig(
             ),
         )));
     };
+    let name = conn.name_any();
+    if let Some((_, kubeconfig)) = shared
+        .accepted
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name)
+        .filter(|(value, _)| value == encoded)
+    {
+        return Ok(Ok(kubeconfig.clone()));
+    }
     let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(encoded) else {
         return Ok(Err(Observed::not(
             reason::INVALID_KUBECONFIG,
             "the Secret's kubeconfig value is not valid base64",
         )));
     };
-    Ok(parse_kubeconfig(&bytes, shared.ctx.config.allow_insecure_providers)
-        .map_err(|refusal| Observed::new(ConditionStatus::False, refusal.reason(), refusal.message().to_string())))
+    let kubeconfig = match parse_kubeconfig(&bytes, shared.ctx.config.allow_insecure_providers) {
+        Ok(kubeconfig) => kubeconfig,
+        Err(refusal) => {
+            return Ok(Err(Observed::new(
+                ConditionStatus::False,
+                refusal.reason(),
+                refusal.message().to_string(),
+            )));
+        }
+    };
+    shared
+        .accepted
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name, (encoded.to_string(), kubeconfig.clone()));
+    Ok(Ok(kubeconfig))
 }
 
 /// A deleted Connection: wait for its bindings unless Orphan, release the Secret when it is
