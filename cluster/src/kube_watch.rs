@@ -3,9 +3,10 @@
 //! kube reads each watch through a `FramedRead` with tokio-util's default 8 KiB buffer, held for
 //! the watch's whole life; a konnector keeps three watches open per bound API, so that was
 //! about 24 KiB of every API while idle (massif, issue 25). The buffer here starts at
-//! [`READ_BUFFER`] and grows only for an event that needs it. Everything else (line splitting,
+//! [`READ_BUFFER`], grows only for an event that needs it and shrinks back after it. Everything else (line splitting,
 //! the end-of-stream and timeout cases, how errors surface) follows kube-client 5.
 
+use bytes::BytesMut;
 use futures::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
 use kube::core::{DynamicObject, Status, WatchEvent};
@@ -16,6 +17,8 @@ use crate::WatchStream;
 
 /// The read buffer a watch starts with: an idle watch sees only bookmarks (about 200 bytes).
 const READ_BUFFER: usize = 1024;
+/// A read buffer larger than this goes back to [`READ_BUFFER`] between events.
+const RELEASE_ABOVE: usize = 4 * READ_BUFFER;
 
 /// The events of a watch answer's body (the status was already checked).
 pub(crate) fn events(body: kube::client::Body) -> WatchStream {
@@ -28,9 +31,22 @@ pub(crate) fn events(body: kube::client::Body) -> WatchStream {
         }
         std::io::Error::other(e)
     }));
-    FramedRead::with_capacity(reader, LinesCodec::new(), READ_BUFFER)
-        .filter_map(|line| async move { event(line).map(crate::kube_impl::watch_item) })
-        .boxed()
+    let framed = FramedRead::with_capacity(reader, LinesCodec::new(), READ_BUFFER);
+    futures::stream::unfold(framed, |mut framed| async move {
+        let line = framed.next().await?;
+        release_grown(framed.read_buffer_mut());
+        Some((line, framed))
+    })
+    .filter_map(|line| async move { event(line).map(crate::kube_impl::watch_item) })
+    .boxed()
+}
+
+/// Gives back a buffer a large event grew once nothing of the next line is in it: without
+/// this a watch keeps, for its whole life, room for the largest object it ever saw.
+fn release_grown(buffer: &mut BytesMut) {
+    if buffer.is_empty() && buffer.capacity() > RELEASE_ABOVE {
+        *buffer = BytesMut::with_capacity(READ_BUFFER);
+    }
 }
 
 /// One line as kube-client reads it: an event, the Status of a failed watch, or nothing (an
@@ -124,6 +140,23 @@ mod tests {
             "bare Status line: {:?}",
             got[1]
         );
+    }
+
+    #[test]
+    fn a_grown_buffer_is_given_back_only_when_no_part_of_the_next_line_is_in_it() {
+        let mut emptied = BytesMut::with_capacity(64 * READ_BUFFER);
+        release_grown(&mut emptied);
+        assert!(emptied.capacity() <= RELEASE_ABOVE, "capacity {}", emptied.capacity());
+
+        let mut holding = BytesMut::with_capacity(64 * READ_BUFFER);
+        holding.extend_from_slice(b"{\"type\": \"ADD");
+        release_grown(&mut holding);
+        assert_eq!(
+            &holding[..],
+            b"{\"type\": \"ADD",
+            "the start of the next line was dropped"
+        );
+        assert!(holding.capacity() >= 64 * READ_BUFFER);
     }
 
     #[tokio::test]
