@@ -434,14 +434,15 @@ impl From<kube::Error> for Error {
 /// The response cap a kube error comes from, if any (it arrives wrapped as a service or
 /// watch-read error).
 fn too_large(err: &kube::Error) -> Option<crate::limit::ResponseTooLarge> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = source {
-        if let Some(found) = e.downcast_ref::<crate::limit::ResponseTooLarge>() {
-            return Some(found.clone());
-        }
-        source = e.source();
-    }
-    None
+    causes(err).find_map(|e| e.downcast_ref::<crate::limit::ResponseTooLarge>().cloned())
+}
+
+/// `err` and its sources, innermost last; at most 16, so a `source` that cycles cannot hang
+/// the caller (HTTP and TLS stacks nest a handful).
+pub(crate) fn causes<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source()).take(16)
 }
 
 #[cfg(test)]

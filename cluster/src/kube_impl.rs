@@ -82,16 +82,22 @@ impl KubeClusterClient {
         Request::new(DynamicObject::url_path(res, namespace))
     }
 
-    /// Sends a request and returns the body of a successful answer.
-    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<bytes::Bytes> {
+    /// Sends a request; an error answer becomes the typed error, a successful one is returned
+    /// with its body unread (a watch streams it).
+    async fn respond(&self, request: http::Request<Vec<u8>>) -> Result<http::Response<kube::client::Body>> {
         let response = self.client.send(request.map(kube::client::Body::from)).await?;
         let code = response.status();
-        let retry_after = retry_after_seconds(response.headers());
-        let body = response.into_body().collect().await?.to_bytes();
         if code.is_client_error() || code.is_server_error() {
+            let retry_after = retry_after_seconds(response.headers());
+            let body = response.into_body().collect().await?.to_bytes();
             return Err(error_from_response(code, retry_after, &body));
         }
-        Ok(body)
+        Ok(response)
+    }
+
+    /// Sends a request and returns the body of a successful answer.
+    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<bytes::Bytes> {
+        Ok(self.respond(request).await?.into_body().collect().await?.to_bytes())
     }
 
     /// Sends a request and decodes the JSON answer.
@@ -201,14 +207,7 @@ impl ClusterClient for KubeClusterClient {
         request
             .headers_mut()
             .insert(header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
-        let response = self.client.send(request.map(kube::client::Body::from)).await?;
-        let code = response.status();
-        if code.is_client_error() || code.is_server_error() {
-            let retry_after = retry_after_seconds(response.headers());
-            let body = response.into_body().collect().await?.to_bytes();
-            return Err(error_from_response(code, retry_after, &body));
-        }
-        Ok(crate::kube_watch::events(response.into_body()))
+        Ok(crate::kube_watch::events(self.respond(request).await?.into_body()))
     }
 
     async fn create(

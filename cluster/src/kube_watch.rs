@@ -74,19 +74,10 @@ fn event(line: Result<String, LinesCodecError>) -> Option<kube::Result<WatchEven
 
 /// Whether an `UnexpectedEof` I/O error is somewhere in `err`'s chain (TLS stacks nest it).
 fn chain_has_unexpected_eof(err: &(dyn std::error::Error + 'static)) -> bool {
-    // A custom `source` that cycles must not stall a watch poll.
-    const MAX_DEPTH: usize = 16;
-    let mut current = Some(err);
-    for _ in 0..MAX_DEPTH {
-        let Some(e) = current else { return false };
-        if e.downcast_ref::<std::io::Error>()
+    crate::error::causes(err).any(|e| {
+        e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
-        {
-            return true;
-        }
-        current = e.source();
-    }
-    false
+    })
 }
 
 #[cfg(test)]

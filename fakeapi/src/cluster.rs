@@ -301,9 +301,8 @@ impl FakeCluster {
         self.inner.faults().latency = latency;
     }
 
-    /// How many requests are waiting out the latency fault right now: a test that cut one
-    /// short waits for zero before it measures the next, since a paused clock would otherwise
-    /// jump to the abandoned request's timer while the next one waits on its socket.
+    /// How many requests are waiting out the latency fault right now (one whose client gave
+    /// up is no longer counted): lets a test see a request held, and released, without timing.
     pub fn delayed_requests(&self) -> usize {
         self.inner.delayed.load(std::sync::atomic::Ordering::SeqCst)
     }
