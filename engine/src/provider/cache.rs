@@ -23,8 +23,13 @@ use tokio::task::JoinHandle;
 /// ([`broadcast::error::RecvError::Lagged`]). Events share their objects with the store, but
 /// tokio allocates every slot up front (about 40 bytes each): 1,024 slots were 40 KiB of each
 /// bound API (massif, issue 25). The subscribers only turn events into queue keys, so they
-/// keep up with a watch's pace; a lag costs one look at every object of the store.
-const EVENT_BUFFER: usize = 256;
+/// keep up with a watch's pace as long as the publisher lets them run: it yields after every
+/// [`PUBLISH_RUN`] events (one HTTP/2 read can hold hundreds). A lag costs one look at every
+/// object of the store.
+const EVENT_BUFFER: usize = 64;
+/// Events published in a row before the publishing task yields, so that subscribers woken by
+/// them run before the buffer could wrap; well under [`EVENT_BUFFER`].
+const PUBLISH_RUN: usize = 16;
 /// [`EVENT_BUFFER`] of a watch of one object by name (a pulled CRD): a handful of events. Every
 /// buffer slot is allocated up front, and a 1,024-slot buffer per bound API was about 40 KiB
 /// of each API's memory (massif, issue 25); a lag only means one look at the object again.
@@ -292,6 +297,7 @@ async fn reflect(
     stop_on: StopOn,
 ) {
     let mut stream = std::pin::pin!(stream);
+    let mut run = 0;
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(event) => event,
@@ -318,6 +324,11 @@ async fn reflect(
         };
         if let Some(published) = published {
             let _ = events.send(published);
+            run += 1;
+            if run == PUBLISH_RUN {
+                run = 0;
+                tokio::task::yield_now().await;
+            }
         }
     }
 }
@@ -334,6 +345,7 @@ mod tests {
     use fakeapi::FakeCluster;
     use kbind_cluster::{DeleteParams, PostParams};
     use serde_json::json;
+    use std::collections::BTreeSet;
 
     fn configmaps() -> ApiResource {
         ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
@@ -431,6 +443,41 @@ mod tests {
             matches!(late.recv().await, Err(broadcast::error::RecvError::Closed)),
             "a stopped cache closes its subscriptions"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_keeps_up_with_a_burst_many_times_the_buffer() {
+        let cluster = FakeCluster::builder("acme").seed(5).build();
+        let client = cluster.admin_client();
+        let cache = ProviderCache::new(Arc::new(cluster.admin_client()));
+        let (_, mut rx) = cache.subscribe(&configmaps(), Some("default"));
+        assert!(matches!(next_event(&mut rx).await, CacheEvent::Relisted));
+
+        // Every create lands before the subscriber reads again: the watch hands the cache one
+        // burst of BURST events, ten buffers' worth.
+        const BURST: usize = EVENT_BUFFER * 10;
+        for i in 0..BURST {
+            client
+                .create(
+                    &configmaps(),
+                    Some("default"),
+                    &configmap(&format!("w{i}")),
+                    &PostParams::default(),
+                )
+                .await
+                .expect("create");
+        }
+        let mut seen = BTreeSet::new();
+        while seen.len() < BURST {
+            match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+                Ok(Ok(CacheEvent::Applied(obj))) => {
+                    seen.insert(obj.metadata.name.clone().unwrap_or_default());
+                }
+                Ok(Ok(other)) => panic!("only creates happened, got {other:?}"),
+                Ok(Err(e)) => panic!("the subscriber fell behind after {} of {BURST} events: {e}", seen.len()),
+                Err(_) => panic!("{} of {BURST} events within 30 s", seen.len()),
+            }
+        }
     }
 
     #[test]
