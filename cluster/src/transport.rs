@@ -39,13 +39,19 @@ pub fn supports(config: &kube::Config) -> bool {
     config.proxy_url.is_none() && config.tls_server_name.is_none() && config.auth_info.exec.is_none()
 }
 
-/// A `ClientBuilder` for `config` over [`Transport`] (see [`supports`]).
-pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::Error> {
+/// The TCP dialer under TLS. HTTP/2 writes a request as several small frames; with Nagle on,
+/// the last one waits for the peer's delayed ACK (40 ms on Linux) on every request on a quiet
+/// connection (Go's `net.Dial` sets the option too).
+fn tcp_connector() -> HttpConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    // HTTP/2 writes a request as several small frames; with Nagle on, the last one waits for
-    // the server's delayed ACK (40 ms on Linux) on every request (Go's net.Dial sets this too).
     http.set_nodelay(true);
+    http
+}
+
+/// A `ClientBuilder` for `config` over [`Transport`] (see [`supports`]).
+pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::Error> {
+    let http = tcp_connector();
     let tls = config.rustls_client_config()?;
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
@@ -174,5 +180,23 @@ impl http_body::Body for Counted {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn connections_are_dialled_without_nagle() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let uri: http::Uri = format!("https://127.0.0.1:{port}").parse().expect("uri");
+        let stream = tcp_connector().oneshot(uri).await.expect("dial");
+        assert!(
+            stream.inner().nodelay().expect("read TCP_NODELAY"),
+            "HTTP/2 frames would wait for delayed ACKs"
+        );
     }
 }
