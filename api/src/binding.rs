@@ -2,7 +2,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -224,6 +224,26 @@ pub struct BoundApiStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// *(ours)* When this binding claimed what it covers of this API (its namespace, or every
+    /// namespace for a ClusterBinding) for its Connection. Set when it starts serving, kept
+    /// while it names the API, whatever its Connection's state: no binding of another Connection
+    /// is let into a claimed namespace (DESIGN.md §4 "Connections per API").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<Time>,
+}
+
+impl BoundApiStatus {
+    /// When this binding claimed the API: `claimedAt`, or, for a status written before claims
+    /// were recorded, when its `Synced` condition last turned True while it still holds (a
+    /// binding that served then claimed it).
+    pub fn claim(&self) -> Option<&Time> {
+        self.claimed_at.as_ref().or_else(|| {
+            self.conditions
+                .iter()
+                .find(|c| c.type_ == crate::consts::condition::SYNCED && c.status == crate::consts::status::TRUE)
+                .map(|c| &c.last_transition_time)
+        })
+    }
 }
 
 impl BindingSpec {
@@ -237,6 +257,11 @@ impl BindingStatus {
     /// The status of the bound API `<plural>.<group>`, if reported.
     pub fn bound_api(&self, api: &str) -> Option<&BoundApiStatus> {
         self.bound_apis.iter().find(|bound| bound.name == api)
+    }
+
+    /// When this binding claimed API `<plural>.<group>` (see [`BoundApiStatus::claim`]).
+    pub fn claim(&self, api: &str) -> Option<&Time> {
+        self.bound_api(api).and_then(BoundApiStatus::claim)
     }
 }
 
@@ -385,6 +410,7 @@ spec:
                 crd_hash: Some("sha256:0123456789abcdef".into()),
                 conflict_count: 2,
                 conditions: vec![],
+                claimed_at: None,
             }],
             conditions: vec![],
         };

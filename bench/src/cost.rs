@@ -540,6 +540,7 @@ async fn setup() -> anyhow::Result<CostWorld> {
         })),
         connector,
         clock,
+        randomness: kbind_cluster::backoff::seeded(4),
         config: EngineConfig::default(),
     };
     let engine = Engine::builder(ctx).build();

@@ -4,9 +4,10 @@
 //! bindings the konnector would refuse as `BoundThroughAnotherConnection` before anything is
 //! applied, and say who serves what after a bind that shares an API with another Connection.
 //!
-//! The rules mirror the engine's (the notes of issue #26): a binding refused for an API claims
-//! nothing; a live claiming binding of another Connection keeps its namespaces (never a
-//! takeover); one being deleted hands its namespaces over once it has drained.
+//! The rules mirror the engine's (DESIGN.md §4 "Connections per API"): a binding that recorded
+//! a claim on an API (`status.boundAPIs[].claimedAt`) keeps its namespaces whatever its
+//! conditions say now (never a takeover); one without a claim that is refused for the API
+//! claims nothing; one being deleted hands its namespaces over once it has drained.
 
 use std::collections::BTreeSet;
 
@@ -49,6 +50,10 @@ pub struct Served {
     pub state: String,
     /// Whether the binding is being deleted (it drains, then hands its namespaces over).
     pub deleting: bool,
+    /// Whether its status records a claim on the API (it keeps its namespaces whatever its
+    /// conditions say now).
+    #[serde(skip)]
+    pub claimed: bool,
 }
 
 impl Served {
@@ -73,9 +78,10 @@ impl Served {
         }
     }
 
-    /// Whether it is refused for its API (claims nothing).
+    /// Whether it is refused for its API (claims nothing): no recorded claim, and a refusal
+    /// reason.
     pub fn refused(&self) -> bool {
-        REFUSED.contains(&self.state.as_str())
+        !self.claimed && REFUSED.contains(&self.state.as_str())
     }
 
     /// Whether the two cover a common namespace.
@@ -119,6 +125,18 @@ pub fn api_state(binding: &Value, api: &str) -> String {
     }
 }
 
+/// Whether a binding's status records a claim on `api`: its `claimedAt`, or (a status written
+/// before claims were recorded) a `Synced` condition that holds, as `kbind_api::BoundApiStatus::claim`
+/// reads it.
+pub fn api_claimed(binding: &Value, api: &str) -> bool {
+    let recorded = binding
+        .pointer("/status/boundAPIs")
+        .and_then(Value::as_array)
+        .and_then(|apis| apis.iter().find(|a| a["name"] == api))
+        .is_some_and(|a| a["claimedAt"].is_string());
+    recorded || api_state(binding, api) == SERVING
+}
+
 /// One row per binding and API it names, sorted by API, namespace (`*` first) and Connection.
 pub fn served(bindings: &[(String, BindingRef)]) -> Vec<Served> {
     let mut rows: Vec<Served> = bindings
@@ -127,6 +145,7 @@ pub fn served(bindings: &[(String, BindingRef)]) -> Vec<Served> {
             let deleting = binding.object["metadata"]["deletionTimestamp"].is_string();
             binding.apis().into_iter().map(move |api| Served {
                 state: api_state(&binding.object, &api),
+                claimed: api_claimed(&binding.object, &api),
                 api,
                 namespace: binding.namespace.clone(),
                 connection: connection.clone(),
@@ -178,6 +197,7 @@ impl Planned {
                     name: object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
                     state: String::new(),
                     deleting: false,
+                    claimed: false,
                 });
             }
         }
@@ -209,6 +229,7 @@ impl Planned {
                     name: connection.to_string(),
                     state: String::new(),
                     deleting: false,
+                    claimed: false,
                 });
             }
         }
@@ -480,6 +501,27 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("served in every namespace through Connection acme-us (ClusterBinding us)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_recorded_claim_keeps_its_namespace_whatever_the_conditions_say_now() {
+        // It served, then its provider stopped exporting the API: a refusal reason, but the
+        // claim stands (the konnector keeps the namespace for it).
+        let mut claimed = binding(
+            "Binding",
+            Some("team-b"),
+            "us",
+            "acme-us",
+            Some(("False", reason::API_NOT_EXPORTED)),
+        );
+        claimed["status"]["boundAPIs"][0]["claimedAt"] = json!("2026-01-01T00:00:00Z");
+        let err = bundle("acme-eu", &["team-b"], false)
+            .check(&existing(&[claimed]))
+            .expect_err("a claimed namespace is taken");
+        assert!(
+            err.to_string().contains("already served through Connection acme-us"),
             "{err}"
         );
     }

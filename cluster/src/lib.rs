@@ -2,6 +2,7 @@
 //! talks to a cluster, with its `kube` implementation and the one list+watch → watcher-event
 //! conversion every consumer of the seam shares.
 
+pub mod backoff;
 pub mod client;
 pub mod clock;
 pub mod discovery;

@@ -48,7 +48,7 @@ use crate::{ClusterClient, Error, WatchStream};
 const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(5);
 
 /// What to wait between retries after an error.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub enum BackoffPolicy {
     /// kube-runtime's `DefaultBackoff` (client-go's reflector: 800ms doubling to 30s, jittered).
     #[default]
@@ -62,8 +62,48 @@ pub enum BackoffPolicy {
         /// Growth factor per consecutive failure.
         factor: f32,
     },
+    /// Exponential backoff from `initial` doubling up to `max`, jittered from `randomness`
+    /// ([`crate::backoff::Backoff`]): what the engine uses, seeded in deterministic worlds.
+    Jittered {
+        /// First delay.
+        initial: Duration,
+        /// Largest delay (before jitter).
+        max: Duration,
+        /// The jitter's source.
+        randomness: crate::backoff::SharedRandomness,
+    },
     /// Retry at once (for tests that count retries, never for a real server).
     Immediate,
+}
+
+impl PartialEq for BackoffPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (BackoffPolicy::KubeDefault, BackoffPolicy::KubeDefault)
+            | (BackoffPolicy::Immediate, BackoffPolicy::Immediate) => true,
+            (
+                BackoffPolicy::Exponential { initial, max, factor },
+                BackoffPolicy::Exponential {
+                    initial: i,
+                    max: m,
+                    factor: f,
+                },
+            ) => (initial, max, factor) == (i, m, f),
+            (
+                BackoffPolicy::Jittered {
+                    initial,
+                    max,
+                    randomness,
+                },
+                BackoffPolicy::Jittered {
+                    initial: i,
+                    max: m,
+                    randomness: r,
+                },
+            ) => (initial, max) == (i, m) && Arc::ptr_eq(randomness, r),
+            _ => false,
+        }
+    }
 }
 
 impl BackoffPolicy {
@@ -78,6 +118,11 @@ impl BackoffPolicy {
                     .with_factor(*factor)
                     .without_max_times(),
             )),
+            BackoffPolicy::Jittered {
+                initial,
+                max,
+                randomness,
+            } => Box::new(crate::backoff::Backoff::new(*initial, *max, randomness.clone())),
             BackoffPolicy::Immediate => Box::new(NoDelay),
         }
     }

@@ -161,6 +161,7 @@ impl World {
             consumer: consumer.clone(),
             connector: Arc::new(KubeConnector::default()),
             clock: Arc::new(SystemClock),
+            randomness: kbind_cluster::backoff::from_entropy(),
             config: konnector_args.engine_config(),
         })
         .leader_election(leader.clone())

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kbind_cluster::backoff::{self, Backoff, SharedRandomness};
+use kbind_cluster::watcher::{BackoffPolicy, WatcherConfig};
 use kbind_cluster::{ClusterClient, SharedClock};
 
 use crate::remote::Connector;
@@ -25,6 +27,22 @@ pub struct EngineConfig {
     /// Reconciles each syncer (one per binding and API) runs at once.
     pub sync_workers: u16,
 }
+
+/// The watches the engine runs: client-go's reflector backoff (800 ms doubling to 30 s) with
+/// jitter from `randomness`, so a herd of konnectors that lost one provider spreads its
+/// relists while a seeded world replays exactly.
+pub(crate) fn watcher_config(randomness: &SharedRandomness) -> WatcherConfig {
+    WatcherConfig::default().backoff(BackoffPolicy::Jittered {
+        initial: WATCH_BACKOFF_INITIAL,
+        max: WATCH_BACKOFF_MAX,
+        randomness: randomness.clone(),
+    })
+}
+
+/// First delay of a failed watch's retry.
+const WATCH_BACKOFF_INITIAL: std::time::Duration = std::time::Duration::from_millis(800);
+/// Largest delay of a failed watch's retry (before jitter).
+const WATCH_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The default of [`EngineConfig::sync_workers`]; `BENCHMARKS.md` has the measurements behind it.
 pub const DEFAULT_SYNC_WORKERS: u16 = 16;
@@ -51,6 +69,26 @@ pub struct Context {
     pub connector: Arc<dyn Connector>,
     /// Every timestamp and timer.
     pub clock: SharedClock,
+    /// The jitter of every retry, backoff and requeue (seeded in deterministic worlds, from
+    /// the OS in a konnector).
+    pub randomness: SharedRandomness,
     /// Settings.
     pub config: EngineConfig,
+}
+
+impl Context {
+    /// A periodic wait of `period` with its jitter (see [`backoff::period`]).
+    pub fn jitter(&self, period: std::time::Duration) -> std::time::Duration {
+        backoff::period(self.randomness.as_ref(), period)
+    }
+
+    /// How every watch of the engine lists, watches and backs off (see [`watcher_config`]).
+    pub(crate) fn watcher_config(&self) -> WatcherConfig {
+        watcher_config(&self.randomness)
+    }
+
+    /// A jittered exponential backoff from `initial` up to `max`.
+    pub fn backoff(&self, initial: std::time::Duration, max: std::time::Duration) -> Backoff {
+        Backoff::new(initial, max, self.randomness.clone())
+    }
 }

@@ -31,6 +31,7 @@
 //!     consumer: Arc::new(consumer),
 //!     connector: Arc::new(KubeConnector { allow_insecure: false, max_response_bytes: 64 << 20 }),
 //!     clock: Arc::new(SystemClock),
+//!     randomness: kbind_cluster::backoff::from_entropy(),
 //!     config: EngineConfig::default(),
 //! };
 //! let engine = Engine::builder(ctx).with_mapper(Prefix).build();

@@ -44,11 +44,14 @@ pub enum Plant {
     NonStatus404IsAbsent,
     /// A second Connection's binding is let into a namespace another Connection serves.
     SecondConnectionInServedNamespace,
+    /// Placement ignores the claims recorded in binding statuses and ranks by what the
+    /// conditions say now: a serving binding whose Connection blinks loses its namespace.
+    IgnoreRecordedClaims,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 19] = [
+    pub const ALL: [Plant; 20] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -68,6 +71,7 @@ impl Plant {
         Plant::AutobindDropsUnexported,
         Plant::NonStatus404IsAbsent,
         Plant::SecondConnectionInServedNamespace,
+        Plant::IgnoreRecordedClaims,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -92,6 +96,7 @@ impl Plant {
             Plant::AutobindDropsUnexported => "autobind-drops-unexported",
             Plant::NonStatus404IsAbsent => "non-status-404-is-absent",
             Plant::SecondConnectionInServedNamespace => "second-connection-in-served-namespace",
+            Plant::IgnoreRecordedClaims => "ignore-recorded-claims",
         }
     }
 }

@@ -82,6 +82,7 @@ mod world {
                 consumer: admin.clone(),
                 connector: connector.clone(),
                 clock: clock.clone(),
+                randomness: kbind_cluster::backoff::seeded(1),
                 config: EngineConfig::default(),
             };
             let task = AbortOnDrop(tokio::spawn(kbind_engine::connection::run(ctx)));

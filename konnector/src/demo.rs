@@ -320,6 +320,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         consumer: consumer.clone(),
         connector: Arc::new(KubeConnector::default()),
         clock: Arc::new(kbind_cluster::SystemClock),
+        randomness: kbind_cluster::backoff::from_entropy(),
         config: EngineConfig::default(),
     };
     let engine = Engine::builder(ctx).build();

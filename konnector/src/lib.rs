@@ -214,6 +214,7 @@ impl Konnector {
             consumer: consumer.clone(),
             connector: Arc::new(telemetry::CountingConnector::new(connector, telemetry.clone())),
             clock: Arc::new(SystemClock),
+            randomness: kbind_cluster::backoff::from_entropy(),
             config: args.engine_config(),
         };
         let leader = args.leader_config();

@@ -183,6 +183,8 @@ impl WorldBuilder {
             story: self.story,
             step: 0,
             rng,
+            // Its own stream (not drawn from `rng`, so adding it left every seeded world as it was).
+            randomness: kbind_cluster::backoff::seeded(self.seed ^ JITTER_STREAM),
             clock,
             consumer,
             providers,
@@ -201,6 +203,9 @@ impl WorldBuilder {
         world
     }
 }
+
+/// Salt of the world's jitter stream: a seed of its own, derived from the world's.
+const JITTER_STREAM: u64 = 0x6a09_e667_f3bc_c908;
 
 /// A fake self-signed CA certificate, unique per cluster (PEM armour around seeded bytes).
 fn fake_ca_pem(name: &str, salt: u64) -> Vec<u8> {
@@ -238,6 +243,8 @@ pub struct World {
     story: String,
     step: u64,
     rng: ChaCha8Rng,
+    /// The jitter of every konnector's retries and requeues in this world.
+    randomness: kbind_cluster::backoff::SharedRandomness,
     clock: SharedClock,
     consumer: FakeCluster,
     providers: BTreeMap<String, Provider>,
@@ -549,6 +556,7 @@ impl World {
             consumer: Arc::new(consumer),
             connector: self.connector.clone(),
             clock: self.clock.clone(),
+            randomness: self.randomness.clone(),
             config: self.config.clone(),
         };
         let leader = self

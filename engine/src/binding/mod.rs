@@ -27,6 +27,7 @@ mod triggers;
 mod unbind;
 mod view;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
@@ -37,7 +38,6 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::Event;
 
 use crate::connection::stores::{Change, ConsumerStores};
-use crate::connection::watcher_config;
 use crate::context::Context;
 use crate::provider::ProviderRegistry;
 use crate::sync::{BindingKind, Syncers};
@@ -77,12 +77,12 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     let (released_tx, _) = tokio::sync::broadcast::channel::<String>(256);
     let cluster_stream = reflector::reflector(
         cluster_writer,
-        typed_watcher::<ClusterBinding>(client.clone(), None, watcher_config()),
+        typed_watcher::<ClusterBinding>(client.clone(), None, ctx.watcher_config()),
     )
     .inspect(tell_connection(stores.binding_changes.clone(), released_tx.clone()));
     let binding_stream = reflector::reflector(
         bindings_writer,
-        typed_watcher::<Binding>(client, None, watcher_config()),
+        typed_watcher::<Binding>(client, None, ctx.watcher_config()),
     )
     .inspect(tell_connection(stores.binding_changes.clone(), released_tx.clone()));
     // One Connection stream feeds both controllers through a broadcast of changed names; the
@@ -134,8 +134,10 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
 
 /// Publishes the Connection name of each binding being deleted or gone, so the Connection
 /// reconciler looks again at once (a deleted Connection goes with its last binding), and the
-/// APIs of each binding that appears or goes on `apis`, so the other bindings of those APIs
-/// (of any Connection) look again at who serves what.
+/// APIs of each binding that appears or goes, and those added to or removed from a binding's
+/// `spec.apis`, on `apis`, so the other bindings of those APIs (of any Connection) look again
+/// at who serves what at once (a binding that newly names an API another Connection serves is
+/// refused; one that stops naming it leaves its namespaces to the others).
 fn tell_connection<K>(
     tx: tokio::sync::broadcast::Sender<String>,
     apis: tokio::sync::broadcast::Sender<String>,
@@ -144,6 +146,8 @@ where
     K: kube::Resource + Send + 'static,
     for<'a> BindingView: From<&'a K>,
 {
+    // The APIs each binding (by UID) named when last seen.
+    let mut named: std::collections::HashMap<String, BTreeSet<String>> = std::collections::HashMap::new();
     move |event| {
         let (binding, going) = match event {
             Ok(Event::Delete(b)) => (b, true),
@@ -151,12 +155,24 @@ where
             _ => return,
         };
         let view = BindingView::from(binding);
+        let now: BTreeSet<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
+        let uid = view.meta.uid.clone().unwrap_or_default();
+        let before = if matches!(event, Ok(Event::Delete(_))) {
+            named.remove(&uid)
+        } else {
+            named.insert(uid, now.clone())
+        };
         // A binding that appeared (no status yet) may outrank another of its API (a
         // ClusterBinding over a Binding); one that goes may leave its namespaces to others.
-        if going || view.status.is_none() {
-            for api in &view.spec.apis {
-                let _ = apis.send(api.name.clone());
-            }
+        let changed: BTreeSet<&String> = if going || view.status.is_none() {
+            now.iter().collect()
+        } else {
+            before
+                .as_ref()
+                .map_or(BTreeSet::new(), |b| b.symmetric_difference(&now).collect())
+        };
+        for api in changed {
+            let _ = apis.send(api.clone());
         }
         if going {
             // No Connection reconciler listening (the binding controllers run alone) is fine.
@@ -208,7 +224,7 @@ async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadc
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
-            _ = tokio::time::sleep(shared.ctx.config.rediscovery_interval) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+            _ = tokio::time::sleep(shared.ctx.jitter(shared.ctx.config.rediscovery_interval)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
         };
         for name in names {
             let Some(conn) = shared.connection(&name) else { continue };
@@ -235,15 +251,15 @@ async fn reconcile_binding(b: Arc<Binding>, shared: Arc<Shared>) -> Result<Actio
     reconcile(BindingView::from(b.as_ref()), shared).await
 }
 
-fn error_policy_cluster(b: Arc<ClusterBinding>, error: &BindingError, _: Arc<Shared>) -> Action {
-    error_policy(&BindingView::from(b.as_ref()), error)
+fn error_policy_cluster(b: Arc<ClusterBinding>, error: &BindingError, shared: Arc<Shared>) -> Action {
+    error_policy(&BindingView::from(b.as_ref()), error, &shared)
 }
 
-fn error_policy_binding(b: Arc<Binding>, error: &BindingError, _: Arc<Shared>) -> Action {
-    error_policy(&BindingView::from(b.as_ref()), error)
+fn error_policy_binding(b: Arc<Binding>, error: &BindingError, shared: Arc<Shared>) -> Action {
+    error_policy(&BindingView::from(b.as_ref()), error, &shared)
 }
 
-fn error_policy(view: &BindingView, error: &BindingError) -> Action {
+fn error_policy(view: &BindingView, error: &BindingError, shared: &Shared) -> Action {
     tracing::warn!(binding = %view.display(), error = %error, "binding reconcile failed");
-    Action::requeue(reconcile::WAIT_INTERVAL * 5)
+    Action::requeue(shared.ctx.jitter(reconcile::WAIT_INTERVAL * 5))
 }

@@ -1,11 +1,15 @@
 //! Which Connection serves each namespace of an API (DESIGN.md §4 "Connections per API"):
 //! several Connections may serve one consumer API when their Bindings partition it by
 //! namespace; a ClusterBinding claims every namespace. Of two Connections whose bindings would
-//! serve one namespace, the one already claiming it keeps it: a binding that was refused (or
-//! never allowed) ranks after every claiming one, then the oldest wins. So a serving binding
-//! never loses its namespace to an older one that becomes eligible later: never a takeover.
-//! A namespace is handed over only when its binding is deleted, and the next Connection waits
-//! until that binding has drained its provider copies as an unbind does.
+//! serve one namespace, the one whose binding holds a claim keeps it. A claim is data: the
+//! binding's `status.boundAPIs[].claimedAt`, written before its syncer starts and kept while
+//! the binding names the API, whatever its Connection's state, a konnector restart or a status
+//! rewrite. Only among bindings without a claim do the softer keys decide: one whose status
+//! says it is refused ranks after the others, then the oldest wins. So a serving binding never
+//! loses its namespace to an older one that becomes eligible later, or whose side blinked:
+//! never a takeover. A namespace is handed over only when its binding is deleted (or stops
+//! naming the API), and the next Connection waits until that binding has drained its provider
+//! copies as an unbind does.
 
 use kbind_api::conditions;
 use kbind_api::consts::condition;
@@ -40,6 +44,14 @@ pub(crate) enum Placement {
     },
 }
 
+/// When `b` claimed `api` for its Connection, as its status records it.
+pub(crate) fn claim(b: &BindingView, api: &str) -> Option<jiff::Timestamp> {
+    if crate::planted::planted(crate::planted::Plant::IgnoreRecordedClaims) {
+        return None;
+    }
+    b.status.as_ref().and_then(|s| s.claim(api)).map(|t| t.0)
+}
+
 /// Whether `b`'s status says it serves nothing of `api`.
 fn refused(b: &BindingView, api: &str) -> bool {
     b.status
@@ -49,12 +61,25 @@ fn refused(b: &BindingView, api: &str) -> bool {
         .is_some_and(|c| c.status == "False" && REFUSALS.contains(&c.reason.as_str()))
 }
 
-/// Rank of a binding's claim: lower wins. The Connection's name comes last so two bindings
-/// created in the same second with the same namespace and name still rank apart.
-type Rank = (bool, Option<jiff::Timestamp>, Option<String>, String, String);
+/// Rank of a binding's claim: lower wins. A recorded claim first (the earliest, should two
+/// ever meet); then, without one, not refused before refused, then the oldest. The Connection's
+/// name comes last so two bindings created in the same second with the same namespace and name
+/// still rank apart.
+type Rank = (
+    bool,
+    Option<jiff::Timestamp>,
+    bool,
+    Option<jiff::Timestamp>,
+    Option<String>,
+    String,
+    String,
+);
 
 fn rank(b: &BindingView, api: &str) -> Rank {
+    let claimed = claim(b, api);
     (
+        claimed.is_none(),
+        claimed,
         refused(b, api),
         b.meta.creation_timestamp.as_ref().map(|t| t.0),
         b.namespace(),
@@ -82,15 +107,21 @@ pub(crate) fn live<'a>(
         .filter(move |b| shared.may_serve(b))
 }
 
-/// The best claim of `connection` on `namespace` of `api`, and the binding that holds it.
-fn claim(
+/// The best claim of `connection` on `namespace` of `api`, and the binding that holds it: of
+/// its live bindings that may serve, and of those that hold a recorded claim even when they
+/// may not serve now (the Connection stopped allowing the namespace): a claim goes only with
+/// the binding or its API.
+fn best_claim(
     shared: &Shared,
     all: &[BindingView],
     connection: &str,
     namespace: Option<&str>,
     api: &str,
 ) -> Option<(Rank, String)> {
-    live(shared, all, connection, api)
+    all.iter()
+        .filter(|b| !b.is_deleting() && b.spec.connection_ref.name == connection)
+        .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
+        .filter(|b| claim(b, api).is_some() || shared.may_serve(b))
         .filter(|b| covers(b, namespace))
         .map(|b| (rank(b, api), b.display()))
         .min()
@@ -117,7 +148,8 @@ pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView
             continue;
         }
         if other.is_deleting() {
-            if !refused(other, api) && handing_over.is_none() {
+            // Only a binding that claimed the namespace has copies there to drain first.
+            if claim(other, api).is_some() && handing_over.is_none() {
                 handing_over = Some(Placement::HandingOver {
                     connection: other.spec.connection_ref.name.clone(),
                     binding: other.display(),
@@ -126,8 +158,8 @@ pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView
             }
             continue;
         }
-        let theirs = claim(shared, all, &other.spec.connection_ref.name, namespace.as_deref(), api);
-        let ours = claim(shared, all, mine, namespace.as_deref(), api);
+        let theirs = best_claim(shared, all, &other.spec.connection_ref.name, namespace.as_deref(), api);
+        let ours = best_claim(shared, all, mine, namespace.as_deref(), api);
         if let Some((their_rank, binding)) = theirs
             && ours.is_none_or(|(our_rank, _)| their_rank < our_rank)
         {

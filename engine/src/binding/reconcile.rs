@@ -18,7 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::placement::{Placement, live, placement, region};
 use super::schema::{Delivery, consumer_crd, deliver, resource_of};
 use super::stale;
-use super::status::{ApiReport, Observed, Report, desired_status, write_status};
+use super::status::{ApiReport, ClaimChange, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::ensure_cleanup;
 use crate::context::Context;
@@ -31,6 +31,8 @@ use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
 pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// How soon a binding waiting for something (a CRD to be Established, a drain) looks again.
 pub(crate) const WAIT_INTERVAL: Duration = Duration::from_secs(2);
+/// How long one reconcile waits for the binding and Connection stores' first lists.
+const STORES_WAIT: Duration = Duration::from_secs(30);
 
 /// Why a reconcile failed (consumer-side reads and writes; provider trouble is a condition).
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +93,20 @@ impl Shared {
             store.wait_until_ready().now_or_never().is_some_and(|r| r.is_ok())
         }
         synced(&self.connections) && synced(&self.cluster_bindings) && synced(&self.bindings)
+    }
+
+    /// Waits (bounded) until every store a placement reads has listed; whether they have.
+    pub(crate) async fn wait_stores_ready(&self) -> bool {
+        if self.stores_ready() {
+            return true;
+        }
+        let all = async {
+            let _ = self.connections.wait_until_ready().await;
+            let _ = self.cluster_bindings.wait_until_ready().await;
+            let _ = self.bindings.wait_until_ready().await;
+        };
+        let _ = tokio::time::timeout(STORES_WAIT, all).await;
+        self.stores_ready()
     }
 
     /// Whether `b` may serve anything: a Binding only when its Connection (as cached) allows its
@@ -187,8 +203,14 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     if view.is_deleting() {
         return super::unbind::unbind(&view, &shared).await;
     }
+    // Placement reads every binding: an empty store that has not listed yet reads as "no rival"
+    // (after a restart a refused ClusterBinding would serve everything). Nothing is decided,
+    // written or started until all of them have.
+    if !shared.wait_stores_ready().await {
+        return Ok(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL)));
+    }
     ensure_cleanup(shared.ctx.consumer.as_ref(), &view.resource(), &view.dynamic()).await?;
-    let (report, served) = observe(&view, &shared).await?;
+    let (report, served, starts) = observe(&view, &shared).await?;
     stop_unserved(&shared, &view, &served);
     let engagement = engagement(&view, &shared, report.connected.status == ConditionStatus::True);
     mark_staleness(&view, &shared, engagement).await?;
@@ -203,6 +225,12 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
             desired_status(&view, &report, &now),
         )
         .await?;
+    }
+    // Only now that the claim is in the binding's status (the write above) do its syncers
+    // start: a konnector that stops in between restarts with the claim, never with copies
+    // written for a claim it did not record.
+    for start in starts {
+        shared.syncers.ensure(start.spec, start.provider);
     }
     let next = match engagement {
         Engagement::Engaged => {
@@ -219,7 +247,7 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
         // nothing new to look at, so the waits grow instead of relisting every few seconds.
         Engagement::Down | Engagement::Unknown => shared.recall.next_down_delay(&view, WAIT_INTERVAL),
     };
-    Ok(Action::requeue(next))
+    Ok(Action::requeue(shared.ctx.jitter(next)))
 }
 
 /// What a binding knows about its provider's engagement, for `status-stale`.
@@ -317,8 +345,18 @@ fn stop_unserved(shared: &Shared, view: &BindingView, served: &BTreeSet<SyncerKe
     }
 }
 
-/// Looks at the Connection and every API; starts the syncers that can run.
-async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSet<SyncerKey>), BindingError> {
+/// A syncer to start once the binding's claim is recorded.
+struct Start {
+    spec: SyncerSpec,
+    provider: Arc<EngagedProvider>,
+}
+
+/// Looks at the Connection and every API: the report, the syncers that serve, and those of
+/// them to start (or keep) once the status is written.
+async fn observe(
+    view: &BindingView,
+    shared: &Shared,
+) -> Result<(Report, BTreeSet<SyncerKey>, Vec<Start>), BindingError> {
     let name = &view.spec.connection_ref.name;
     let all_pending = |reason: &'static str, message: String| {
         view.spec
@@ -334,7 +372,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
             apis: all_pending(reason::PENDING, message),
             related: Default::default(),
         };
-        return Ok((report, BTreeSet::new()));
+        return Ok((report, BTreeSet::new(), Vec::new()));
     };
     if !conditions::is_true(conn.conditions(), condition::READY) {
         let why = conditions::find(conn.conditions(), condition::READY)
@@ -346,7 +384,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
             apis: all_pending(reason::PENDING, message),
             related: Default::default(),
         };
-        return Ok((report, BTreeSet::new()));
+        return Ok((report, BTreeSet::new(), Vec::new()));
     }
     if let Some(ns) = view.namespace()
         && !namespace_allowed(&conn, &ns)
@@ -360,7 +398,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
             apis: all_pending(reason::NAMESPACE_NOT_ALLOWED, message),
             related: Default::default(),
         };
-        return Ok((report, BTreeSet::new()));
+        return Ok((report, BTreeSet::new(), Vec::new()));
     }
     let Some(provider) = shared.registry.get(name) else {
         let message = format!("waiting for the provider of Connection {name} to be engaged");
@@ -369,7 +407,7 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
             apis: all_pending(reason::PENDING, message),
             related: Default::default(),
         };
-        return Ok((report, BTreeSet::new()));
+        return Ok((report, BTreeSet::new(), Vec::new()));
     };
     let mut report = Report {
         connected: Observed::ok(format!("Connection {name} is Ready")),
@@ -377,18 +415,25 @@ async fn observe(view: &BindingView, shared: &Shared) -> Result<(Report, BTreeSe
         related: Default::default(),
     };
     let mut served = BTreeSet::new();
+    let mut starts = Vec::new();
     // One snapshot of the binding caches for the whole pass: each API's placement and
     // precedence read every binding, and a copy per question was most of a pass's CPU at 50
     // Connections.
     let all = shared.all_bindings();
     for api in &view.spec.apis {
-        let (api_report, key) = observe_api(view, shared, &all, &conn, &provider, &api.name).await?;
+        let (api_report, spec) = observe_api(view, shared, &all, &conn, &provider, &api.name).await?;
         report.apis.push(api_report);
-        served.extend(key);
+        if let Some(spec) = spec {
+            served.insert(spec.key());
+            starts.push(Start {
+                spec,
+                provider: provider.clone(),
+            });
+        }
     }
     // Related resources ride along once the provider is engaged (DESIGN.md §2).
     report.related = observe_related(view, shared, &conn, &provider).await;
-    Ok((report, served))
+    Ok((report, served, starts))
 }
 
 /// Keeps the binding's related-resource syncers running and returns what they know; they
@@ -425,7 +470,8 @@ async fn observe_related(
     report
 }
 
-/// One API of the binding: its report, and the key of the syncer running for it.
+/// One API of the binding: its report, and the syncer that serves it (started by the caller
+/// once the claim is written).
 async fn observe_api(
     view: &BindingView,
     shared: &Shared,
@@ -433,7 +479,7 @@ async fn observe_api(
     conn: &Connection,
     provider: &Arc<EngagedProvider>,
     api: &str,
-) -> Result<(ApiReport, Option<SyncerKey>), BindingError> {
+) -> Result<(ApiReport, Option<SyncerSpec>), BindingError> {
     let exported: Option<&ExportedApi> = conn
         .status
         .as_ref()
@@ -471,7 +517,8 @@ async fn observe_api(
                 region(api, namespace.as_deref())
             );
             return Ok((
-                ApiReport::not_synced(api, reason::BOUND_THROUGH_ANOTHER_CONNECTION, message),
+                ApiReport::not_synced(api, reason::BOUND_THROUGH_ANOTHER_CONNECTION, message)
+                    .claiming(ClaimChange::Drop),
                 None,
             ));
         }
@@ -489,7 +536,7 @@ async fn observe_api(
         }
     }
     if let Some(other) = served_by_other(shared, all, view, api) {
-        let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "");
+        let mut report = ApiReport::not_synced(api, reason::AS_EXPECTED, "").claiming(ClaimChange::Take);
         report.synced = Observed::ok(format!("{api} is synced by {other}"));
         return Ok((report, None));
     }
@@ -525,9 +572,7 @@ async fn observe_api(
             .unwrap_or_default(),
         status_subresource: served.status_subresource,
     };
-    let key = spec.key();
-    shared.syncers.ensure(spec, provider.clone());
-    let seen = shared.syncers.report(&key).unwrap_or_default();
+    let seen = shared.syncers.report(&spec.key()).unwrap_or_default();
     let synced = match &served.blocked {
         Some(message) => Observed::not(reason::SCHEMA_UPDATE_BLOCKED, message.clone()),
         // No count in the message: a condition that changes with every synced object rewrites
@@ -540,6 +585,7 @@ async fn observe_api(
         synced,
         conflicts: seen.conflicts.len(),
         denied: seen.denied.into_iter().collect(),
+        claim: ClaimChange::Take,
     };
-    Ok((report, Some(key)))
+    Ok((report, Some(spec)))
 }

@@ -11,6 +11,19 @@ use serde_json::json;
 
 use super::view::BindingView;
 
+/// What a reconcile does with the binding's claim on one API (`boundAPIs[].claimedAt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum ClaimChange {
+    /// Keep what the status records (claimed or not): the pass learnt nothing about it (the
+    /// Connection is not Ready, not engaged, the API not exported now ...).
+    #[default]
+    Keep,
+    /// This binding's Connection serves what it covers of the API: record the claim if none is.
+    Take,
+    /// Another Connection's binding holds the better claim: this one holds none.
+    Drop,
+}
+
 /// What one reconcile learnt about one bound API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiReport {
@@ -21,6 +34,8 @@ pub(crate) struct ApiReport {
     pub conflicts: usize,
     /// Refused provider operations, `"<verb> <resource>"`.
     pub denied: Vec<String>,
+    /// The claim on the API.
+    pub claim: ClaimChange,
 }
 
 impl ApiReport {
@@ -32,7 +47,27 @@ impl ApiReport {
             synced: Observed::not(reason, message),
             conflicts: 0,
             denied: Vec::new(),
+            claim: ClaimChange::Keep,
         }
+    }
+
+    /// The same report, with `claim` done to the binding's claim.
+    pub(crate) fn claiming(mut self, claim: ClaimChange) -> Self {
+        self.claim = claim;
+        self
+    }
+}
+
+/// The claim the status records after `change`, from the `old` one: a claim once taken stays
+/// (with its time) until another binding's better claim displaces it or the API goes from the
+/// spec (then its `boundAPIs` entry goes with it). A claim only inferred from an older status
+/// (a `Synced` condition that holds) is written down, so it outlives the condition.
+fn claim_after(old: Option<&BoundApiStatus>, change: ClaimChange, now: &Time) -> Option<Time> {
+    let held = old.and_then(BoundApiStatus::claim).cloned();
+    match change {
+        ClaimChange::Drop => None,
+        ClaimChange::Keep => held,
+        ClaimChange::Take => Some(held.unwrap_or_else(|| now.clone())),
     }
 }
 
@@ -65,10 +100,9 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
     let generation = view.meta.generation;
     let mut bound_apis = Vec::new();
     for api in &report.apis {
-        let mut conds = old
-            .bound_api(&api.name)
-            .map(|b| b.conditions.clone())
-            .unwrap_or_default();
+        let previous = old.bound_api(&api.name);
+        let claimed_at = claim_after(previous, api.claim, now);
+        let mut conds = previous.map(|b| b.conditions.clone()).unwrap_or_default();
         set(&mut conds, condition::SYNCED, &api.synced, generation, now);
         set(
             &mut conds,
@@ -89,6 +123,7 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
             crd_hash: api.crd_hash.clone(),
             conflict_count: i64::try_from(api.conflicts).unwrap_or(i64::MAX),
             conditions: conds,
+            claimed_at,
         });
     }
     let synced = synced_observed(&report.apis);

@@ -54,7 +54,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     }
     if !shared.stores_ready() && !crate::planted::planted(crate::planted::Plant::UnbindDecidesOnUnsyncedStore) {
         tracing::debug!(binding = %view.display(), "unbind waits for the binding and Connection caches to sync");
-        return Ok(Action::requeue(WAIT_INTERVAL));
+        return Ok(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL)));
     }
     let consumer = shared.ctx.consumer.as_ref();
     let orphan = orphaned(view, shared);
@@ -69,10 +69,10 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     }
     if !blocked.is_empty() {
         report_blocked(view, shared, &blocked).await?;
-        return Ok(Action::requeue(REPORT_INTERVAL));
+        return Ok(Action::requeue(shared.ctx.jitter(REPORT_INTERVAL)));
     }
     if in_progress {
-        return Ok(Action::requeue(WAIT_INTERVAL));
+        return Ok(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL)));
     }
     // Orphan deletes nothing on either side: related copies stay where they are.
     if !orphan && let Some(action) = remove_related(view, shared).await? {
@@ -155,7 +155,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             };
             let why = refused(view, String::new(), connection, &e.to_string(), cause);
             report_blocked(view, shared, &[why]).await?;
-            return Ok(Some(Action::requeue(REPORT_INTERVAL)));
+            return Ok(Some(Action::requeue(shared.ctx.jitter(REPORT_INTERVAL))));
         }
     };
     if removed {
@@ -174,9 +174,9 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             denied: None,
         };
         report_blocked(view, shared, &[why]).await?;
-        return Ok(Some(Action::requeue(REPORT_INTERVAL)));
+        return Ok(Some(Action::requeue(shared.ctx.jitter(REPORT_INTERVAL))));
     }
-    Ok(Some(Action::requeue(WAIT_INTERVAL)))
+    Ok(Some(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL))))
 }
 
 async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool) -> Result<Drain, BindingError> {

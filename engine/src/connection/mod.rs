@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kbind_api::Connection;
-use kbind_cluster::watcher::{BackoffPolicy, WatcherConfig};
 use kbind_cluster::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -97,15 +96,6 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
 /// see it (a missed name is caught by the requeue backstop).
 fn binding_changes(stores: &ConsumerStores) -> impl futures::Stream<Item = ObjectRef<Connection>> + Send + 'static {
     stores::received(stores.binding_changes.subscribe()).map(|name| ObjectRef::new(&name))
-}
-
-/// A deterministic backoff for the consumer watches (no jitter, so paused-clock runs repeat).
-pub(crate) fn watcher_config() -> WatcherConfig {
-    WatcherConfig::default().backoff(BackoffPolicy::Exponential {
-        initial: Duration::from_millis(500),
-        max: Duration::from_secs(30),
-        factor: 2.0,
-    })
 }
 
 fn error_policy(conn: Arc<Connection>, error: &ReconcileError, _shared: Arc<reconcile::Shared>) -> Action {

@@ -15,7 +15,7 @@ use kbind_cluster::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store, store::Writer};
 use tokio::sync::broadcast;
 
-use super::{secret_resource, watcher_config};
+use super::secret_resource;
 use crate::context::Context;
 
 /// How many changes a slow subscriber may fall behind before it is resynced from the store.
@@ -146,7 +146,7 @@ impl ConsumerStores {
         };
         let conn_stream = reflector::reflector(
             conn_writer,
-            crate::typed::typed_watcher::<Connection>(ctx.consumer.clone(), None, watcher_config()),
+            crate::typed::typed_watcher::<Connection>(ctx.consumer.clone(), None, ctx.watcher_config()),
         );
         let secret_stream = reflector::reflector(
             secret_writer,
@@ -154,7 +154,7 @@ impl ConsumerStores {
                 ctx.consumer.clone(),
                 secret_resource(),
                 Some(ctx.config.namespace.clone()),
-                watcher_config(),
+                ctx.watcher_config(),
             ),
         );
         let feed = {

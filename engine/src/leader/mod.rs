@@ -152,7 +152,7 @@ impl LeaderElector {
             if matches!(attempt, Ok(Attempt::Held)) {
                 return started;
             }
-            tokio::time::sleep(self.config.retry_period).await;
+            tokio::time::sleep(self.ctx.jitter(self.config.retry_period)).await;
         }
     }
 
@@ -160,6 +160,8 @@ impl LeaderElector {
     /// succeeded within the renew deadline.
     async fn keep_renewing(&mut self, mut last_renewal: Instant) {
         loop {
+            // Not jittered, as client-go renews: the renew deadline counts whole periods, and a
+            // leader's renewals meet nobody else's (only a herd of candidates needs spreading).
             tokio::time::sleep(self.config.retry_period).await;
             let deadline = last_renewal + self.config.renew_deadline;
             // Counted from before the request: the written renewTime cannot precede it, so

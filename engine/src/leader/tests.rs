@@ -49,6 +49,7 @@ fn replica_on(consumer: Arc<dyn ClusterClient>, clock: &SharedClock, name: &str)
         consumer,
         connector: Arc::new(NoProviders),
         clock: clock.clone(),
+        randomness: kbind_cluster::backoff::seeded(1),
         config: EngineConfig::default(),
     };
     LeaderElector::new(ctx, LeaderConfig::new("kbind", "kbind-konnector", name))

@@ -110,6 +110,8 @@ struct Entry {
 /// The watch caches of one engaged provider.
 pub struct ProviderCache {
     client: Arc<dyn ClusterClient>,
+    /// How its watches back off (the engine's jittered policy).
+    watcher_config: kbind_cluster::watcher::WatcherConfig,
     entries: Mutex<BTreeMap<String, Entry>>,
     stopped: AtomicBool,
 }
@@ -165,10 +167,11 @@ pub fn lean(obj: &mut DynamicObject) {
 }
 
 impl ProviderCache {
-    /// A cache whose watches go through `client`.
-    pub fn new(client: Arc<dyn ClusterClient>) -> Self {
+    /// A cache whose watches go through `client` and back off with the jitter of `randomness`.
+    pub fn new(client: Arc<dyn ClusterClient>, randomness: &kbind_cluster::backoff::SharedRandomness) -> Self {
         Self {
             client,
+            watcher_config: crate::context::watcher_config(randomness),
             entries: Mutex::new(BTreeMap::new()),
             stopped: AtomicBool::new(false),
         }
@@ -199,7 +202,7 @@ impl ProviderCache {
             key,
             res,
             namespace,
-            super::watcher_config(),
+            self.watcher_config.clone(),
             StopOn::Never,
             EVENT_BUFFER,
         )
@@ -248,7 +251,7 @@ impl ProviderCache {
     /// good instead of retrying: the store then never syncs and the caller reads directly.
     pub fn subscribe_named(&self, res: &ApiResource, name: &str) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
         let key = format!("{}#{name}", key_of(res, None));
-        let config = super::watcher_config().fields(&format!("metadata.name={name}"));
+        let config = self.watcher_config.clone().fields(&format!("metadata.name={name}"));
         self.subscribe_keyed(key, res, None, config, StopOn::Forbidden, NAMED_EVENT_BUFFER)
     }
 
@@ -381,7 +384,7 @@ mod tests {
             )
             .await
             .expect("create");
-        let cache = ProviderCache::new(Arc::new(cluster.admin_client()));
+        let cache = ProviderCache::new(Arc::new(cluster.admin_client()), &kbind_cluster::backoff::seeded(1));
         let (cached, mut rx) = cache.subscribe(&configmaps(), Some("default"));
         assert!(matches!(next_event(&mut rx).await, CacheEvent::Relisted));
         assert!(cached.is_synced());
@@ -449,7 +452,7 @@ mod tests {
     async fn a_subscriber_keeps_up_with_a_burst_many_times_the_buffer() {
         let cluster = FakeCluster::builder("acme").seed(5).build();
         let client = cluster.admin_client();
-        let cache = ProviderCache::new(Arc::new(cluster.admin_client()));
+        let cache = ProviderCache::new(Arc::new(cluster.admin_client()), &kbind_cluster::backoff::seeded(1));
         let (_, mut rx) = cache.subscribe(&configmaps(), Some("default"));
         assert!(matches!(next_event(&mut rx).await, CacheEvent::Relisted));
 

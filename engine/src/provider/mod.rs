@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kbind_api::Connection;
 use kbind_api::conditions;
 use kbind_api::consts::{condition, reason};
-use kbind_cluster::watcher::{BackoffPolicy, WatcherConfig};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
@@ -39,15 +38,6 @@ use crate::remote::ProviderKubeconfig;
 const ENGAGE_RETRY: Duration = Duration::from_secs(5);
 /// How long one engagement (connect and identity read) may take.
 const ENGAGE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Watches the engine runs: deterministic backoff, so a paused-clock world replays exactly.
-pub(crate) fn watcher_config() -> WatcherConfig {
-    WatcherConfig::default().backoff(BackoffPolicy::Exponential {
-        initial: Duration::from_millis(800),
-        max: Duration::from_secs(30),
-        factor: 2.0,
-    })
-}
 
 /// Why an engagement did not happen this time (retried later; never carries credentials).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -619,7 +609,7 @@ impl Engager {
             name,
             identity: pinned.to_string(),
             reader: client.clone(),
-            cache: ProviderCache::new(client.clone()),
+            cache: ProviderCache::new(client.clone(), &self.ctx.randomness),
             client,
             guarded,
             raw,

@@ -83,6 +83,7 @@ async fn setup() -> Setup {
         })),
         connector: connector.clone(),
         clock,
+        randomness: kbind_cluster::backoff::seeded(2),
         config: EngineConfig::default(),
     };
     Setup {

@@ -70,14 +70,16 @@ impl ApiNamespaces {
 /// The indexes of the engine, by API (`<plural>.<group>`); shared by every related syncer.
 pub(crate) struct InstanceNamespaces {
     consumer: Arc<dyn ClusterClient>,
+    watcher_config: kbind_cluster::watcher::WatcherConfig,
     indexes: Mutex<BTreeMap<String, Weak<ApiNamespaces>>>,
 }
 
 impl InstanceNamespaces {
-    /// No index yet; watches go through `consumer`.
-    pub(crate) fn new(consumer: Arc<dyn ClusterClient>) -> Self {
+    /// No index yet; watches go through `consumer` and back off as `watcher_config` says.
+    pub(crate) fn new(consumer: Arc<dyn ClusterClient>, watcher_config: kbind_cluster::watcher::WatcherConfig) -> Self {
         Self {
             consumer,
+            watcher_config,
             indexes: Mutex::new(BTreeMap::new()),
         }
     }
@@ -118,7 +120,12 @@ impl InstanceNamespaces {
         let index = Arc::new(match resource {
             Some(res) => {
                 let (state, _) = watch::channel(InUse::default());
-                let task = tokio::spawn(follow(self.consumer.clone(), res, state.clone()));
+                let task = tokio::spawn(follow(
+                    self.consumer.clone(),
+                    res,
+                    self.watcher_config.clone(),
+                    state.clone(),
+                ));
                 ApiNamespaces {
                     state,
                     task: Some(task),
@@ -141,11 +148,16 @@ fn key_of(obj: &DynamicObject) -> Option<(String, String)> {
 
 /// Follows the instances of `res` and publishes their namespaces. A relist replaces the keys
 /// wholesale; watch errors keep the last picture (the watcher retries with its own backoff).
-async fn follow(consumer: Arc<dyn ClusterClient>, res: ApiResource, state: watch::Sender<InUse>) {
+async fn follow(
+    consumer: Arc<dyn ClusterClient>,
+    res: ApiResource,
+    config: kbind_cluster::watcher::WatcherConfig,
+    state: watch::Sender<InUse>,
+) {
     let mut keys = Keys::new();
     let mut relisting: Option<Keys> = None;
     let mut synced = false;
-    let stream = watcher(consumer, res, None, crate::provider::watcher_config());
+    let stream = watcher(consumer, res, None, config);
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
@@ -242,7 +254,12 @@ mod tests {
             .expect("create");
         let (state, mut rx) = watch::channel(InUse::default());
         assert!(!rx.borrow().synced, "incomplete before the first list");
-        let task = tokio::spawn(follow(Arc::new(client.clone()), secrets(), state));
+        let task = tokio::spawn(follow(
+            Arc::new(client.clone()),
+            secrets(),
+            crate::context::watcher_config(&kbind_cluster::backoff::seeded(1)),
+            state,
+        ));
         let first = until(&mut rx, |s| s.synced).await;
         assert!(first.namespaces.contains("a") && !first.namespaces.contains("b"));
 

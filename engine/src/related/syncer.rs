@@ -328,7 +328,7 @@ impl Syncer {
         )
         .await;
         let interval = self.env.ctx.config.rediscovery_interval.max(Duration::from_secs(1));
-        let mut backstop = Instant::now() + interval;
+        let mut backstop = Instant::now() + self.env.ctx.jitter(interval);
         let mut todo = Todo {
             everything: true,
             ..Todo::default()
@@ -371,7 +371,7 @@ impl Syncer {
                     todo.everything = scope.resolve(&self.env.instances).await;
                 }
                 () = tokio::time::sleep_until(backstop) => {
-                    backstop = Instant::now() + interval;
+                    backstop = Instant::now() + self.env.ctx.jitter(interval);
                     source.retry_refused();
                     target.retry_refused();
                     scope.resolve(&self.env.instances).await;
@@ -531,7 +531,8 @@ impl Syncer {
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not converged; retrying");
                 lock(&self.tally).forget(key);
-                self.retries().insert(key.clone(), Instant::now() + RETRY);
+                self.retries()
+                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(RETRY));
             }
         }
     }
@@ -550,10 +551,12 @@ impl Syncer {
             }
             Outcome::Denied(denied) => {
                 tally.denied.insert(key.clone(), denied);
-                self.retries().insert(key.clone(), Instant::now() + DENIED_RETRY);
+                self.retries()
+                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(DENIED_RETRY));
             }
             Outcome::Later => {
-                self.retries().insert(key.clone(), Instant::now() + RETRY);
+                self.retries()
+                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(RETRY));
             }
         }
     }
@@ -576,7 +579,8 @@ impl Syncer {
             }
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not collected; retrying");
-                self.retries().insert(key.clone(), Instant::now() + RETRY);
+                self.retries()
+                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(RETRY));
             }
         }
     }

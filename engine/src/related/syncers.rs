@@ -203,8 +203,8 @@ impl RelatedSyncers {
             Arc::new(move |b: &BindingRef| notify(&notifier, b))
         };
         let env = Environment {
-            consumer_cache: Arc::new(ProviderCache::new(ctx.consumer.clone())),
-            instances: Arc::new(InstanceNamespaces::new(ctx.consumer.clone())),
+            consumer_cache: Arc::new(ProviderCache::new(ctx.consumer.clone(), &ctx.randomness)),
+            instances: Arc::new(InstanceNamespaces::new(ctx.consumer.clone(), ctx.watcher_config())),
             live: Arc::new(move |b: &BindingRef| liveness.live(b)),
             changed,
             ctx,
@@ -431,7 +431,7 @@ async fn sweep(
             Err(RelatedError::ListFailed { source, .. }) if source.is_forbidden() => Vec::new(),
             Err(e) => {
                 tracing::warn!(binding = %binding.name, error = %e, "related copies of removed rules not collected; retrying");
-                tokio::time::sleep(syncer::RETRY).await;
+                tokio::time::sleep(env.ctx.jitter(syncer::RETRY)).await;
                 continue;
             }
         };
@@ -456,7 +456,7 @@ async fn sweep(
             }
         }
         // Look again: terminating copies go in their own time, and a list must find none.
-        tokio::time::sleep(syncer::RETRY).await;
+        tokio::time::sleep(env.ctx.jitter(syncer::RETRY)).await;
     }
 }
 

@@ -169,6 +169,17 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// The cluster's answer behind this error, if one came.
+    pub fn cause(&self) -> Option<&kbind_cluster::Error> {
+        match self {
+            SyncError::ConsumerReadFailed { source, .. }
+            | SyncError::ConsumerWriteFailed { source, .. }
+            | SyncError::ProviderReadFailed { source, .. }
+            | SyncError::ProviderWriteFailed { source, .. } => Some(source),
+            SyncError::ProviderUnavailable { .. } => None,
+        }
+    }
+
     /// The provider's answer, when a provider read or write failed.
     pub fn provider_error(&self) -> Option<&kbind_cluster::Error> {
         match self {

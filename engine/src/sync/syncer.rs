@@ -87,6 +87,10 @@ pub(crate) struct Shared {
     /// reconciles (each a large future holding its objects and requests) alive together, and
     /// the heap they leave behind stays in the process's RSS long after they finished.
     workers: u16,
+    /// How the consumer watch backs off.
+    watcher_config: kbind_cluster::watcher::WatcherConfig,
+    /// The jitter of every requeue.
+    randomness: kbind_cluster::backoff::SharedRandomness,
 }
 
 /// Where a syncer reports what it did and how long it took.
@@ -124,11 +128,23 @@ impl Shared {
             echoes: ProviderEchoes::default(),
             created: Mutex::new(BTreeMap::new()),
             workers: ctx.config.sync_workers.max(1),
+            watcher_config: ctx.watcher_config(),
+            randomness: ctx.randomness.clone(),
         })
     }
 
     fn res(&self) -> &ApiResource {
         &self.spec.resource
+    }
+
+    /// `period`, jittered: a syncer's waits never line up with a thousand others'.
+    fn wait(&self, period: Duration) -> Duration {
+        kbind_cluster::backoff::period(self.randomness.as_ref(), period)
+    }
+
+    /// A requeue after `period`, jittered.
+    fn requeue(&self, period: Duration) -> Action {
+        Action::requeue(self.wait(period))
     }
 }
 
@@ -144,7 +160,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             shared.consumer.clone(),
             res.clone(),
             shared.spec.namespace.clone(),
-            crate::provider::watcher_config(),
+            shared.watcher_config.clone(),
         ),
     )
     .inspect(move |event| note_consumer_event(&pending, event))
@@ -221,9 +237,11 @@ fn consumer_ref(
     })
 }
 
-fn error_policy(obj: Arc<DynamicObject>, error: &SyncError, _shared: Arc<Shared>) -> Action {
+fn error_policy(obj: Arc<DynamicObject>, error: &SyncError, shared: Arc<Shared>) -> Action {
     tracing::info!(object = ?ObjectKey::of(&obj), error = %error, "sync failed; retrying");
-    Action::requeue(ERROR_RETRY)
+    // A throttled provider (429) says when to come back; never sooner than it asked.
+    let asked = error.cause().and_then(kbind_cluster::backoff::retry_after);
+    Action::requeue(shared.wait(ERROR_RETRY).max(asked.unwrap_or_default()))
 }
 
 /// Reconciles one consumer object.
@@ -244,7 +262,7 @@ async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Actio
             let mut tally = lock(&shared.tally);
             tally.denied.insert(key.clone(), denied);
             tally.synced.remove(&key);
-            Ok(Action::requeue(DENIED_RETRY))
+            Ok(Action::requeue(shared.wait(DENIED_RETRY)))
         }
         other => other,
     }
@@ -350,7 +368,7 @@ impl Shared {
         {
             self.observer.status_down(&self.spec.api, since.elapsed());
         }
-        Ok(Action::requeue(RESYNC))
+        Ok(self.requeue(RESYNC))
     }
 
     /// Classifies the provider target and writes the copy where that is allowed (DESIGN.md §4
@@ -402,11 +420,11 @@ impl Shared {
                     if let Some(since) = since {
                         self.pending.retry(key.clone(), since);
                     }
-                    return Ok(Written::Not(Action::requeue(WAIT)));
+                    return Ok(Written::Not(self.requeue(WAIT)));
                 }
                 Verdict::Conflict(why) => {
                     self.signal_conflict(obj, key, target, why).await?;
-                    return Ok(Written::Not(Action::requeue(CONFLICT_RECHECK)));
+                    return Ok(Written::Not(self.requeue(CONFLICT_RECHECK)));
                 }
                 Verdict::Create => None,
                 Verdict::Update { precondition } => precondition.or(known_rv),
@@ -415,7 +433,7 @@ impl Shared {
                 if let Some(since) = since {
                     self.pending.retry(key.clone(), since);
                 }
-                return Ok(Written::Not(Action::requeue(wait)));
+                return Ok(Written::Not(self.requeue(wait)));
             }
             self.clear_conflict(obj, key).await?;
             self.ensure_namespace(target).await?;
@@ -493,7 +511,7 @@ impl Shared {
             // heals later.
             return Ok(Written::Copy(Box::new(self.drop_create_entry(target, copy).await?)));
         }
-        Ok(Written::Not(Action::requeue(WAIT)))
+        Ok(Written::Not(self.requeue(WAIT)))
     }
 
     /// The known copy ([`Shared::known_ours`]) when it shows there is nothing to write: the store has listed, and the
@@ -666,7 +684,7 @@ impl Shared {
                 && meta::is_ours(&copy, &self.spec.consumer_cluster_uid, object_uid)
             {
                 if copy.metadata.deletion_timestamp.is_some() {
-                    return Ok(Action::requeue(WAIT));
+                    return Ok(self.requeue(WAIT));
                 }
                 let remaining = self
                     .provider
@@ -681,7 +699,7 @@ impl Shared {
                 match remaining {
                     Ok(None) | Err(kbind_cluster::Error::NotFound { .. }) => {}
                     // Replaced or changed since the read: look again before deleting anything.
-                    Ok(Some(_)) | Err(kbind_cluster::Error::Conflict { .. }) => return Ok(Action::requeue(WAIT)),
+                    Ok(Some(_)) | Err(kbind_cluster::Error::Conflict { .. }) => return Ok(self.requeue(WAIT)),
                     Err(source) => {
                         return Err(SyncError::ProviderWriteFailed {
                             step: "delete",

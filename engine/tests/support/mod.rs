@@ -231,6 +231,7 @@ impl Engagement {
             consumer: Arc::new(consumer.client(self.consumer_user)),
             connector,
             clock,
+            randomness: kbind_cluster::backoff::seeded(3),
             config: EngineConfig::default(),
         };
         let registry = ProviderRegistry::new();
