@@ -3,6 +3,11 @@
 //! paused-clock run replays exactly, and one seeded from the OS in a konnector, so a thousand
 //! konnectors that lost one provider at the same instant do not come back at the same instant.
 //!
+//! Replayable also means independent of task order: tasks that run concurrently would draw
+//! from one stream in whatever order the scheduler (and kube-runtime's queues) run them. So a
+//! long-lived actor draws from a stream of its own ([`Randomness::fork`], by a label), and a
+//! requeue of one object takes a value keyed by that object ([`Randomness::unit_for`]).
+//!
 //! ```
 //! use std::time::Duration;
 //! use kbind_cluster::backoff::{Backoff, seeded};
@@ -23,8 +28,14 @@ use crate::Error;
 
 /// A source of uniformly distributed numbers in `[0, 1)`.
 pub trait Randomness: Send + Sync + std::fmt::Debug {
-    /// The next number in `[0, 1)`.
+    /// The next number of this stream.
     fn unit(&self) -> f64;
+
+    /// A stream of its own for the actor `label` names, derived from this source's seed.
+    fn fork(&self, label: &str) -> SharedRandomness;
+
+    /// A number for `label` alone, the same every time (no stream advances).
+    fn unit_for(&self, label: &str) -> f64;
 }
 
 /// A random source shared by the parts of one process or world.
@@ -32,22 +43,56 @@ pub type SharedRandomness = Arc<dyn Randomness>;
 
 /// A seeded ChaCha stream: the same seed gives the same jitter in the same order.
 #[derive(Debug)]
-pub struct Seeded(Mutex<ChaCha8Rng>);
+pub struct Seeded {
+    seed: u64,
+    stream: Mutex<ChaCha8Rng>,
+}
+
+impl Seeded {
+    fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            stream: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
+        }
+    }
+}
 
 impl Randomness for Seeded {
     fn unit(&self) -> f64 {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).random::<f64>()
+        self.stream.lock().unwrap_or_else(|p| p.into_inner()).random::<f64>()
     }
+
+    fn fork(&self, label: &str) -> SharedRandomness {
+        Arc::new(Seeded::new(mix(self.seed, label)))
+    }
+
+    fn unit_for(&self, label: &str) -> f64 {
+        // The top 53 bits as a fraction: uniform in [0, 1).
+        (mix(self.seed, label) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// `seed` and `label` mixed into a new seed: FNV-1a over the label from the seed, then
+/// splitmix64's finalizer (stable across runs, platforms and Rust versions).
+fn mix(seed: u64, label: &str) -> u64 {
+    let mut h = seed ^ 0xcbf2_9ce4_8422_2325;
+    for byte in label.bytes() {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// A random source replaying `seed` (deterministic worlds, tests).
 pub fn seeded(seed: u64) -> SharedRandomness {
-    Arc::new(Seeded(Mutex::new(ChaCha8Rng::seed_from_u64(seed))))
+    Arc::new(Seeded::new(seed))
 }
 
 /// A random source seeded from the operating system (a konnector, a backend).
 pub fn from_entropy() -> SharedRandomness {
-    Arc::new(Seeded(Mutex::new(ChaCha8Rng::from_os_rng())))
+    Arc::new(Seeded::new(rand::rng().random()))
 }
 
 /// How much a backoff delay may grow by jitter: up to this fraction of itself (client-go's
@@ -65,9 +110,11 @@ pub fn jitter(randomness: &dyn Randomness, delay: Duration, fraction: f64) -> Du
     Duration::try_from_secs_f64(grown).unwrap_or(delay)
 }
 
-/// A periodic wait of `period`, jittered by up to [`PERIOD_JITTER`].
-pub fn period(randomness: &dyn Randomness, period: Duration) -> Duration {
-    jitter(randomness, period, PERIOD_JITTER)
+/// A periodic wait of `period` of the actor or object `key`, grown by up to [`PERIOD_JITTER`]:
+/// the same share for the same key every time, another for each key (and each konnector).
+pub fn period(randomness: &dyn Randomness, key: &str, period: Duration) -> Duration {
+    let grown = period.as_secs_f64() * (1.0 + PERIOD_JITTER * randomness.unit_for(key));
+    Duration::try_from_secs_f64(grown).unwrap_or(period)
 }
 
 /// The wait the server asked for with a 429's `Retry-After`, if `error` is one.
@@ -214,11 +261,36 @@ mod tests {
     }
 
     #[test]
-    fn a_period_grows_by_at_most_a_tenth() {
+    fn a_period_grows_by_at_most_a_tenth_and_differs_by_key() {
         let randomness = seeded(9);
-        for _ in 0..100 {
-            let d = period(randomness.as_ref(), Duration::from_secs(30));
-            assert!(d >= Duration::from_secs(30) && d <= Duration::from_secs(33), "{d:?}");
+        let waits: Vec<Duration> = (0..100)
+            .map(|i| period(randomness.as_ref(), &format!("binding-{i}"), Duration::from_secs(30)))
+            .collect();
+        for d in &waits {
+            assert!(*d >= Duration::from_secs(30) && *d <= Duration::from_secs(33), "{d:?}");
         }
+        let distinct: std::collections::BTreeSet<_> = waits.iter().collect();
+        assert!(distinct.len() > 90, "keys must spread: {distinct:?}");
+        assert_eq!(
+            period(randomness.as_ref(), "binding-7", Duration::from_secs(30)),
+            waits[7],
+            "a key's share does not depend on what was drawn before"
+        );
+    }
+
+    #[test]
+    fn forks_are_streams_of_their_own_whatever_the_order() {
+        let a = seeded(1);
+        let first: Vec<f64> = {
+            let x = a.fork("link/acme");
+            (0..4).map(|_| x.unit()).collect()
+        };
+        let b = seeded(1);
+        let _ = b.fork("link/beta").unit();
+        let _ = b.unit();
+        let x = b.fork("link/acme");
+        let again: Vec<f64> = (0..4).map(|_| x.unit()).collect();
+        assert_eq!(first, again, "another actor's draws must not shift this one's");
+        assert_ne!(a.fork("link/beta").unit(), a.fork("link/acme").unit());
     }
 }

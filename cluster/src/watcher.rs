@@ -107,8 +107,8 @@ impl PartialEq for BackoffPolicy {
 }
 
 impl BackoffPolicy {
-    /// A fresh backoff iterator for one watcher.
-    fn build(&self) -> Box<dyn Backoff> {
+    /// A fresh backoff iterator for the watcher `label` names (its jitter a stream of its own).
+    fn build(&self, label: &str) -> Box<dyn Backoff> {
         match self {
             BackoffPolicy::KubeDefault => Box::new(DefaultBackoff::default()),
             BackoffPolicy::Exponential { initial, max, factor } => Box::new(ExponentialBackoff::from(
@@ -122,7 +122,11 @@ impl BackoffPolicy {
                 initial,
                 max,
                 randomness,
-            } => Box::new(crate::backoff::Backoff::new(*initial, *max, randomness.clone())),
+            } => Box::new(crate::backoff::Backoff::new(
+                *initial,
+                *max,
+                randomness.fork(&format!("watch/{label}")),
+            )),
             BackoffPolicy::Immediate => Box::new(NoDelay),
         }
     }
@@ -287,7 +291,15 @@ pub fn watcher(
     namespace: Option<String>,
     config: WatcherConfig,
 ) -> impl Stream<Item = WatcherItem> + Send + 'static {
-    let backoff = config.backoff.build();
+    let label = format!(
+        "{}/{}/{}?{}&{}",
+        res.api_version,
+        res.plural,
+        namespace.as_deref().unwrap_or_default(),
+        config.label_selector.as_deref().unwrap_or_default(),
+        config.field_selector.as_deref().unwrap_or_default()
+    );
+    let backoff = config.backoff.build(&label);
     let scope = Scope {
         client,
         res,

@@ -77,9 +77,10 @@ pub struct Context {
 }
 
 impl Context {
-    /// A periodic wait of `period` with its jitter (see [`backoff::period`]).
-    pub fn jitter(&self, period: std::time::Duration) -> std::time::Duration {
-        backoff::period(self.randomness.as_ref(), period)
+    /// A periodic wait of `period` of the actor or object `key`, with its jitter (see
+    /// [`backoff::period`]).
+    pub fn jitter(&self, key: &str, period: std::time::Duration) -> std::time::Duration {
+        backoff::period(self.randomness.as_ref(), key, period)
     }
 
     /// How every watch of the engine lists, watches and backs off (see [`watcher_config`]).
@@ -87,8 +88,9 @@ impl Context {
         watcher_config(&self.randomness)
     }
 
-    /// A jittered exponential backoff from `initial` up to `max`.
-    pub fn backoff(&self, initial: std::time::Duration, max: std::time::Duration) -> Backoff {
-        Backoff::new(initial, max, self.randomness.clone())
+    /// A jittered exponential backoff from `initial` up to `max` for the actor `key` (its
+    /// jitter a stream of its own).
+    pub fn backoff(&self, key: &str, initial: std::time::Duration, max: std::time::Duration) -> Backoff {
+        Backoff::new(initial, max, self.randomness.fork(key))
     }
 }

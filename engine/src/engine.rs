@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use crate::connection::stores::ConsumerStores;
 use crate::context::Context;
 use crate::leader::{LeaderConfig, LeaderElector};
+use crate::link::Links;
 use crate::mapper::{Identity, Mapper};
-use crate::provider::ProviderRegistry;
 use crate::sync::{NoObserver, SyncObserver, Syncers};
 
 /// Builds an [`Engine`].
@@ -51,7 +51,7 @@ impl EngineBuilder {
             syncers: Syncers::new(self.ctx.clone(), self.mapper).with_observer(self.observer),
             ctx: self.ctx,
             leader: self.leader,
-            registry: ProviderRegistry::new(),
+            links: Links::new(),
             leading: watch::channel(false).0,
         }
     }
@@ -61,7 +61,7 @@ impl EngineBuilder {
 pub struct Engine {
     ctx: Context,
     leader: Option<LeaderConfig>,
-    registry: ProviderRegistry,
+    links: Links,
     syncers: Syncers,
     leading: watch::Sender<bool>,
 }
@@ -78,8 +78,8 @@ impl Engine {
     }
 
     /// The engaged providers (for the syncers built on top).
-    pub fn providers(&self) -> ProviderRegistry {
-        self.registry.clone()
+    pub fn providers(&self) -> Links {
+        self.links.clone()
     }
 
     /// The running per-(binding, API) syncers and what they report.
@@ -129,16 +129,15 @@ impl Engine {
     /// Everything leader election gates, as one future: dropping it stops all of it.
     fn controllers(&self) -> impl Future<Output = ()> + use<'_> {
         let ctx = self.ctx.clone();
-        let registry = self.registry.clone();
+        let links = self.links.clone();
         let syncers = self.syncers.clone();
         async move {
             // One watch per thing: one Connection and one Secret store for all three.
             let (stores, feed) = ConsumerStores::new(&ctx);
             tokio::join!(
                 feed,
-                crate::connection::run_shared(ctx.clone(), stores.clone(), registry.clone()),
-                crate::provider::run_shared(ctx.clone(), registry.clone(), stores.clone()),
-                crate::binding::run_shared(ctx, registry, syncers, stores),
+                crate::connection::run_shared(ctx.clone(), stores.clone(), links.clone()),
+                crate::binding::run_shared(ctx, links, syncers, stores),
             );
         }
     }

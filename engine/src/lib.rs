@@ -1,10 +1,10 @@
-//! kbind's engine: Connections become engaged provider clusters (`remote`, `connection`,
-//! `provider`, `leader`); bindings and sync build on them.
+//! kbind's engine: Connections become provider links and engaged provider clusters (`remote`,
+//! `connection`, `link`, `provider`, `leader`); bindings and sync build on them.
 //!
 //! The main items are re-exported here, as kube-runtime does: build an [`Engine`] over a
 //! [`Context`] (the consumer cluster, a [`Connector`] to providers, a clock, an
 //! [`EngineConfig`]), optionally with a custom [`Mapper`] and a [`SyncObserver`], and run it.
-//! Each module keeps its own error type ([`EngageError`], [`ReconcileError`], [`BindingError`],
+//! Each module keeps its own error type ([`ReconcileError`], [`BindingError`],
 //! [`SyncError`], …), also re-exported here.
 //!
 //! ```no_run
@@ -48,6 +48,7 @@ pub mod crdpull;
 pub mod engine;
 pub mod events;
 pub mod leader;
+pub mod link;
 pub mod mapper;
 mod observed;
 pub mod openapi;
@@ -66,9 +67,9 @@ pub use crdpull::SchemaError as CrdSchemaError;
 pub use engine::{Engine, EngineBuilder};
 pub use events::EventError;
 pub use leader::LeaderConfig;
+pub use link::{LinkState, Links};
 pub use mapper::{Identity, Mapper, ObjectKey};
 pub use openapi::SchemaError as OpenApiSchemaError;
-pub use provider::{EngageError, ProviderRegistry};
 pub use related::RelatedError;
 pub use remote::{Connector, KubeConnector};
 pub use sync::{NoObserver, SyncError, SyncObserver, Syncers};

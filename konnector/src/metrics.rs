@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use kbind_api::consts::{condition, status};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, ListParams};
-use kbind_engine::{ProviderRegistry, Syncers};
+use kbind_engine::{Links, Syncers};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -40,6 +40,9 @@ pub struct Snapshot {
     pub connections: Option<(u64, u64)>,
     /// Engaged providers.
     pub engaged_providers: u64,
+    /// Engaged providers whose requests fail, kept engaged within the hysteresis window: the
+    /// Connection and its failures in a row.
+    pub faltering: Vec<(String, u32)>,
     /// Running syncers.
     pub syncers: u64,
     /// Per API (`<plural>.<group>`).
@@ -54,7 +57,7 @@ pub struct MetricsSource {
     /// The consumer cluster.
     pub consumer: Arc<dyn ClusterClient>,
     /// `Engine::providers()`.
-    pub providers: ProviderRegistry,
+    pub providers: Links,
     /// `Engine::syncers()`.
     pub syncers: Syncers,
     /// `Engine::leading()`.
@@ -93,6 +96,7 @@ impl MetricsSource {
         Snapshot {
             connections,
             engaged_providers: self.providers.engaged().len() as u64,
+            faltering: self.providers.faltering(),
             syncers: keys.len() as u64,
             apis,
             leader: *self.leading.borrow(),
@@ -138,6 +142,17 @@ impl Snapshot {
             "kbind_engaged_providers",
             "Engaged provider clusters",
             self.engaged_providers,
+        );
+        let failing = Family::<Labels, Gauge>::default();
+        for (connection, failures) in &self.faltering {
+            failing
+                .get_or_create(&vec![("connection", connection.clone())])
+                .set(i64::from(*failures));
+        }
+        registry.register(
+            "kbind_provider_failed_requests",
+            "Provider requests of an engaged Connection failed in a row; it stays engaged until failures last the heartbeat Lease's duration",
+            failing,
         );
         gauge(
             &mut registry,
@@ -227,6 +242,7 @@ mod tests {
         let snapshot = Snapshot {
             connections: Some((2, 1)),
             engaged_providers: 2,
+            faltering: vec![("acme".to_string(), 3)],
             syncers: 3,
             apis: BTreeMap::from([(
                 "widgets.example.org".to_string(),
@@ -246,6 +262,7 @@ mod tests {
             "kbind_connections{state=\"ready\"} 2",
             "kbind_connections{state=\"not_ready\"} 1",
             "kbind_engaged_providers 2",
+            "kbind_provider_failed_requests{connection=\"acme\"} 3",
             "kbind_syncers 3",
             "kbind_leader 1",
             "kbind_objects_synced{api=\"widgets.example.org\"} 7",

@@ -9,10 +9,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use fakeapi::{FakeCluster, UserInfo};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, SharedClock, TokioClock};
+use kbind_engine::Links;
 use kbind_engine::context::{Context, EngineConfig};
 use kbind_engine::engine::Engine;
 use kbind_engine::leader::LeaderConfig;
-use kbind_engine::provider::ProviderRegistry;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
@@ -232,7 +232,7 @@ struct Provider {
 /// One konnector replica.
 struct Replica {
     task: Option<JoinHandle<()>>,
-    registry: ProviderRegistry,
+    registry: Links,
     leading: watch::Receiver<bool>,
     cut: Arc<AtomicBool>,
 }
@@ -579,12 +579,12 @@ impl World {
     }
 
     /// The provider registry of replica `konnector-0`.
-    pub fn providers(&self) -> ProviderRegistry {
+    pub fn providers(&self) -> Links {
         self.registry_of("konnector-0")
     }
 
     /// The provider registry of replica `id`.
-    pub fn registry_of(&self, id: &str) -> ProviderRegistry {
+    pub fn registry_of(&self, id: &str) -> Links {
         self.replicas
             .get(id)
             .map(|r| r.registry.clone())

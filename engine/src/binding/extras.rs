@@ -35,7 +35,7 @@ pub(crate) async fn reconcile_connection(shared: &Shared, conn: &Connection) -> 
         .map(|s| s.exported_apis.clone())
         .unwrap_or_default();
     if conn.spec.schema.pull_policy == PullPolicy::All
-        && let Some(provider) = shared.registry.get(&name)
+        && let Some(provider) = shared.links.get(&name)
     {
         for api in &exported {
             if super::schema::pulls_crd(conn) {

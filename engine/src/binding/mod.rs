@@ -39,7 +39,7 @@ use kube::runtime::watcher::Event;
 
 use crate::connection::stores::{Change, ConsumerStores};
 use crate::context::Context;
-use crate::provider::ProviderRegistry;
+use crate::link::Links;
 use crate::sync::{BindingKind, Syncers};
 use crate::typed::typed_watcher;
 
@@ -60,13 +60,13 @@ impl Drop for StopSyncersOnDrop {
 
 /// Runs the ClusterBinding and Binding reconcilers until the future is dropped, over a
 /// Connection store of their own.
-pub async fn run(ctx: Context, registry: ProviderRegistry, syncers: Syncers) {
+pub async fn run(ctx: Context, links: Links, syncers: Syncers) {
     let (stores, feed) = ConsumerStores::new(&ctx);
-    tokio::join!(feed, run_shared(ctx, registry, syncers, stores));
+    tokio::join!(feed, run_shared(ctx, links, syncers, stores));
 }
 
 /// [`run`] over the engine's shared Connection store.
-pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Syncers, stores: ConsumerStores) {
+pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: ConsumerStores) {
     let _stop = StopSyncersOnDrop(syncers.clone());
     let connections = stores.connections.store().clone();
     let (cluster_bindings, cluster_writer) = reflector::store::<ClusterBinding>();
@@ -91,7 +91,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
     let shared = Arc::new(Shared {
         related: crate::related::RelatedSyncers::new(ctx.clone(), cluster_bindings.clone(), bindings.clone()),
         ctx,
-        registry: registry.clone(),
+        links: links.clone(),
         syncers: syncers.clone(),
         connections: connections.clone(),
         cluster_bindings: cluster_bindings.clone(),
@@ -117,7 +117,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
         .reconcile_on(bindings_where(&changed_tx, cluster_bindings, names_connection))
         .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Cluster))
         .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Cluster))
-        .reconcile_all_on(engagement_changes(&registry))
+        .reconcile_all_on(engagement_changes(&links))
         .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
         .for_each(|_| async {});
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
@@ -125,7 +125,7 @@ pub async fn run_shared(ctx: Context, registry: ProviderRegistry, syncers: Synce
         .reconcile_on(bindings_where(&changed_tx, bindings, names_connection))
         .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Namespaced))
         .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Namespaced))
-        .reconcile_all_on(engagement_changes(&registry))
+        .reconcile_all_on(engagement_changes(&links))
         .run(reconcile_binding, error_policy_binding, shared.clone())
         .for_each(|_| async {});
     let extras = connection_extras(shared_for_extras, changed_tx.subscribe());
@@ -224,7 +224,7 @@ async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadc
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
-            _ = tokio::time::sleep(shared.ctx.jitter(shared.ctx.config.rediscovery_interval)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+            _ = tokio::time::sleep(shared.ctx.jitter("binding/connection-extras", shared.ctx.config.rediscovery_interval)) => shared.connections.state().iter().filter_map(|c| c.metadata.name.clone()).collect(),
         };
         for name in names {
             let Some(conn) = shared.connection(&name) else { continue };
@@ -236,8 +236,8 @@ async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadc
 }
 
 /// A tick each time a provider is engaged or disengaged.
-fn engagement_changes(registry: &ProviderRegistry) -> impl Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(registry.changes(), |mut rx| async move {
+fn engagement_changes(links: &Links) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(links.changes(), |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))
     })
@@ -261,5 +261,5 @@ fn error_policy_binding(b: Arc<Binding>, error: &BindingError, shared: Arc<Share
 
 fn error_policy(view: &BindingView, error: &BindingError, shared: &Shared) -> Action {
     tracing::warn!(binding = %view.display(), error = %error, "binding reconcile failed");
-    Action::requeue(shared.ctx.jitter(reconcile::WAIT_INTERVAL * 5))
+    Action::requeue(shared.ctx.jitter(&view.display(), reconcile::WAIT_INTERVAL * 5))
 }

@@ -23,7 +23,8 @@ use super::view::BindingView;
 use crate::connection::finalize::ensure_cleanup;
 use crate::context::Context;
 use crate::events::Recorder;
-use crate::provider::{EngagedProvider, ProviderRegistry};
+use crate::link::Links;
+use crate::provider::EngagedProvider;
 use crate::related;
 use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
 
@@ -51,7 +52,7 @@ pub enum BindingError {
 /// What the binding reconciles share.
 pub struct Shared {
     pub(crate) ctx: Context,
-    pub(crate) registry: ProviderRegistry,
+    pub(crate) links: Links,
     pub(crate) syncers: Syncers,
     pub(crate) connections: Store<Connection>,
     pub(crate) cluster_bindings: Store<ClusterBinding>,
@@ -207,7 +208,7 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     // (after a restart a refused ClusterBinding would serve everything). Nothing is decided,
     // written or started until all of them have.
     if !shared.wait_stores_ready().await {
-        return Ok(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL)));
+        return Ok(Action::requeue(shared.ctx.jitter(&view.display(), WAIT_INTERVAL)));
     }
     ensure_cleanup(shared.ctx.consumer.as_ref(), &view.resource(), &view.dynamic()).await?;
     let (report, served, starts) = observe(&view, &shared).await?;
@@ -247,7 +248,7 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
         // nothing new to look at, so the waits grow instead of relisting every few seconds.
         Engagement::Down | Engagement::Unknown => shared.recall.next_down_delay(&view, WAIT_INTERVAL),
     };
-    Ok(Action::requeue(shared.ctx.jitter(next)))
+    Ok(Action::requeue(shared.ctx.jitter(&view.display(), next)))
 }
 
 /// What a binding knows about its provider's engagement, for `status-stale`.
@@ -273,7 +274,7 @@ fn engagement(view: &BindingView, shared: &Shared, connected: bool) -> Engagemen
     let Some(conn) = shared.connection(name) else {
         return Engagement::Down;
     };
-    if !conditions::is_true(conn.conditions(), condition::READY) || shared.registry.engagement_failed(name) {
+    if !conditions::is_true(conn.conditions(), condition::READY) || shared.links.is_down(name) {
         Engagement::Down
     } else {
         Engagement::Unknown
@@ -400,7 +401,7 @@ async fn observe(
         };
         return Ok((report, BTreeSet::new(), Vec::new()));
     }
-    let Some(provider) = shared.registry.get(name) else {
+    let Some(provider) = shared.links.get(name) else {
         let message = format!("waiting for the provider of Connection {name} to be engaged");
         let report = Report {
             connected: Observed::not(reason::PENDING, message.clone()),

@@ -54,7 +54,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     }
     if !shared.stores_ready() && !crate::planted::planted(crate::planted::Plant::UnbindDecidesOnUnsyncedStore) {
         tracing::debug!(binding = %view.display(), "unbind waits for the binding and Connection caches to sync");
-        return Ok(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL)));
+        return Ok(Action::requeue(shared.ctx.jitter(&view.display(), WAIT_INTERVAL)));
     }
     let consumer = shared.ctx.consumer.as_ref();
     let orphan = orphaned(view, shared);
@@ -69,17 +69,17 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     }
     if !blocked.is_empty() {
         report_blocked(view, shared, &blocked).await?;
-        return Ok(Action::requeue(shared.ctx.jitter(REPORT_INTERVAL)));
+        return Ok(Action::requeue(shared.ctx.jitter(&view.display(), REPORT_INTERVAL)));
     }
     if in_progress {
-        return Ok(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL)));
+        return Ok(Action::requeue(shared.ctx.jitter(&view.display(), WAIT_INTERVAL)));
     }
     // Orphan deletes nothing on either side: related copies stay where they are.
     if !orphan && let Some(action) = remove_related(view, shared).await? {
         return Ok(action);
     }
     // Orphan never touches the provider; without an engagement the tidy-up is skipped.
-    if !orphan && let Some(provider) = shared.registry.get(&view.spec.connection_ref.name) {
+    if !orphan && let Some(provider) = shared.links.get(&view.spec.connection_ref.name) {
         let uid = shared
             .connection(&view.spec.connection_ref.name)
             .and_then(|c| c.status.clone())
@@ -118,7 +118,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
         .and_then(|c| c.status.clone())
         .and_then(|s| s.local_cluster_uid)
         .unwrap_or_default();
-    let provider = shared.registry.get(connection);
+    let provider = shared.links.get(connection);
     let from_consumer = view
         .spec
         .related_resources
@@ -155,7 +155,9 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             };
             let why = refused(view, String::new(), connection, &e.to_string(), cause);
             report_blocked(view, shared, &[why]).await?;
-            return Ok(Some(Action::requeue(shared.ctx.jitter(REPORT_INTERVAL))));
+            return Ok(Some(Action::requeue(
+                shared.ctx.jitter(&view.display(), REPORT_INTERVAL),
+            )));
         }
     };
     if removed {
@@ -174,9 +176,11 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             denied: None,
         };
         report_blocked(view, shared, &[why]).await?;
-        return Ok(Some(Action::requeue(shared.ctx.jitter(REPORT_INTERVAL))));
+        return Ok(Some(Action::requeue(
+            shared.ctx.jitter(&view.display(), REPORT_INTERVAL),
+        )));
     }
-    Ok(Some(Action::requeue(shared.ctx.jitter(WAIT_INTERVAL))))
+    Ok(Some(Action::requeue(shared.ctx.jitter(&view.display(), WAIT_INTERVAL))))
 }
 
 async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool) -> Result<Drain, BindingError> {
@@ -228,7 +232,7 @@ async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool)
         consumer_cluster_uid,
         status_subresource,
     };
-    let provider = shared.registry.get(&connection);
+    let provider = shared.links.get(&connection);
     let unlabelled_ours = claimed_by(&crd, &connection);
     match shared
         .syncers

@@ -1,12 +1,15 @@
-//! The Connection reconciler: SecretValid, Connected, PermissionDenied, discovery into
-//! `exportedAPIs`, the heartbeat Lease, Ready, and the cleanup finalizers (DESIGN.md §2, §4, §5).
+//! The Connection reconciler: SecretValid, Connected, PermissionDenied, `exportedAPIs`,
+//! Ready, and the cleanup finalizers (DESIGN.md §2, §4, §5), from one pass of the Connection's
+//! provider link (`crate::link`, which owns client, identity, heartbeat, discovery and
+//! engagement) per reconcile.
 //!
 //! Machinery: the engine's one Connection store and one Secret store ([`stores`], shared with
-//! the engager and the binding reconciler) feed `Controller::for_stream` (kube's
+//! the binding reconciler) feed `Controller::for_stream` (kube's
 //! `unstable-runtime` feature, enabled in the engine's Cargo.toml); Secrets in the konnector
 //! namespace are only a trigger (`watches_stream`) mapped to the Connections that reference
 //! them, and are stripped of their data before the mapping, so the trigger queue holds no
-//! credentials. Each reconcile reads the Secret fresh.
+//! credentials. Each reconcile reads the Secret from the store. A link's own events (an exported
+//! CRD changed on the provider) trigger its Connection too.
 //!
 //! Choices recorded here (see also docs/decisions.md):
 //! - `SchemaInSync` is True once `exportedAPIs` were discovered from the connected provider
@@ -23,9 +26,7 @@
 //!   at a version the pair wrote. Either way a rebuilt provider is caught at the next heartbeat.
 
 mod announce;
-mod discovery;
 pub(crate) mod finalize;
-mod heartbeat;
 mod reconcile;
 mod status;
 pub mod stores;
@@ -40,7 +41,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 
 use crate::context::Context;
-use crate::provider::ProviderRegistry;
+use crate::link::Links;
 use stores::{Change, ConsumerStores};
 
 pub use reconcile::{ReconcileError, reconcile};
@@ -51,12 +52,16 @@ pub const RETRY_INTERVAL: Duration = Duration::from_secs(10);
 /// Runs the Connection reconciler until the future is dropped, over stores of its own.
 pub async fn run(ctx: Context) {
     let (stores, feed) = ConsumerStores::new(&ctx);
-    tokio::join!(feed, run_shared(ctx, stores, ProviderRegistry::new()));
+    tokio::join!(feed, run_shared(ctx, stores, Links::new()));
 }
 
 /// Runs the Connection reconciler over the engine's shared consumer stores until the future is
 /// dropped.
-pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: ProviderRegistry) {
+pub async fn run_shared(ctx: Context, stores: ConsumerStores, links: Links) {
+    // Leadership lost or shutdown: every link ends (nothing is deleted), the next term starts
+    // from `Unlinked`.
+    let _drop_links = DropLinksOnDrop(links.clone());
+    let wakes = stores::received(links.wakes()).map(|name| ObjectRef::new(&name));
     let store = stores.connections.store().clone();
     let connections = stores.connections.changes().filter_map(|change| async move {
         match change {
@@ -75,7 +80,7 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
     });
 
     let mapper_store = store.clone();
-    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone(), registry).with_secrets(stores.secrets.clone()));
+    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone(), links).with_secrets(stores.secrets.clone()));
     Controller::for_stream(connections, store)
         .watches_stream_with(
             secrets,
@@ -83,6 +88,7 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
             secret_res,
         )
         .reconcile_on(binding_changes(&stores))
+        .reconcile_on(wakes)
         .run(reconcile, error_policy, shared)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -92,15 +98,24 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, registry: Provider
         .await;
 }
 
+/// Ends every provider link when the Connection reconciler stops.
+struct DropLinksOnDrop(Links);
+
+impl Drop for DropLinksOnDrop {
+    fn drop(&mut self) {
+        self.0.drop_all();
+    }
+}
+
 /// The Connections whose bindings are being deleted or went away, as the binding controllers
 /// see it (a missed name is caught by the requeue backstop).
 fn binding_changes(stores: &ConsumerStores) -> impl futures::Stream<Item = ObjectRef<Connection>> + Send + 'static {
     stores::received(stores.binding_changes.subscribe()).map(|name| ObjectRef::new(&name))
 }
 
-fn error_policy(conn: Arc<Connection>, error: &ReconcileError, _shared: Arc<reconcile::Shared>) -> Action {
+fn error_policy(conn: Arc<Connection>, error: &ReconcileError, shared: Arc<reconcile::Shared>) -> Action {
     tracing::warn!(connection = %kube::ResourceExt::name_any(conn.as_ref()), error = %error, "reconcile failed");
-    Action::requeue(RETRY_INTERVAL)
+    Action::requeue(shared.jitter(&kube::ResourceExt::name_any(conn.as_ref()), RETRY_INTERVAL))
 }
 
 /// Drops `data` and `stringData`, so the controller's trigger queue never holds credentials.

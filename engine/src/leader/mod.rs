@@ -152,7 +152,11 @@ impl LeaderElector {
             if matches!(attempt, Ok(Attempt::Held)) {
                 return started;
             }
-            tokio::time::sleep(self.ctx.jitter(self.config.retry_period)).await;
+            tokio::time::sleep(
+                self.ctx
+                    .jitter(&format!("leader/{}", self.config.identity), self.config.retry_period),
+            )
+            .await;
         }
     }
 

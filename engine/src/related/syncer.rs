@@ -285,6 +285,12 @@ impl Syncer {
         }
     }
 
+    /// This syncer (with `key`, one of its objects) as a jitter key.
+    fn label(&self, key: Option<&Key>) -> String {
+        let (ns, name) = key.map_or(("", ""), |(ns, name)| (ns.as_str(), name.as_str()));
+        format!("related/{}/{}/{ns}/{name}", self.spec.binding.uid, self.res.plural)
+    }
+
     fn reader(&self, side: Side) -> &dyn ClusterClient {
         match side {
             Side::Consumer => self.env.ctx.consumer.as_ref(),
@@ -328,7 +334,7 @@ impl Syncer {
         )
         .await;
         let interval = self.env.ctx.config.rediscovery_interval.max(Duration::from_secs(1));
-        let mut backstop = Instant::now() + self.env.ctx.jitter(interval);
+        let mut backstop = Instant::now() + self.env.ctx.jitter(&self.label(None), interval);
         let mut todo = Todo {
             everything: true,
             ..Todo::default()
@@ -371,7 +377,7 @@ impl Syncer {
                     todo.everything = scope.resolve(&self.env.instances).await;
                 }
                 () = tokio::time::sleep_until(backstop) => {
-                    backstop = Instant::now() + self.env.ctx.jitter(interval);
+                    backstop = Instant::now() + self.env.ctx.jitter(&self.label(None), interval);
                     source.retry_refused();
                     target.retry_refused();
                     scope.resolve(&self.env.instances).await;
@@ -531,8 +537,10 @@ impl Syncer {
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not converged; retrying");
                 lock(&self.tally).forget(key);
-                self.retries()
-                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(RETRY));
+                self.retries().insert(
+                    key.clone(),
+                    Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
+                );
             }
         }
     }
@@ -551,12 +559,16 @@ impl Syncer {
             }
             Outcome::Denied(denied) => {
                 tally.denied.insert(key.clone(), denied);
-                self.retries()
-                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(DENIED_RETRY));
+                self.retries().insert(
+                    key.clone(),
+                    Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), DENIED_RETRY),
+                );
             }
             Outcome::Later => {
-                self.retries()
-                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(RETRY));
+                self.retries().insert(
+                    key.clone(),
+                    Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
+                );
             }
         }
     }
@@ -579,8 +591,10 @@ impl Syncer {
             }
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not collected; retrying");
-                self.retries()
-                    .insert(key.clone(), Instant::now() + self.env.ctx.jitter(RETRY));
+                self.retries().insert(
+                    key.clone(),
+                    Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
+                );
             }
         }
     }

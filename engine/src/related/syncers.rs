@@ -431,7 +431,7 @@ async fn sweep(
             Err(RelatedError::ListFailed { source, .. }) if source.is_forbidden() => Vec::new(),
             Err(e) => {
                 tracing::warn!(binding = %binding.name, error = %e, "related copies of removed rules not collected; retrying");
-                tokio::time::sleep(env.ctx.jitter(syncer::RETRY)).await;
+                tokio::time::sleep(env.ctx.jitter(&format!("related-sweep/{}", binding.uid), syncer::RETRY)).await;
                 continue;
             }
         };
@@ -456,7 +456,7 @@ async fn sweep(
             }
         }
         // Look again: terminating copies go in their own time, and a list must find none.
-        tokio::time::sleep(env.ctx.jitter(syncer::RETRY)).await;
+        tokio::time::sleep(env.ctx.jitter(&format!("related-sweep/{}", binding.uid), syncer::RETRY)).await;
     }
 }
 

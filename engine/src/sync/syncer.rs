@@ -137,14 +137,15 @@ impl Shared {
         &self.spec.resource
     }
 
-    /// `period`, jittered: a syncer's waits never line up with a thousand others'.
-    fn wait(&self, period: Duration) -> Duration {
-        kbind_cluster::backoff::period(self.randomness.as_ref(), period)
+    /// `period` of the object `key`, jittered: its waits never line up with a thousand others'.
+    fn wait(&self, key: &ObjectKey, period: Duration) -> Duration {
+        let label = format!("sync/{}/{}/{key}", self.spec.binding.uid, self.spec.api);
+        kbind_cluster::backoff::period(self.randomness.as_ref(), &label, period)
     }
 
-    /// A requeue after `period`, jittered.
-    fn requeue(&self, period: Duration) -> Action {
-        Action::requeue(self.wait(period))
+    /// A requeue of the object `key` after `period`, jittered.
+    fn requeue(&self, key: &ObjectKey, period: Duration) -> Action {
+        Action::requeue(self.wait(key, period))
     }
 }
 
@@ -241,7 +242,11 @@ fn error_policy(obj: Arc<DynamicObject>, error: &SyncError, shared: Arc<Shared>)
     tracing::info!(object = ?ObjectKey::of(&obj), error = %error, "sync failed; retrying");
     // A throttled provider (429) says when to come back; never sooner than it asked.
     let asked = error.cause().and_then(kbind_cluster::backoff::retry_after);
-    Action::requeue(shared.wait(ERROR_RETRY).max(asked.unwrap_or_default()))
+    let wait = match ObjectKey::of(&obj) {
+        Some(key) => shared.wait(&key, ERROR_RETRY),
+        None => ERROR_RETRY,
+    };
+    Action::requeue(wait.max(asked.unwrap_or_default()))
 }
 
 /// Reconciles one consumer object.
@@ -262,7 +267,7 @@ async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Actio
             let mut tally = lock(&shared.tally);
             tally.denied.insert(key.clone(), denied);
             tally.synced.remove(&key);
-            Ok(Action::requeue(shared.wait(DENIED_RETRY)))
+            Ok(Action::requeue(shared.wait(&key, DENIED_RETRY)))
         }
         other => other,
     }
@@ -368,7 +373,7 @@ impl Shared {
         {
             self.observer.status_down(&self.spec.api, since.elapsed());
         }
-        Ok(self.requeue(RESYNC))
+        Ok(self.requeue(key, RESYNC))
     }
 
     /// Classifies the provider target and writes the copy where that is allowed (DESIGN.md §4
@@ -420,11 +425,11 @@ impl Shared {
                     if let Some(since) = since {
                         self.pending.retry(key.clone(), since);
                     }
-                    return Ok(Written::Not(self.requeue(WAIT)));
+                    return Ok(Written::Not(self.requeue(key, WAIT)));
                 }
                 Verdict::Conflict(why) => {
                     self.signal_conflict(obj, key, target, why).await?;
-                    return Ok(Written::Not(self.requeue(CONFLICT_RECHECK)));
+                    return Ok(Written::Not(self.requeue(key, CONFLICT_RECHECK)));
                 }
                 Verdict::Create => None,
                 Verdict::Update { precondition } => precondition.or(known_rv),
@@ -433,7 +438,7 @@ impl Shared {
                 if let Some(since) = since {
                     self.pending.retry(key.clone(), since);
                 }
-                return Ok(Written::Not(self.requeue(wait)));
+                return Ok(Written::Not(self.requeue(key, wait)));
             }
             self.clear_conflict(obj, key).await?;
             self.ensure_namespace(target).await?;
@@ -511,7 +516,7 @@ impl Shared {
             // heals later.
             return Ok(Written::Copy(Box::new(self.drop_create_entry(target, copy).await?)));
         }
-        Ok(Written::Not(self.requeue(WAIT)))
+        Ok(Written::Not(self.requeue(key, WAIT)))
     }
 
     /// The known copy ([`Shared::known_ours`]) when it shows there is nothing to write: the store has listed, and the
@@ -684,7 +689,7 @@ impl Shared {
                 && meta::is_ours(&copy, &self.spec.consumer_cluster_uid, object_uid)
             {
                 if copy.metadata.deletion_timestamp.is_some() {
-                    return Ok(self.requeue(WAIT));
+                    return Ok(self.requeue(key, WAIT));
                 }
                 let remaining = self
                     .provider
@@ -699,7 +704,7 @@ impl Shared {
                 match remaining {
                     Ok(None) | Err(kbind_cluster::Error::NotFound { .. }) => {}
                     // Replaced or changed since the read: look again before deleting anything.
-                    Ok(Some(_)) | Err(kbind_cluster::Error::Conflict { .. }) => return Ok(self.requeue(WAIT)),
+                    Ok(Some(_)) | Err(kbind_cluster::Error::Conflict { .. }) => return Ok(self.requeue(key, WAIT)),
                     Err(source) => {
                         return Err(SyncError::ProviderWriteFailed {
                             step: "delete",

@@ -15,10 +15,11 @@ use base64::Engine as _;
 use fakeapi::{FakeCluster, UserInfo};
 use kbind_api::Connection;
 use kbind_cluster::{
-    ApiResource, ClusterClient, DynamicObject, Error, Patch, PatchParams, PostParams, SharedClock, to_dynamic,
+    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, PostParams, SharedClock, to_dynamic,
 };
+use kbind_engine::Links;
 use kbind_engine::context::{Context, EngineConfig};
-use kbind_engine::provider::{EngagedProvider, ProviderRegistry};
+use kbind_engine::provider::EngagedProvider;
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
 use serde_json::{Value, json};
 
@@ -200,7 +201,7 @@ pub struct Engagement {
     pub secret_labels: Value,
 }
 
-/// A provider engaged through Connection `acme`, with `provider::run` running.
+/// A provider engaged through Connection `acme`, with the Connection reconciler running.
 pub struct Engaged {
     pub ctx: Context,
     pub engaged: Arc<EngagedProvider>,
@@ -209,8 +210,9 @@ pub struct Engaged {
 
 impl Engagement {
     /// Creates Secret `kbind/acme` and Connection `acme` on the consumer (whose kbind CRDs and
-    /// namespace `kbind` must exist), marks it Ready with the provider's identity as the
-    /// Connection reconciler would, runs `provider::run` and waits until it engages the provider.
+    /// namespace `kbind` must exist), grants the provider user what an issuer grants a
+    /// konnector besides the test's own RBAC (its heartbeat Lease, reading the identity and
+    /// the CRDs), runs the Connection reconciler and waits until its link engages the provider.
     pub async fn engage(self, consumer: &FakeCluster, provider: &FakeCluster, clock: SharedClock) -> Engaged {
         let connector = Arc::new(FakeConnector::default());
         connector.route(SERVER, provider, CA);
@@ -226,6 +228,7 @@ impl Engagement {
         connector: Arc<dyn Connector>,
     ) -> Engaged {
         let admin: Arc<dyn ClusterClient> = Arc::new(consumer.admin_client());
+        grant_link(provider, &self.provider_user, &consumer.identity_uid()).await;
         provider.add_token(KONNECTOR_TOKEN, self.provider_user);
         let ctx = Context {
             consumer: Arc::new(consumer.client(self.consumer_user)),
@@ -234,8 +237,14 @@ impl Engagement {
             randomness: kbind_cluster::backoff::seeded(3),
             config: EngineConfig::default(),
         };
-        let registry = ProviderRegistry::new();
-        let task = AbortOnDrop(tokio::spawn(kbind_engine::provider::run(ctx.clone(), registry.clone())));
+        let links = Links::new();
+        let task = {
+            let (ctx, links) = (ctx.clone(), links.clone());
+            AbortOnDrop(tokio::spawn(async move {
+                let (stores, feed) = kbind_engine::connection::stores::ConsumerStores::new(&ctx);
+                tokio::join!(feed, kbind_engine::connection::run_shared(ctx.clone(), stores, links));
+            }))
+        };
         admin
             .create(
                 &secrets(),
@@ -264,26 +273,90 @@ impl Engagement {
             )
             .await
             .unwrap();
-        let status = json!({"status": {"remoteClusterUID": provider.identity_uid(), "conditions": [
-            {"type": "Ready", "status": "True", "reason": "AsExpected", "message": "",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-        admin
-            .patch_status(
-                &connections(),
-                None,
-                "acme",
-                &Patch::Merge(status),
-                &PatchParams::default(),
-            )
-            .await
-            .unwrap();
         eventually("the provider to be engaged", Duration::from_secs(120), || {
-            let engaged = registry.get("acme").is_some();
+            let engaged = links.get("acme").is_some();
             async move { engaged }
         })
         .await;
-        let engaged = registry.get("acme").unwrap();
+        let engaged = links.get("acme").unwrap();
         Engaged { ctx, engaged, task }
+    }
+}
+
+/// What an issuer grants a konnector on the provider besides the Export's resources (DESIGN.md
+/// §7): its heartbeat Lease `kbind/consumer-<consumer_uid>` (pre-created), reading the identity
+/// object and the CRDs.
+pub async fn grant_link(provider: &FakeCluster, user: &UserInfo, consumer_uid: &str) {
+    let padmin: Arc<dyn ClusterClient> = Arc::new(provider.admin_client());
+    let subject = if let Some(sa) = user.name.strip_prefix("system:serviceaccount:") {
+        let (namespace, name) = sa.split_once(':').unwrap_or(("default", sa));
+        json!([{"kind": "ServiceAccount", "namespace": namespace, "name": name}])
+    } else {
+        json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user.name}])
+    };
+    let lease = format!("consumer-{consumer_uid}");
+    let rbac = |kind: &str| {
+        res(
+            "rbac.authorization.k8s.io",
+            "v1",
+            kind,
+            &format!("{}s", kind.to_lowercase()),
+        )
+    };
+    if padmin
+        .get_opt(&res("", "v1", "Namespace", "namespaces"), None, "kbind")
+        .await
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        create_namespace(&padmin, "kbind").await;
+    }
+    let objects = [
+        (
+            leases(),
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": lease, "namespace": "kbind", "labels": {"core.kbind.io/managed": "true"}},
+                "spec": {"holderIdentity": consumer_uid}}),
+        ),
+        (
+            rbac("Role"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "konnector-link", "namespace": "kbind"},
+                "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "resourceNames": [lease], "verbs": ["get", "update"]}]}),
+        ),
+        (
+            rbac("RoleBinding"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "konnector-link", "namespace": "kbind"}, "subjects": subject,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "konnector-link"}}),
+        ),
+        (
+            rbac("ClusterRole"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "konnector-link"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]},
+                    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                     "verbs": ["get", "list", "watch"]}]}),
+        ),
+        (
+            rbac("ClusterRoleBinding"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "konnector-link"}, "subjects": subject,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "konnector-link"}}),
+        ),
+    ];
+    for (resource, body) in objects {
+        let namespace = body["metadata"]["namespace"].as_str().map(str::to_string);
+        match padmin
+            .create(&resource, namespace.as_deref(), &object(body), &PostParams::default())
+            .await
+        {
+            Ok(_) | Err(Error::AlreadyExists { .. }) => {}
+            Err(e) => panic!("granting the link's RBAC on the provider: {e}"),
+        }
     }
 }
 

@@ -294,14 +294,26 @@ fn assert_flat(small: &Idle, large: &Idle) {
         "down, 100 objects: {:#?}\ndown, 1000 objects: {:#?}",
         small.down, large.down
     );
-    assert_eq!(
-        small.engaged, large.engaged,
+    assert!(
+        flat(&small.engaged, &large.engaged),
         "seed {seed}: idle requests while engaged grow with the number of objects"
     );
-    assert_eq!(
-        small.down, large.down,
+    assert!(
+        flat(&small.down, &large.down),
         "seed {seed}: idle requests while disengaged grow with the number of objects"
     );
+}
+
+/// Whether two request counts are the same but for jitter: every kind of request made by
+/// both, each count within one of the other. Timers are jittered (a herd of konnectors must
+/// not fire in step), and the two worlds draw their jitter in a different order, so a
+/// ten-minute heartbeat may renew once more in one of them; growth with ten times the objects
+/// is far more than one.
+fn flat(small: &BTreeMap<String, usize>, large: &BTreeMap<String, usize>) -> bool {
+    small.keys().eq(large.keys())
+        && small
+            .iter()
+            .all(|(key, n)| large.get(key).is_some_and(|m| n.abs_diff(*m) <= 1))
 }
 
 #[tokio::test(start_paused = true)]

@@ -153,11 +153,13 @@ async fn a_revoked_credential_blocks_the_unbind_with_the_401_and_orphan_still_le
             .boxed()
         })
         .await;
+    // A refused credential is forgiven for the heartbeat Lease's duration (60 s) like any
+    // failure of an engaged link, then reported.
     let conn = world
         .run_until_connection(
             "acme",
             "Connected=False/Unauthorized and Ready=False/DeletionBlocked",
-            60,
+            150,
             |c| {
                 let connected = connection_condition(c, condition::CONNECTED);
                 let ready = connection_condition(c, condition::READY);

@@ -39,12 +39,19 @@ pub(crate) async fn discover(
     } else {
         labelled_crd_exports(provider).await?
     };
-    let source = match requested {
+    Ok(Discovered {
+        apis,
+        source: resolve_source(kcp_like, requested),
+    })
+}
+
+/// The schema source in use for `requested` (`Auto`: OpenAPI on a kcp-like provider, else CRD).
+pub(crate) fn resolve_source(kcp_like: bool, requested: SchemaSource) -> SchemaSource {
+    match requested {
         SchemaSource::Auto if kcp_like => SchemaSource::OpenApi,
         SchemaSource::Auto => SchemaSource::Crd,
         other => other,
-    };
-    Ok(Discovered { apis, source })
+    }
 }
 
 /// Everything discoverable outside the built-in groups.
@@ -82,6 +89,11 @@ async fn labelled_crd_exports(provider: &dyn ClusterClient) -> Result<Vec<Export
         Err(forbidden @ Error::Forbidden { .. }) => crds_by_name(provider, forbidden).await?,
         Err(e) => return Err(e),
     };
+    Ok(exported_apis(&crds))
+}
+
+/// The exported APIs among `crds` (labelled, well-formed, with a served version), sorted.
+pub(crate) fn exported_apis(crds: &[DynamicObject]) -> Vec<ExportedApi> {
     let mut apis: Vec<ExportedApi> = crds
         .iter()
         .filter(|c| is_exported(c))
@@ -89,7 +101,7 @@ async fn labelled_crd_exports(provider: &dyn ClusterClient) -> Result<Vec<Export
         .collect();
     apis.sort_by(|a, b| a.name.cmp(&b.name));
     apis.dedup_by(|a, b| a.name == b.name);
-    Ok(apis)
+    apis
 }
 
 /// Reads the CRD of each discovered non-built-in resource; `list_refusal` is returned when

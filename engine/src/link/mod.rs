@@ -1,0 +1,881 @@
+//! One provider link per Connection, and the one owner of all of it (DESIGN.md §2 "Identity",
+//! "Heartbeat", §4 "connection loss"): the accepted kubeconfig, the client built from it, the
+//! identity read through it, the heartbeat Lease, discovery and the engagement that syncers hang
+//! off. The Connection reconciler steps a link and turns its [`LinkReport`] into status; the
+//! binding reconciler and syncers only look engagements up by name ([`Links::get`]).
+//!
+//! Turbulence costs only time: a failed renewal (a 429, a 5xx, a timeout, a restarting
+//! apiserver) keeps the engagement, its syncers, caches and watches while failures last less
+//! than [`WINDOW`] (the heartbeat Lease's duration), retried with jittered backoff that never
+//! comes before a 429's `Retry-After`; the Connection's `Connected` message and the konnector's
+//! metrics say so meanwhile. Only then is the provider disengaged, as for any loss.
+
+mod discovery;
+mod exports;
+pub(crate) mod heartbeat;
+mod state;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use kbind_api::consts::{lease, reason};
+use kbind_api::{Connection, ExportedApi, SchemaSource};
+use kbind_cluster::backoff::Backoff;
+use kbind_cluster::identity::ClusterIdentity;
+use kbind_cluster::{ClusterClient, Error, IdentitySource};
+use kube::ResourceExt;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+pub use state::LinkState;
+
+use crate::context::Context;
+use crate::planted::{Plant, planted};
+use crate::provider::EngagedProvider;
+use crate::remote::{ProviderKubeconfig, provider_identity};
+use discovery::{Discovered, discover};
+use exports::ExportsWatch;
+use state::{Effect, Event};
+
+/// How long failures of an engaged link's requests are forgiven before the provider is
+/// disengaged: the heartbeat Lease's duration, the time a provider itself gives a consumer.
+pub const WINDOW: Duration = Duration::from_secs(lease::DURATION_SECONDS as u64);
+/// First retry after a failed request of a link.
+const RETRY_INITIAL: Duration = Duration::from_secs(1);
+/// Longest retry interval of a failing link (before jitter); a quarter of [`WINDOW`], so a
+/// faltering link is retried several times before it is given up.
+const RETRY_MAX: Duration = Duration::from_secs(15);
+/// Shortest requeue of a healthy link (a heartbeat due "now" after a slow pass).
+const MIN_REQUEUE: Duration = Duration::from_millis(100);
+
+/// How a provider failure is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// A verb was refused: `PermissionDenied=True`, reason `Forbidden`.
+    Denied(String),
+    /// The credentials themselves were refused (401): `Connected=False`, reason `Unauthorized`.
+    Unauthorized(String),
+    /// Transport, timeout, throttling or server trouble: reason `ProviderUnreachable`.
+    Unreachable(String),
+}
+
+/// Classifies a provider error; messages name verb, resource and HTTP status, never credentials
+/// or the server's text.
+pub(crate) fn classify(e: &Error) -> Failure {
+    match e {
+        Error::Forbidden { .. } => Failure::Denied(format!(
+            "the provider refuses a request of the credentials ({})",
+            crate::cause::http_cause(e)
+        )),
+        Error::Unauthorized { .. } => Failure::Unauthorized(format!(
+            "the provider refuses the credentials ({}); they were revoked or have expired. Nothing is deleted \
+             because of it: bind again for new credentials, or unbind with annotation {}: Orphan on the bindings \
+             and the Connection (`kbind unbind --orphan`) to let go without touching the provider",
+            crate::cause::http_cause(e),
+            kbind_api::consts::annotation::DELETION_POLICY
+        )),
+        Error::Transport(_) => {
+            Failure::Unreachable("the provider cannot be reached (transport error); retrying".into())
+        }
+        Error::Timeout(_) => Failure::Unreachable("a request to the provider timed out; retrying".into()),
+        Error::TooManyRequests { .. } => Failure::Unreachable(format!(
+            "the provider throttles the konnector ({}); retrying after the wait it asks for",
+            crate::cause::http_cause(e)
+        )),
+        Error::NotServed { .. } => Failure::Unreachable(
+            "the provider answered 404 without a Kubernetes Status (a proxy or ingress in front of the API server?); \
+             retrying"
+                .into(),
+        ),
+        other => Failure::Unreachable(format!(
+            "the provider answered with an error ({}); retrying",
+            crate::cause::http_cause(other)
+        )),
+    }
+}
+
+/// What a pass found out about the link, for the Connection's `Connected` condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// Connected with the pinned identity.
+    Connected,
+    /// Engaged, but its requests have failed since `since`; kept engaged until failures last
+    /// [`WINDOW`]. (No count or countdown: a condition that changed with every attempt would
+    /// rewrite the status, and each write wake the reconciler again.)
+    Faltering {
+        /// When the first failure of this run happened (wall clock).
+        since: jiff::Timestamp,
+        /// The last failure, classified.
+        cause: String,
+    },
+    /// Not connected: the failure.
+    Failed(Failure),
+    /// The identity differs from the pinned one (`provider` or `consumer`).
+    IdentityChanged(&'static str),
+}
+
+/// What one pass of a link reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LinkReport {
+    /// How the link stands.
+    pub health: Health,
+    /// `Some(message)` when a verb was refused on the provider.
+    pub permission_denied: Option<String>,
+    /// The provider's cluster UID (to pin when the status has none yet).
+    pub remote_uid: Option<String>,
+    /// Fresh discovery results; `None` keeps what the status has.
+    pub exported: Option<(Vec<ExportedApi>, SchemaSource)>,
+    /// When to look again.
+    pub next: Duration,
+}
+
+impl LinkReport {
+    fn failed(failure: Failure, next: Duration) -> Self {
+        Self {
+            permission_denied: match &failure {
+                Failure::Denied(message) => Some(message.clone()),
+                _ => None,
+            },
+            health: Health::Failed(failure),
+            remote_uid: None,
+            exported: None,
+            next,
+        }
+    }
+}
+
+/// When a link's Connection wants an engagement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Engage {
+    /// While it is Ready: connected with the pinned identity, no verb refused.
+    WhenReady,
+    /// While it is connected: a deleted Connection whose bindings drain (they need the provider
+    /// to delete their copies, also while a refused verb blocks one of them).
+    WhenConnected,
+}
+
+/// What a pass of a link starts from.
+pub(crate) struct Input<'a> {
+    /// The Connection as cached.
+    pub conn: &'a Connection,
+    /// The kubeconfig its Secret holds, when accepted (`None`: missing or refused; nothing is
+    /// sent to the provider).
+    pub kubeconfig: Option<ProviderKubeconfig>,
+    /// This cluster's own UID.
+    pub local_uid: &'a str,
+    /// When it wants an engagement.
+    pub engage: Engage,
+}
+
+/// What the rest of the engine reads of one link without waiting for a pass.
+#[derive(Debug, Clone)]
+struct Published {
+    state: LinkState,
+    failed: bool,
+    engaged: Option<Arc<EngagedProvider>>,
+}
+
+/// Everything the links of one engine share.
+struct Inner {
+    links: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Link>>>>,
+    published: RwLock<BTreeMap<String, Published>>,
+    /// The heartbeat Leases, one per consumer–provider pair, shared by its Connections.
+    pairs: heartbeat::Pairs,
+    changes: watch::Sender<u64>,
+    wakes: broadcast::Sender<String>,
+}
+
+/// The provider links of one engine, by Connection name; clones share them.
+#[derive(Clone)]
+pub struct Links {
+    inner: Arc<Inner>,
+}
+
+impl Default for Links {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Links").field("engaged", &self.engaged()).finish()
+    }
+}
+
+impl Links {
+    /// No link yet.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                links: Mutex::new(BTreeMap::new()),
+                published: RwLock::new(BTreeMap::new()),
+                pairs: heartbeat::Pairs::default(),
+                changes: watch::channel(0).0,
+                wakes: broadcast::channel(256).0,
+            }),
+        }
+    }
+
+    /// The engaged provider of Connection `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<EngagedProvider>> {
+        self.read().get(name).and_then(|p| p.engaged.clone())
+    }
+
+    /// Names of the engaged Connections, sorted.
+    pub fn engaged(&self) -> Vec<String> {
+        self.read()
+            .iter()
+            .filter(|(_, p)| p.engaged.is_some())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Where the link of Connection `name` stands.
+    pub fn state(&self, name: &str) -> LinkState {
+        self.read().get(name).map_or(LinkState::Unlinked, |p| p.state.clone())
+    }
+
+    /// The links whose engaged provider is faltering, with their failures in a row.
+    pub fn faltering(&self) -> Vec<(String, u32)> {
+        self.read()
+            .iter()
+            .filter_map(|(name, p)| match p.state {
+                LinkState::Faltering { failures, .. } => Some((name.clone(), failures)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether the provider of Connection `name` is known to be down or another cluster (not
+    /// merely "not engaged yet", as right after a restart or a leader hand-over).
+    pub fn is_down(&self, name: &str) -> bool {
+        self.read().get(name).is_some_and(|p| p.state.is_down(p.failed))
+    }
+
+    /// A receiver that changes whenever a provider is engaged or disengaged.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Names of Connections whose link saw something a pass should look at (an exported CRD
+    /// changed).
+    pub(crate) fn wakes(&self) -> broadcast::Receiver<String> {
+        self.inner.wakes.subscribe()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Published>> {
+        self.inner.published.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slot(&self, name: &str) -> Arc<tokio::sync::Mutex<Link>> {
+        self.inner
+            .links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Link::new(name))))
+            .clone()
+    }
+
+    /// One pass of Connection `input.conn`'s link: connect, prove the identity, renew the
+    /// heartbeat and discover when due, engage or disengage; what it found.
+    pub(crate) async fn step(&self, ctx: &Context, input: Input<'_>) -> LinkReport {
+        let name = input.conn.name_any();
+        let slot = self.slot(&name);
+        let mut link = slot.lock().await;
+        let env = Env {
+            ctx,
+            pairs: &self.inner.pairs,
+            wakes: &self.inner.wakes,
+        };
+        let report = link.pass(&env, input).await;
+        self.publish(&link);
+        report
+    }
+
+    /// Ends the link of a Connection that is gone (disengaged; nothing is deleted).
+    pub(crate) async fn forget(&self, ctx: &Context, name: &str) {
+        let slot = self.inner.links.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        if let Some(slot) = slot {
+            let mut link = slot.lock().await;
+            link.drop_engagement(ctx, "the Connection is gone").await;
+        }
+        let removed = self
+            .inner
+            .published
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        if removed.is_some_and(|p| p.engaged.is_some()) {
+            self.inner.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Ends every link (leadership lost, shutdown): caches stopped, clients dropped, nothing
+    /// deleted; the next term starts from `Unlinked`.
+    pub(crate) fn drop_all(&self) {
+        let slots: Vec<_> = std::mem::take(&mut *self.inner.links.lock().unwrap_or_else(|p| p.into_inner()))
+            .into_values()
+            .collect();
+        let published = std::mem::take(&mut *self.inner.published.write().unwrap_or_else(|p| p.into_inner()));
+        for provider in published.into_values().filter_map(|p| p.engaged) {
+            tracing::info!(connection = %provider.name, reason = "leadership lost or shutdown", "disengaged provider");
+            provider.shut_down();
+        }
+        drop(slots);
+        self.inner.changes.send_modify(|n| *n += 1);
+    }
+
+    fn publish(&self, link: &Link) {
+        let next = Published {
+            state: link.state.clone(),
+            failed: link.failed,
+            engaged: link.engagement.clone(),
+        };
+        let mut published = self.inner.published.write().unwrap_or_else(|p| p.into_inner());
+        let before = published.insert(link.name.clone(), next);
+        let was_down = before.as_ref().is_some_and(|p| p.state.is_down(p.failed));
+        let engagement_changed = match (before.and_then(|p| p.engaged), &link.engagement) {
+            (Some(a), Some(b)) => !Arc::ptr_eq(&a, b),
+            (None, None) => false,
+            _ => true,
+        };
+        // A first failure counts as a change too: bindings mark their objects stale.
+        let newly_down = !was_down && link.state.is_down(link.failed);
+        drop(published);
+        if engagement_changed || newly_down {
+            self.inner.changes.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// What a pass needs besides its link.
+struct Env<'a> {
+    ctx: &'a Context,
+    pairs: &'a heartbeat::Pairs,
+    wakes: &'a broadcast::Sender<String>,
+}
+
+/// One Connection's provider link.
+struct Link {
+    name: String,
+    state: LinkState,
+    /// The last pass failed (the provider is known down unless it is still engaged).
+    failed: bool,
+    kubeconfig: Option<ProviderKubeconfig>,
+    client: Option<Arc<dyn ClusterClient>>,
+    /// The identity read through this client, standing while the Lease renewals are unbroken.
+    identity: Option<ClusterIdentity>,
+    /// UIDs pinned by this process, so a pass on a stale cached Connection (pin written,
+    /// watch event not yet seen) still compares against the pin.
+    pinned: Option<(String, String)>,
+    /// The Lease as this link last wrote it (its next renewal is one update).
+    lease: Option<heartbeat::Renewed>,
+    last_renew: Option<Instant>,
+    lease_denied: Option<String>,
+    discovered: Option<Discovered>,
+    last_discovery: Option<Instant>,
+    discovery_denied: Option<String>,
+    exports: Option<ExportsWatch>,
+    engagement: Option<Arc<EngagedProvider>>,
+    /// Retries of a failing link (reset by a proven pass).
+    backoff: Option<Backoff>,
+    /// While failing: when the next attempt is due.
+    retry_at: Option<Instant>,
+    /// While faltering: when the first failure happened (wall clock) and the last one's cause.
+    trouble: Option<(jiff::Timestamp, String)>,
+}
+
+impl Link {
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            state: LinkState::Unlinked,
+            failed: false,
+            kubeconfig: None,
+            client: None,
+            identity: None,
+            pinned: None,
+            lease: None,
+            last_renew: None,
+            lease_denied: None,
+            discovered: None,
+            last_discovery: None,
+            discovery_denied: None,
+            exports: None,
+            engagement: None,
+            backoff: None,
+            retry_at: None,
+            trouble: None,
+        }
+    }
+
+    /// Feeds `event` to the state machine and carries out its effect.
+    async fn apply(&mut self, env: &Env<'_>, event: Event) {
+        let (next, effect) = state::step(&self.state, event, WINDOW);
+        self.state = next;
+        match effect {
+            Effect::Stay => {}
+            Effect::Engage => self.engage(env.ctx),
+            Effect::Drop => self.drop_engagement(env.ctx, "the provider link ended").await,
+        }
+    }
+
+    fn engage(&mut self, ctx: &Context) {
+        let (Some(client), LinkState::Engaged { uid }) = (&self.client, &self.state) else {
+            return;
+        };
+        tracing::info!(connection = %self.name, identity = %uid, "engaged provider");
+        self.engagement = Some(Arc::new(EngagedProvider::new(
+            &self.name,
+            client.clone(),
+            uid,
+            &ctx.randomness,
+        )));
+    }
+
+    /// Ends the engagement and drops the client: recovery connects afresh (DESIGN.md §4).
+    async fn drop_engagement(&mut self, ctx: &Context, why: &str) {
+        if let Some(provider) = self.engagement.take() {
+            tracing::info!(connection = %self.name, reason = why, "disengaged provider");
+            provider.shut_down();
+            if planted(Plant::DeleteOnDisengage) {
+                planted_delete_pulled_crds(ctx, &self.name).await;
+            }
+        }
+        if !planted(Plant::ReuseClientAfterDisengage) {
+            self.client = None;
+        }
+        self.identity = None;
+        self.lease = None;
+        self.last_renew = None;
+        self.last_discovery = None;
+        self.exports = None;
+    }
+
+    /// One pass (see [`Links::step`]).
+    async fn pass(&mut self, env: &Env<'_>, input: Input<'_>) -> LinkReport {
+        let now = Instant::now();
+        let Some(kubeconfig) = input.kubeconfig.clone() else {
+            // Nothing is run or sent to the provider for a refused or missing kubeconfig.
+            self.kubeconfig = None;
+            self.failed = false;
+            self.apply(env, Event::Reset).await;
+            return LinkReport {
+                health: Health::Failed(Failure::Unreachable("waiting for a valid kubeconfig Secret".into())),
+                permission_denied: None,
+                remote_uid: None,
+                exported: None,
+                next: Duration::MAX,
+            };
+        };
+        if self.kubeconfig.as_ref() != Some(&kubeconfig) {
+            if self.kubeconfig.is_some() {
+                // New credentials, a new server or CA: the old link is over.
+                self.apply(env, Event::Reset).await;
+            }
+            self.kubeconfig = Some(kubeconfig.clone());
+        }
+        let client = match &self.client {
+            Some(client) => client.clone(),
+            None => match env.ctx.connector.connect(&kubeconfig).await {
+                Ok(client) => {
+                    self.client = Some(client.clone());
+                    self.apply(env, Event::Connected).await;
+                    client
+                }
+                Err(e) => return self.failed(env, &e, now).await,
+            },
+        };
+        if self.client.is_some() && matches!(self.state, LinkState::Unlinked | LinkState::IdentityChanged { .. }) {
+            // A client kept across a drop (only ever the planted bug) counts as a new link.
+            self.apply(env, Event::Connected).await;
+        }
+        match self.drive(env, &input, &client, now).await {
+            Ok(report) => report,
+            Err(Stop::Failed(e)) => self.failed(env, &e, now).await,
+            Err(Stop::Report(report)) => report,
+        }
+    }
+
+    /// Proves the identity, renews the heartbeat and discovers when due, then engages or
+    /// disengages as the Connection wants.
+    async fn drive(
+        &mut self,
+        env: &Env<'_>,
+        input: &Input<'_>,
+        client: &Arc<dyn ClusterClient>,
+        now: Instant,
+    ) -> Result<LinkReport, Stop> {
+        let config = &env.ctx.config;
+        let status = input.conn.status.clone().unwrap_or_default();
+        let pinned_remote = status.remote_cluster_uid.or_else(|| self.pinned.clone().map(|p| p.0));
+        let pinned_local = status.local_cluster_uid.or_else(|| self.pinned.clone().map(|p| p.1));
+        let lease_uid = pinned_local.clone().unwrap_or_else(|| input.local_uid.to_string());
+        // A faltering link retries on its backoff (never before a 429's Retry-After); a
+        // healthy one renews every heartbeat interval.
+        let heartbeat_due = match self.retry_at {
+            Some(at) => now >= at,
+            None => is_due(self.last_renew, config.heartbeat_interval, now),
+        };
+        if matches!(self.state, LinkState::Faltering { .. }) && !heartbeat_due {
+            // Faltering and not due (a pass woken by something else): nothing is sent before
+            // the backoff, or a 429's Retry-After, has passed.
+            return Err(Stop::Report(self.faltering_report(now)));
+        }
+        if let Some(identity) = self.identity.clone().filter(|_| heartbeat_due) {
+            let pair = (identity.uid.clone(), lease_uid.clone());
+            match self.beat(env, client, &pair, now).await {
+                Ok(true) => self.last_renew = Some(now),
+                Ok(false) => self.identity = None,
+                Err(e) => match classify(&e) {
+                    Failure::Denied(message) => {
+                        // No Lease to prove continuity with: the identity is read every time.
+                        self.lease_denied = Some(message);
+                        self.lease = None;
+                        self.identity = None;
+                        self.last_renew = Some(now);
+                    }
+                    Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
+                },
+            }
+        }
+        let identity = match self.identity.clone() {
+            Some(identity) => identity,
+            None => provider_identity(client.as_ref()).await.map_err(Stop::Failed)?,
+        };
+        let remote_changed = pinned_remote.as_deref().is_some_and(|uid| uid != identity.uid);
+        let local_changed = pinned_local.as_deref().is_some_and(|uid| uid != input.local_uid);
+        if remote_changed || local_changed {
+            if planted(Plant::RenewLeaseWhileDisconnected) {
+                let _ = heartbeat::renew(
+                    client.as_ref(),
+                    &config.lease_namespace,
+                    input.local_uid,
+                    env.ctx.clock.now(),
+                )
+                .await;
+            }
+            self.apply(
+                env,
+                Event::Mismatch {
+                    found: identity.uid.clone(),
+                },
+            )
+            .await;
+            self.failed = true;
+            return Ok(LinkReport {
+                health: Health::IdentityChanged(if remote_changed { "provider" } else { "consumer" }),
+                permission_denied: None,
+                remote_uid: None,
+                exported: None,
+                next: config.rediscovery_interval.min(RETRY_MAX),
+            });
+        }
+        self.pinned
+            .get_or_insert_with(|| (identity.uid.clone(), input.local_uid.to_string()));
+        self.identity = Some(identity.clone());
+
+        self.discover(env, input, client, &identity, now).await?;
+        if is_due(self.last_renew, config.heartbeat_interval, now) {
+            match heartbeat::renew(
+                client.as_ref(),
+                &config.lease_namespace,
+                &lease_uid,
+                env.ctx.clock.now(),
+            )
+            .await
+            {
+                Ok(lease) => {
+                    env.pairs
+                        .renewed(&(identity.uid.clone(), lease_uid.clone()), &lease, now);
+                    self.lease = Some(lease);
+                    self.lease_denied = None;
+                }
+                Err(e) => match classify(&e) {
+                    Failure::Denied(message) => {
+                        self.lease_denied = Some(message);
+                        self.lease = None;
+                        self.identity = None;
+                    }
+                    Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
+                },
+            }
+            self.last_renew = Some(now);
+        }
+
+        // Proven: whatever failed before is over.
+        if matches!(self.state, LinkState::Faltering { .. }) {
+            tracing::info!(connection = %self.name, "the provider answers again; it stayed engaged");
+        }
+        self.failed = false;
+        self.retry_at = None;
+        self.trouble = None;
+        if let Some(b) = self.backoff.as_mut() {
+            b.reset();
+        }
+        self.apply(
+            env,
+            Event::Proven {
+                uid: identity.uid.clone(),
+            },
+        )
+        .await;
+        let permission_denied = self.discovery_denied.clone().or_else(|| self.lease_denied.clone());
+        let wanted = match input.engage {
+            Engage::WhenReady => permission_denied.is_none(),
+            Engage::WhenConnected => true,
+        };
+        self.apply(env, if wanted { Event::Wanted } else { Event::Unwanted })
+            .await;
+        let next = [
+            due_in(self.last_renew, config.heartbeat_interval, now),
+            due_in(self.last_discovery, config.rediscovery_interval, now),
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(RETRY_MAX)
+        .clamp(MIN_REQUEUE, config.heartbeat_interval);
+        Ok(LinkReport {
+            health: Health::Connected,
+            permission_denied,
+            remote_uid: Some(identity.uid.clone()),
+            exported: self.discovered.as_ref().map(|d| (d.apis.clone(), d.source)),
+            next,
+        })
+    }
+
+    /// Discovery: from the exported CRDs' watch once it has listed, else a list when due.
+    async fn discover(
+        &mut self,
+        env: &Env<'_>,
+        input: &Input<'_>,
+        client: &Arc<dyn ClusterClient>,
+        identity: &ClusterIdentity,
+        now: Instant,
+    ) -> Result<(), Stop> {
+        let kcp_like = identity.source == IdentitySource::LogicalCluster;
+        let source = discovery::resolve_source(kcp_like, input.conn.spec.schema.source);
+        if !kcp_like && self.exports.is_none() {
+            self.exports = Some(ExportsWatch::start(
+                client.clone(),
+                crate::context::watcher_config(&env.ctx.randomness.fork(&format!("link/{}", self.name))),
+                self.name.clone(),
+                env.wakes.clone(),
+            ));
+        }
+        if let Some(apis) = self.exports.as_ref().and_then(ExportsWatch::exported) {
+            self.discovered = Some(Discovered { apis, source });
+            self.discovery_denied = None;
+            self.last_discovery = Some(now);
+            return Ok(());
+        }
+        let watched = self.exports.as_ref().is_some_and(|w| !w.is_refused());
+        // A watch still listing will wake the Connection; poll only when there is none.
+        if (watched && self.discovered.is_some())
+            || !is_due(self.last_discovery, env.ctx.config.rediscovery_interval, now)
+        {
+            return Ok(());
+        }
+        match discover(client.as_ref(), kcp_like, input.conn.spec.schema.source).await {
+            Ok(discovered) => {
+                self.discovered = Some(discovered);
+                self.discovery_denied = None;
+            }
+            Err(e) => match classify(&e) {
+                Failure::Denied(message) => self.discovery_denied = Some(message),
+                Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
+            },
+        }
+        self.last_discovery = Some(now);
+        Ok(())
+    }
+
+    /// The heartbeat of a verified link: renews the pair's Lease in one update when this link's
+    /// turn has come, else reads it back. `Ok(false)`: this link's continuity is not proven (no
+    /// Lease to go from, or the provider no longer holds it as the pair wrote it), and the
+    /// identity is read before anything else.
+    async fn beat(
+        &mut self,
+        env: &Env<'_>,
+        client: &Arc<dyn ClusterClient>,
+        pair: &heartbeat::PairKey,
+        now: Instant,
+    ) -> Result<bool, Error> {
+        let namespace = &env.ctx.config.lease_namespace;
+        let lease_uid = &pair.1;
+        let proven = match env.pairs.turn(pair, now, env.ctx.config.heartbeat_interval) {
+            heartbeat::Turn::Check(written) => {
+                heartbeat::check_unbroken(client.as_ref(), namespace, lease_uid, &written).await?
+            }
+            heartbeat::Turn::Renew(latest) => {
+                let Some(last) = latest.map(|l| *l).or_else(|| self.lease.clone()) else {
+                    return Ok(false);
+                };
+                let renewed =
+                    heartbeat::renew_unbroken(client.as_ref(), namespace, lease_uid, env.ctx.clock.now(), &last)
+                        .await?;
+                match &renewed {
+                    Some(lease) => env.pairs.renewed(pair, lease, now),
+                    None => env.pairs.broken(pair),
+                }
+                renewed
+            }
+        };
+        let unbroken = proven.is_some();
+        self.lease = proven;
+        if unbroken {
+            self.lease_denied = None;
+        }
+        Ok(unbroken)
+    }
+
+    /// A request of the link failed: forgiven while engaged and within [`WINDOW`], else the
+    /// link ends; retried on a jittered backoff that honours `Retry-After`.
+    async fn failed(&mut self, env: &Env<'_>, e: &Error, now: Instant) -> LinkReport {
+        let failure = classify(e);
+        self.apply(env, Event::Failed { at: now }).await;
+        let backoff = self.backoff.get_or_insert_with(|| {
+            env.ctx
+                .backoff(&format!("link/{}", self.name), RETRY_INITIAL, RETRY_MAX)
+        });
+        let delay = backoff.after(e);
+        self.retry_at = Some(now + delay);
+        match &self.state {
+            LinkState::Faltering { failures, .. } => {
+                tracing::info!(connection = %self.name, failures, error = %crate::cause::http_cause(e), ?delay, "a provider request failed; the provider stays engaged");
+                let cause = match failure {
+                    Failure::Denied(m) | Failure::Unauthorized(m) | Failure::Unreachable(m) => m,
+                };
+                let since = self
+                    .trouble
+                    .take()
+                    .map_or_else(|| env.ctx.clock.now(), |(since, _)| since);
+                self.trouble = Some((since, cause));
+                self.faltering_report(now)
+            }
+            _ => {
+                tracing::info!(connection = %self.name, error = %crate::cause::http_cause(e), ?delay, "the provider link failed");
+                self.failed = true;
+                self.trouble = None;
+                LinkReport::failed(failure, delay)
+            }
+        }
+    }
+
+    /// What a faltering link reports: the same until its cause changes, and when to look again
+    /// (the next attempt, or the end of the window if sooner).
+    fn faltering_report(&self, now: Instant) -> LinkReport {
+        let started = match &self.state {
+            LinkState::Faltering { since, .. } => *since,
+            _ => now,
+        };
+        let retry_in = self
+            .retry_at
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let window_left = (started + WINDOW).saturating_duration_since(now);
+        let (since, cause) = self
+            .trouble
+            .clone()
+            .unwrap_or_else(|| (jiff::Timestamp::UNIX_EPOCH, String::new()));
+        LinkReport {
+            health: Health::Faltering { since, cause },
+            permission_denied: self.discovery_denied.clone().or_else(|| self.lease_denied.clone()),
+            remote_uid: self.identity.as_ref().map(|i| i.uid.clone()),
+            // What was discovered stands while the link is kept (SchemaInSync does not flap).
+            exported: self.discovered.as_ref().map(|d| (d.apis.clone(), d.source)),
+            next: retry_in.min(window_left).max(MIN_REQUEUE),
+        }
+    }
+}
+
+/// Why a pass stopped early.
+enum Stop {
+    /// A provider request failed.
+    Failed(Error),
+    /// Nothing more to do this pass.
+    Report(LinkReport),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+fn is_due(last: Option<Instant>, every: Duration, now: Instant) -> bool {
+    last.is_none_or(|at| now.saturating_duration_since(at) >= every)
+}
+
+/// How long until `every` has passed since `last`; an interval too long to add (a resync of
+/// "forever") is never due.
+fn due_in(last: Option<Instant>, every: Duration, now: Instant) -> Duration {
+    last.map_or(Duration::ZERO, |at| match at.checked_add(every) {
+        Some(due) => due.saturating_duration_since(now),
+        None => Duration::MAX,
+    })
+}
+
+/// The `Connected` condition of a link's health: its reason and message.
+pub(crate) fn connected_condition(health: &Health) -> (bool, &'static str, String) {
+    match health {
+        Health::Connected => (
+            true,
+            reason::AS_EXPECTED,
+            "connected to the provider with the pinned identity".into(),
+        ),
+        Health::Faltering { since, cause } => (
+            true,
+            reason::AS_EXPECTED,
+            format!(
+                "connected with the pinned identity, but provider requests have failed since {} ({cause}). \
+                 Syncing goes on; the provider is disengaged only if failures last {} s",
+                kbind_cluster::clock::format_time(*since),
+                WINDOW.as_secs()
+            ),
+        ),
+        Health::Failed(Failure::Denied(message)) => (
+            false,
+            reason::FORBIDDEN,
+            format!("cannot verify the provider's identity: {message}"),
+        ),
+        Health::Failed(Failure::Unauthorized(message)) => (false, reason::UNAUTHORIZED, message.clone()),
+        Health::Failed(Failure::Unreachable(message)) => (false, reason::PROVIDER_UNREACHABLE, message.clone()),
+        Health::IdentityChanged(which) => (
+            false,
+            reason::CLUSTER_IDENTITY_CHANGED,
+            format!(
+                "the {which} cluster's identity differs from the pinned one; nothing is written to the provider. \
+                 To accept a rebuilt provider, delete the Connection with annotation core.kbind.io/deletion-policy=Orphan and apply it again"
+            ),
+        ),
+    }
+}
+
+/// The planted bug: "cleans up" the consumer CRDs pulled through this Connection on
+/// disengage, which §8 invariant 1 forbids.
+async fn planted_delete_pulled_crds(ctx: &Context, connection: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let res = kbind_cluster::ApiResource::erase::<CustomResourceDefinition>(&());
+    let Ok(list) = ctx.consumer.list(&res, None, &Default::default()).await else {
+        return;
+    };
+    for crd in list.items {
+        if crd
+            .annotations()
+            .get(kbind_api::consts::annotation::CONNECTION)
+            .map(String::as_str)
+            == Some(connection)
+        {
+            let _ = ctx
+                .consumer
+                .delete(&res, None, &crd.name_any(), &Default::default())
+                .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
