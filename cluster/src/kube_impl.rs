@@ -24,6 +24,7 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
+use crate::transport::TransportOptions;
 use crate::{ApiGroupInfo, ClusterClient, DiscoveredResource, Discovery, Error, Result, WatchStream};
 
 /// A [`ClusterClient`] talking to a real API server through a `kube::Client`.
@@ -55,11 +56,21 @@ impl KubeClusterClient {
 
     /// [`from_config`](Self::from_config) with response bodies capped at `max_response_bytes`
     /// (per event for watches): a server cannot make the client buffer without end.
-    pub fn from_config_with_limit(mut config: kube::Config, max_response_bytes: u64) -> Result<Self, Error> {
+    pub fn from_config_with_limit(config: kube::Config, max_response_bytes: u64) -> Result<Self, Error> {
+        Self::from_config_with_transport(config, max_response_bytes, &TransportOptions::default())
+    }
+
+    /// [`from_config_with_limit`](Self::from_config_with_limit) with `transport`'s keepalive
+    /// settings instead of the defaults (a config kube's own stack serves ignores them).
+    pub fn from_config_with_transport(
+        mut config: kube::Config,
+        max_response_bytes: u64,
+        transport: &TransportOptions,
+    ) -> Result<Self, Error> {
         config.default_retry = false;
         let limit = crate::limit::ResponseLimitLayer::new(max_response_bytes);
         let client = if crate::transport::supports(&config) {
-            crate::transport::client_builder(&config)
+            crate::transport::client_builder_with(&config, transport)
                 .map_err(|e| Error::Transport(e.to_string()))?
                 .with_layer(&limit)
                 .build()

@@ -13,6 +13,7 @@ mod kube_watch;
 pub mod layer;
 pub mod limit;
 pub mod planted;
+pub mod timeout;
 pub mod transport;
 pub mod watcher;
 
@@ -23,6 +24,7 @@ pub use error::{Error, Result};
 pub use identity::{ClusterIdentity, IdentitySource};
 pub use kube_impl::KubeClusterClient;
 pub use layer::{Layer, Request};
+pub use timeout::{REQUEST_TIMEOUT, RequestTimeout, with_request_timeout};
 pub use watcher::{BackoffPolicy, WatcherConfig, into_seam_error, watcher};
 
 pub use kube::api::{

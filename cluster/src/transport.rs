@@ -28,9 +28,57 @@ use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 /// The boxed service every client of ours is built over.
 pub type Transport = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
-/// How often an HTTP/2 connection is pinged while idle, so a dead peer ends every watch it
-/// carries at once instead of after the read timeout (client-go pings every 30 s too).
-const KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// How long an HTTP/2 connection may stay silent before it is pinged, so a dead peer ends
+/// every request and watch it carries instead of leaving them waiting on the kernel's
+/// retransmissions (about 15 minutes): client-go's `ReadIdleTimeout` is 30 s too.
+pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long a ping may go unanswered before the connection, and every watch on it, is closed:
+/// client-go's `PingTimeout` (15 s). A dead connection is thus noticed within 45 s.
+pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long a TCP connection may be idle (no unacknowledged data) before the kernel probes it.
+/// The only liveness check an HTTP/1.1 connection has: a pooled connection or a quiet watch to
+/// a peer that vanished would otherwise be kept (and a watch wait) for hours. 30 s as Go's and
+/// so client-go's dialer; on HTTP/2 the pings above usually notice first.
+pub const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
+/// The pause between unanswered keepalive probes. Shorter than Go's 30 s: with
+/// [`TCP_KEEPALIVE_RETRIES`] a silent peer is declared dead 60 s after the connection went
+/// quiet (Go: 30 s + 9 × 30 s), within the heartbeat Lease's 60 s.
+pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Unanswered probes before the kernel closes the connection (Linux's default is 9).
+pub const TCP_KEEPALIVE_RETRIES: u32 = 3;
+
+/// How the transport notices a dead peer. A probe only runs on a connection with nothing in
+/// flight; a request sent into a dead connection is bounded by
+/// [`RequestTimeout`](crate::timeout::RequestTimeout) instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportOptions {
+    /// Silence on an HTTP/2 connection before it is pinged.
+    pub http2_keep_alive_interval: Duration,
+    /// How long an HTTP/2 ping may go unanswered before the connection is closed.
+    pub http2_keep_alive_timeout: Duration,
+    /// Idle time before TCP keepalive probes start.
+    pub tcp_keepalive_idle: Duration,
+    /// Time between unanswered TCP keepalive probes.
+    pub tcp_keepalive_interval: Duration,
+    /// Unanswered TCP keepalive probes before the connection is dropped.
+    pub tcp_keepalive_retries: u32,
+}
+
+impl Default for TransportOptions {
+    fn default() -> Self {
+        Self {
+            http2_keep_alive_interval: HTTP2_KEEP_ALIVE_INTERVAL,
+            http2_keep_alive_timeout: HTTP2_KEEP_ALIVE_TIMEOUT,
+            tcp_keepalive_idle: TCP_KEEPALIVE_IDLE,
+            tcp_keepalive_interval: TCP_KEEPALIVE_INTERVAL,
+            tcp_keepalive_retries: TCP_KEEPALIVE_RETRIES,
+        }
+    }
+}
 
 /// Whether [`client_builder`] covers everything `config` asks for. A proxy, a TLS server name
 /// override or an exec plugin (whose client certificates expire) are left to kube's own stack,
@@ -41,17 +89,29 @@ pub fn supports(config: &kube::Config) -> bool {
 
 /// The TCP dialer under TLS. HTTP/2 writes a request as several small frames; with Nagle on,
 /// the last one waits for the peer's delayed ACK (40 ms on Linux) on every request on a quiet
-/// connection (Go's `net.Dial` sets the option too).
-fn tcp_connector() -> HttpConnector {
+/// connection (Go's `net.Dial` sets the option too). Keepalive probes end a connection whose
+/// peer vanished silently (see [`TCP_KEEPALIVE_IDLE`]).
+fn tcp_connector(options: &TransportOptions) -> HttpConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
+    http.set_keepalive(Some(options.tcp_keepalive_idle));
+    http.set_keepalive_interval(Some(options.tcp_keepalive_interval));
+    http.set_keepalive_retries(Some(options.tcp_keepalive_retries));
     http
 }
 
 /// A `ClientBuilder` for `config` over [`Transport`] (see [`supports`]).
 pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<Transport>, kube::Error> {
-    let http = tcp_connector();
+    client_builder_with(config, &TransportOptions::default())
+}
+
+/// [`client_builder`] with `options` instead of the defaults (tests shorten the pings).
+pub fn client_builder_with(
+    config: &kube::Config,
+    options: &TransportOptions,
+) -> Result<ClientBuilder<Transport>, kube::Error> {
+    let http = tcp_connector(options);
     let tls = config.rustls_client_config()?;
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
@@ -65,7 +125,8 @@ pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<Transport>,
     let mut builder = hyper_util::client::legacy::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .http2_keep_alive_interval(Some(KEEP_ALIVE))
+        .http2_keep_alive_interval(Some(options.http2_keep_alive_interval))
+        .http2_keep_alive_timeout(options.http2_keep_alive_timeout)
         .http2_keep_alive_while_idle(true);
     let client = Pool {
         slots: Arc::new(Mutex::new(Vec::new())),
@@ -193,10 +254,41 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("address").port();
         let uri: http::Uri = format!("https://127.0.0.1:{port}").parse().expect("uri");
-        let stream = tcp_connector().oneshot(uri).await.expect("dial");
+        let stream = tcp_connector(&TransportOptions::default())
+            .oneshot(uri)
+            .await
+            .expect("dial");
         assert!(
             stream.inner().nodelay().expect("read TCP_NODELAY"),
             "HTTP/2 frames would wait for delayed ACKs"
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_are_dialled_with_tcp_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let uri: http::Uri = format!("https://127.0.0.1:{port}").parse().expect("uri");
+        let stream = tcp_connector(&TransportOptions::default())
+            .oneshot(uri)
+            .await
+            .expect("dial");
+        let socket = socket2::SockRef::from(stream.inner());
+        assert!(
+            socket.keepalive().expect("read SO_KEEPALIVE"),
+            "a peer that vanished silently would hold an idle HTTP/1.1 connection for hours"
+        );
+        assert_eq!(
+            socket.tcp_keepalive_time().expect("read TCP_KEEPIDLE"),
+            TCP_KEEPALIVE_IDLE
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().expect("read TCP_KEEPINTVL"),
+            TCP_KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_retries().expect("read TCP_KEEPCNT"),
+            TCP_KEEPALIVE_RETRIES
         );
     }
 }

@@ -97,6 +97,8 @@ impl FakeClusterBuilder {
             requests: Mutex::new(Vec::new()),
             incarnation: std::sync::atomic::AtomicU64::new(0),
             delayed: std::sync::atomic::AtomicUsize::new(0),
+            swallowed: std::sync::atomic::AtomicUsize::new(0),
+            stall: Arc::default(),
         });
         let cluster = FakeCluster { inner };
         cluster.bootstrap();
@@ -124,6 +126,10 @@ pub(crate) struct Inner {
     /// Requests waiting out the latency fault right now, counted down also when the client
     /// goes away mid-wait (the handler is dropped).
     pub(crate) delayed: std::sync::atomic::AtomicUsize,
+    /// Requests sent into the black hole that the caller has not given up yet.
+    pub(crate) swallowed: std::sync::atomic::AtomicUsize,
+    /// Stalls the served connections while the cluster is black-holed.
+    pub(crate) stall: Arc<crate::serve::stall::StallSwitch>,
     /// Every request the fault gate answered, in order.
     pub(crate) requests: Mutex<Vec<crate::faults::RequestRecord>>,
 }
@@ -294,6 +300,37 @@ impl FakeCluster {
     /// Whether the cluster is partitioned.
     pub fn is_partitioned(&self) -> bool {
         self.inner.faults().partitioned
+    }
+
+    /// Makes the cluster a black hole: it accepts, never answers and drops nothing visibly.
+    /// A request sent from now on pends until its caller gives up (never answered, even once
+    /// the hole is lifted: the answer is lost); open watches deliver nothing but do not end;
+    /// served connections, open and new, stall in both directions without a FIN or RST, so
+    /// HTTP/2 pings go unanswered. Only a client's own deadlines notice.
+    pub fn black_hole(&self) {
+        self.inner.faults().black_holed = true;
+        self.inner.stall.set(true);
+    }
+
+    /// Lifts the black hole: new requests are answered, open watches and served connections
+    /// go on where they stopped (requests sent into the hole stay unanswered).
+    pub fn restore(&self) {
+        self.inner.faults().black_holed = false;
+        self.inner.stall.set(false);
+        // Wakes the watches waiting the hole out.
+        let rv = self.resource_version();
+        self.inner.notify(rv);
+    }
+
+    /// Whether the cluster is a black hole.
+    pub fn is_black_holed(&self) -> bool {
+        self.inner.faults().black_holed
+    }
+
+    /// How many in-process requests are pending in the black hole now (one whose caller gave
+    /// up is no longer counted): lets a test see a request swallowed without timing.
+    pub fn requests_in_black_hole(&self) -> usize {
+        self.inner.swallowed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Adds `latency` (on the tokio clock) before every answer; `None` removes it.

@@ -108,6 +108,10 @@ impl Interloper {
 pub struct FaultState {
     /// Every request fails as unreachable and watches end.
     pub partitioned: bool,
+    /// Nothing answers and nothing ends: a request sent meanwhile is never answered (not even
+    /// once the hole is lifted: its answer was lost) and open watches deliver nothing until it
+    /// is lifted; served connections stall (see `FakeCluster::black_hole`).
+    pub black_holed: bool,
     /// Added before every answer, on the injectable (tokio) clock.
     pub latency: Option<Duration>,
     /// Injected errors, first match wins.
@@ -188,6 +192,61 @@ mod tests {
 
     fn configmap(who: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"who": who}})
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_black_hole_swallows_requests_and_silences_watches_until_restored() {
+        use futures::StreamExt;
+        use kbind_cluster::{WatchEvent, WatchParams};
+        use std::time::Duration;
+        // On the paused clock an hour passes at once when nothing else can run.
+        const AN_HOUR: Duration = Duration::from_secs(3600);
+
+        let cluster = FakeCluster::builder("t").build();
+        let client = cluster.admin_client();
+        let rv = cluster.resource_version().to_string();
+        let mut watch = client
+            .watch(&configmaps(), Some("default"), &WatchParams::default(), &rv)
+            .await
+            .unwrap();
+        let cm: DynamicObject = serde_json::from_value(configmap("us")).unwrap();
+        client
+            .create(&configmaps(), Some("default"), &cm, &Default::default())
+            .await
+            .unwrap();
+
+        cluster.black_hole();
+        assert!(cluster.is_black_holed());
+        let res = configmaps();
+        let mut lost = client.get(&res, Some("default"), "c");
+        assert!(
+            tokio::time::timeout(AN_HOUR, &mut lost).await.is_err(),
+            "a request into the hole is not answered"
+        );
+        assert_eq!(cluster.requests_in_black_hole(), 1);
+        assert!(
+            tokio::time::timeout(AN_HOUR, watch.next()).await.is_err(),
+            "an open watch delivers nothing and does not end"
+        );
+
+        cluster.restore();
+        assert!(!cluster.is_black_holed());
+        match tokio::time::timeout(AN_HOUR, watch.next()).await {
+            Ok(Some(Ok(WatchEvent::Added(obj)))) => assert_eq!(obj.metadata.name.as_deref(), Some("c")),
+            other => panic!("the watch goes on where it stopped, got {other:?}"),
+        }
+        let live = client.get(&configmaps(), Some("default"), "c").await.unwrap();
+        assert_eq!(live.data["data"]["who"], "us", "new requests are answered");
+        assert!(
+            tokio::time::timeout(AN_HOUR, &mut lost).await.is_err(),
+            "the answer to a request sent into the hole stays lost"
+        );
+        drop(lost);
+        assert_eq!(
+            cluster.requests_in_black_hole(),
+            0,
+            "a caller that gave up is counted out"
+        );
     }
 
     #[tokio::test]

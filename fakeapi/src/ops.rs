@@ -696,18 +696,34 @@ impl Drop for Delayed<'_> {
 }
 
 impl Inner {
-    /// Faults in front of every request: latency (on the tokio clock), partition, injected errors.
+    /// Faults in front of every request: black hole, latency (on the tokio clock), partition,
+    /// injected errors.
     pub(crate) async fn fault_gate(&self, verb: &str, resource: &str) -> Result<()> {
+        self.swallow_if_black_holed().await;
         let latency = self.faults().latency;
         if let Some(delay) = latency {
             let sent_to = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
-            let _held = Delayed::enter(&self.delayed);
-            tokio::time::sleep(delay).await;
+            {
+                let _held = Delayed::enter(&self.delayed);
+                tokio::time::sleep(delay).await;
+            }
             if self.incarnation.load(std::sync::atomic::Ordering::SeqCst) != sent_to {
                 return Err(Error::Transport("read tcp: connection reset by peer".into()));
             }
+            // A hole that opened while the request was on its way swallows it too.
+            self.swallow_if_black_holed().await;
         }
         self.faults().check(&self.name, verb, resource)
+    }
+
+    /// Never returns while the cluster is black-holed: the request is lost, and only its
+    /// caller dropping it (a timeout) ends the wait.
+    async fn swallow_if_black_holed(&self) {
+        let black_holed = self.faults().black_holed;
+        if black_holed {
+            let _held = Delayed::enter(&self.swallowed);
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Appends one answered request to the request log.

@@ -159,6 +159,9 @@ impl FakeCluster {
 impl Cursor {
     async fn next(&mut self) -> Option<Result<WatchEvent<Value>>> {
         loop {
+            if !self.black_hole_lifted().await {
+                return None;
+            }
             if let Some(item) = self.out.pop_front() {
                 return Some(item);
             }
@@ -176,6 +179,24 @@ impl Cursor {
                     self.phase = Phase::Live { rv: then };
                 }
                 Phase::Live { rv } => self.phase = self.step_live(rv).await,
+            }
+        }
+    }
+
+    /// Waits, delivering nothing and not ending, while the cluster is black-holed (as a watch
+    /// whose connection silently lost its route); `false` if the cluster is gone meanwhile.
+    async fn black_hole_lifted(&mut self) -> bool {
+        loop {
+            if !self.inner.faults().black_holed {
+                return true;
+            }
+            // Checked again after marking: `restore` notifies after clearing the flag.
+            self.changed.mark_unchanged();
+            if !self.inner.faults().black_holed {
+                return true;
+            }
+            if self.changed.changed().await.is_err() {
+                return false;
             }
         }
     }

@@ -179,6 +179,15 @@ async fn tls_offers_http2_and_http1_through_alpn() {
     );
 }
 
+#[tokio::test]
+async fn http1_only_leaves_http2_out_of_alpn() {
+    let server = serve(ServeConfig::new(version_router()).http1_only()).await.unwrap();
+    assert_eq!(
+        negotiated_protocol(&server, &[b"h2", b"http/1.1"]).await,
+        Some(b"http/1.1".to_vec())
+    );
+}
+
 /// A response that never ends, like a watch.
 fn endless_router() -> Router {
     Router::new().route(

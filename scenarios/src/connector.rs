@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fakeapi::FakeCluster;
-use kbind_cluster::{ClusterClient, Error};
+use kbind_cluster::{ClusterClient, Error, REQUEST_TIMEOUT, with_request_timeout};
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
 
 use crate::client::WorldClient;
@@ -94,11 +94,14 @@ impl Connector for FakeConnector {
             .unwrap_or_else(|p| p.into_inner())
             .entry(host.to_string())
             .or_default() += 1;
-        Ok(Arc::new(WorldClient::token(
+        let client = WorldClient::token(
             server.cluster,
             token,
             server.generation,
             Arc::new(AtomicBool::new(false)),
-        )))
+        );
+        // As the production connector does: on the paused clock a request into a black-holed
+        // cluster ends after REQUEST_TIMEOUT of virtual time.
+        Ok(with_request_timeout(Arc::new(client), REQUEST_TIMEOUT))
     }
 }

@@ -617,6 +617,19 @@ impl World {
         self.note(format!("healed {name}"));
     }
 
+    /// Makes provider `name` a black hole: nothing is answered and nothing ends (see
+    /// `FakeCluster::black_hole`); only the konnector's request timeout notices.
+    pub fn black_hole(&mut self, name: &str) {
+        self.provider(name).black_hole();
+        self.note(format!("black-holed {name}"));
+    }
+
+    /// Lifts the black hole of provider `name`.
+    pub fn restore(&mut self, name: &str) {
+        self.provider(name).restore();
+        self.note(format!("restored {name}"));
+    }
+
     /// Replaces provider `name` with a fresh, empty cluster with a new identity (same URL, CA
     /// and static tokens).
     pub fn replace_provider(&mut self, name: &str) {

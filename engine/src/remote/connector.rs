@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use kbind_cluster::{ClusterClient, Error, KubeClusterClient};
+use kbind_cluster::{ClusterClient, Error, KubeClusterClient, REQUEST_TIMEOUT, with_request_timeout};
 use secrecy::SecretString;
 
 use super::{Connector, Credentials, ProviderKubeconfig};
@@ -37,7 +37,9 @@ impl Connector for KubeConnector {
         // from_config turns kube's silent 429/503 retries off, so an unreachable provider shows.
         let client = KubeClusterClient::from_config_with_limit(config, self.max_response_bytes)
             .map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
-        Ok(Arc::new(client))
+        // A request on a connection that died silently (HTTP/1.1 has no pings) would otherwise
+        // wait out the kernel's retransmissions, about 15 minutes, the heartbeat's included.
+        Ok(with_request_timeout(Arc::new(client), REQUEST_TIMEOUT))
     }
 }
 
@@ -134,6 +136,43 @@ mod tests {
                 .unwrap()
                 .accept_invalid_certs
         );
+    }
+
+    /// A provider that stops answering (a black hole: nothing closes, nothing answers) costs a
+    /// request [`REQUEST_TIMEOUT`], not the kernel's ~15 minutes of retransmissions.
+    #[tokio::test]
+    async fn a_provider_request_gives_up_after_the_request_timeout() {
+        use fakeapi::serve::{ClusterServeOptions, serve_cluster};
+        use kbind_cluster::ApiResource;
+
+        let provider = fakeapi::FakeCluster::builder("provider").build();
+        let user = "konnector:konnector-token:system:masters".parse().unwrap();
+        let server = serve_cluster(provider.clone(), ClusterServeOptions::default().user(user))
+            .await
+            .unwrap();
+        let kubeconfig = ProviderKubeconfig {
+            server: server.url().into(),
+            ca_pem: server.ca_pem().map(|pem| pem.as_bytes().to_vec()),
+            credentials: Credentials::Token("konnector-token".into()),
+            insecure_skip_tls_verify: false,
+        };
+        let client = KubeConnector::default().connect(&kubeconfig).await.unwrap();
+        let namespaces = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+        client
+            .get(&namespaces, None, "default")
+            .await
+            .expect("answered while the provider is up");
+
+        provider.black_hole();
+        // Real sockets on tokio's clock: paused, it jumps to the next deadline once all is idle.
+        tokio::time::pause();
+        let sent = tokio::time::Instant::now();
+        let err = client.get(&namespaces, None, "default").await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "request timed out: get namespaces default: no answer within 30s"
+        );
+        assert!(sent.elapsed() >= REQUEST_TIMEOUT, "{:?}", sent.elapsed());
     }
 
     #[test]

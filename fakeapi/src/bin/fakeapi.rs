@@ -35,6 +35,9 @@ struct ServeArgs {
     /// Serve plain HTTP instead of HTTPS (development only).
     #[arg(long)]
     insecure_http: bool,
+    /// Serve HTTP/1.1 only (no h2 in ALPN, no cleartext HTTP/2), as a proxy without HTTP/2.
+    #[arg(long)]
+    http1_only: bool,
     /// Seed of the cluster's randomness (uids, generated names); without it each start picks a
     /// random one (two servers are two clusters) and prints it, so the run can be replayed.
     #[arg(long)]
@@ -89,6 +92,7 @@ async fn run_serve(args: ServeArgs) -> Result<()> {
         addr: args.addr,
         transport,
         users: args.users,
+        http1_only: args.http1_only,
         ..ClusterServeOptions::default()
     };
     let server = serve_cluster(cluster, options)

@@ -5,10 +5,12 @@ mod admin;
 mod kubeconfig;
 mod listener;
 pub use listener::HTTP2_MAX_STREAMS;
+pub(crate) mod stall;
 mod tls;
 mod users;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -91,6 +93,9 @@ pub struct ServeConfig {
     pub grace_period: Duration,
     /// The service answering every request.
     pub router: Router,
+    /// Serve HTTP/1.1 only: `h2` is left out of ALPN and cleartext HTTP/2 is refused, as
+    /// behind a proxy without HTTP/2 (clients fall back to HTTP/1.1).
+    pub http1_only: bool,
 }
 
 impl ServeConfig {
@@ -102,6 +107,7 @@ impl ServeConfig {
             name: "fakeapi".into(),
             grace_period: DEFAULT_GRACE_PERIOD,
             router,
+            http1_only: false,
         }
     }
 
@@ -128,10 +134,21 @@ impl ServeConfig {
         self.grace_period = grace;
         self
     }
+
+    /// Serves HTTP/1.1 only (see [`ServeConfig::http1_only`](ServeConfig#structfield.http1_only)).
+    pub fn http1_only(mut self) -> Self {
+        self.http1_only = true;
+        self
+    }
 }
 
 /// Starts serving; the server runs until [`RunningServer::shutdown`] or until it is dropped.
 pub async fn serve(config: ServeConfig) -> Result<RunningServer> {
+    serve_stallable(config, Arc::default()).await
+}
+
+/// [`serve`] with every connection behind `stall` (a cluster's black hole).
+async fn serve_stallable(config: ServeConfig, stall: Arc<stall::StallSwitch>) -> Result<RunningServer> {
     let listener = TcpListener::bind(config.addr).await.map_err(|source| Error::Bind {
         addr: config.addr,
         source,
@@ -141,14 +158,23 @@ pub async fn serve(config: ServeConfig) -> Result<RunningServer> {
         Transport::Https => Some(Certificates::generate(&config.name)?),
         Transport::InsecureHttp => None,
     };
-    let tls = certificates
-        .as_ref()
-        .map(|c| TlsAcceptor::from(c.server_config.clone()));
+    let tls = certificates.as_ref().map(|c| {
+        if config.http1_only {
+            TlsAcceptor::from(Arc::new(tls::http1_only(&c.server_config)))
+        } else {
+            TlsAcceptor::from(c.server_config.clone())
+        }
+    });
+    let protocol = listener::Protocol {
+        tls,
+        http1_only: config.http1_only,
+        stall,
+    };
     let url = base_url(config.transport, addr);
     let (stop, stopped) = oneshot::channel();
     let task = tokio::spawn(listener::run(
         listener,
-        tls,
+        protocol,
         config.router,
         stopped,
         config.grace_period,
@@ -193,6 +219,8 @@ pub struct ClusterServeOptions {
     pub admin_token: Option<Token>,
     /// Users registered before the server starts.
     pub users: Vec<UserSpec>,
+    /// Serve HTTP/1.1 only (see [`ServeConfig::http1_only`](ServeConfig#structfield.http1_only)).
+    pub http1_only: bool,
 }
 
 impl Default for ClusterServeOptions {
@@ -203,6 +231,7 @@ impl Default for ClusterServeOptions {
             grace_period: DEFAULT_GRACE_PERIOD,
             admin_token: None,
             users: Vec::new(),
+            http1_only: false,
         }
     }
 }
@@ -225,6 +254,12 @@ impl ClusterServeOptions {
         self.users.push(user);
         self
     }
+
+    /// Serves HTTP/1.1 only, so clients take their HTTP/1.1 fallback.
+    pub fn http1_only(mut self) -> Self {
+        self.http1_only = true;
+        self
+    }
 }
 
 /// The Kubernetes API of `cluster` plus its admin API, served with an admin user and `users`.
@@ -241,8 +276,10 @@ pub async fn serve_cluster(cluster: FakeCluster, options: ClusterServeOptions) -
         name: cluster.name().to_string(),
         grace_period: options.grace_period,
         router,
+        http1_only: options.http1_only,
     };
-    let mut server = serve(config).await?;
+    // Behind the cluster's switch: `FakeCluster::black_hole` stalls its connections.
+    let mut server = serve_stallable(config, cluster.inner.stall.clone()).await?;
     // Registered only once serving: a refused start leaves the cluster's tokens as they were.
     cluster.add_token(admin_token.expose(), UserInfo::admin());
     for user in &options.users {

@@ -19,6 +19,13 @@ pub const SERVING_NAMES: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
 /// ALPN protocols in preference order: kubectl and client-go speak HTTP/2 over TLS.
 const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
+/// `config` offering HTTP/1.1 only, as a TLS-terminating proxy without HTTP/2 does.
+pub(crate) fn http1_only(config: &ServerConfig) -> ServerConfig {
+    let mut config = config.clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config
+}
+
 /// A freshly generated CA and the TLS configuration of a server whose certificate it signed.
 #[derive(Clone)]
 pub struct Certificates {

@@ -122,3 +122,52 @@ async fn a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_af
         })
         .await;
 }
+
+/// Issue 34 item 5: a provider that stops answering without closing anything (a black hole: no
+/// error comes back and no watch ends) is noticed through the request timeout alone, handled
+/// as a lost connection, and recovered from once it answers again.
+#[tokio::test(start_paused = true)]
+async fn a_black_holed_provider_is_noticed_by_the_request_timeout_and_recovered_from() {
+    let (mut world, _cred) = bound_world(
+        "a_black_holed_provider_is_noticed_by_the_request_timeout_and_recovered_from",
+        29,
+    )
+    .await;
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "acme", "default", "w1").await;
+
+    world.black_hole("acme");
+    world
+        .run_until_async("the consumer object is marked status-stale", 240, |w| {
+            async move {
+                let obj = w.consumer_get(&widgets(), Some("default"), "w1").await;
+                at(&obj, &stale_pointer()).is_some()
+            }
+            .boxed()
+        })
+        .await;
+    world
+        .consumer()
+        .admin_client()
+        .patch(
+            &widgets(),
+            Some("default"),
+            "w1",
+            &Patch::Merge(json!({"spec": {"size": 7}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("the consumer edits while the provider is a black hole");
+
+    world.restore("acme");
+    world
+        .run_until_async("the edit reaches the provider and the mark goes", 240, |w| {
+            async move {
+                let mine = w.consumer_get(&widgets(), Some("default"), "w1").await;
+                let copy = w.provider_get("acme", &widgets(), Some("default"), "w1").await;
+                at(&copy, "/spec/size") == Some(json!(7)) && at(&mine, &stale_pointer()).is_none()
+            }
+            .boxed()
+        })
+        .await;
+}

@@ -10,6 +10,8 @@
 //! proxy.partition(); // new connections are closed at once, open ones are cut
 //! proxy.heal();
 //! proxy.drop_connections(); // every watch ends; clients re-connect
+//! proxy.black_hole(); // connections stay open, nothing passes either way
+//! proxy.lift_black_hole();
 //! # Ok(())
 //! # }
 //! ```
@@ -31,6 +33,8 @@ use tokio::task::JoinHandle;
 struct Faults {
     upstream: SocketAddr,
     partitioned: AtomicBool,
+    /// While `true` nothing is forwarded and nothing is closed (see [`FaultProxy::black_hole`]).
+    black_hole: watch::Sender<bool>,
     latency: Mutex<Duration>,
     /// Bumped to cut every open connection; each connection remembers the value it started under.
     cuts: watch::Sender<u64>,
@@ -46,6 +50,13 @@ impl Faults {
 
     fn cut_all(&self) {
         self.cuts.send_modify(|epoch| *epoch += 1);
+    }
+
+    /// Returns once no black hole is on (at once when none is).
+    async fn black_hole_lifted(&self) {
+        let mut black_hole = self.black_hole.subscribe();
+        // The sender lives as long as `self`, so waiting cannot fail.
+        let _ = black_hole.wait_for(|on| !*on).await;
     }
 }
 
@@ -65,6 +76,7 @@ impl FaultProxy {
         let faults = Arc::new(Faults {
             upstream,
             partitioned: AtomicBool::new(false),
+            black_hole: watch::Sender::new(false),
             latency: Mutex::new(Duration::ZERO),
             cuts: watch::Sender::new(0),
             accepted: AtomicU64::new(0),
@@ -104,6 +116,25 @@ impl FaultProxy {
     /// Whether the proxy is partitioned.
     pub fn is_partitioned(&self) -> bool {
         self.faults.partitioned.load(Ordering::SeqCst)
+    }
+
+    /// Makes the proxy a black hole until [`FaultProxy::lift_black_hole`]: new connections are
+    /// accepted and not forwarded, open ones stop forwarding in both directions, and none is
+    /// closed (no FIN, no RST), as with a route that silently drops packets. Only a client's own
+    /// deadlines (HTTP/2 pings, request timeouts) notice.
+    pub fn black_hole(&self) {
+        self.faults.black_hole.send_replace(true);
+    }
+
+    /// Lifts the black hole: what was held is forwarded, as TCP would retransmit it once the
+    /// route is back (a client that gave up has closed its side by then).
+    pub fn lift_black_hole(&self) {
+        self.faults.black_hole.send_replace(false);
+    }
+
+    /// Whether the proxy is a black hole.
+    pub fn is_black_holed(&self) -> bool {
+        *self.faults.black_hole.borrow()
     }
 
     /// Delays every chunk in either direction by `delay` from now on (zero turns latency off).
@@ -166,6 +197,11 @@ impl Drop for Open {
 async fn forward(client: TcpStream, faults: Arc<Faults>) {
     let mut cuts = faults.cuts.subscribe();
     let started_under = *cuts.borrow_and_update();
+    // Why hold the client open: a black hole answers nothing, not even with a close.
+    tokio::select! {
+        _ = faults.black_hole_lifted() => {}
+        _ = cuts.wait_for(|epoch| *epoch != started_under) => return,
+    }
     let Ok(upstream) = TcpStream::connect(faults.upstream).await else {
         return;
     };
@@ -194,9 +230,11 @@ async fn forward(client: TcpStream, faults: Arc<Faults>) {
 }
 
 /// Copies one direction chunk by chunk, each after the current latency; passes a half-close on.
+/// Nothing is read or written, a half-close included, while a black hole is on.
 async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, faults: &Faults) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
+        faults.black_hole_lifted().await;
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
@@ -205,10 +243,13 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, faults: &Faults) 
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
+        // Why wait again: a hole that opened while this chunk was read swallows it too.
+        faults.black_hole_lifted().await;
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
     }
+    faults.black_hole_lifted().await;
     let _ = to.shutdown().await;
 }
 
@@ -322,6 +363,58 @@ mod tests {
         let sent = tokio::time::Instant::now();
         assert_eq!(round_trip(&mut stream, b"fast").await, b"fast");
         assert!(sent.elapsed() < delay, "answered after {:?}", sent.elapsed());
+    }
+
+    /// How long a test watches for bytes that must not come: absence cannot be awaited, so
+    /// this bounds the look, it does not order anything.
+    const QUIET: Duration = Duration::from_millis(300);
+
+    /// Whether anything (bytes or an end) arrives within [`QUIET`].
+    async fn silent(stream: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(QUIET, stream.read(&mut byte)).await.is_err()
+    }
+
+    #[tokio::test]
+    async fn a_black_hole_holds_open_and_new_connections_silently_until_lifted() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut before = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut before, b"one").await, b"one");
+
+        proxy.black_hole();
+        assert!(proxy.is_black_holed());
+        before.write_all(b"two").await.unwrap();
+        assert!(silent(&mut before).await, "an open connection neither answers nor ends");
+        let mut during = TcpStream::connect(proxy.addr())
+            .await
+            .expect("new connections are accepted");
+        during.write_all(b"three").await.unwrap();
+        assert!(silent(&mut during).await, "a new connection neither answers nor ends");
+        assert_eq!(proxy.forwarded(), 1, "the new connection did not reach the upstream");
+
+        proxy.lift_black_hole();
+        assert!(!proxy.is_black_holed());
+        let mut answer = [0u8; 3];
+        before.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"two", "what the hole held is delivered once it is lifted");
+        let mut answer = [0u8; 5];
+        during.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"three");
+        assert_eq!(proxy.forwarded(), 2);
+        assert_eq!(round_trip(&mut before, b"four").await, b"four");
+    }
+
+    #[tokio::test]
+    async fn a_partition_cuts_connections_held_in_a_black_hole() {
+        let proxy = FaultProxy::start(echo_server().await).await.unwrap();
+        let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut open, b"a").await, b"a");
+        proxy.black_hole();
+        let mut held = TcpStream::connect(proxy.addr()).await.unwrap();
+        held.write_all(b"b").await.unwrap();
+        proxy.partition();
+        assert!(ended(&mut open).await, "the open connection is cut");
+        assert!(ended(&mut held).await, "the held connection is cut");
     }
 
     #[tokio::test]
