@@ -29,7 +29,7 @@
 //! let consumer = KubeClusterClient::from_config(kube::Config::infer().await?)?;
 //! let ctx = Context {
 //!     consumer: Arc::new(consumer),
-//!     connector: Arc::new(KubeConnector { allow_insecure: false, max_response_bytes: 64 << 20 }),
+//!     connector: Arc::new(KubeConnector { allow_insecure: false, ..KubeConnector::default() }),
 //!     clock: Arc::new(SystemClock),
 //!     randomness: kbind_cluster::backoff::from_entropy(),
 //!     config: EngineConfig::default(),

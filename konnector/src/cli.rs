@@ -70,9 +70,14 @@ pub struct RunArgs {
     /// Namespace of the heartbeat Lease on each provider.
     #[arg(long, value_name = "NAME", default_value = consts::lease::NAMESPACE)]
     pub lease_namespace: String,
-    /// How often the heartbeat Lease on a provider is renewed.
+    /// How often the heartbeat Lease on a provider is renewed. Failed provider requests are
+    /// forgiven for twice this (the Lease's duration) before the provider is disengaged.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
+    /// How long a provider request (any but a watch's stream) may take before it is given up:
+    /// a connection that died silently is noticed in this time, on HTTP/2 and on HTTP/1.1.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub provider_request_timeout: Duration,
     /// Gate everything behind a leader-election Lease on the consumer (`--leader-elect=false` for one replica).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
@@ -152,6 +157,7 @@ impl RunArgs {
         let invalid = |message: String| Err(Error::InvalidFlags(message));
         for (flag, value) in [
             ("--heartbeat-interval", self.heartbeat_interval),
+            ("--provider-request-timeout", self.provider_request_timeout),
             ("--lease-duration", self.lease_duration),
             ("--renew-deadline", self.renew_deadline),
             ("--retry-period", self.retry_period),

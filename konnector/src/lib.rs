@@ -209,6 +209,7 @@ impl Konnector {
         let connector = Arc::new(KubeConnector {
             allow_insecure: args.allow_insecure_providers,
             max_response_bytes: args.max_response_bytes,
+            request_timeout: args.provider_request_timeout,
         });
         let ctx = Context {
             consumer: consumer.clone(),

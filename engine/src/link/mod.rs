@@ -39,8 +39,18 @@ use exports::ExportsWatch;
 use state::{Effect, Event};
 
 /// How long failures of an engaged link's requests are forgiven before the provider is
-/// disengaged: the heartbeat Lease's duration, the time a provider itself gives a consumer.
+/// disengaged, at the default heartbeat interval: the heartbeat Lease's duration (the time a
+/// provider itself gives a consumer), twice the interval. See [`window`].
 pub const WINDOW: Duration = Duration::from_secs(lease::DURATION_SECONDS as u64);
+
+/// The hysteresis window for a heartbeat every `interval`: two intervals, as the Lease's
+/// duration is two renewals (60 s at the default 30 s). A black-holed provider is disengaged,
+/// and its Connection says `ProviderUnreachable`, at most one interval (plus its jitter) and one
+/// window after the hole opens: the next heartbeat starts then, hangs, and the retries that
+/// follow are cut off at the window's end.
+pub fn window(interval: Duration) -> Duration {
+    interval.saturating_mul(2)
+}
 /// First retry after a failed request of a link.
 const RETRY_INITIAL: Duration = Duration::from_secs(1);
 /// Longest retry interval of a failing link (before jitter); a quarter of [`WINDOW`], so a
@@ -108,6 +118,8 @@ pub(crate) enum Health {
         since: jiff::Timestamp,
         /// The last failure, classified.
         cause: String,
+        /// The hysteresis window, in seconds.
+        window_secs: u64,
     },
     /// Not connected: the failure.
     Failed(Failure),
@@ -414,7 +426,7 @@ impl Link {
 
     /// Feeds `event` to the state machine and carries out its effect.
     async fn apply(&mut self, env: &Env<'_>, event: Event) {
-        let (next, effect) = state::step(&self.state, event, WINDOW);
+        let (next, effect) = state::step(&self.state, event, window(env.ctx.config.heartbeat_interval));
         self.state = next;
         match effect {
             Effect::Stay => {}
@@ -493,7 +505,21 @@ impl Link {
             // A client kept across a drop (only ever the planted bug) counts as a new link.
             self.apply(env, Event::Connected).await;
         }
-        match self.drive(env, &input, &client, now).await {
+        // A faltering link's pass may not outlast the window: a provider that swallows
+        // requests (a black hole) is given up on time, not a request timeout later.
+        let window = window(env.ctx.config.heartbeat_interval);
+        let bound = match &self.state {
+            LinkState::Faltering { since, .. } => (*since + window).saturating_duration_since(now),
+            _ => Duration::MAX,
+        };
+        let driven = match tokio::time::timeout(bound, self.drive(env, &input, &client, now)).await {
+            Ok(driven) => driven,
+            Err(_) => Err(Stop::Failed(Error::Timeout(format!(
+                "no request to the provider succeeded within {} s",
+                window.as_secs()
+            )))),
+        };
+        match driven {
             Ok(report) => report,
             Err(Stop::Failed(e)) => self.failed(env, &e, now).await,
             Err(Stop::Report(report)) => report,
@@ -523,7 +549,9 @@ impl Link {
         if matches!(self.state, LinkState::Faltering { .. }) && !heartbeat_due {
             // Faltering and not due (a pass woken by something else): nothing is sent before
             // the backoff, or a 429's Retry-After, has passed.
-            return Err(Stop::Report(self.faltering_report(now)));
+            return Err(Stop::Report(
+                self.faltering_report(now, window(env.ctx.config.heartbeat_interval)),
+            ));
         }
         if let Some(identity) = self.identity.clone().filter(|_| heartbeat_due) {
             let pair = (identity.uid.clone(), lease_uid.clone());
@@ -734,9 +762,10 @@ impl Link {
 
     /// A request of the link failed: forgiven while engaged and within [`WINDOW`], else the
     /// link ends; retried on a jittered backoff that honours `Retry-After`.
-    async fn failed(&mut self, env: &Env<'_>, e: &Error, now: Instant) -> LinkReport {
+    async fn failed(&mut self, env: &Env<'_>, e: &Error, started: Instant) -> LinkReport {
         let failure = classify(e);
-        self.apply(env, Event::Failed { at: now }).await;
+        let now = Instant::now();
+        self.apply(env, Event::Failed { started, at: now }).await;
         let backoff = self.backoff.get_or_insert_with(|| {
             env.ctx
                 .backoff(&format!("link/{}", self.name), RETRY_INITIAL, RETRY_MAX)
@@ -754,7 +783,7 @@ impl Link {
                     .take()
                     .map_or_else(|| env.ctx.clock.now(), |(since, _)| since);
                 self.trouble = Some((since, cause));
-                self.faltering_report(now)
+                self.faltering_report(now, window(env.ctx.config.heartbeat_interval))
             }
             _ => {
                 tracing::info!(connection = %self.name, error = %crate::cause::http_cause(e), ?delay, "the provider link failed");
@@ -767,7 +796,7 @@ impl Link {
 
     /// What a faltering link reports: the same until its cause changes, and when to look again
     /// (the next attempt, or the end of the window if sooner).
-    fn faltering_report(&self, now: Instant) -> LinkReport {
+    fn faltering_report(&self, now: Instant, window: Duration) -> LinkReport {
         let started = match &self.state {
             LinkState::Faltering { since, .. } => *since,
             _ => now,
@@ -775,13 +804,17 @@ impl Link {
         let retry_in = self
             .retry_at
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-        let window_left = (started + WINDOW).saturating_duration_since(now);
+        let window_left = (started + window).saturating_duration_since(now);
         let (since, cause) = self
             .trouble
             .clone()
             .unwrap_or_else(|| (jiff::Timestamp::UNIX_EPOCH, String::new()));
         LinkReport {
-            health: Health::Faltering { since, cause },
+            health: Health::Faltering {
+                since,
+                cause,
+                window_secs: window.as_secs(),
+            },
             permission_denied: self.discovery_denied.clone().or_else(|| self.lease_denied.clone()),
             remote_uid: self.identity.as_ref().map(|i| i.uid.clone()),
             // What was discovered stands while the link is kept (SchemaInSync does not flap).
@@ -826,14 +859,18 @@ pub(crate) fn connected_condition(health: &Health) -> (bool, &'static str, Strin
             reason::AS_EXPECTED,
             "connected to the provider with the pinned identity".into(),
         ),
-        Health::Faltering { since, cause } => (
+        Health::Faltering {
+            since,
+            cause,
+            window_secs,
+        } => (
             true,
             reason::AS_EXPECTED,
             format!(
                 "connected with the pinned identity, but provider requests have failed since {} ({cause}). \
                  Syncing goes on; the provider is disengaged only if failures last {} s",
                 kbind_cluster::clock::format_time(*since),
-                WINDOW.as_secs()
+                window_secs
             ),
         ),
         Health::Failed(Failure::Denied(message)) => (

@@ -84,9 +84,13 @@ pub(crate) enum Event {
         /// The UID the cluster reports.
         found: String,
     },
-    /// A request of the link failed (unreachable, throttled, 5xx, timeout, 401) at `at`.
+    /// A pass of the link that started at `started` failed at `at` (unreachable, throttled,
+    /// 5xx, timeout, 401): failures last from the start of the first failed pass, so a request
+    /// that hung until its timeout counts from when it was sent.
     Failed {
-        /// When.
+        /// When the failed pass started.
+        started: Instant,
+        /// When it failed.
         at: Instant,
     },
     /// The Connection wants an engagement (Ready, or deleted with bindings to drain).
@@ -122,15 +126,18 @@ pub(crate) fn step(state: &LinkState, event: Event, window: Duration) -> (LinkSt
         // An engagement never changes its pin: anything else proven starts over.
         (S::Engaged { .. } | S::Faltering { .. }, Event::Proven { .. }) => (S::Unlinked, Effect::Drop),
         (_, Event::Proven { uid }) => (S::Verified { uid }, Effect::Stay),
-        (S::Engaged { uid }, Event::Failed { at }) => (
+        (S::Engaged { .. }, Event::Failed { started, at }) if at.saturating_duration_since(started) >= window => {
+            (S::Unlinked, Effect::Drop)
+        }
+        (S::Engaged { uid }, Event::Failed { started, .. }) => (
             S::Faltering {
                 uid: uid.clone(),
-                since: at,
+                since: started,
                 failures: 1,
             },
             Effect::Stay,
         ),
-        (S::Faltering { uid, since, failures }, Event::Failed { at }) => {
+        (S::Faltering { uid, since, failures }, Event::Failed { at, .. }) => {
             if at.saturating_duration_since(*since) >= window {
                 (S::Unlinked, Effect::Drop)
             } else {
@@ -165,12 +172,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_renewal_keeps_the_engagement_until_failures_outlast_the_window() {
         let t0 = Instant::now();
-        let (s, effect) = step(&engaged(), Event::Failed { at: t0 }, WINDOW);
+        let (s, effect) = step(&engaged(), Event::Failed { started: t0, at: t0 }, WINDOW);
         assert_eq!(effect, Effect::Stay, "one failed renewal must not disengage");
         assert!(s.is_engaged());
         let (s, effect) = step(
             &s,
             Event::Failed {
+                started: t0 + Duration::from_secs(30),
                 at: t0 + Duration::from_secs(59),
             },
             WINDOW,
@@ -187,7 +195,22 @@ mod tests {
         let (s, effect) = step(
             &s,
             Event::Failed {
+                started: t0 + Duration::from_secs(58),
                 at: t0 + Duration::from_secs(60),
+            },
+            WINDOW,
+        );
+        assert_eq!((s, effect), (LinkState::Unlinked, Effect::Drop));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_hung_for_the_whole_window_ends_the_engagement_at_once() {
+        let t0 = Instant::now();
+        let (s, effect) = step(
+            &engaged(),
+            Event::Failed {
+                started: t0,
+                at: t0 + WINDOW,
             },
             WINDOW,
         );
@@ -197,7 +220,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_proven_renewal_ends_the_trouble_and_another_identity_ends_the_link() {
         let t0 = Instant::now();
-        let (faltering, _) = step(&engaged(), Event::Failed { at: t0 }, WINDOW);
+        let (faltering, _) = step(&engaged(), Event::Failed { started: t0, at: t0 }, WINDOW);
         let (s, effect) = step(&faltering, Event::Proven { uid: "p".into() }, WINDOW);
         assert_eq!((s, effect), (engaged(), Effect::Stay));
         let (s, effect) = step(&faltering, Event::Mismatch { found: "q".into() }, WINDOW);
@@ -226,7 +249,8 @@ mod tests {
             LinkState::Verified { uid: "p".into() },
             LinkState::Unlinked,
         ] {
-            let (s, effect) = step(&state, Event::Failed { at: Instant::now() }, WINDOW);
+            let now = Instant::now();
+            let (s, effect) = step(&state, Event::Failed { started: now, at: now }, WINDOW);
             assert_eq!((s, effect), (LinkState::Unlinked, Effect::Drop), "from {state:?}");
         }
     }

@@ -39,7 +39,11 @@ impl Connector for TestConnector {
             .get(host)
             .ok_or_else(|| Error::Transport(format!("no such host {host}")))?;
         self.connects.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(cluster.admin_client()))
+        // As the konnector's connector does: every request but a watch is given up in time.
+        Ok(kbind_cluster::with_request_timeout(
+            Arc::new(cluster.admin_client()),
+            kbind_cluster::REQUEST_TIMEOUT,
+        ))
     }
 }
 
@@ -399,4 +403,33 @@ async fn a_connection_pinned_to_another_cluster_is_never_engaged() {
     assert!(matches!(s.links.state("acme"), LinkState::IdentityChanged { .. }));
     assert!(s.links.is_down("acme"));
     let _ = &s.ctx;
+}
+
+/// Issue 34 item 5: a black-holed provider (accepts, never answers) makes its Connection not
+/// Ready within one heartbeat interval (plus its jitter) and one window of the hole opening.
+#[tokio::test(start_paused = true)]
+async fn a_black_holed_provider_is_reported_within_an_interval_and_a_window() {
+    let config = EngineConfig::default();
+    let bound = config.heartbeat_interval.mul_f64(1.1) + window(config.heartbeat_interval);
+    let s = engaged(config).await;
+    wait_for("Ready", || true).await;
+    let opened = Instant::now();
+    s.provider.black_hole();
+    let deadline = opened + bound + Duration::from_secs(1);
+    loop {
+        if connected(&s)
+            .await
+            .is_some_and(|c| c.0 == "False" && c.1 == reason::PROVIDER_UNREACHABLE)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a black hole must be reported within {bound:?} of opening (interval + jitter + window)"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(s.links.get("acme").is_none(), "disengaged");
+    s.provider.restore();
+    wait_for("acme is engaged again", || s.links.get("acme").is_some()).await;
 }

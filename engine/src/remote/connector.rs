@@ -19,6 +19,9 @@ pub struct KubeConnector {
     /// The largest response body read from a provider (per event for watches): a provider is
     /// untrusted and must not make the konnector buffer without end.
     pub max_response_bytes: u64,
+    /// How long a provider request (every one but a watch's stream) may take before it is
+    /// given up ([`REQUEST_TIMEOUT`] by default).
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for KubeConnector {
@@ -26,6 +29,7 @@ impl Default for KubeConnector {
         Self {
             allow_insecure: false,
             max_response_bytes: kbind_cluster::limit::DEFAULT_MAX_RESPONSE_BYTES,
+            request_timeout: REQUEST_TIMEOUT,
         }
     }
 }
@@ -39,7 +43,7 @@ impl Connector for KubeConnector {
             .map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
         // A request on a connection that died silently (HTTP/1.1 has no pings) would otherwise
         // wait out the kernel's retransmissions, about 15 minutes, the heartbeat's included.
-        Ok(with_request_timeout(Arc::new(client), REQUEST_TIMEOUT))
+        Ok(with_request_timeout(Arc::new(client), self.request_timeout))
     }
 }
 
