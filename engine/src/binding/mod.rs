@@ -101,6 +101,9 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
     });
 
     let related_wakes = triggers::related_wakes(&shared.related);
+    // Every change of a consumer CRD wakes the bindings of its API (one waiting for it to be
+    // Established, or installed by a user for pullPolicy None, goes on at once).
+    let consumer_crds = triggers::consumer_crd_changes(&shared.ctx, released_tx.clone());
     let shared_for_extras = shared.clone();
     let forward = {
         let changed_tx = changed_tx.clone();
@@ -114,22 +117,38 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
 
     let cluster_controller = Controller::for_stream(cluster_stream.applied_objects(), cluster_bindings.clone())
         .reconcile_on(bindings_where(&released_tx, cluster_bindings.clone(), names_api))
-        .reconcile_on(bindings_where(&changed_tx, cluster_bindings, names_connection))
-        .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Cluster))
-        .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Cluster))
+        .reconcile_on(bindings_where(&changed_tx, cluster_bindings.clone(), names_connection))
+        .reconcile_on(triggers::wakes_of(
+            syncers.report_changes(),
+            BindingKind::Cluster,
+            cluster_bindings.clone(),
+        ))
+        .reconcile_on(triggers::wakes_of(
+            related_wakes.subscribe(),
+            BindingKind::Cluster,
+            cluster_bindings.clone(),
+        ))
         .reconcile_all_on(engagement_changes(&links))
         .run(reconcile_cluster_binding, error_policy_cluster, shared.clone())
         .for_each(|_| async {});
     let binding_controller = Controller::for_stream(binding_stream.applied_objects(), bindings.clone())
         .reconcile_on(bindings_where(&released_tx, bindings.clone(), names_api))
-        .reconcile_on(bindings_where(&changed_tx, bindings, names_connection))
-        .reconcile_on(triggers::wakes_of(syncers.report_changes(), BindingKind::Namespaced))
-        .reconcile_on(triggers::wakes_of(related_wakes.subscribe(), BindingKind::Namespaced))
+        .reconcile_on(bindings_where(&changed_tx, bindings.clone(), names_connection))
+        .reconcile_on(triggers::wakes_of(
+            syncers.report_changes(),
+            BindingKind::Namespaced,
+            bindings.clone(),
+        ))
+        .reconcile_on(triggers::wakes_of(
+            related_wakes.subscribe(),
+            BindingKind::Namespaced,
+            bindings.clone(),
+        ))
         .reconcile_all_on(engagement_changes(&links))
         .run(reconcile_binding, error_policy_binding, shared.clone())
         .for_each(|_| async {});
     let extras = connection_extras(shared_for_extras, changed_tx.subscribe());
-    tokio::join!(forward, cluster_controller, binding_controller, extras);
+    tokio::join!(forward, cluster_controller, binding_controller, extras, consumer_crds);
 }
 
 /// Publishes the Connection name of each binding being deleted or gone, so the Connection
@@ -203,13 +222,8 @@ where
     for<'a> BindingView: From<&'a K>,
 {
     let received = crate::connection::stores::received(tx.subscribe());
-    received.flat_map(move |name| {
-        let naming: Vec<ObjectRef<K>> = store
-            .state()
-            .iter()
-            .filter(|b| names(&BindingView::from(b.as_ref()), &name))
-            .map(|b| ObjectRef::from_obj(b.as_ref()))
-            .collect();
+    received.flat_map(move |wake| {
+        let naming = crate::connection::stores::woken(&store, &wake, |b, name| names(&BindingView::from(b), name));
         futures::stream::iter(naming)
     })
 }

@@ -30,6 +30,9 @@ struct Remembered {
     no_copies: bool,
     /// The current wait between passes while the provider is not engaged.
     down_delay: Option<Duration>,
+    /// The current wait between passes while an API waits (a CRD to be Established, a
+    /// hand-over): the events it waits for wake it; this is the safety net.
+    wait_delay: Option<Duration>,
 }
 
 fn key(view: &BindingView) -> String {
@@ -78,6 +81,21 @@ impl Recall {
             r.down_delay = Some(next);
             next
         })
+    }
+
+    /// The wait before the next pass while an API waits for something that an event brings
+    /// (its CRD Established, another binding gone): doubling from `first` up to [`DOWN_MAX`].
+    pub(crate) fn next_wait_delay(&self, view: &BindingView, first: Duration) -> Duration {
+        self.with(view, |r| {
+            let next = r.wait_delay.map_or(first, |d| (d * 2).min(DOWN_MAX));
+            r.wait_delay = Some(next);
+            next
+        })
+    }
+
+    /// Nothing waits any more: the next wait backs off from the start again.
+    pub(crate) fn settled(&self, view: &BindingView) {
+        self.with(view, |r| r.wait_delay = None);
     }
 
     /// The provider is engaged: the next outage backs off from the start again.

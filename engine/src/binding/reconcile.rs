@@ -237,8 +237,11 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
         Engagement::Engaged => {
             shared.recall.engaged(&view);
             if waiting {
-                WAIT_INTERVAL
+                // The consumer CRD's changes, a binding that goes, Connection and engagement
+                // changes wake a waiting API at once; this growing wait is only a safety net.
+                shared.recall.next_wait_delay(&view, WAIT_INTERVAL)
             } else {
+                shared.recall.settled(&view);
                 // Schema changes, syncer and related-copy reports, Connection and engagement
                 // changes trigger a pass; this is only the backstop.
                 shared.ctx.config.rediscovery_interval

@@ -82,22 +82,33 @@ impl Wakes for BindingRef {
 pub(crate) fn wakes_of<K, T>(
     wakes: broadcast::Receiver<T>,
     kind: BindingKind,
+    store: kube::runtime::reflector::Store<K>,
 ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()> + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     T: Wakes + Clone + Send + 'static,
 {
+    use crate::connection::stores::Wake;
     use futures::StreamExt;
-    crate::connection::stores::received(wakes).filter_map(move |wake| {
-        let (of, namespace, name) = wake.binding();
-        let wanted = (of == kind).then(|| {
-            let r = ObjectRef::<K>::new(name);
-            match namespace {
-                Some(ns) => r.within(ns),
-                None => r,
+    crate::connection::stores::received(wakes).flat_map(move |wake| {
+        let wanted: Vec<ObjectRef<K>> = match wake {
+            Wake::One(wake) => {
+                let (of, namespace, name) = wake.binding();
+                (of == kind)
+                    .then(|| {
+                        let r = ObjectRef::<K>::new(name);
+                        match namespace {
+                            Some(ns) => r.within(ns),
+                            None => r,
+                        }
+                    })
+                    .into_iter()
+                    .collect()
             }
-        });
-        async move { wanted }
+            // Missed reports: every binding of the kind looks again.
+            Wake::All => store.state().iter().map(|b| ObjectRef::from_obj(b.as_ref())).collect(),
+        };
+        futures::stream::iter(wanted)
     })
 }
 
@@ -111,4 +122,21 @@ pub(crate) fn related_wakes(related: &crate::related::RelatedSyncers) -> broadca
         let _ = hook_tx.send(binding.clone());
     }));
     tx
+}
+
+/// Follows the consumer's CRDs and sends the name of each one that changes (its API) on
+/// `apis`, until the future is dropped. No store: only the names are needed.
+pub(crate) async fn consumer_crd_changes(ctx: &crate::context::Context, apis: broadcast::Sender<String>) {
+    use futures::StreamExt;
+    use kbind_cluster::watcher::{WatchStreamExt, watcher};
+    let events = watcher(ctx.consumer.clone(), crd_resource(), None, ctx.watcher_config()).touched_objects();
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        if let Ok(crd) = event
+            && let Some(name) = crd.metadata.name
+        {
+            // No binding controller listening (stopping) is fine.
+            let _ = apis.send(name);
+        }
+    }
 }

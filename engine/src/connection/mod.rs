@@ -61,8 +61,8 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, links: Links) {
     // Leadership lost or shutdown: every link ends (nothing is deleted), the next term starts
     // from `Unlinked`.
     let _drop_links = DropLinksOnDrop(links.clone());
-    let wakes = stores::received(links.wakes()).map(|name| ObjectRef::new(&name));
     let store = stores.connections.store().clone();
+    let wakes = named_connections(links.wakes(), store.clone());
     let connections = stores.connections.changes().filter_map(|change| async move {
         match change {
             Change::Applied(conn) => Some(Ok::<_, kube::runtime::watcher::Error>(conn.as_ref().clone())),
@@ -110,7 +110,21 @@ impl Drop for DropLinksOnDrop {
 /// The Connections whose bindings are being deleted or went away, as the binding controllers
 /// see it (a missed name is caught by the requeue backstop).
 fn binding_changes(stores: &ConsumerStores) -> impl futures::Stream<Item = ObjectRef<Connection>> + Send + 'static {
-    stores::received(stores.binding_changes.subscribe()).map(|name| ObjectRef::new(&name))
+    named_connections(stores.binding_changes.subscribe(), stores.connections.store().clone())
+}
+
+/// The Connections named on `rx` (every one after a lag: a missed wake-up is re-delivered).
+fn named_connections(
+    rx: tokio::sync::broadcast::Receiver<String>,
+    store: reflector::Store<Connection>,
+) -> impl futures::Stream<Item = ObjectRef<Connection>> + Send + 'static {
+    stores::received(rx).flat_map(move |wake| {
+        let named = match wake {
+            stores::Wake::One(name) => vec![ObjectRef::new(&name)],
+            stores::Wake::All => stores::woken(&store, &wake, |_, _| true),
+        };
+        futures::stream::iter(named)
+    })
 }
 
 fn error_policy(conn: Arc<Connection>, error: &ReconcileError, shared: Arc<reconcile::Shared>) -> Action {

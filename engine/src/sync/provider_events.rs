@@ -2,7 +2,7 @@
 //! their change events (DESIGN.md §4 "reads and events": no polling, a resync only as a
 //! backstop).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -19,9 +19,18 @@ use crate::provider::{CacheEvent, CachedStore, ProviderCache};
 pub(crate) enum ProviderChange {
     /// This provider object changed or went.
     Object(Arc<DynamicObject>),
-    /// Anything may have changed: a store relisted, or the syncer fell behind its events.
-    Everything,
+    /// Events were missed (the syncer fell behind) or the store relisted: these copies differ
+    /// from what the syncer last heard of them, and copies it knew may have gone without an
+    /// event (the syncer looks at the objects whose copy is absent too). Unchanged copies are
+    /// not in the list: a lag or a relist costs no look at them, let alone a write.
+    Missed {
+        /// The copies that are new or changed since the syncer last heard of them.
+        changed: Vec<Arc<DynamicObject>>,
+    },
 }
+
+/// A followed store and its events.
+type Followed = (broadcast::Receiver<CacheEvent>, CachedStore);
 
 /// The provider stores one syncer follows: the cluster-wide one, or one per namespace in use
 /// when the credentials may not list the GVR cluster-wide. Following a store subscribes to its
@@ -30,9 +39,9 @@ pub(crate) struct ProviderWatches {
     /// `true` once a cluster-wide list was refused: watch per namespace in use.
     per_namespace: AtomicBool,
     stores: Mutex<BTreeMap<Option<String>, CachedStore>>,
-    added: mpsc::UnboundedSender<broadcast::Receiver<CacheEvent>>,
+    added: mpsc::UnboundedSender<Followed>,
     /// Taken once by [`ProviderWatches::changes`].
-    receiver: Mutex<Option<mpsc::UnboundedReceiver<broadcast::Receiver<CacheEvent>>>>,
+    receiver: Mutex<Option<mpsc::UnboundedReceiver<Followed>>>,
 }
 
 impl Default for ProviderWatches {
@@ -61,10 +70,10 @@ impl ProviderWatches {
             return;
         }
         let (cached, events) = cache.subscribe(res, namespace);
-        stores.insert(key, cached);
+        stores.insert(key, cached.clone());
         // The receiving end lives as long as the syncer's controller; a closed one means the
         // syncer is stopping and nobody needs the events.
-        let _ = self.added.send(events);
+        let _ = self.added.send((events, cached));
     }
 
     /// In per-namespace mode, follows `namespace`.
@@ -96,7 +105,7 @@ impl ProviderWatches {
             loop {
                 tokio::select! {
                     more = async { added.as_mut()?.recv().await }, if added.is_some() => match more {
-                        Some(events) => followed.push(subscription(events).boxed()),
+                        Some((events, store)) => followed.push(subscription(events, store).boxed()),
                         None => added = None,
                     },
                     Some(change) = followed.next(), if !followed.is_empty() => {
@@ -109,24 +118,87 @@ impl ProviderWatches {
     }
 }
 
+/// What a subscriber last heard of each copy: a hash of its key to a hash of its
+/// resourceVersion (16 bytes an object; names are not kept, the syncer finds gone copies from
+/// its own objects).
+type Heard = HashMap<u64, u64>;
+
 /// One store's events as changes. A subscriber that fell behind lost events it cannot get
-/// back (the broadcast buffer overwrote them), among them perhaps a delete that nothing else
-/// would report; looking at everything again is the only way not to lose that change.
-fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = ProviderChange> + Send + 'static {
-    futures::stream::unfold(events, |mut events| async move {
+/// back (the broadcast buffer overwrote them), and a relist replaces the store wholesale: in
+/// both cases the store now is compared with what the subscriber heard, and only the copies
+/// that differ are passed on (with the hint that some may have gone).
+fn subscription(
+    events: broadcast::Receiver<CacheEvent>,
+    store: CachedStore,
+) -> impl Stream<Item = ProviderChange> + Send + 'static {
+    let heard: Heard = if store.is_synced() {
+        store.store().state().iter().filter_map(|o| fingerprint(o)).collect()
+    } else {
+        Heard::new()
+    };
+    futures::stream::unfold((events, heard, store), |(mut events, mut heard, store)| async move {
         let change = match events.recv().await {
-            Ok(CacheEvent::Applied(obj) | CacheEvent::Deleted(obj)) => ProviderChange::Object(obj),
-            Ok(CacheEvent::Relisted) => ProviderChange::Everything,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
+            Ok(CacheEvent::Applied(obj)) => {
+                if let Some((key, rv)) = fingerprint(&obj) {
+                    heard.insert(key, rv);
+                }
+                ProviderChange::Object(obj)
+            }
+            Ok(CacheEvent::Deleted(obj)) => {
+                if let Some((key, _)) = fingerprint(&obj) {
+                    heard.remove(&key);
+                }
+                ProviderChange::Object(obj)
+            }
+            Ok(CacheEvent::Relisted) => missed(&store, &mut heard),
+            Err(broadcast::error::RecvError::Lagged(count)) => {
                 tracing::info!(
-                    missed,
-                    "fell behind the provider cache's events; looking at every object again"
+                    missed = count,
+                    "fell behind the provider cache's events; looking at the copies that differ"
                 );
-                ProviderChange::Everything
+                missed(&store, &mut heard)
             }
             Err(broadcast::error::RecvError::Closed) => return None,
         };
-        Some((change, events))
+        Some((change, (events, heard, store)))
+    })
+}
+
+/// The copies of `store` that differ from what was `heard`, which becomes the store as it is.
+fn missed(store: &CachedStore, heard: &mut Heard) -> ProviderChange {
+    let now: Vec<Arc<DynamicObject>> = store.store().state();
+    let mut fresh = Heard::with_capacity(now.len());
+    let mut changed = Vec::new();
+    for copy in now {
+        let Some((key, rv)) = fingerprint(&copy) else {
+            continue;
+        };
+        if heard.get(&key) != Some(&rv) {
+            changed.push(copy);
+        }
+        fresh.insert(key, rv);
+    }
+    *heard = fresh;
+    ProviderChange::Missed { changed }
+}
+
+/// A copy's key and resourceVersion, hashed.
+fn fingerprint(obj: &DynamicObject) -> Option<(u64, u64)> {
+    let key = format!(
+        "{}/{}",
+        obj.metadata.namespace.as_deref().unwrap_or_default(),
+        obj.metadata.name.as_deref()?
+    );
+    Some((
+        fnv(&key),
+        fnv(obj.metadata.resource_version.as_deref().unwrap_or_default()),
+    ))
+}
+
+/// FNV-1a: a stable, cheap hash for [`fingerprint`].
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 
@@ -200,14 +272,6 @@ impl ProviderEchoes {
         None
     }
 
-    /// Forgets every remembered copy: after missed events nothing says which is still newest.
-    pub(crate) fn forget_copies(&self) {
-        for writes in self.lock().values_mut() {
-            writes.latest = None;
-            writes.superseded.clear();
-        }
-    }
-
     /// Whether an event of `target` at `resource_version` is the echo of an own write.
     pub(crate) fn is_echo(&self, target: ObjectKey, resource_version: Option<&str>) -> bool {
         let mut own = self.lock();
@@ -234,28 +298,126 @@ impl ProviderEchoes {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_subscriber_that_falls_behind_looks_at_everything() {
-        let (tx, rx) = broadcast::channel(2);
-        let obj: Arc<DynamicObject> = Arc::new(
-            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "w", "namespace": "a"}}))
-            .expect("an object"),
-        );
-        for _ in 0..5 {
-            tx.send(CacheEvent::Applied(obj.clone())).expect("a subscriber");
+    fn configmaps() -> kbind_cluster::ApiResource {
+        kbind_cluster::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+    }
+
+    fn configmap(name: &str, value: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "a"}, "data": {"v": value}}))
+        .expect("an object")
+    }
+
+    fn names(changed: &[Arc<DynamicObject>]) -> BTreeSet<String> {
+        changed.iter().filter_map(|c| c.metadata.name.clone()).collect()
+    }
+
+    /// Issue 34 item 6: a subscriber that fell behind (or a store that relisted) used to look
+    /// at every object again and forget which provider writes were its own. Now only the
+    /// copies that changed while it was behind are passed on; an unchanged copy costs nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_falls_behind_hears_only_of_what_changed() {
+        use kbind_cluster::ClusterClient;
+        let cluster = fakeapi::FakeCluster::builder("provider").seed(5).build();
+        let admin = cluster.admin_client();
+        let client: Arc<dyn kbind_cluster::ClusterClient> = Arc::new(cluster.admin_client());
+        let namespace: DynamicObject =
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "a"}}))
+            .expect("a namespace");
+        admin
+            .create(
+                &kbind_cluster::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+                None,
+                &namespace,
+                &Default::default(),
+            )
+            .await
+            .expect("create the namespace");
+        for i in 0..10 {
+            admin
+                .create(
+                    &configmaps(),
+                    Some("a"),
+                    &configmap(&format!("cm-{i}"), "0"),
+                    &Default::default(),
+                )
+                .await
+                .expect("create");
         }
-        let mut changes = Box::pin(subscription(rx));
-        assert!(
-            matches!(changes.next().await, Some(ProviderChange::Everything)),
-            "missed events become a full look"
+        let cache = ProviderCache::new(client, &kbind_cluster::backoff::seeded(1));
+        let (store, events) = cache.subscribe(&configmaps(), None);
+        assert!(store.wait_synced(std::time::Duration::from_secs(10)).await);
+        let mut changes = Box::pin(subscription(events, store.clone()));
+        // Many more changes than the event buffer holds, while nobody reads the subscription:
+        // cm-0..2 change, cm-3 goes, cm-x appears, cm-4 changes 100 times.
+        for i in 0..3 {
+            admin
+                .patch(
+                    &configmaps(),
+                    Some("a"),
+                    &format!("cm-{i}"),
+                    &kbind_cluster::Patch::Merge(serde_json::json!({"data": {"v": "1"}})),
+                    &Default::default(),
+                )
+                .await
+                .expect("patch");
+        }
+        admin
+            .delete(&configmaps(), Some("a"), "cm-3", &Default::default())
+            .await
+            .expect("delete");
+        admin
+            .create(&configmaps(), Some("a"), &configmap("cm-x", "0"), &Default::default())
+            .await
+            .expect("create");
+        for n in 0..100 {
+            admin
+                .patch(
+                    &configmaps(),
+                    Some("a"),
+                    "cm-4",
+                    &kbind_cluster::Patch::Merge(serde_json::json!({"data": {"v": n.to_string()}})),
+                    &Default::default(),
+                )
+                .await
+                .expect("patch");
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store
+            .get(Some("a"), "cm-4")
+            .and_then(|c| c.data.pointer("/data/v").cloned())
+            != Some(serde_json::json!("99"))
+        {
+            assert!(tokio::time::Instant::now() < deadline, "the cache never caught up");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let Some(ProviderChange::Missed { changed }) = changes.next().await else {
+            panic!("a subscriber that fell behind is told what it missed");
+        };
+        let expected: BTreeSet<String> = ["cm-0", "cm-1", "cm-2", "cm-4", "cm-x"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            names(&changed),
+            expected,
+            "only the changed copies; cm-5..9 cost nothing"
         );
-        assert!(matches!(changes.next().await, Some(ProviderChange::Object(_))));
-        tx.send(CacheEvent::Deleted(obj)).expect("a subscriber");
-        assert!(matches!(changes.next().await, Some(ProviderChange::Object(_))));
-        drop(tx);
-        assert!(changes.next().await.is_some(), "the last buffered event");
-        assert!(changes.next().await.is_none(), "a closed cache ends the stream");
+        // Caught up: later events come one by one again, and a relist with nothing new passes
+        // nothing on.
+        admin
+            .delete(&configmaps(), Some("a"), "cm-5", &Default::default())
+            .await
+            .expect("delete");
+        loop {
+            match changes.next().await {
+                Some(ProviderChange::Object(obj)) if obj.metadata.name.as_deref() == Some("cm-5") => break,
+                Some(_) => {}
+                None => panic!("the stream ended"),
+            }
+        }
+        cache.stop();
     }
 
     fn copy_at(rv: &str) -> DynamicObject {
@@ -314,11 +476,6 @@ mod tests {
         );
 
         echoes.own_copy(key.clone(), &copy_at("12"), Some("11".into()), Some("11"));
-        echoes.forget_copies();
-        assert!(
-            echoes.latest(&key, Some("11")).is_none(),
-            "after missed events nothing is known"
-        );
-        assert!(echoes.is_echo(key, Some("12")), "the echo is still recognised");
+        assert!(echoes.is_echo(key, Some("12")), "the echo is recognised");
     }
 }

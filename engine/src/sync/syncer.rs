@@ -304,34 +304,53 @@ impl Shared {
         change: ProviderChange,
     ) -> Vec<ObjectRef<DynamicObject>> {
         match change {
-            ProviderChange::Object(copy) => {
-                let Some(r) = consumer_ref(self.mapper.as_ref(), self.res(), self.spec.namespace.as_deref(), &copy)
-                else {
-                    return Vec::new();
-                };
-                if consumers.get(&r).is_none() {
-                    return Vec::new();
-                }
-                let echo = ObjectKey::of(&copy)
-                    .is_some_and(|target| self.echoes.is_echo(target, copy.metadata.resource_version.as_deref()));
-                if !echo {
-                    self.pending.trigger(ObjectKey {
-                        namespace: r.namespace.clone(),
-                        name: r.name.clone(),
-                    });
-                }
-                vec![r]
-            }
-            // Like a resync: no single change to measure from.
-            ProviderChange::Everything => {
-                self.echoes.forget_copies();
-                consumers
-                    .state()
+            ProviderChange::Object(copy) => self.consumer_of(consumers, &copy).into_iter().collect(),
+            // Missed events or a relist: the copies that changed, and the objects whose copy
+            // is not in the store (it may have gone without an event we heard). An unchanged
+            // copy costs nothing, and the own-write bookkeeping stays: its echoes are known.
+            ProviderChange::Missed { changed } => {
+                let mut refs: Vec<ObjectRef<DynamicObject>> = changed
                     .iter()
-                    .map(|obj| ObjectRef::from_obj_with(obj.as_ref(), self.res().clone()))
-                    .collect()
+                    .filter_map(|copy| self.consumer_of(consumers, copy))
+                    .collect();
+                for obj in consumers.state() {
+                    let Some(key) = ObjectKey::of(&obj) else {
+                        continue;
+                    };
+                    let target = self.mapper.to_provider(self.res(), &key);
+                    let absent = self
+                        .watches
+                        .store_for(target.namespace.as_deref())
+                        .is_some_and(|store| {
+                            store.is_synced() && store.get(target.namespace.as_deref(), &target.name).is_none()
+                        });
+                    if absent {
+                        refs.push(ObjectRef::from_obj_with(obj.as_ref(), self.res().clone()));
+                    }
+                }
+                refs
             }
         }
+    }
+
+    /// The consumer object of provider `copy` if this syncer holds it; a change that is not an
+    /// echo of our own write is measured from now.
+    fn consumer_of(
+        &self,
+        consumers: &reflector::Store<DynamicObject>,
+        copy: &DynamicObject,
+    ) -> Option<ObjectRef<DynamicObject>> {
+        let r = consumer_ref(self.mapper.as_ref(), self.res(), self.spec.namespace.as_deref(), copy)?;
+        consumers.get(&r)?;
+        let echo = ObjectKey::of(copy)
+            .is_some_and(|target| self.echoes.is_echo(target, copy.metadata.resource_version.as_deref()));
+        if !echo {
+            self.pending.trigger(ObjectKey {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            });
+        }
+        Some(r)
     }
 
     /// Syncs one object; `since` is when its unprocessed change was first seen (`None` for a

@@ -50,4 +50,5 @@ mod seeded_sync_schedules;
 mod several_providers;
 mod two_consumers;
 mod unbind_on_cold_caches;
+mod waits_on_events;
 mod write_races;
