@@ -128,6 +128,16 @@ pub fn retry_after(error: &Error) -> Option<Duration> {
     }
 }
 
+/// The wait after a failure whose backoff says `delay` and whose server asked for `asked`
+/// (a 429's `Retry-After`): never sooner than asked, and spread by the jittered backoff on top,
+/// so a herd that was told the same wait does not come back in the same instant.
+pub fn after_asked(delay: Duration, asked: Option<Duration>) -> Duration {
+    match asked {
+        Some(asked) if asked > delay => asked + delay,
+        _ => delay,
+    }
+}
+
 /// Exponential backoff with jitter: `initial`, doubling up to `max`, each delay grown by up to
 /// [`BACKOFF_JITTER`] of itself (the base doubles, not the jittered value, so the spread never
 /// compounds into a longer wait than `2 × max`).
@@ -177,10 +187,10 @@ impl Backoff {
         jitter(self.randomness.as_ref(), base, self.fraction)
     }
 
-    /// The delay after `error`: the next backoff, or the server's `Retry-After` when longer.
+    /// The delay after `error`: the next backoff, or, after a 429, the server's `Retry-After`
+    /// plus that backoff (see [`after_asked`]).
     pub fn after(&mut self, error: &Error) -> Duration {
-        let delay = self.next_delay();
-        retry_after(error).map_or(delay, |asked| asked.max(delay))
+        after_asked(self.next_delay(), retry_after(error))
     }
 
     /// Back to `initial` (after a success).
@@ -255,7 +265,11 @@ mod tests {
             message: "slow down".into(),
             retry_after_seconds: Some(20),
         };
-        assert!(b.after(&throttled) >= Duration::from_secs(20));
+        let waited = b.after(&throttled);
+        assert!(
+            waited >= Duration::from_secs(20) && waited < Duration::from_secs(24),
+            "{waited:?}: the asked 20 s, spread by the backoff's jittered delay on top"
+        );
         let unavailable = Error::Transport("connection refused".into());
         assert!(b.after(&unavailable) < Duration::from_secs(20));
     }

@@ -307,10 +307,13 @@ pub fn watcher(
         config,
     };
     futures::stream::unfold(
-        (scope, State::Empty, backoff, false),
+        (scope, State::Empty, backoff, None::<Option<Duration>>),
         |(scope, state, mut backoff, failed)| async move {
-            if failed && let Some(delay) = backoff.next() {
-                tokio::time::sleep(delay).await;
+            // After an error: the backoff, or the server's Retry-After (429) when longer.
+            if let Some(asked) = failed
+                && let Some(delay) = backoff.next()
+            {
+                tokio::time::sleep(crate::backoff::after_asked(delay, asked)).await;
             }
             let (item, state) = step(&scope, state, backoff.as_mut()).await;
             match &item {
@@ -320,10 +323,39 @@ pub fn watcher(
                 Ok(Event::Init) => {}
                 Ok(_) => backoff.reset(),
             }
-            let failed = item.is_err();
+            let failed = match &item {
+                Err(e) => Some(retry_after(e)),
+                Ok(_) => None,
+            };
             Some((item, (scope, state, backoff, failed)))
         },
     )
+}
+
+/// The wait a 429 asked for, if `err` carries one.
+fn retry_after(err: &WatcherError) -> Option<Duration> {
+    let kube = match err {
+        WatcherError::InitialListFailed(e) | WatcherError::WatchStartFailed(e) | WatcherError::WatchFailed(e) => e,
+        WatcherError::WatchError(status) => {
+            return (status.code == 429)
+                .then(|| {
+                    status
+                        .details
+                        .as_ref()
+                        .map(|d| Duration::from_secs(u64::from(d.retry_after_seconds)))
+                })
+                .flatten();
+        }
+        WatcherError::NoResourceVersion => return None,
+    };
+    match kube {
+        kube::Error::Api(status) if status.code == 429 => status
+            .details
+            .as_ref()
+            .map(|d| Duration::from_secs(u64::from(d.retry_after_seconds))),
+        kube::Error::Service(boxed) => boxed.downcast_ref::<Error>().and_then(crate::backoff::retry_after),
+        _ => None,
+    }
 }
 
 /// Turns a watcher error back into the typed seam error it came from.
@@ -1340,6 +1372,40 @@ mod tests {
         );
         assert_eq!(cluster.watch_versions(), ["5", "5", "5", "6", "6"]);
         assert_eq!(cluster.continue_tokens().len(), 1);
+    }
+
+    /// Issue 34 item 3: a throttled watch (429) waits what the server asked before it retries,
+    /// when that is longer than its backoff.
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_watch_waits_out_retry_after() {
+        let throttled = || Error::TooManyRequests {
+            message: "too many requests".into(),
+            retry_after_seconds: Some(20),
+        };
+        let cluster = ScriptedCluster::new(
+            vec![page(vec![], "5", None)],
+            vec![
+                WatchScript::Refuse(throttled()),
+                WatchScript::Hang(vec![Ok(WatchEvent::Added(widget("a", "6")))]),
+            ],
+        );
+        let policy = BackoffPolicy::Exponential {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(10),
+            factor: 2.0,
+        };
+        let mut events = start(&cluster, quick().backoff(policy));
+        let secs = Duration::from_secs;
+        assert_eq!(
+            timed(&mut events, 4).await,
+            [
+                ("Init".to_string(), secs(0)),
+                ("InitDone".to_string(), secs(0)),
+                ("Err(WatchStartFailed:429)".to_string(), secs(0)),
+                ("Apply(a@6)".to_string(), secs(21)),
+            ],
+            "retried after the 20 s the server asked and the 1 s backoff on top, not the backoff alone"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -174,7 +174,10 @@ where
             _ => return,
         };
         let view = BindingView::from(binding);
-        let now: BTreeSet<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
+        // What it names, and what it still claims (an API removed from its spec drains first):
+        // a claim that goes wakes the others too.
+        let mut now: BTreeSet<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
+        now.extend(view.stopped_naming());
         let uid = view.meta.uid.clone().unwrap_or_default();
         let before = if matches!(event, Ok(Event::Delete(_))) {
             named.remove(&uid)

@@ -135,7 +135,10 @@ pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView
     let mine = &view.spec.connection_ref.name;
     let mut handing_over = None;
     for other in all.iter().filter(|b| &b.spec.connection_ref.name != mine) {
-        if !other.spec.apis.iter().any(|a| a.name == api) {
+        // A binding that stopped naming the API but still claims it drains its objects first,
+        // as a deleted one does.
+        let leaving = !other.spec.binds(api) && claim(other, api).is_some();
+        if !other.spec.binds(api) && !leaving {
             continue;
         }
         // The namespace both cover: the Binding's, or the whole API for two ClusterBindings.
@@ -147,7 +150,7 @@ pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView
         if !covers(other, namespace.as_deref()) {
             continue;
         }
-        if other.is_deleting() {
+        if other.is_deleting() || leaving {
             // Only a binding that claimed the namespace has copies there to drain first.
             if claim(other, api).is_some() && handing_over.is_none() {
                 handing_over = Some(Placement::HandingOver {

@@ -34,6 +34,8 @@ pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) const WAIT_INTERVAL: Duration = Duration::from_secs(2);
 /// How long one reconcile waits for the binding and Connection stores' first lists.
 const STORES_WAIT: Duration = Duration::from_secs(30);
+/// How soon a pass whose status write met a newer binding looks again.
+const STALE_RETRY: Duration = Duration::from_secs(1);
 
 /// Why a reconcile failed (consumer-side reads and writes; provider trouble is a condition).
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +71,23 @@ impl Shared {
     /// The Connection named `name`, from the cache.
     pub(crate) fn connection(&self, name: &str) -> Option<Arc<Connection>> {
         self.connections.get(&ObjectRef::new(name))
+    }
+
+    /// The binding `view` is a version of, as the cache holds it now (same UID): never older
+    /// than the object the controller handed over, which came from that cache.
+    pub(crate) fn current(&self, view: &BindingView) -> Option<BindingView> {
+        let uid = view.meta.uid.as_deref()?;
+        let cached = match view.namespace() {
+            None => self
+                .cluster_bindings
+                .get(&ObjectRef::new(&view.name()))
+                .map(|b| BindingView::from(b.as_ref())),
+            Some(ns) => self
+                .bindings
+                .get(&ObjectRef::new(&view.name()).within(&ns))
+                .map(|b| BindingView::from(b.as_ref())),
+        }?;
+        (cached.meta.uid.as_deref() == Some(uid)).then_some(cached)
     }
 
     /// Every binding in the caches (both kinds).
@@ -210,9 +229,28 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     if !shared.wait_stores_ready().await {
         return Ok(Action::requeue(shared.ctx.jitter(&view.display(), WAIT_INTERVAL)));
     }
+    // The pass decides on one snapshot: the binding as the store has it now, like every other
+    // binding placement reads (the object the controller handed over may be a version older).
+    let view = shared.current(&view).unwrap_or(view);
     ensure_cleanup(shared.ctx.consumer.as_ref(), &view.resource(), &view.dynamic()).await?;
-    let (report, served, starts) = observe(&view, &shared).await?;
+    let (mut report, served, starts) = observe(&view, &shared).await?;
     stop_unserved(&shared, &view, &served);
+    // An API removed from spec.apis is unbound as a deleted binding unbinds it: its objects
+    // drain (copies deleted unless Orphan, finalizers released), and its claim stays in the
+    // status until they have, so no other Connection's binding moves in before.
+    for api in view.stopped_naming() {
+        let draining = match super::unbind::drain_api(&view, &shared, &api, view.is_orphan()).await? {
+            super::unbind::Drain::Done => None,
+            super::unbind::Drain::InProgress => Some((
+                reason::PENDING,
+                format!("{api} was removed from spec.apis; its objects drain before it goes"),
+            )),
+            super::unbind::Drain::Blocked(blocked) => Some((blocked.reason, blocked.message)),
+        };
+        if let Some((why, message)) = draining {
+            report.apis.push(ApiReport::not_synced(&api, why, message));
+        }
+    }
     let engagement = engagement(&view, &shared, report.connected.status == ConditionStatus::True);
     mark_staleness(&view, &shared, engagement).await?;
     let now = Time(shared.ctx.clock.now());
@@ -220,12 +258,22 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     // Until the engagement is known (a restart, a leader hand-over), the last status stands:
     // writing "waiting for the provider" and then the same status again is two needless writes.
     if engagement != Engagement::Unknown || view.status.is_none() {
-        write_status(
+        match write_status(
             shared.ctx.consumer.as_ref(),
             &view,
             desired_status(&view, &report, &now),
         )
-        .await?;
+        .await
+        {
+            Ok(()) => {}
+            // The binding changed since this pass read it: nothing is started on a stale
+            // view; the newer version's event (or this requeue) runs the pass again.
+            Err(e) if e.is_conflict() => {
+                tracing::debug!(binding = %view.display(), "binding changed during the pass; looking again");
+                return Ok(Action::requeue(shared.ctx.jitter(&view.display(), STALE_RETRY)));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     // Only now that the claim is in the binding's status (the write above) do its syncers
     // start: a konnector that stops in between restarts with the claim, never with copies

@@ -208,7 +208,10 @@ fn denied_observed(denied: &[String]) -> Observed {
     }
 }
 
-/// Writes `status` with a merge patch on the status subresource, when it changed.
+/// Writes `status` with a merge patch on the status subresource, when it changed, on the
+/// condition that the binding is still at the resourceVersion `view` was read at: a status
+/// computed from an older view (a cache a step behind, a spec edit since) must not overwrite a
+/// newer one, least of all drop a claim it never saw. A `Conflict` means: look again.
 pub(crate) async fn write_status(
     consumer: &dyn ClusterClient,
     view: &BindingView,
@@ -227,7 +230,10 @@ pub(crate) async fn write_status(
             &view.resource(),
             view.namespace().as_deref(),
             &view.name(),
-            &Patch::Merge(json!({ "status": {"boundAPIs": body.get("boundAPIs").cloned().unwrap_or(json!([])), "conditions": body.get("conditions").cloned().unwrap_or(json!([]))} })),
+            &Patch::Merge(json!({
+                "metadata": {"resourceVersion": view.meta.resource_version},
+                "status": {"boundAPIs": body.get("boundAPIs").cloned().unwrap_or(json!([])), "conditions": body.get("conditions").cloned().unwrap_or(json!([]))},
+            })),
             &params,
         )
         .await

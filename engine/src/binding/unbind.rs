@@ -25,7 +25,7 @@ use crate::related::{RelatedError, Side, remove_copies};
 use crate::sync::{BindingKind, SyncError, SyncerSpec};
 
 /// What happened to one API of a binding being deleted.
-enum Drain {
+pub(crate) enum Drain {
     /// Nothing of this binding is left on the objects.
     Done,
     /// Copies are still going away.
@@ -36,13 +36,13 @@ enum Drain {
 
 /// Why a drain cannot proceed, for the binding's status and the log.
 #[derive(Debug, Clone)]
-struct Blocked {
+pub(crate) struct Blocked {
     /// The API (empty for the related copies).
     api: String,
     /// `DeletionBlocked`, or `Forbidden` for a refused verb.
-    reason: &'static str,
+    pub(crate) reason: &'static str,
     /// What happened (with the HTTP cause) and the way out; never a credential.
-    message: String,
+    pub(crate) message: String,
     /// `"<verb> <resource>"` the provider refused (a 403).
     denied: Option<String>,
 }
@@ -60,8 +60,11 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
     let orphan = orphaned(view, shared);
     let mut blocked = Vec::new();
     let mut in_progress = false;
-    for api in &view.spec.apis {
-        match drain_api(view, shared, &api.name, orphan).await? {
+    // The APIs it names, and those it stopped naming whose drain had not finished.
+    let mut apis: Vec<String> = view.spec.apis.iter().map(|a| a.name.clone()).collect();
+    apis.extend(view.stopped_naming());
+    for api in &apis {
+        match drain_api(view, shared, api, orphan).await? {
             Drain::Done => {}
             Drain::InProgress => in_progress = true,
             Drain::Blocked(why) => blocked.push(why),
@@ -183,7 +186,12 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
     Ok(Some(Action::requeue(shared.ctx.jitter(&view.display(), WAIT_INTERVAL))))
 }
 
-async fn drain_api(view: &BindingView, shared: &Shared, api: &str, orphan: bool) -> Result<Drain, BindingError> {
+pub(crate) async fn drain_api(
+    view: &BindingView,
+    shared: &Shared,
+    api: &str,
+    orphan: bool,
+) -> Result<Drain, BindingError> {
     let consumer = shared.ctx.consumer.as_ref();
     // No CRD of ours: no instances, or they belong to another Connection's binding.
     let Some(crd) = consumer_crd(consumer, api).await? else {

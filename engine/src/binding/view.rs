@@ -83,6 +83,17 @@ impl BindingView {
         }
     }
 
+    /// The APIs its status still holds a claim on that its spec no longer names (removed from
+    /// `spec.apis`; their objects drain before the claim goes).
+    pub fn stopped_naming(&self) -> Vec<String> {
+        self.status
+            .iter()
+            .flat_map(|s| s.bound_apis.iter())
+            .filter(|a| !self.spec.binds(&a.name) && a.claim().is_some())
+            .map(|a| a.name.clone())
+            .collect()
+    }
+
     /// Whether the binding is being deleted.
     pub fn is_deleting(&self) -> bool {
         self.meta.deletion_timestamp.is_some()

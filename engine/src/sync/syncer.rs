@@ -246,7 +246,7 @@ fn error_policy(obj: Arc<DynamicObject>, error: &SyncError, shared: Arc<Shared>)
         Some(key) => shared.wait(&key, ERROR_RETRY),
         None => ERROR_RETRY,
     };
-    Action::requeue(wait.max(asked.unwrap_or_default()))
+    Action::requeue(kbind_cluster::backoff::after_asked(wait, asked))
 }
 
 /// Reconciles one consumer object.

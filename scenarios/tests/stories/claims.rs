@@ -383,3 +383,92 @@ async fn create(client: &dyn ClusterClient, body: Value) {
         .await
         .expect("create");
 }
+
+/// An API removed from the serving binding's `spec.apis` is unbound there as a deleted binding
+/// unbinds it (its copies drain, its finalizers go), its claim stays until then, and only then
+/// does the other Connection's binding of that namespace take it over: no object is frozen
+/// between the two, none lost.
+#[tokio::test(start_paused = true)]
+async fn an_api_removed_from_the_serving_binding_drains_before_another_connection_takes_over() {
+    let mut world = two_providers_allowing(
+        "an_api_removed_from_the_serving_binding_drains_before_another_connection_takes_over",
+        3404,
+        "*",
+    )
+    .await;
+    let client = world.consumer().admin_client();
+    ensure_namespace(&client, "team-a").await;
+    create(
+        &client,
+        json!({
+            "apiVersion": "core.kbind.io/v1alpha1", "kind": "Binding",
+            "metadata": {"name": "serving", "namespace": "team-a"},
+            "spec": {"connectionRef": {"name": "beta"}, "apis": [{"name": WIDGETS}, {"name": GADGETS}]},
+        }),
+    )
+    .await;
+    world
+        .run_until_async("beta serves widgets in team-a", 120, serving(Some("team-a"), "serving"))
+        .await;
+    world.steps_for(2).await;
+    bind(&world, "acme", "team-a", "waiting").await;
+    world
+        .run_until_async(
+            "acme's binding waits",
+            120,
+            synced_reason_is(Some("team-a"), "waiting", reason::BOUND_THROUGH_ANOTHER_CONNECTION),
+        )
+        .await;
+    let w = create_widget(&world, "team-a", "w", json!({"size": 1})).await;
+    wait_for_copy(&mut world, "beta", "team-a", "w").await;
+
+    client
+        .patch(
+            &bindings(),
+            Some("team-a"),
+            "serving",
+            &Patch::Merge(json!({"spec": {"apis": [{"name": GADGETS}]}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("edit spec.apis");
+    world
+        .run_until_async("beta's copy is drained", 120, copy_gone("beta", "team-a", "w"))
+        .await;
+    wait_for_copy(&mut world, "acme", "team-a", "w").await;
+    world
+        .run_until_async("w names acme", 60, labelled("team-a", "w", "acme"))
+        .await;
+    world
+        .run_until_async("acme's binding serves team-a", 60, serving(Some("team-a"), "waiting"))
+        .await;
+    assert_eq!(
+        claimed_at(&world, "team-a", "serving", WIDGETS).await,
+        None,
+        "the removed API's claim went with its drain"
+    );
+    assert_eq!(
+        world
+            .consumer_get(&kbind_scenarios::apis::widgets(), Some("team-a"), "w")
+            .await
+            .and_then(|o| o.metadata.uid),
+        w.metadata.uid,
+        "the consumer object is the same one"
+    );
+    // The gadgets API of the edited binding keeps serving.
+    assert_eq!(
+        api_synced(&world, "team-a", "serving", GADGETS)
+            .await
+            .map(|s| s.0)
+            .as_deref(),
+        Some("True")
+    );
+    patch_widget(&world, "team-a", "w", json!({"spec": {"size": 2}})).await;
+    world
+        .run_until_async(
+            "w syncs to acme",
+            60,
+            copy_has("acme", "team-a", "w", "/spec/size", json!(2)),
+        )
+        .await;
+}

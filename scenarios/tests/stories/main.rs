@@ -19,6 +19,7 @@ mod deletion;
 mod determinism;
 mod drift;
 mod hand_overs;
+mod herd;
 mod identity_changes;
 mod internet_scale;
 mod invariants_are_live;

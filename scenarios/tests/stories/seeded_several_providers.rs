@@ -1,36 +1,37 @@
-//! The randomized several-providers property (issue 26, DESIGN.md §4 "Connections per API",
-//! §8): for many seeds, a random schedule across providers `acme` and `beta` of creating
+//! The randomized several-providers property (issues 26 and 34, DESIGN.md §4 "Connections per
+//! API", §8): for many seeds, a random schedule across providers `acme` and `beta` of creating
 //! Bindings of widgets (3 namespaces) and ClusterBindings through either Connection, deleting
 //! them (and "moving" a namespace: deleting one Connection's Binding while the other's exists,
-//! or creating the other's next), creating, patching and deleting consumer widgets, with a
-//! konnector crash and restart now and then in the middle of an action.
+//! or creating the other's next), removing widgets from a binding's `spec.apis` and adding it
+//! back (each binding also names a filler API of its own provider, so its spec is never empty),
+//! partitioning either provider for a while and healing it, creating, patching and deleting
+//! consumer widgets, with a konnector crash and restart now and then in the middle of an action,
+//! and restarts while a binding store cannot list yet.
 //!
 //! After every step (besides the world's own §8 checks): no namespace is served (`Synced=True`)
-//! through two Connections; a binding seen serving never stops while it lives; a namespace's
-//! serving Connection changes only after every binding that served it there was deleted by the
-//! schedule (never a takeover); no consumer widget has copies on both providers; no consumer
-//! widget is lost (same UIDs). After every action settles (bounded, no sleeps): each binding's
-//! per-API `Synced` is what the model's placement rule (issue 26 design: claiming before refused,
-//! then oldest, then namespace and name, iterated to a fixed point from the statuses before the
-//! action) says, a refused one with `BoundThroughAnotherConnection`; every widget's
-//! `core.kbind.io/connection` label names the Connection serving its namespace and its only copy
-//! (our consumer-object-uid, its latest spec) is on that provider; an unserved namespace has no
-//! copies; the consumer CRD's annotation names a Connection with a live binding. At the end every
-//! binding, ClusterBindings included, is deleted: the consumer CRD goes and no copy is left on
-//! either provider. It found two engine bugs, both fixed: a refused ClusterBinding hid its own
-//! Connection's Bindings (they reported "synced by" it and nothing synced), and a Binding deleted
-//! beside a ClusterBinding of its Connection kept its syncer running.
+//! through two Connections; a binding that recorded a claim on widgets keeps it while it lives
+//! and names widgets, whatever its Connection does; a namespace's serving Connection changes
+//! only after every binding that served it there was deleted or stopped naming widgets (never a
+//! takeover); no consumer widget has copies on both providers; no consumer widget is lost (same
+//! UIDs); no widget is frozen (labelled for a Connection with no binding that claims its
+//! namespace). After every action settles (bounded, no sleeps): each binding's per-API `Synced`
+//! and claim are what the model's placement rule says (a recorded claim first, then not refused
+//! before refused, then oldest, then namespace and Connection; iterated to a fixed point from
+//! the claims before the action), a refused one with `BoundThroughAnotherConnection`; every
+//! widget's `core.kbind.io/connection` label names the Connection serving its namespace and its
+//! only copy (our consumer-object-uid, its latest spec) is on that provider; an unserved
+//! namespace has no copies; the consumer CRD's annotation names a Connection with a live
+//! binding. At the end every binding, ClusterBindings included, is deleted: the consumer CRD
+//! goes and no copy is left on either provider.
 //!
 //! `KBIND_SEEDS=N` runs N/5 seeds (default 20; CI's 1,000 run 200); `KBIND_SEED=S` replays seed S. A failure names the
-//! seed, the step and the action sequence so far. Cost (debug build, measured on 2 shared
-//! cores): about 1.2 s of CPU per seed (50 actions), 20 seeds in 24 s, 100 seeds in 2 min; most
-//! of it is the world's set-up and per-step §8 checks and this property's reads each step.
+//! seed, the step and the action sequence so far.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::FutureExt;
 use kbind_api::consts::{annotation as kbind_annotation, condition, label as kbind_label, reason};
-use kbind_cluster::{ClusterClient, DynamicObject};
+use kbind_cluster::{ClusterClient, DynamicObject, Patch, PatchParams};
 use kbind_scenarios::World;
 use kbind_scenarios::apis::{widgets, widgets_crd};
 use rand::{Rng, SeedableRng};
@@ -38,7 +39,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
 use crate::binding_kit::bindings;
-use crate::several_providers::{PROVIDERS, bind, bind_cluster, two_providers};
+use crate::several_providers::{PROVIDERS, two_providers};
 use crate::story::*;
 
 const NAMESPACES: [&str; 3] = ["team-a", "team-b", "team-c"];
@@ -114,6 +115,29 @@ struct Bound {
     created: String,
     /// Refused for widgets (`BoundThroughAnotherConnection`) as last settled; `false` until then.
     refused: bool,
+    /// Holds a claim on widgets (`claimedAt`) as last settled.
+    claimed: bool,
+    /// Names widgets in its `spec.apis` (else only its filler API).
+    names: bool,
+}
+
+/// The filler API each provider exports besides widgets, so a binding that stops naming
+/// widgets still names something (and no two Connections share it).
+fn filler(connection: &str) -> &'static str {
+    if connection == "acme" {
+        "gizmos.example.org"
+    } else {
+        "gadgets.example.org"
+    }
+}
+
+/// The `spec.apis` of a binding of `connection` that names widgets or not.
+fn apis(connection: &str, names: bool) -> Value {
+    if names {
+        json!([{"name": filler(connection)}, {"name": WIDGETS}])
+    } else {
+        json!([{"name": filler(connection)}])
+    }
 }
 
 /// A live consumer widget in the model.
@@ -131,6 +155,10 @@ struct Seen {
     deleting: bool,
     /// Its per-API `Synced` of widgets: status, reason and message.
     synced: Option<(String, String, String)>,
+    /// Whether its status records a claim on widgets.
+    claimed: bool,
+    /// Whether its spec names widgets.
+    names: bool,
 }
 
 impl Seen {
@@ -139,10 +167,11 @@ impl Seen {
     }
 }
 
-/// Per live binding, whether it is refused.
-type Flags = BTreeMap<Slot, bool>;
-/// A binding's claim, as the design ranks it: refused, creation, namespace, name; lower wins.
-type Rank = (bool, String, Option<&'static str>, &'static str);
+/// Per live binding naming widgets: whether it is refused, and whether it holds a claim.
+type Flags = BTreeMap<Slot, (bool, bool)>;
+/// A binding's claim, as the design ranks it: no claim, refused, creation, namespace, name;
+/// lower wins.
+type Rank = (bool, bool, String, Option<&'static str>, &'static str);
 /// The provider copies: `(namespace, name)` → the providers holding one, each with its
 /// consumer-object-uid annotation.
 type Copies = BTreeMap<(String, String), Vec<(&'static str, Option<String>)>>;
@@ -153,9 +182,11 @@ struct Model {
     live: BTreeMap<Slot, Bound>,
     /// UIDs of the bindings the schedule deleted.
     deleted: BTreeSet<String>,
+    /// UIDs of the bindings the schedule made stop naming widgets (until they name it again).
+    stopped: BTreeSet<String>,
     widgets: BTreeMap<(&'static str, &'static str), Widget>,
-    /// UIDs of the bindings ever seen serving.
-    was_serving: BTreeSet<String>,
+    /// UIDs of the bindings seen holding a claim on widgets (while they name it).
+    was_claiming: BTreeSet<String>,
     /// Per namespace, the Connection last seen serving it and its bindings that did.
     servers: BTreeMap<&'static str, (&'static str, BTreeSet<String>)>,
     /// Once every binding is being deleted, the consumer CRD (and its widgets) may go.
@@ -189,13 +220,15 @@ impl Model {
     async fn check_step(&mut self, world: &World) {
         let seen = seen_bindings(world).await;
         for b in seen.iter().filter(|b| !b.deleting) {
-            if b.serving() {
-                self.was_serving.insert(b.uid.clone());
-            } else if self.was_serving.contains(&b.uid) {
+            if !b.names {
+                self.was_claiming.remove(&b.uid);
+            } else if b.claimed {
+                self.was_claiming.insert(b.uid.clone());
+            } else if self.was_claiming.contains(&b.uid) {
                 self.fail(
                     world,
                     format!(
-                        "{} served widgets and stopped while live: Synced {:?}",
+                        "{} claimed widgets and lost the claim while it lives and names it: Synced {:?}",
                         b.slot, b.synced
                     ),
                 );
@@ -217,12 +250,14 @@ impl Model {
             };
             if let Some((before, served)) = self.servers.get(ns)
                 && *before != connection
-                && let Some(kept) = served.iter().find(|u| !self.deleted.contains(*u))
+                && let Some(kept) = served
+                    .iter()
+                    .find(|u| !self.deleted.contains(*u) && !self.stopped.contains(*u))
             {
                 self.fail(
                     world,
                     format!(
-                        "takeover: {ns} moved from {before} to {connection} while {before}'s binding {kept} that served it was never deleted"
+                        "takeover: {ns} moved from {before} to {connection} while {before}'s binding {kept} that served it was never deleted nor stopped naming widgets"
                     ),
                 );
             }
@@ -235,6 +270,20 @@ impl Model {
                 self.fail(
                     world,
                     format!("widget {ns}/{name} has copies on both providers: {on:?}"),
+                );
+            }
+        }
+        // Frozen: a widget labelled for a Connection none of whose bindings (live or draining)
+        // claims its namespace would never sync or finish deleting again.
+        for (ns, name, connection) in labelled_widgets(world).await {
+            let claimed = seen
+                .iter()
+                .any(|b| b.slot.connection == connection && b.claimed && b.slot.covers(Some(ns.as_str())));
+            if !claimed {
+                let bindings = describe_bindings(world).await;
+                self.fail(
+                    world,
+                    format!("widget {ns}/{name} is frozen: labelled for {connection}, whose bindings claim no {ns}\nbindings:\n{bindings}"),
                 );
             }
         }
@@ -255,15 +304,31 @@ impl Model {
         }
     }
 
-    /// The model's placement: the refused flags a fixed point of the design's rule reaches from
-    /// the current flags, sweeping the bindings in `order`.
+    /// Whether a live binding other than `slot` names widgets (one must, so the API stays in use).
+    fn another_names_widgets(&self, slot: &Slot) -> bool {
+        self.naming().any(|(s, _)| s != slot)
+    }
+
+    /// The live bindings that name widgets, the ones placement is about.
+    fn naming(&self) -> impl Iterator<Item = (&Slot, &Bound)> {
+        self.live.iter().filter(|(_, b)| b.names)
+    }
+
+    /// The model's placement: the flags a fixed point of the design's rule reaches from the
+    /// current flags, sweeping the bindings in `order`. A binding that serves claims; a claim
+    /// outranks everything else and stays.
     fn fixed_point(&self, order: &[Slot]) -> Option<Flags> {
-        let mut flags: Flags = self.live.iter().map(|(s, b)| (*s, b.refused)).collect();
+        let mut flags: Flags = self.naming().map(|(s, b)| (*s, (b.refused, b.claimed))).collect();
         for _ in 0..10 {
             let mut changed = false;
             for slot in order {
+                if !flags.contains_key(slot) {
+                    continue;
+                }
+                // Refused holds no claim; one that is not refused serves, and a serving one claims.
                 let refused = self.elsewhere(slot, &flags);
-                if flags.insert(*slot, refused) != Some(refused) {
+                let next = (refused, !refused);
+                if flags.insert(*slot, next) != Some(next) {
                     changed = true;
                 }
             }
@@ -276,7 +341,7 @@ impl Model {
 
     /// Whether, for some namespace `v` covers, another Connection's claim beats `v`'s.
     fn elsewhere(&self, v: &Slot, flags: &Flags) -> bool {
-        self.live.keys().filter(|o| o.connection != v.connection).any(|o| {
+        flags.keys().filter(|o| o.connection != v.connection).any(|o| {
             let namespace = v.namespace.or(o.namespace);
             if !o.covers(namespace) {
                 return false;
@@ -292,18 +357,21 @@ impl Model {
         })
     }
 
-    /// Rank of the best live binding of `connection` covering `namespace`: lower wins.
+    /// Rank of the best live binding of `connection` naming widgets and covering `namespace`.
     fn claim(&self, connection: &str, namespace: Option<&str>, flags: &Flags) -> Option<Rank> {
-        self.live
+        flags
             .iter()
             .filter(|(s, _)| s.connection == connection && s.covers(namespace))
-            .map(|(s, b)| (flags[s], b.created.clone(), s.namespace, s.connection))
+            .filter_map(|(s, (refused, claimed))| {
+                let b = self.live.get(s)?;
+                Some((!claimed, *refused, b.created.clone(), s.namespace, s.connection))
+            })
             .min()
     }
 
     /// Every placement the rule may settle on (sweeping forwards and backwards).
     fn expected(&self, world: &World) -> Vec<Flags> {
-        let mut order: Vec<Slot> = self.live.keys().copied().collect();
+        let mut order: Vec<Slot> = self.naming().map(|(s, _)| *s).collect();
         let mut outcomes = Vec::new();
         for _ in 0..2 {
             let Some(flags) = self.fixed_point(&order) else {
@@ -321,7 +389,7 @@ impl Model {
     fn server(&self, world: &World, flags: &Flags, ns: &str) -> Option<&'static str> {
         let serving: BTreeSet<&'static str> = flags
             .iter()
-            .filter(|(s, refused)| !**refused && s.covers(Some(ns)))
+            .filter(|(s, (refused, _))| !*refused && s.covers(Some(ns)))
             .map(|(s, _)| s.connection)
             .collect();
         if serving.len() > 1 {
@@ -341,6 +409,22 @@ impl Model {
             let Some(b) = seen.iter().find(|b| b.uid == bound.uid) else {
                 return Err(format!("{slot} is missing"));
             };
+            if b.names != bound.names {
+                return Err(format!(
+                    "{slot} names widgets: {}, the model says {}",
+                    b.names, bound.names
+                ));
+            }
+            if !bound.names {
+                // Stopped naming it: drained, and its claim (with its status entry) gone.
+                if b.claimed || b.synced.is_some() {
+                    return Err(format!(
+                        "{slot} stopped naming widgets but still reports {:?}",
+                        b.synced
+                    ));
+                }
+                continue;
+            }
             let other = PROVIDERS
                 .into_iter()
                 .find(|p| *p != slot.connection)
@@ -355,7 +439,10 @@ impl Model {
                 }
                 other => return Err(format!("{slot} has Synced {other:?}")),
             };
-            flags.insert(*slot, refused);
+            if b.claimed == refused {
+                return Err(format!("{slot} refused: {refused}, claims: {}", b.claimed));
+            }
+            flags.insert(*slot, (refused, b.claimed));
         }
         if !expected.contains(&flags) {
             return Err(format!("placement {flags:?}, the model expects one of {expected:?}"));
@@ -364,8 +451,10 @@ impl Model {
         let Some(claimed) = annotation(&crd, kbind_annotation::CONNECTION) else {
             return Err("the consumer CRD is missing or unclaimed".into());
         };
-        if !self.live.keys().any(|s| s.connection == claimed) {
-            return Err(format!("the consumer CRD names {claimed}, which has no live binding"));
+        if self.naming().next().is_some() && !self.naming().any(|(s, _)| s.connection == claimed) {
+            return Err(format!(
+                "the consumer CRD names {claimed}, which has no live binding of widgets"
+            ));
         }
         let consumer = consumer_widgets(world).await;
         let wanted: BTreeMap<(String, String), String> = self
@@ -435,9 +524,10 @@ impl Model {
             self.step(world).await;
             match self.mismatch(world, &expected).await {
                 Ok(flags) => {
-                    for (slot, refused) in flags {
+                    for (slot, (refused, claimed)) in flags {
                         if let Some(b) = self.live.get_mut(&slot) {
                             b.refused = refused;
+                            b.claimed = claimed;
                         }
                     }
                     return;
@@ -455,10 +545,21 @@ impl Model {
     /// Creates `slot`; whether it did.
     async fn create(&mut self, world: &World, slot: Slot) -> bool {
         self.history.push(format!("create {slot}"));
-        match slot.namespace {
-            Some(ns) => bind(world, slot.connection, ns, slot.connection).await,
-            None => bind_cluster(world, slot.connection, slot.connection).await,
+        let client = world.consumer().admin_client();
+        let mut body = json!({
+            "apiVersion": "core.kbind.io/v1alpha1", "kind": if slot.namespace.is_some() { "Binding" } else { "ClusterBinding" },
+            "metadata": {"name": slot.connection},
+            "spec": {"connectionRef": {"name": slot.connection}, "apis": apis(slot.connection, true)},
+        });
+        if let Some(ns) = slot.namespace {
+            ensure_namespace(&client, ns).await;
+            body["metadata"]["namespace"] = json!(ns);
         }
+        let body: DynamicObject = serde_json::from_value(body).expect("a binding object");
+        client
+            .create(&slot.resource(), slot.namespace, &body, &Default::default())
+            .await
+            .unwrap_or_else(|e| self.fail(world, format!("creating {slot}: {e}")));
         let obj = world
             .consumer_get(&slot.resource(), slot.namespace, slot.connection)
             .await
@@ -473,9 +574,42 @@ impl Model {
                 uid,
                 created,
                 refused: false,
+                claimed: false,
+                names: true,
             },
         );
         true
+    }
+
+    /// Makes `slot` name widgets (`names`) or only its filler API.
+    async fn edit(&mut self, world: &World, slot: Slot, names: bool) {
+        let verb = if names { "add widgets to" } else { "remove widgets from" };
+        self.history.push(format!("{verb} {slot}"));
+        world
+            .consumer()
+            .admin_client()
+            .patch(
+                &slot.resource(),
+                slot.namespace,
+                slot.connection,
+                &Patch::Merge(json!({"spec": {"apis": apis(slot.connection, names)}})),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap_or_else(|e| self.fail(world, format!("editing {slot}: {e}")));
+        if let Some(b) = self.live.get_mut(&slot) {
+            b.names = names;
+            if names {
+                // Named again: no claim and no refusal in its status any more.
+                self.stopped.remove(&b.uid);
+                b.refused = false;
+                b.claimed = false;
+            } else {
+                self.stopped.insert(b.uid.clone());
+                b.refused = false;
+                b.claimed = false;
+            }
+        }
     }
 
     async fn delete(&mut self, world: &mut World, slot: Slot) {
@@ -509,19 +643,41 @@ async fn seen_bindings(world: &World) -> Vec<Seen> {
     let client = world.consumer().admin_client();
     let mut out = Vec::new();
     for res in [bindings(), cluster_bindings()] {
-        let list = client
-            .list(&res, None, &Default::default())
-            .await
-            .unwrap_or_else(|e| panic!("listing {}: {e}", res.plural));
+        // A schedule step may make the consumer refuse a few lists (a restart with an unlisted
+        // store): the property's own read tries again.
+        let mut attempt = 0;
+        let list = loop {
+            match client.list(&res, None, &Default::default()).await {
+                Ok(list) => break list,
+                Err(e) if attempt < 10 => {
+                    attempt += 1;
+                    tracing::debug!(error = %e, "the property's binding list was refused; again");
+                }
+                Err(e) => panic!("listing {}: {e}", res.plural),
+            }
+        };
         for obj in list.items {
             let Some(slot) = Slot::of(&obj) else {
                 continue;
             };
+            let names = obj
+                .data
+                .pointer("/spec/apis")
+                .and_then(Value::as_array)
+                .is_some_and(|apis| apis.iter().any(|a| a["name"] == WIDGETS));
+            let claimed = obj
+                .data
+                .pointer("/status/boundAPIs")
+                .and_then(Value::as_array)
+                .and_then(|apis| apis.iter().find(|a| a["name"] == WIDGETS))
+                .is_some_and(|a| a["claimedAt"].is_string());
             out.push(Seen {
                 slot,
                 uid: obj.metadata.uid.clone().unwrap_or_default(),
                 deleting: obj.metadata.deletion_timestamp.is_some(),
                 synced: synced_of(&obj),
+                claimed,
+                names,
             });
         }
     }
@@ -538,13 +694,20 @@ async fn describe_bindings(world: &World) -> String {
         };
         for obj in list.items {
             let synced = synced_of(&obj).map(|(s, r, m)| format!("{s} {r} {m}"));
+            let claimed = obj
+                .data
+                .pointer("/status/boundAPIs")
+                .and_then(Value::as_array)
+                .and_then(|apis| apis.iter().find(|a| a["name"] == WIDGETS))
+                .and_then(|a| a["claimedAt"].as_str().map(str::to_string));
             out.push_str(&format!(
-                "  {} {}/{} created {:?} deleting {}: Synced {}\n",
+                "  {} {}/{} created {:?} deleting {} apis {}: claimed {claimed:?} Synced {}\n",
                 res.kind,
                 obj.metadata.namespace.as_deref().unwrap_or(""),
                 obj.metadata.name.as_deref().unwrap_or(""),
                 at(&Some(obj.clone()), "/metadata/creationTimestamp"),
                 obj.metadata.deletion_timestamp.is_some(),
+                obj.data.pointer("/spec/apis").map(Value::to_string).unwrap_or_default(),
                 synced.unwrap_or_default()
             ));
         }
@@ -576,10 +739,36 @@ async fn consumer_widgets(world: &World) -> BTreeMap<(String, String), String> {
         .collect()
 }
 
-/// Every provider copy, by consumer key.
+/// Every consumer widget that carries the syncer finalizer and a Connection label:
+/// namespace, name, Connection.
+async fn labelled_widgets(world: &World) -> Vec<(String, String, String)> {
+    let Ok(list) = world
+        .consumer()
+        .admin_client()
+        .list(&widgets(), None, &Default::default())
+        .await
+    else {
+        return Vec::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|w| {
+            w.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == kbind_api::consts::finalizer::SYNCER))
+        })
+        .filter_map(|w| {
+            let connection = w.metadata.labels.as_ref()?.get(kbind_label::CONNECTION)?.clone();
+            Some((w.metadata.namespace?, w.metadata.name?, connection))
+        })
+        .collect()
+}
+
+/// Every provider copy, by consumer key (a partitioned provider's are not seen meanwhile).
 async fn copies(world: &World) -> Copies {
     let mut out = Copies::new();
-    for provider in PROVIDERS {
+    for provider in PROVIDERS.into_iter().filter(|p| !world.provider(p).is_partitioned()) {
         let list = world
             .provider(provider)
             .admin_client()
@@ -609,13 +798,24 @@ async fn run_schedule(seed: u64) {
         widgets_crd(),
     )
     .await;
+    for provider in PROVIDERS {
+        let plural = filler(provider).split('.').next().unwrap_or_default();
+        let kind = if provider == "acme" { "Gizmo" } else { "Gadget" };
+        world
+            .install_provider_crd(
+                provider,
+                kbind_scenarios::apis::exported_crd(plural, kind, "Namespaced"),
+            )
+            .await;
+    }
     let mut model = Model {
         seed,
         history: Vec::new(),
         live: BTreeMap::new(),
         deleted: BTreeSet::new(),
+        stopped: BTreeSet::new(),
         widgets: BTreeMap::new(),
-        was_serving: BTreeSet::new(),
+        was_claiming: BTreeSet::new(),
         servers: BTreeMap::new(),
         tearing_down: false,
     };
@@ -648,7 +848,7 @@ async fn run_schedule(seed: u64) {
                 .history
                 .push(format!("(the konnector restarts {k} steps into the next action)"));
         }
-        match rng.random_range(0..20) {
+        match rng.random_range(0..24) {
             0..=5 => {
                 let free: Vec<Slot> = pool.iter().copied().filter(|s| !model.live.contains_key(s)).collect();
                 let Some(slot) = pick(&mut rng, &free) else {
@@ -661,9 +861,9 @@ async fn run_schedule(seed: u64) {
             }
             6..=8 => {
                 let live: Vec<Slot> = model.live.keys().copied().collect();
-                // Always keep one binding, so the API (and its CRD) stays in use.
-                let Some(slot) = pick(&mut rng, &live).filter(|_| live.len() > 1) else {
-                    model.history.push("skip: the only binding stays".into());
+                // Always keep one binding of widgets, so the API (and its CRD) stays in use.
+                let Some(slot) = pick(&mut rng, &live).filter(|s| model.another_names_widgets(s)) else {
+                    model.history.push("skip: the only binding of widgets stays".into());
                     continue;
                 };
                 model.delete(&mut world, slot).await;
@@ -675,7 +875,7 @@ async fn run_schedule(seed: u64) {
                 let Some(from) = model
                     .live
                     .iter()
-                    .find(|(s, b)| s.namespace == Some(ns) && !b.refused)
+                    .find(|(s, b)| s.namespace == Some(ns) && b.names && !b.refused)
                     .map(|(s, _)| *s)
                 else {
                     model.history.push(format!("skip: no Binding serves {ns}"));
@@ -689,8 +889,14 @@ async fn run_schedule(seed: u64) {
                     .history
                     .push(format!("move {ns} from {} to {}", from.connection, to.connection));
                 if model.live.contains_key(&to) {
+                    if !model.another_names_widgets(&from) {
+                        model
+                            .history
+                            .push(format!("skip: {from} is the only binding of widgets"));
+                        continue;
+                    }
                     model.delete(&mut world, from).await;
-                } else if model.live.len() > 1 {
+                } else if model.another_names_widgets(&from) {
                     model.delete(&mut world, from).await;
                     model.settle(&mut world, crash_at.take()).await;
                     if !model.create(&world, to).await {
@@ -733,7 +939,7 @@ async fn run_schedule(seed: u64) {
                     w.size = size;
                 }
             }
-            _ => {
+            18..=19 => {
                 let live: Vec<(&'static str, &'static str)> = model.widgets.keys().copied().collect();
                 let Some((ns, name)) = pick(&mut rng, &live) else {
                     model.history.push("skip: no widget to delete".into());
@@ -742,6 +948,59 @@ async fn run_schedule(seed: u64) {
                 model.history.push(format!("delete widget {ns}/{name}"));
                 model.widgets.remove(&(ns, name));
                 world.delete_on_consumer(&widgets(), Some(ns), name).await;
+            }
+            20..=21 => {
+                // A provider blinks: partitioned for up to about twice the hysteresis window
+                // (its Connection may or may not go not Ready meanwhile), then healed.
+                let provider = PROVIDERS[rng.random_range(0..PROVIDERS.len())];
+                let steps = rng.random_range(5..=150u64);
+                model
+                    .history
+                    .push(format!("partition {provider} for {steps} steps, then heal"));
+                world.partition(provider);
+                for _ in 0..steps {
+                    model.step(&mut world).await;
+                }
+                world.heal(provider);
+            }
+            22 => {
+                // kubectl edit of spec.apis: a binding stops naming widgets (its objects drain
+                // before its claim goes), or names it again (no CLI pre-check).
+                let stop: Vec<Slot> = model
+                    .live
+                    .iter()
+                    .filter(|(s, b)| b.names && model.another_names_widgets(s))
+                    .map(|(s, _)| *s)
+                    .collect();
+                let again: Vec<Slot> = model.live.iter().filter(|(_, b)| !b.names).map(|(s, _)| *s).collect();
+                if !again.is_empty() && (stop.is_empty() || rng.random_bool(0.5)) {
+                    let Some(slot) = pick(&mut rng, &again) else { continue };
+                    model.edit(&world, slot, true).await;
+                } else if let Some(slot) = pick(&mut rng, &stop) {
+                    model.edit(&world, slot, false).await;
+                } else {
+                    model.history.push("skip: no spec.apis edit possible".into());
+                    continue;
+                }
+            }
+            _ => {
+                // The konnector restarts while a binding store cannot list yet: no placement
+                // decision, status write or syncer start until it has.
+                let res = if rng.random_bool(0.5) {
+                    bindings()
+                } else {
+                    cluster_bindings()
+                };
+                let refusals = rng.random_range(1..=4u32);
+                model
+                    .history
+                    .push(format!("restart with {refusals} refused lists of {}", res.plural));
+                world.consumer().inject_error(
+                    fakeapi::ErrorRule::new(Some("list"), Some(&res.plural), fakeapi::InjectedError::Internal)
+                        .times(refusals),
+                );
+                world.crash_konnector();
+                world.restart_konnector();
             }
         }
         model.settle(&mut world, crash_at).await;
