@@ -4,8 +4,9 @@
 //! serve one namespace, the one whose binding holds a claim keeps it. A claim is data: the
 //! binding's `status.boundAPIs[].claimedAt`, written before its syncer starts and kept while
 //! the binding names the API, whatever its Connection's state, a konnector restart or a status
-//! rewrite. Only among bindings without a claim do the softer keys decide: one whose status
-//! says it is refused ranks after the others, then the oldest wins. So a serving binding never
+//! rewrite. A binding without a claim that another Connection's claim keeps out is no rival.
+//! Among the others only what no blink changes decides: exported by its Connection, servable
+//! by its own schema, then the oldest. So a serving binding never
 //! loses its namespace to an older one that becomes eligible later, or whose side blinked:
 //! never a takeover. A namespace is handed over only when its binding is deleted (or stops
 //! naming the API), and the next Connection waits until that binding has drained its provider
@@ -13,7 +14,7 @@
 
 use kbind_api::conditions;
 use kbind_api::consts::condition;
-use kbind_api::consts::reason::REFUSALS;
+use kbind_api::consts::reason;
 
 use super::reconcile::Shared;
 use super::view::BindingView;
@@ -52,22 +53,56 @@ pub(crate) fn claim(b: &BindingView, api: &str) -> Option<jiff::Timestamp> {
     b.status.as_ref().and_then(|s| s.claim(api)).map(|t| t.0)
 }
 
-/// Whether `b`'s status says it serves nothing of `api`.
-fn refused(b: &BindingView, api: &str) -> bool {
+/// Whether `b`'s status says it cannot serve `api` for a reason of its own that no rival and
+/// no blink changes (its schema, a CRD kbind did not create, a cluster-scoped API in a
+/// Binding). Refusals that only say who else serves (`BoundThroughAnotherConnection`) or what
+/// is missing now (`Pending`) are not looked at: a status any blink rewrites decides nothing.
+fn unservable(b: &BindingView, api: &str) -> bool {
+    const OWN: [&str; 4] = [
+        reason::INCOMPATIBLE_SCHEMA,
+        reason::CRD_NOT_MANAGED,
+        reason::SCHEMA_TOO_COMPLEX,
+        reason::CLUSTER_SCOPED_API_IN_BINDING,
+    ];
     b.status
         .as_ref()
         .and_then(|s| s.bound_api(api))
         .and_then(|a| conditions::find(&a.conditions, condition::SYNCED))
-        .is_some_and(|c| c.status == "False" && REFUSALS.contains(&c.reason.as_str()))
+        .is_some_and(|c| c.status == "False" && OWN.contains(&c.reason.as_str()))
+}
+
+/// Whether `b`'s Connection exports `api` (its `status.exportedAPIs`, which keep their last
+/// value while the provider is unreachable: a fact a blink does not change).
+fn exported(shared: &Shared, b: &BindingView, api: &str) -> bool {
+    shared
+        .connection(&b.spec.connection_ref.name)
+        .and_then(|c| c.status.clone())
+        .is_some_and(|s| s.exported_apis.iter().any(|e| e.name == api))
+}
+
+/// Whether `b`, holding no claim on `api`, is kept out of it by another Connection's claim on
+/// a namespace it covers: then it can win nothing (a ClusterBinding is all or nothing), and it
+/// is no rival anywhere.
+fn blocked(all: &[BindingView], b: &BindingView, api: &str) -> bool {
+    claim(b, api).is_none()
+        && all
+            .iter()
+            .filter(|o| o.spec.connection_ref.name != b.spec.connection_ref.name && !o.is_deleting())
+            .filter(|o| o.spec.binds(api) && claim(o, api).is_some())
+            .any(|o| match (b.kind, o.kind) {
+                (BindingKind::Cluster, _) | (_, BindingKind::Cluster) => true,
+                (BindingKind::Namespaced, BindingKind::Namespaced) => b.namespace() == o.namespace(),
+            })
 }
 
 /// Rank of a binding's claim: lower wins. A recorded claim first (the earliest, should two
-/// ever meet); then, without one, not refused before refused, then the oldest. The Connection's
-/// name comes last so two bindings created in the same second with the same namespace and name
-/// still rank apart.
+/// ever meet); then, without one, what no blink changes: exported by its Connection before not,
+/// servable before not, then the oldest. The Connection's name comes last so two bindings
+/// created in the same second with the same namespace and name still rank apart.
 type Rank = (
     bool,
     Option<jiff::Timestamp>,
+    bool,
     bool,
     Option<jiff::Timestamp>,
     Option<String>,
@@ -75,12 +110,13 @@ type Rank = (
     String,
 );
 
-fn rank(b: &BindingView, api: &str) -> Rank {
+fn rank(shared: &Shared, b: &BindingView, api: &str) -> Rank {
     let claimed = claim(b, api);
     (
         claimed.is_none(),
         claimed,
-        refused(b, api),
+        !exported(shared, b, api),
+        unservable(b, api),
         b.meta.creation_timestamp.as_ref().map(|t| t.0),
         b.namespace(),
         b.name(),
@@ -121,9 +157,9 @@ fn best_claim(
     all.iter()
         .filter(|b| !b.is_deleting() && b.spec.connection_ref.name == connection)
         .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
-        .filter(|b| claim(b, api).is_some() || shared.may_serve(b))
+        .filter(|b| claim(b, api).is_some() || (shared.may_serve(b) && !blocked(all, b, api)))
         .filter(|b| covers(b, namespace))
-        .map(|b| (rank(b, api), b.display()))
+        .map(|b| (rank(shared, b, api), b.display()))
         .min()
 }
 

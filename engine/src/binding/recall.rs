@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use kbind_cluster::backoff::Backoff;
+
 use super::view::BindingView;
 
 /// The longest wait between passes of a binding whose provider is not engaged: the syncers'
@@ -28,11 +30,11 @@ struct Remembered {
     clean: BTreeSet<String>,
     /// The last related pass of this binding, which had no rules, found none of its copies.
     no_copies: bool,
-    /// The current wait between passes while the provider is not engaged.
-    down_delay: Option<Duration>,
-    /// The current wait between passes while an API waits (a CRD to be Established, a
-    /// hand-over): the events it waits for wake it; this is the safety net.
-    wait_delay: Option<Duration>,
+    /// The waits between passes while the provider is not engaged.
+    down: Option<Backoff>,
+    /// The waits between passes while an API waits (a CRD to be Established, a hand-over): the
+    /// events it waits for wake it; this is the safety net.
+    waiting: Option<Backoff>,
 }
 
 fn key(view: &BindingView) -> String {
@@ -73,34 +75,26 @@ impl Recall {
         self.with(view, |r| r.no_copies = none);
     }
 
-    /// The wait before the next pass while the provider is not engaged: doubling from `first`
-    /// up to [`DOWN_MAX`].
-    pub(crate) fn next_down_delay(&self, view: &BindingView, first: Duration) -> Duration {
-        self.with(view, |r| {
-            let next = r.down_delay.map_or(first, |d| (d * 2).min(DOWN_MAX));
-            r.down_delay = Some(next);
-            next
-        })
+    /// The wait before the next pass while the provider is not engaged: the next delay of the
+    /// binding's backoff (`start` makes it the first time).
+    pub(crate) fn next_down_delay(&self, view: &BindingView, start: impl FnOnce() -> Backoff) -> Duration {
+        self.with(view, |r| r.down.get_or_insert_with(start).next_delay())
     }
 
     /// The wait before the next pass while an API waits for something that an event brings
-    /// (its CRD Established, another binding gone): doubling from `first` up to [`DOWN_MAX`].
-    pub(crate) fn next_wait_delay(&self, view: &BindingView, first: Duration) -> Duration {
-        self.with(view, |r| {
-            let next = r.wait_delay.map_or(first, |d| (d * 2).min(DOWN_MAX));
-            r.wait_delay = Some(next);
-            next
-        })
+    /// (its CRD Established, another binding gone): the next delay of the binding's backoff.
+    pub(crate) fn next_wait_delay(&self, view: &BindingView, start: impl FnOnce() -> Backoff) -> Duration {
+        self.with(view, |r| r.waiting.get_or_insert_with(start).next_delay())
     }
 
     /// Nothing waits any more: the next wait backs off from the start again.
     pub(crate) fn settled(&self, view: &BindingView) {
-        self.with(view, |r| r.wait_delay = None);
+        self.with(view, |r| r.waiting = None);
     }
 
     /// The provider is engaged: the next outage backs off from the start again.
     pub(crate) fn engaged(&self, view: &BindingView) {
-        self.with(view, |r| r.down_delay = None);
+        self.with(view, |r| r.down = None);
     }
 
     /// Forgets a binding that is gone.
@@ -147,10 +141,18 @@ mod tests {
         let recall = Recall::default();
         let v = view("u1");
         let first = Duration::from_secs(2);
-        let delays: Vec<u64> = (0..10).map(|_| recall.next_down_delay(&v, first).as_secs()).collect();
-        assert_eq!(delays, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        let randomness = kbind_cluster::backoff::seeded(1);
+        let start = || Backoff::new(first, DOWN_MAX, randomness.clone()).jitter(kbind_cluster::backoff::PERIOD_JITTER);
+        let delays: Vec<u64> = (0..10).map(|_| recall.next_down_delay(&v, start).as_secs()).collect();
+        // Doubling from 2 s to the 300 s cap, each wait grown by up to a tenth of jitter.
+        for (delay, base) in delays.iter().zip([2u64, 4, 8, 16, 32, 64, 128, 256, 300, 300]) {
+            assert!((base..=base + base / 10).contains(delay), "{delays:?}");
+        }
         recall.engaged(&v);
-        assert_eq!(recall.next_down_delay(&v, first), first);
+        assert!(
+            recall.next_down_delay(&v, start) < Duration::from_secs(3),
+            "starts over once engaged"
+        );
     }
 
     #[test]

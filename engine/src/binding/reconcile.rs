@@ -281,25 +281,35 @@ pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action,
     for start in starts {
         shared.syncers.ensure(start.spec, start.provider);
     }
+    // A wait that grows, jittered by a tenth (a herd of bindings spreads; a backstop must not
+    // stretch much): the same helper every retry of the engine uses.
+    let backoff = || {
+        shared
+            .ctx
+            .backoff(&view.display(), WAIT_INTERVAL, super::recall::DOWN_MAX)
+            .jitter(kbind_cluster::backoff::PERIOD_JITTER)
+    };
     let next = match engagement {
         Engagement::Engaged => {
             shared.recall.engaged(&view);
             if waiting {
                 // The consumer CRD's changes, a binding that goes, Connection and engagement
                 // changes wake a waiting API at once; this growing wait is only a safety net.
-                shared.recall.next_wait_delay(&view, WAIT_INTERVAL)
+                shared.recall.next_wait_delay(&view, backoff)
             } else {
                 shared.recall.settled(&view);
                 // Schema changes, syncer and related-copy reports, Connection and engagement
                 // changes trigger a pass; this is only the backstop.
-                shared.ctx.config.rediscovery_interval
+                shared
+                    .ctx
+                    .jitter(&view.display(), shared.ctx.config.rediscovery_interval)
             }
         }
         // Engagement and Connection changes trigger a pass at once; until one comes there is
         // nothing new to look at, so the waits grow instead of relisting every few seconds.
-        Engagement::Down | Engagement::Unknown => shared.recall.next_down_delay(&view, WAIT_INTERVAL),
+        Engagement::Down | Engagement::Unknown => shared.recall.next_down_delay(&view, backoff),
     };
-    Ok(Action::requeue(shared.ctx.jitter(&view.display(), next)))
+    Ok(Action::requeue(next))
 }
 
 /// What a binding knows about its provider's engagement, for `status-stale`.

@@ -131,7 +131,7 @@ async fn crds_by_name(provider: &dyn ClusterClient, list_refusal: Error) -> Resu
     Ok(crds)
 }
 
-fn is_exported(crd: &DynamicObject) -> bool {
+pub(crate) fn is_exported(crd: &DynamicObject) -> bool {
     crd.metadata
         .labels
         .as_ref()
@@ -140,7 +140,7 @@ fn is_exported(crd: &DynamicObject) -> bool {
 }
 
 /// The exported API a CRD describes (served versions only); `None` for a malformed CRD.
-fn exported_api(crd: &DynamicObject) -> Option<ExportedApi> {
+pub(crate) fn exported_api(crd: &DynamicObject) -> Option<ExportedApi> {
     let spec = crd.data.get("spec")?;
     let group = spec.get("group")?.as_str()?.to_string();
     let resource = spec.get("names")?.get("plural")?.as_str()?.to_string();
