@@ -94,6 +94,7 @@ pub async fn create(client: &KubeClusterClient, value: Value) -> DynamicObject {
         "ConfigMap" => erase::<k8s_openapi::api::core::v1::ConfigMap>(),
         "Connection" => erase::<kbind_api::Connection>(),
         "ClusterBinding" => erase::<kbind_api::ClusterBinding>(),
+        "Binding" => erase::<kbind_api::Binding>(),
         "Widget" => widgets(),
         other => resource_of(other),
     };
@@ -560,9 +561,20 @@ impl World {
     /// Like [`World::start`], but the provider kubeconfig in every bundle names a [`FaultProxy`] in front of the
     /// provider; the provider admin's own client goes straight to the cluster.
     pub async fn start_behind_proxy(name: &'static str, policies: &[&str]) -> Option<(Self, FaultProxy)> {
+        Self::start_behind_proxy_with(name, policies, kbind_testenv::ClusterOptions::default()).await
+    }
+
+    /// Like [`World::start_behind_proxy`], the provider's apiserver run as `provider` says (e.g. HTTP/1.1 only).
+    pub async fn start_behind_proxy_with(
+        name: &'static str,
+        policies: &[&str],
+        provider: kbind_testenv::ClusterOptions,
+    ) -> Option<(Self, FaultProxy)> {
         let started = std::time::Instant::now();
         let helm = helm()?;
-        let env = TestEnv::start_or_skip(1 + policies.len()).await.unwrap()?;
+        let mut options = vec![provider];
+        options.resize(1 + policies.len(), kbind_testenv::ClusterOptions::default());
+        let env = TestEnv::start_or_skip_with(&options).await.unwrap()?;
         eprintln!(
             "{name}: {} clusters ready in {:.1?}",
             1 + policies.len(),

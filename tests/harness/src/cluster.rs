@@ -18,6 +18,23 @@ use crate::{Binaries, Pki, users::Tokens};
 pub const CONTROLLERS: &str =
     "namespace,garbagecollector,serviceaccount-token,serviceaccount,clusterrole-aggregation,root-ca-cert-publisher";
 
+/// How one cluster of an environment is run; the default is what [`crate::TestEnv::start`] gives every cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterOptions {
+    /// Whether the kube-apiserver serves HTTP/1.1 only (see [`ClusterOptions::http1_only`]).
+    pub http1_only: bool,
+}
+
+impl ClusterOptions {
+    /// Serve HTTP/1.1 only (`--disable-http2-serving`): `h2` is left out of the apiserver's ALPN, so every client
+    /// (the konnector's included) takes its HTTP/1.1 fallback, as behind a proxy or load balancer without HTTP/2.
+    pub fn http1_only(mut self) -> Self {
+        self.http1_only = true;
+        self
+    }
+}
+
 /// Everything an environment's clusters share: binaries, PKI, tokens and the etcd they store in.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -34,6 +51,9 @@ pub struct Cluster {
     index: usize,
     generation: u32,
     port: u16,
+    options: ClusterOptions,
+    /// How many times this generation's apiserver was started again after a stop (`TestEnv::start_apiserver`).
+    restarts: u32,
     kubeconfigs: [Kubeconfig; 4],
     dir: PathBuf,
     // Why this order: fields drop in order, so the controller-manager goes before its apiserver.
@@ -52,6 +72,7 @@ impl Cluster {
         index: usize,
         generation: u32,
         port: Option<u16>,
+        options: ClusterOptions,
         deadline: Instant,
     ) -> Result<Self, Error> {
         let dir = shared.root.join(format!("cluster-{index}"));
@@ -64,9 +85,7 @@ impl Cluster {
                 None => free_port()?,
             };
             let log = dir.join(format!("kube-apiserver-{generation}.log"));
-            let etcd_prefix = etcd_prefix(index, generation);
-            let args = apiserver_args(shared, index, port, &etcd_prefix);
-            let mut apiserver = Process::spawn("kube-apiserver", &shared.binaries.kube_apiserver, &args, log)?;
+            let mut apiserver = spawn_apiserver(shared, index, generation, port, &options, log)?;
             let admin = client_for(&kubeconfig(shared, index, port, User::Admin)).await?;
             match wait_ready(&mut apiserver, &admin, deadline).await {
                 Ok(()) => break (port, apiserver),
@@ -81,6 +100,8 @@ impl Cluster {
             index,
             generation,
             port,
+            options,
+            restarts: 0,
             kubeconfigs,
             dir,
             controller_manager,
@@ -135,6 +156,59 @@ impl Cluster {
         [self.apiserver.id(), self.controller_manager.id()]
     }
 
+    /// How this cluster is run.
+    pub fn options(&self) -> &ClusterOptions {
+        &self.options
+    }
+
+    /// The log file of the apiserver process running now.
+    pub fn apiserver_log(&self) -> &Path {
+        self.apiserver.log_path()
+    }
+
+    /// Kills the kube-apiserver (SIGKILL, as a crash or an OOM kill would); the controller-manager keeps running
+    /// and retries. [`Cluster::start_apiserver`] brings it back.
+    pub(crate) fn stop_apiserver(&mut self) {
+        self.apiserver.kill();
+    }
+
+    /// Starts the kube-apiserver again with the same arguments after [`Cluster::stop_apiserver`]: the same port
+    /// and certificates, the same etcd prefix (so the same identity and objects). Returns once `/readyz` answers
+    /// ok. Does nothing while the apiserver runs.
+    pub(crate) async fn start_apiserver(&mut self, shared: &Shared, deadline: Instant) -> Result<(), Error> {
+        if self.apiserver.exited().is_none() {
+            return Ok(());
+        }
+        self.restarts += 1;
+        let log = self.dir.join(format!(
+            "kube-apiserver-{}-restart-{}.log",
+            self.generation, self.restarts
+        ));
+        let admin = self.client(User::Admin).await?;
+        loop {
+            let mut apiserver = spawn_apiserver(
+                shared,
+                self.index,
+                self.generation,
+                self.port,
+                &self.options,
+                log.clone(),
+            )?;
+            match wait_ready(&mut apiserver, &admin, deadline).await {
+                Ok(()) => {
+                    self.apiserver = apiserver;
+                    return Ok(());
+                }
+                // Why retry the same port: the killed process's sockets may hold it for a moment, and the address
+                // must stay the one every kubeconfig names.
+                Err(Error::Exited { log, .. }) if port_clash(&log) && Instant::now() < deadline => {
+                    tokio::time::sleep(crate::net::POLL).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
     /// Kills the controller-manager and apiserver, leaving the port free.
     pub(crate) fn stop(&mut self) {
         self.controller_manager.kill();
@@ -180,6 +254,25 @@ fn etcd_prefix(index: usize, generation: u32) -> String {
 
 fn server_url(port: u16) -> String {
     format!("https://127.0.0.1:{port}")
+}
+
+/// Starts generation `generation` of cluster `index`'s kube-apiserver on `port`, logging to `log`.
+fn spawn_apiserver(
+    shared: &Shared,
+    index: usize,
+    generation: u32,
+    port: u16,
+    options: &ClusterOptions,
+    log: PathBuf,
+) -> Result<Process, Error> {
+    let mut args = apiserver_args(shared, index, port, &etcd_prefix(index, generation));
+    if options.http1_only {
+        // Why the flag and not GODEBUG=http2server=0: the apiserver configures HTTP/2 itself (x/net/http2 and an
+        // explicit `h2` in its TLS NextProtos), which that setting does not reach; measured on v1.35.8, the
+        // server still negotiated h2 with it.
+        args.push("--disable-http2-serving".into());
+    }
+    Process::spawn("kube-apiserver", &shared.binaries.kube_apiserver, &args, log)
 }
 
 fn apiserver_args(shared: &Shared, index: usize, port: u16, etcd_prefix: &str) -> Vec<String> {

@@ -18,6 +18,7 @@ mod net;
 mod pki;
 mod process;
 mod proxy;
+mod throttle;
 mod users;
 
 use std::path::{Path, PathBuf};
@@ -27,8 +28,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBE_VERSION, Missing, required, tools_cache};
-pub use cluster::{CONTROLLERS, Cluster};
+pub use cluster::{CONTROLLERS, Cluster, ClusterOptions};
 pub use proxy::FaultProxy;
+pub use throttle::Throttle;
 pub use users::User;
 
 use cluster::Shared;
@@ -93,6 +95,9 @@ pub enum Error {
     /// A client could not be built.
     #[error("failed to build a client")]
     Client(#[from] kube::Error),
+    /// A throttle could not be set up or lifted.
+    #[error("throttle: {0}")]
+    Throttle(String),
     /// No cluster has that index.
     #[error("no cluster {index}: the environment has {len}")]
     NoSuchCluster {
@@ -135,8 +140,13 @@ impl TestEnv {
     /// Like [`TestEnv::start`], but when binaries are missing prints one line and returns `None` (the test skips),
     /// unless `KBIND_REQUIRE_REAL_K8S=1`, where that is an error.
     pub async fn start_or_skip(n: usize) -> Result<Option<TestEnv>, Error> {
+        Self::start_or_skip_with(&vec![ClusterOptions::default(); n]).await
+    }
+
+    /// Like [`TestEnv::start_or_skip`], one cluster per entry of `options`, each run as its entry says.
+    pub async fn start_or_skip_with(options: &[ClusterOptions]) -> Result<Option<TestEnv>, Error> {
         match Self::binaries() {
-            Ok(binaries) => Self::start_with(binaries, n).await.map(Some),
+            Ok(binaries) => Self::start_with_options(binaries, options).await.map(Some),
             Err(missing) if required() => Err(missing.into()),
             Err(missing) => {
                 eprintln!("kbind-testenv: skipped (KBIND_REQUIRE_REAL_K8S=1 fails instead): {missing}");
@@ -147,6 +157,11 @@ impl TestEnv {
 
     /// Starts `n` clusters with the given binaries and waits until each is ready.
     pub async fn start_with(binaries: Binaries, n: usize) -> Result<TestEnv, Error> {
+        Self::start_with_options(binaries, &vec![ClusterOptions::default(); n]).await
+    }
+
+    /// Starts one cluster per entry of `options` with the given binaries and waits until each is ready.
+    pub async fn start_with_options(binaries: Binaries, options: &[ClusterOptions]) -> Result<TestEnv, Error> {
         let began = Instant::now();
         let timeout = timeout_from_env();
         let deadline = began + timeout;
@@ -174,7 +189,10 @@ impl TestEnv {
             etcd_url: etcd.url(),
             root,
         };
-        let starts = (0..n).map(|index| Cluster::start(&shared, index, 0, None, deadline));
+        let starts = options
+            .iter()
+            .enumerate()
+            .map(|(index, options)| Cluster::start(&shared, index, 0, None, options.clone(), deadline));
         let clusters = futures::future::try_join_all(starts).await?;
         Ok(TestEnv {
             clusters,
@@ -209,11 +227,43 @@ impl TestEnv {
             .get_mut(index)
             .ok_or(Error::NoSuchCluster { index, len })?;
         old.stop();
-        let (port, generation) = (old.port(), old.generation() + 1);
+        let (port, generation, options) = (old.port(), old.generation() + 1, old.options().clone());
         let deadline = Instant::now() + self.timeout;
-        let fresh = Cluster::start(&self.shared, index, generation, Some(port), deadline).await?;
+        let fresh = Cluster::start(&self.shared, index, generation, Some(port), options, deadline).await?;
         self.clusters[index] = fresh;
         Ok(())
+    }
+
+    /// Restarts cluster `index`'s kube-apiserver: [`TestEnv::stop_apiserver`], then [`TestEnv::start_apiserver`].
+    pub async fn restart_apiserver(&mut self, index: usize) -> Result<(), Error> {
+        self.stop_apiserver(index)?;
+        self.start_apiserver(index).await
+    }
+
+    /// Kills cluster `index`'s kube-apiserver (SIGKILL, as a crash or an OOM kill would); its controller-manager
+    /// keeps running and retries. Nothing answers on its port until [`TestEnv::start_apiserver`].
+    pub fn stop_apiserver(&mut self, index: usize) -> Result<(), Error> {
+        self.cluster_mut(index)?.stop_apiserver();
+        Ok(())
+    }
+
+    /// Starts cluster `index`'s kube-apiserver again after [`TestEnv::stop_apiserver`], with the same arguments on
+    /// the same port over the same etcd prefix: the same cluster (identity, objects, kubeconfigs) after a gap.
+    /// Returns once `/readyz` answers ok; does nothing while it runs.
+    pub async fn start_apiserver(&mut self, index: usize) -> Result<(), Error> {
+        let deadline = Instant::now() + self.timeout;
+        let shared = &self.shared;
+        let len = self.clusters.len();
+        let cluster = self
+            .clusters
+            .get_mut(index)
+            .ok_or(Error::NoSuchCluster { index, len })?;
+        cluster.start_apiserver(shared, deadline).await
+    }
+
+    fn cluster_mut(&mut self, index: usize) -> Result<&mut Cluster, Error> {
+        let len = self.clusters.len();
+        self.clusters.get_mut(index).ok_or(Error::NoSuchCluster { index, len })
     }
 
     /// How long [`TestEnv::start`] took, from nothing to every cluster ready.
