@@ -49,6 +49,7 @@ pub mod engine;
 pub mod events;
 pub mod leader;
 pub mod link;
+mod listed;
 pub mod mapper;
 mod observed;
 pub mod openapi;

@@ -75,15 +75,18 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
     // The APIs of bindings being deleted or gone: another Connection's bindings of them may take
     // their namespaces over (several Connections may serve one API).
     let (released_tx, _) = tokio::sync::broadcast::channel::<String>(256);
+    let (cluster_listed, bindings_listed) = (crate::listed::Listed::default(), crate::listed::Listed::default());
     let cluster_stream = reflector::reflector(
         cluster_writer,
         typed_watcher::<ClusterBinding>(client.clone(), None, ctx.watcher_config()),
     )
+    .inspect(mark_listed(cluster_listed.clone()))
     .inspect(tell_connection(stores.binding_changes.clone(), released_tx.clone()));
     let binding_stream = reflector::reflector(
         bindings_writer,
         typed_watcher::<Binding>(client, None, ctx.watcher_config()),
     )
+    .inspect(mark_listed(bindings_listed.clone()))
     .inspect(tell_connection(stores.binding_changes.clone(), released_tx.clone()));
     // One Connection stream feeds both controllers through a broadcast of changed names; the
     // watches of pulled provider CRDs announce their Connection on it too.
@@ -97,6 +100,7 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
         cluster_bindings: cluster_bindings.clone(),
         bindings: bindings.clone(),
         recall: Default::default(),
+        listed: [stores.connections.listed(), cluster_listed, bindings_listed],
         schema_followers: triggers::SchemaFollowers::new(changed_tx.clone()),
     });
 
@@ -149,6 +153,17 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
         .for_each(|_| async {});
     let extras = connection_extras(shared_for_extras, changed_tx.subscribe());
     tokio::join!(forward, cluster_controller, binding_controller, extras, consumer_crds);
+}
+
+/// Marks `listed` once the watch has listed.
+fn mark_listed<K>(
+    listed: crate::listed::Listed,
+) -> impl FnMut(&Result<Event<K>, kube::runtime::watcher::Error>) + Send + 'static {
+    move |event| {
+        if matches!(event, Ok(Event::InitDone)) {
+            listed.mark();
+        }
+    }
 }
 
 /// Publishes the Connection name of each binding being deleted or gone, so the Connection

@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::conditions::ConditionStatus;
 use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
@@ -61,6 +60,8 @@ pub struct Shared {
     pub(crate) bindings: Store<Binding>,
     /// What earlier passes found out, so healthy passes do not ask again.
     pub(crate) recall: super::recall::Recall,
+    /// Whether the Connection store and both binding stores have listed.
+    pub(crate) listed: [crate::listed::Listed; 3],
     /// The watches of the provider CRDs pulled, which wake the bindings on a change.
     pub(crate) schema_followers: super::triggers::SchemaFollowers,
     /// The related-resource syncers (watch-driven; a pass only ensures them and reads reports).
@@ -105,28 +106,17 @@ impl Shared {
     /// finished its first list: an empty store that has not synced yet would read as "no other
     /// binding serves this", and that answer deletes (DESIGN.md §8.9).
     pub(crate) fn stores_ready(&self) -> bool {
-        fn synced<K>(store: &Store<K>) -> bool
-        where
-            K: kube::Resource + Clone + 'static,
-            K::DynamicType: Eq + std::hash::Hash + Clone,
-        {
-            store.wait_until_ready().now_or_never().is_some_and(|r| r.is_ok())
-        }
-        synced(&self.connections) && synced(&self.cluster_bindings) && synced(&self.bindings)
+        self.listed.iter().all(crate::listed::Listed::is_listed)
     }
 
     /// Waits (bounded) until every store a placement reads has listed; whether they have.
     pub(crate) async fn wait_stores_ready(&self) -> bool {
-        if self.stores_ready() {
-            return true;
+        for listed in &self.listed {
+            if !listed.wait(STORES_WAIT).await {
+                return false;
+            }
         }
-        let all = async {
-            let _ = self.connections.wait_until_ready().await;
-            let _ = self.cluster_bindings.wait_until_ready().await;
-            let _ = self.bindings.wait_until_ready().await;
-        };
-        let _ = tokio::time::timeout(STORES_WAIT, all).await;
-        self.stores_ready()
+        true
     }
 
     /// Whether `b` may serve anything: a Binding only when its Connection (as cached) allows its

@@ -89,6 +89,7 @@ where
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
     dyntype: K::DynamicType,
+    listed: crate::listed::Listed,
 }
 
 impl<K> SharedStore<K>
@@ -105,6 +106,7 @@ where
             store,
             changes: broadcast::channel(capacity).0,
             dyntype,
+            listed: crate::listed::Listed::default(),
         }
     }
 
@@ -115,7 +117,12 @@ where
 
     /// Whether the first list completed.
     pub fn is_synced(&self) -> bool {
-        futures::FutureExt::now_or_never(self.store.wait_until_ready()).is_some_and(|r| r.is_ok())
+        self.listed.is_listed()
+    }
+
+    /// Whether the first list completed, shared with every waiter.
+    pub(crate) fn listed(&self) -> crate::listed::Listed {
+        self.listed.clone()
     }
 
     /// The changes from now on, starting with every cached object (and `Synced` once the store
@@ -182,7 +189,10 @@ where
         let change = match event {
             Event::Apply(obj) | Event::InitApply(obj) => Change::Applied(Arc::new(obj.clone())),
             Event::Delete(obj) => Change::Deleted(Arc::new(obj.clone())),
-            Event::InitDone => Change::Synced,
+            Event::InitDone => {
+                self.listed.mark();
+                Change::Synced
+            }
             Event::Init => return,
         };
         // No subscriber yet is fine: the store has it.
@@ -291,12 +301,14 @@ mod tests {
             Event::InitDone,
         ] {
             writer.apply_watcher_event(&event);
+            shared.publish(&event);
         }
         let mut changes = Box::pin(shared.changes());
         let mut first = Vec::new();
         for _ in 0..3 {
             first.push(name_of(&changes.next().await.expect("a change")));
         }
+        first[..2].sort();
         assert_eq!(first, ["applied a", "applied b", "synced"]);
         // More changes than the buffer holds, unread: a goes, c and d come, b changes twice.
         for event in [

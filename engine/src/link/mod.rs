@@ -56,6 +56,9 @@ const RETRY_INITIAL: Duration = Duration::from_secs(1);
 /// Longest retry interval of a failing link (before jitter); a quarter of [`WINDOW`], so a
 /// faltering link is retried several times before it is given up.
 const RETRY_MAX: Duration = Duration::from_secs(15);
+/// How much a failing link's retries are jittered: half of each delay spreads a herd of
+/// konnectors without doubling the wait for a provider that is back.
+const RETRY_JITTER: f64 = 0.5;
 /// Shortest requeue of a healthy link (a heartbeat due "now" after a slow pass).
 const MIN_REQUEUE: Duration = Duration::from_millis(100);
 
@@ -398,6 +401,8 @@ struct Link {
     retry_at: Option<Instant>,
     /// While faltering: when the first failure happened (wall clock) and the last one's cause.
     trouble: Option<(jiff::Timestamp, String)>,
+    /// What the last failed attempt found (reported again while its backoff runs).
+    last_failure: Option<Failure>,
 }
 
 impl Link {
@@ -421,7 +426,34 @@ impl Link {
             backoff: None,
             retry_at: None,
             trouble: None,
+            last_failure: None,
         }
+    }
+
+    /// Forgets the failures of an earlier link (a new kubeconfig starts afresh).
+    fn forget_failures(&mut self) {
+        self.failed = false;
+        self.retry_at = None;
+        self.trouble = None;
+        self.last_failure = None;
+        self.backoff = None;
+    }
+
+    /// Gives a faltering link up once its failures outlasted the window: disengaged, as for
+    /// any loss, reported with the last failure's cause.
+    async fn give_up(&mut self, env: &Env<'_>, now: Instant) -> LinkReport {
+        self.apply(env, Event::Failed { started: now, at: now }).await;
+        self.failed = true;
+        self.trouble = None;
+        let failure = self
+            .last_failure
+            .clone()
+            .unwrap_or_else(|| Failure::Unreachable("no request to the provider succeeded; retrying".into()));
+        tracing::info!(connection = %self.name, "provider requests failed for the whole window; disengaging");
+        let next = self
+            .retry_at
+            .map_or(RETRY_INITIAL, |at| at.saturating_duration_since(now));
+        LinkReport::failed(failure, next.max(MIN_REQUEUE))
     }
 
     /// Feeds `event` to the state machine and carries out its effect.
@@ -485,10 +517,28 @@ impl Link {
         };
         if self.kubeconfig.as_ref() != Some(&kubeconfig) {
             if self.kubeconfig.is_some() {
-                // New credentials, a new server or CA: the old link is over.
+                // New credentials, a new server or CA: the old link is over, and so is the
+                // wait its failures earned.
                 self.apply(env, Event::Reset).await;
+                self.forget_failures();
             }
             self.kubeconfig = Some(kubeconfig.clone());
+        }
+        let window = window(env.ctx.config.heartbeat_interval);
+        // A failed link waits out its backoff: a pass woken by anything else (its own status
+        // write, a Secret label) sends nothing and says what the last attempt found.
+        if !self.state.is_engaged()
+            && let (Some(at), Some(failure)) = (self.retry_at, &self.last_failure)
+            && now < at
+        {
+            return LinkReport::failed(failure.clone(), at - now);
+        }
+        // A faltering link whose failures outlasted the window is given up now, not at its
+        // next retry (which may lie past the window's end).
+        if let LinkState::Faltering { since, .. } = &self.state
+            && now >= *since + window
+        {
+            return self.give_up(env, now).await;
         }
         let client = match &self.client {
             Some(client) => client.clone(),
@@ -507,7 +557,6 @@ impl Link {
         }
         // A faltering link's pass may not outlast the window: a provider that swallows
         // requests (a black hole) is given up on time, not a request timeout later.
-        let window = window(env.ctx.config.heartbeat_interval);
         let bound = match &self.state {
             LinkState::Faltering { since, .. } => (*since + window).saturating_duration_since(now),
             _ => Duration::MAX,
@@ -558,6 +607,9 @@ impl Link {
             match self.beat(env, client, &pair, now).await {
                 Ok(true) => self.last_renew = Some(now),
                 Ok(false) => self.identity = None,
+                // An engaged link's sudden 403 (an apiserver that restarts answers 403 until
+                // its RBAC caches have synced) is a failure like any other within the window.
+                Err(e) if e.is_forbidden() && self.state.is_engaged() => return Err(Stop::Failed(e)),
                 Err(e) => match classify(&e) {
                     Failure::Denied(message) => {
                         // No Lease to prove continuity with: the identity is read every time.
@@ -622,6 +674,7 @@ impl Link {
                     self.lease = Some(lease);
                     self.lease_denied = None;
                 }
+                Err(e) if e.is_forbidden() && self.state.is_engaged() => return Err(Stop::Failed(e)),
                 Err(e) => match classify(&e) {
                     Failure::Denied(message) => {
                         self.lease_denied = Some(message);
@@ -641,6 +694,7 @@ impl Link {
         self.failed = false;
         self.retry_at = None;
         self.trouble = None;
+        self.last_failure = None;
         if let Some(b) = self.backoff.as_mut() {
             b.reset();
         }
@@ -712,6 +766,7 @@ impl Link {
                 self.discovered = Some(discovered);
                 self.discovery_denied = None;
             }
+            Err(e) if e.is_forbidden() && self.state.is_engaged() => return Err(Stop::Failed(e)),
             Err(e) => match classify(&e) {
                 Failure::Denied(message) => self.discovery_denied = Some(message),
                 Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
@@ -764,11 +819,13 @@ impl Link {
     /// link ends; retried on a jittered backoff that honours `Retry-After`.
     async fn failed(&mut self, env: &Env<'_>, e: &Error, started: Instant) -> LinkReport {
         let failure = classify(e);
+        self.last_failure = Some(failure.clone());
         let now = Instant::now();
         self.apply(env, Event::Failed { started, at: now }).await;
         let backoff = self.backoff.get_or_insert_with(|| {
             env.ctx
                 .backoff(&format!("link/{}", self.name), RETRY_INITIAL, RETRY_MAX)
+                .jitter(RETRY_JITTER)
         });
         let delay = backoff.after(e);
         self.retry_at = Some(now + delay);

@@ -433,3 +433,59 @@ async fn a_black_holed_provider_is_reported_within_an_interval_and_a_window() {
     s.provider.restore();
     wait_for("acme is engaged again", || s.links.get("acme").is_some()).await;
 }
+
+/// A faltering link is given up when its failures outlast the window, not at its next retry
+/// (here a 429 asks for 100 s, far past the 60 s window).
+#[tokio::test(start_paused = true)]
+async fn a_faltering_link_is_given_up_at_the_end_of_the_window_not_at_its_next_retry() {
+    let s = engaged(EngineConfig::default()).await;
+    s.provider.inject_error(ErrorRule::new(
+        None,
+        None,
+        InjectedError::TooManyRequests {
+            retry_after_seconds: 100,
+        },
+    ));
+    wait_for("the link falters", || !s.links.faltering().is_empty()).await;
+    let faltering = Instant::now();
+    wait_for("acme is disengaged", || s.links.get("acme").is_none()).await;
+    let took = faltering.elapsed();
+    assert!(
+        took <= WINDOW + Duration::from_secs(2),
+        "given up {took:?} after faltering began: the window is {WINDOW:?}, the retry it asked for 100 s"
+    );
+}
+
+/// A failed link waits out its backoff: passes woken meanwhile (here by the credential
+/// Secret's labels changing every second) send the provider nothing.
+#[tokio::test(start_paused = true)]
+async fn a_failed_link_retries_on_its_backoff_not_on_every_pass() {
+    let s = engaged(EngineConfig::default()).await;
+    s.provider.partition();
+    wait_for("acme is disengaged", || s.links.get("acme").is_none()).await;
+    let before = s.connector.connects.load(Ordering::SeqCst);
+    let start = Instant::now();
+    for i in 0..60 {
+        let patch = json!({"metadata": {"labels": {"touched": i.to_string()}}});
+        s.consumer
+            .admin_client()
+            .patch(
+                &ApiResource::erase::<Secret>(&()),
+                Some("kbind"),
+                "acme",
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Every attempt of a failed link builds a fresh client (a failure drops it).
+    let attempts = s.connector.connects.load(Ordering::SeqCst) - before;
+    // Backoff from 1 s doubling to 15 s, +50 % jitter: about eight attempts in a minute.
+    assert!(
+        attempts <= 12,
+        "{attempts} attempts in {:?} of 60 passes: a failed link must keep to its backoff",
+        start.elapsed()
+    );
+}

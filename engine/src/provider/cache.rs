@@ -56,7 +56,7 @@ pub enum CacheEvent {
 pub struct CachedStore {
     store: Store<DynamicObject>,
     res: ApiResource,
-    synced: Arc<AtomicBool>,
+    synced: crate::listed::Listed,
 }
 
 impl std::fmt::Debug for CachedStore {
@@ -77,16 +77,12 @@ impl CachedStore {
     /// Whether the watch has listed at least once (the store is a complete, if possibly
     /// slightly old, picture).
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::SeqCst)
+        self.synced.is_listed()
     }
 
     /// Waits up to `at_most` for the first list; whether the store is synced.
     pub async fn wait_synced(&self, at_most: Duration) -> bool {
-        if self.is_synced() {
-            return true;
-        }
-        let _ = tokio::time::timeout(at_most, self.store.wait_until_ready()).await;
-        self.is_synced()
+        self.synced.wait(at_most).await
     }
 
     /// The cached object `namespace/name`.
@@ -225,7 +221,7 @@ impl ProviderCache {
         let cached = CachedStore {
             store: writer.as_reader(),
             res: res.clone(),
-            synced: Arc::new(AtomicBool::new(false)),
+            synced: crate::listed::Listed::default(),
         };
         let (events, receiver) = broadcast::channel(buffer);
         if self.is_stopped() {
@@ -320,7 +316,7 @@ async fn reflect(
             }
             Event::Delete(obj) => Some(CacheEvent::Deleted(Arc::new(obj.clone()))),
             Event::InitDone => {
-                cached.synced.store(true, Ordering::SeqCst);
+                cached.synced.mark();
                 Some(CacheEvent::Relisted)
             }
             Event::Init | Event::InitApply(_) => None,

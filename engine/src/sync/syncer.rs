@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     workers: u16,
     /// How the consumer watch backs off.
     watcher_config: kbind_cluster::watcher::WatcherConfig,
+    /// Objects whose last provider call was refused once (a second refusal is reported).
+    forbidden_once: Mutex<BTreeSet<ObjectKey>>,
     /// The jitter of every requeue.
     randomness: kbind_cluster::backoff::SharedRandomness,
 }
@@ -129,6 +131,7 @@ impl Shared {
             created: Mutex::new(BTreeMap::new()),
             workers: ctx.config.sync_workers.max(1),
             watcher_config: ctx.watcher_config(),
+            forbidden_once: Mutex::new(BTreeSet::new()),
             randomness: ctx.randomness.clone(),
         })
     }
@@ -262,6 +265,19 @@ async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Actio
         shared.pending.retry(key.clone(), since);
     }
     match result {
+        // A first 403 may be a restarting apiserver whose RBAC caches have not synced yet
+        // (it answers 403 for a moment): tried again soon, reported only if it repeats.
+        Err(e)
+            if e.denied().is_some()
+                && shared
+                    .forbidden_once
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone()) =>
+        {
+            tracing::debug!(object = %key, error = %e, "provider call forbidden once; trying again before reporting it");
+            Ok(Action::requeue(shared.wait(&key, ERROR_RETRY)))
+        }
         Err(e) if let Some(denied) = e.denied() => {
             tracing::info!(object = %key, denied = %denied, "provider call forbidden");
             let mut tally = lock(&shared.tally);
@@ -269,7 +285,16 @@ async fn reconcile(obj: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Actio
             tally.synced.remove(&key);
             Ok(Action::requeue(shared.wait(&key, DENIED_RETRY)))
         }
-        other => other,
+        other => {
+            if other.is_ok() {
+                shared
+                    .forbidden_once
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+            }
+            other
+        }
     }
 }
 
