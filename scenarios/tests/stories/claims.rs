@@ -12,53 +12,19 @@ use kbind_api::{Binding, conditions};
 use kbind_cluster::{ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams};
 use kbind_scenarios::World;
 use kbind_scenarios::apis::{widgets, widgets_crd};
-use kbind_scenarios::world::ProviderOpts;
 use serde_json::{Value, json};
 
-use crate::binding_kit::{allow_binding_namespaces, bindings};
-use crate::several_providers::{PROVIDERS, bind, labelled, serving, synced, synced_reason_is, writes_in};
+use crate::binding_kit::bindings;
+use crate::several_providers::{bind, labelled, serving, synced, synced_reason_is, writes_in};
 use crate::story::*;
 
-/// Providers `acme` (here "prov-us") and `beta` ("prov-eu"), both exporting widgets (and beta
-/// gadgets too), acme's Connection allowing Bindings in `acme_namespaces` only, beta's in every
+/// Providers `acme` (here "prov-us") and `beta` ("prov-eu"), both exporting widgets and
+/// gadgets, acme's Connection allowing Bindings in `acme_namespaces` only, beta's in every
 /// namespace; both Connections Ready.
 async fn two_providers_allowing(story: &str, seed: u64, acme_namespaces: &str) -> World {
-    let mut world = World::builder()
-        .seed(kbind_scenarios::seed_from_env(seed))
-        .story(story)
-        .provider("acme", ProviderOpts::default())
-        .provider("beta", ProviderOpts::default())
-        .build()
-        .await;
-    for provider in PROVIDERS {
-        world.install_provider_crd(provider, widgets_crd()).await;
-        world
-            .install_provider_crd(
-                provider,
-                kbind_scenarios::apis::exported_crd("gadgets", "Gadget", "Namespaced"),
-            )
-            .await;
-        let cred = world.mint_admin_token(provider);
-        let mut objects = kbind_scenarios::bundle::bundle(
-            provider,
-            kbind_scenarios::world::NAMESPACE,
-            &world.kubeconfig_for(&cred),
-            &[],
-        );
-        allow_binding_namespaces(&mut objects, if provider == "acme" { acme_namespaces } else { "*" });
-        for obj in objects {
-            world.apply_object(obj).await;
-        }
-    }
-    world.start_konnector();
-    for provider in PROVIDERS {
-        world
-            .run_until_connection(provider, "Ready", 120, |c| {
-                conditions::is_true(c.conditions(), condition::READY)
-            })
-            .await;
-    }
-    world
+    let gadgets = kbind_scenarios::apis::exported_crd("gadgets", "Gadget", "Namespaced");
+    crate::several_providers::two_providers_allowing(story, seed, widgets_crd(), [acme_namespaces, "*"], &[gadgets])
+        .await
 }
 
 /// Sets Connection `name`'s `binding-namespaces` annotation.

@@ -7,12 +7,10 @@
 //! sets how many (20 by default so the suite stays quick; BENCHMARKS.md has the 1,000 run).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use kbind_cluster::ClusterClient;
-use kbind_engine::context::EngineConfig;
-use kbind_scenarios::apis::{widget, widgets, widgets_crd};
-use kbind_scenarios::{ProviderOpts, World, seed_from_env};
+use kbind_scenarios::apis::{widget, widgets};
+use kbind_scenarios::{World, seed_from_env};
 use serde_json::json;
 
 use crate::story::binding_ready;
@@ -37,31 +35,7 @@ const RETRY_AFTER: u32 = 5;
 const AFTER: u64 = 120;
 
 async fn consumer_world(seed: u64, i: usize, first: Option<&World>) -> World {
-    let config = EngineConfig {
-        rediscovery_interval: Duration::from_secs(600),
-        ..EngineConfig::default()
-    };
-    let builder = World::builder()
-        .seed(seed + i as u64)
-        .story(&format!("a provider restart under a herd of consumers (consumer {i})"))
-        .consumer(&format!("consumer-{i:04}"))
-        .engine_config(config);
-    let mut world = match first {
-        None => builder.provider("acme", ProviderOpts::default()).build().await,
-        Some(first) => {
-            builder
-                .shared_provider("acme", first.share_provider("acme"))
-                .build()
-                .await
-        }
-    };
-    if first.is_none() {
-        world.install_provider_crd("acme", widgets_crd()).await;
-    }
-    let cred = world.mint_admin_token("acme");
-    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
-    world.start_konnector();
-    world
+    crate::story::herd_member(seed, i, first, "a provider restart under a herd of consumers").await
 }
 
 /// The namespace consumer `i`'s widgets live in (its own, so copies of consumers do not meet).

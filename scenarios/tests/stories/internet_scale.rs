@@ -6,11 +6,10 @@
 //! closing note of #25 gives the run with 1,000).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
+use crate::story::KONNECTOR_RESYNC;
 use futures::FutureExt;
 use kbind_engine::context::EngineConfig;
-use kbind_scenarios::apis::widgets_crd;
 use kbind_scenarios::{ProviderOpts, World, seed_from_env};
 
 use crate::story::binding_ready;
@@ -23,35 +22,9 @@ fn consumers() -> usize {
         .unwrap_or(20)
 }
 
-/// The konnector binary's default `--resync` (konnector/src/cli.rs).
-const KONNECTOR_RESYNC: Duration = Duration::from_secs(600);
-
+/// Consumer `i` of the idle herd, sharing the first consumer's provider.
 async fn consumer_world(seed: u64, i: usize, first: Option<&World>) -> World {
-    let config = EngineConfig {
-        rediscovery_interval: KONNECTOR_RESYNC,
-        ..EngineConfig::default()
-    };
-    let builder = World::builder()
-        .seed(seed + i as u64)
-        .story(&format!("idle consumers at internet scale (consumer {i})"))
-        .consumer(&format!("consumer-{i:04}"))
-        .engine_config(config);
-    let mut world = match first {
-        None => builder.provider("acme", ProviderOpts::default()).build().await,
-        Some(first) => {
-            builder
-                .shared_provider("acme", first.share_provider("acme"))
-                .build()
-                .await
-        }
-    };
-    if first.is_none() {
-        world.install_provider_crd("acme", widgets_crd()).await;
-    }
-    let cred = world.mint_admin_token("acme");
-    world.apply_bundle("acme", &cred, &["widgets.example.org"]).await;
-    world.start_konnector();
-    world
+    crate::story::herd_member(seed, i, first, "idle consumers at internet scale").await
 }
 
 /// Runs `world` ten minutes and counts the requests provider `acme` got meanwhile from anyone

@@ -29,6 +29,18 @@ pub const PROVIDERS: [&str; 2] = ["acme", "beta"];
 /// `beta_crd`), a Connection to each that allows Bindings in every namespace, no binding, and
 /// konnector-0 running with both Connections Ready.
 pub async fn two_providers(story: &str, seed: u64, beta_crd: Value) -> World {
+    two_providers_allowing(story, seed, beta_crd, ["*", "*"], &[]).await
+}
+
+/// [`two_providers`] whose Connections allow Bindings in `namespaces` (acme's, beta's), with
+/// `more` CRDs exported by both providers.
+pub async fn two_providers_allowing(
+    story: &str,
+    seed: u64,
+    beta_crd: Value,
+    namespaces: [&str; 2],
+    more: &[Value],
+) -> World {
     let mut world = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
@@ -38,7 +50,10 @@ pub async fn two_providers(story: &str, seed: u64, beta_crd: Value) -> World {
         .await;
     world.install_provider_crd("acme", widgets_crd()).await;
     world.install_provider_crd("beta", beta_crd).await;
-    for provider in PROVIDERS {
+    for (provider, allowed) in PROVIDERS.into_iter().zip(namespaces) {
+        for crd in more {
+            world.install_provider_crd(provider, crd.clone()).await;
+        }
         let cred = world.mint_admin_token(provider);
         let mut objects = kbind_scenarios::bundle::bundle(
             provider,
@@ -46,7 +61,7 @@ pub async fn two_providers(story: &str, seed: u64, beta_crd: Value) -> World {
             &world.kubeconfig_for(&cred),
             &[],
         );
-        allow_binding_namespaces(&mut objects, "*");
+        allow_binding_namespaces(&mut objects, allowed);
         for obj in objects {
             world.apply_object(obj).await;
         }

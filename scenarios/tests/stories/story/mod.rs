@@ -312,3 +312,44 @@ pub fn provider_widget_writes(world: &World, provider: &str, verb: &str) -> usiz
         .filter(|w| w.verb == verb && w.resource.starts_with("widgets."))
         .count()
 }
+
+/// The konnector binary's default `--resync` (konnector/src/cli.rs).
+pub const KONNECTOR_RESYNC: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Consumer `i` of a herd of `story`: a world of its own (a fake consumer cluster, a konnector
+/// with the binary's default `--resync`) bound to widgets of the first consumer's provider
+/// `acme` (`first`: `None` for the first consumer, which makes the provider and exports widgets).
+pub async fn herd_member(seed: u64, i: usize, first: Option<&World>, story: &str) -> World {
+    let config = kbind_engine::context::EngineConfig {
+        rediscovery_interval: KONNECTOR_RESYNC,
+        ..kbind_engine::context::EngineConfig::default()
+    };
+    let builder = World::builder()
+        .seed(seed + i as u64)
+        .story(&format!("{story} (consumer {i})"))
+        .consumer(&format!("consumer-{i:04}"))
+        .engine_config(config);
+    let mut world = match first {
+        None => {
+            builder
+                .provider("acme", kbind_scenarios::ProviderOpts::default())
+                .build()
+                .await
+        }
+        Some(first) => {
+            builder
+                .shared_provider("acme", first.share_provider("acme"))
+                .build()
+                .await
+        }
+    };
+    if first.is_none() {
+        world
+            .install_provider_crd("acme", kbind_scenarios::apis::widgets_crd())
+            .await;
+    }
+    let cred = world.mint_admin_token("acme");
+    world.apply_bundle("acme", &cred, &[WIDGETS]).await;
+    world.start_konnector();
+    world
+}
