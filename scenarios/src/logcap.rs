@@ -35,10 +35,17 @@ impl LogCapture {
 
     /// Installs the capture as this thread's subscriber (the world runs on one thread).
     pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        self.install_at(tracing::Level::DEBUG)
+    }
+
+    /// [`LogCapture::install`] keeping only lines at `level` or above: a herd of worlds on one
+    /// thread logs into the last installed capture, and a thousand konnectors' debug lines
+    /// would fill the machine's memory.
+    pub fn install_at(&self, level: tracing::Level) -> tracing::subscriber::DefaultGuard {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(self.clone())
             .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
+            .with_max_level(level)
             .without_time()
             .finish();
         tracing::subscriber::set_default(subscriber)

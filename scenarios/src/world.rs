@@ -88,6 +88,7 @@ pub struct WorldBuilder {
     shared: Vec<(String, SharedProvider)>,
     leader_election: bool,
     config: EngineConfig,
+    log_level: tracing::Level,
 }
 
 impl WorldBuilder {
@@ -126,6 +127,13 @@ impl WorldBuilder {
         self.provider(name, ProviderOpts { kcp_like: true })
     }
 
+    /// The lowest level of log line the world keeps (default: debug). A herd of worlds on one
+    /// thread logs into the capture installed last, so a big herd keeps warnings only.
+    pub fn log_level(mut self, level: tracing::Level) -> Self {
+        self.log_level = level;
+        self
+    }
+
     /// The konnector's settings (default: the konnector's defaults).
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
         self.config = config;
@@ -141,7 +149,7 @@ impl WorldBuilder {
     /// Creates the clusters (on the current, paused runtime) and installs kbind's CRDs.
     pub async fn build(self) -> World {
         let log = LogCapture::default();
-        let log_guard = log.install();
+        let log_guard = log.install_at(self.log_level);
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let clock: SharedClock = Arc::new(TokioClock::fixed());
         let consumer = FakeCluster::builder(&self.consumer)
@@ -282,6 +290,7 @@ impl World {
             shared: Vec::new(),
             leader_election: true,
             config: EngineConfig::default(),
+            log_level: tracing::Level::DEBUG,
         }
     }
 

@@ -45,9 +45,9 @@ pub const WINDOW: Duration = Duration::from_secs(lease::DURATION_SECONDS as u64)
 
 /// The hysteresis window for a heartbeat every `interval`: two intervals, as the Lease's
 /// duration is two renewals (60 s at the default 30 s). A black-holed provider is disengaged,
-/// and its Connection says `ProviderUnreachable`, at most one interval (plus its jitter) and one
-/// window after the hole opens: the next heartbeat starts then, hangs, and the retries that
-/// follow are cut off at the window's end.
+/// and its Connection says `ProviderUnreachable`, at most one interval (plus its jitter), one
+/// window and one second after the hole opens: the next heartbeat starts then, hangs, and the
+/// retries that follow are cut off at the window's end, the last try a second after it.
 pub fn window(interval: Duration) -> Duration {
     interval.saturating_mul(2)
 }
@@ -59,6 +59,8 @@ const RETRY_MAX: Duration = Duration::from_secs(15);
 /// How much a failing link's retries are jittered: half of each delay spreads a herd of
 /// konnectors without doubling the wait for a provider that is back.
 const RETRY_JITTER: f64 = 0.5;
+/// How long the last try of a faltering link, at the window's end, may take.
+const LAST_TRY: Duration = Duration::from_secs(1);
 /// Shortest requeue of a healthy link (a heartbeat due "now" after a slow pass).
 const MIN_REQUEUE: Duration = Duration::from_millis(100);
 
@@ -439,23 +441,6 @@ impl Link {
         self.backoff = None;
     }
 
-    /// Gives a faltering link up once its failures outlasted the window: disengaged, as for
-    /// any loss, reported with the last failure's cause.
-    async fn give_up(&mut self, env: &Env<'_>, now: Instant) -> LinkReport {
-        self.apply(env, Event::Failed { started: now, at: now }).await;
-        self.failed = true;
-        self.trouble = None;
-        let failure = self
-            .last_failure
-            .clone()
-            .unwrap_or_else(|| Failure::Unreachable("no request to the provider succeeded; retrying".into()));
-        tracing::info!(connection = %self.name, "provider requests failed for the whole window; disengaging");
-        let next = self
-            .retry_at
-            .map_or(RETRY_INITIAL, |at| at.saturating_duration_since(now));
-        LinkReport::failed(failure, next.max(MIN_REQUEUE))
-    }
-
     /// Feeds `event` to the state machine and carries out its effect.
     async fn apply(&mut self, env: &Env<'_>, event: Event) {
         let (next, effect) = state::step(&self.state, event, window(env.ctx.config.heartbeat_interval));
@@ -533,12 +518,13 @@ impl Link {
         {
             return LinkReport::failed(failure.clone(), at - now);
         }
-        // A faltering link whose failures outlasted the window is given up now, not at its
-        // next retry (which may lie past the window's end).
-        if let LinkState::Faltering { since, .. } = &self.state
-            && now >= *since + window
+        // A faltering link retries on its backoff, its last try at the window's end (never
+        // later, whatever a 429 asked): a pass woken before then sends nothing.
+        if matches!(self.state, LinkState::Faltering { .. })
+            && let Some(at) = self.retry_at
+            && now < at
         {
-            return self.give_up(env, now).await;
+            return self.faltering_report(now, window);
         }
         let client = match &self.client {
             Some(client) => client.clone(),
@@ -555,10 +541,11 @@ impl Link {
             // A client kept across a drop (only ever the planted bug) counts as a new link.
             self.apply(env, Event::Connected).await;
         }
-        // A faltering link's pass may not outlast the window: a provider that swallows
-        // requests (a black hole) is given up on time, not a request timeout later.
+        // A faltering link's pass may not outlast the window (its last try at the window's
+        // end gets a moment of its own): a provider that swallows requests (a black hole) is
+        // given up on time, not a request timeout later.
         let bound = match &self.state {
-            LinkState::Faltering { since, .. } => (*since + window).saturating_duration_since(now),
+            LinkState::Faltering { since, .. } => (*since + window).saturating_duration_since(now).max(LAST_TRY),
             _ => Duration::MAX,
         };
         let driven = match tokio::time::timeout(bound, self.drive(env, &input, &client, now)).await {
@@ -830,7 +817,11 @@ impl Link {
         let delay = backoff.after(e);
         self.retry_at = Some(now + delay);
         match &self.state {
-            LinkState::Faltering { failures, .. } => {
+            LinkState::Faltering { failures, since, .. } => {
+                // The last try comes at the window's end at the latest, so a provider that
+                // answers again by then keeps its engagement.
+                let end = *since + window(env.ctx.config.heartbeat_interval);
+                self.retry_at = self.retry_at.map(|at| at.min(end));
                 tracing::info!(connection = %self.name, failures, error = %crate::cause::http_cause(e), ?delay, "a provider request failed; the provider stays engaged");
                 let cause = match failure {
                     Failure::Denied(m) | Failure::Unauthorized(m) | Failure::Unreachable(m) => m,

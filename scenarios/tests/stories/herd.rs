@@ -23,8 +23,13 @@ fn consumers() -> usize {
         .unwrap_or(20)
 }
 
-/// Widgets each consumer syncs.
+/// Widgets each of the first [`SYNCING`] consumers syncs.
 const WIDGETS_EACH: usize = 3;
+/// How many consumers sync widgets; every consumer binds and watches them. The herd's
+/// konnectors hold admin credentials on the provider, so each caches every copy: with a copy
+/// per consumer, memory would grow with the square of the herd (real credentials are scoped
+/// to a consumer's namespaces).
+const SYNCING: usize = 20;
 /// How long the restarting provider answers nothing.
 const DOWN: u64 = 30;
 /// How long it then answers 429.
@@ -69,7 +74,7 @@ async fn a_provider_restart_under_a_herd_costs_only_time() {
         worlds[0].steps_for(5).await;
     }
     assert!(ready.iter().all(|r| *r), "seed {seed}: not every consumer got Ready");
-    for (i, world) in worlds.iter().enumerate() {
+    for (i, world) in worlds.iter().enumerate().take(SYNCING) {
         let client = world.consumer().admin_client();
         for w in 0..WIDGETS_EACH {
             let name = format!("w{w}");
@@ -92,13 +97,17 @@ async fn a_provider_restart_under_a_herd_costs_only_time() {
             .await
             .map(|l| l.items.len())
             .unwrap_or(0);
-        if copies == n * WIDGETS_EACH {
+        if copies == n.min(SYNCING) * WIDGETS_EACH {
             break;
         }
         worlds[0].steps_for(5).await;
     }
     let before = copies_by_key(&provider).await;
-    assert_eq!(before.len(), n * WIDGETS_EACH, "seed {seed}: every widget has its copy");
+    assert_eq!(
+        before.len(),
+        n.min(SYNCING) * WIDGETS_EACH,
+        "seed {seed}: every widget has its copy"
+    );
     // Every first pass, heartbeat and watch start done.
     worlds[0].steps_for(120).await;
 
@@ -194,7 +203,8 @@ async fn a_provider_restart_under_a_herd_costs_only_time() {
             .list(&widgets(), Some(&namespace(i)), &Default::default())
             .await
             .expect("list consumer widgets");
-        assert_eq!(list.items.len(), WIDGETS_EACH, "seed {seed}: consumer {i} lost nothing");
+        let wanted = if i < SYNCING { WIDGETS_EACH } else { 0 };
+        assert_eq!(list.items.len(), wanted, "seed {seed}: consumer {i} lost nothing");
     }
 }
 
