@@ -330,7 +330,11 @@ pub async fn herd_member(seed: u64, i: usize, first: Option<&World>, story: &str
         .consumer(&format!("consumer-{i:04}"))
         .engine_config(config)
         // One capture gets every konnector's lines: a herd of a thousand keeps warnings only.
-        .log_level(if i >= 100 { tracing::Level::WARN } else { tracing::Level::DEBUG });
+        .log_level(if i >= 100 {
+            tracing::Level::WARN
+        } else {
+            tracing::Level::DEBUG
+        });
     let mut world = match first {
         None => {
             builder
