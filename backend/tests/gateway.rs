@@ -300,7 +300,7 @@ async fn bad_binds_answer_clear_errors_and_leave_nothing() {
                 Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["bobs", "team-a"]})),
             ),
             StatusCode::CONFLICT,
-            "NamespaceClaimed",
+            "NamespaceNotAvailable",
             Some("bobs"),
         ),
         (
@@ -312,7 +312,7 @@ async fn bad_binds_answer_clear_errors_and_leave_nothing() {
                 Some(json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["payroll"]})),
             ),
             StatusCode::CONFLICT,
-            "NamespaceNotClaimable",
+            "NamespaceNotAvailable",
             Some("payroll"),
         ),
         (
@@ -352,7 +352,7 @@ async fn an_issuer_refusal_deletes_the_grant_the_bind_created() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
-    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    assert_eq!(reply.error().reason, "NamespaceNotAvailable");
     wait_gone(&world, &grant_name("token:bob", "widgets", UID)).await;
     assert_nothing_created(&world, Some("contested")).await;
 }
@@ -402,10 +402,10 @@ async fn a_refused_bind_tried_again_gets_the_real_reason_not_grant_revoking() {
     };
     let (reply, ()) = tokio::join!(bind(&world.app, "bob-token", contested.clone()), release);
     assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
-    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    assert_eq!(reply.error().reason, "NamespaceNotAvailable");
     // And straight away once more: the undo of the refusal above does not answer for it.
     let again = bind(&world.app, "bob-token", contested).await;
-    assert_eq!(again.error().reason, "NamespaceClaimed", "{}", again.text());
+    assert_eq!(again.error().reason, "NamespaceNotAvailable", "{}", again.text());
     wait_gone(&world, &name).await;
 }
 
@@ -463,7 +463,7 @@ async fn a_refused_rebind_leaves_the_working_grant_as_it_was() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
-    assert_eq!(reply.error().reason, "NamespaceClaimed");
+    assert_eq!(reply.error().reason, "NamespaceNotAvailable");
     let name = grant_name("token:alice", "widgets", UID);
     let grant: Grant = world.admin.get_typed(None, &name).await.unwrap();
     assert_eq!(grant.spec.namespaces, ["team-a"]);

@@ -98,7 +98,12 @@ async fn provider_with(cluster: FakeCluster, kcp_like: bool) -> Provider {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    let issuer = Arc::new(KubernetesIssuer::new(admin.clone(), Options::default()));
+    // These stories name their namespaces freely (team-a, q0-1); the default is per-identity.
+    let options = Options {
+        claimable_namespaces: vec!["*".into()],
+        ..Options::default()
+    };
+    let issuer = Arc::new(KubernetesIssuer::new(admin.clone(), options));
     Provider { cluster, admin, issuer }
 }
 
@@ -412,7 +417,7 @@ async fn a_namespace_claimed_by_another_identity_is_refused_and_nothing_is_creat
         matches!(&err, IssueError::NamespaceClaimed { namespace } if namespace == "team-a"),
         "{err:?}"
     );
-    assert_eq!(err.reason(), "NamespaceClaimed");
+    assert_eq!(err.reason(), "NamespaceNotAvailable");
     assert!(
         issued_objects(&p, bob.metadata.name.as_deref().unwrap())
             .await
@@ -749,8 +754,13 @@ async fn the_controller_reports_a_refusal_on_the_grant_and_creates_nothing() {
 
     let running = start(&p);
     let (status, reason, message) = eventually("a refusal", || async { ready(&get_grant(&p, &name).await?) }).await;
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "NamespaceClaimed"));
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NamespaceNotAvailable"));
     assert!(message.contains("team-a"), "{message}");
+    // Whose it is stays unsaid: the same words as for a namespace the platform made.
+    assert!(
+        message.contains("not available") && !message.contains("identity") && !message.contains("kbind"),
+        "{message}"
+    );
     let (_, reason, _) = eventually("ExportNotFound", || async {
         ready(&get_grant(&p, missing.metadata.name.as_deref()?).await?)
     })
@@ -842,7 +852,7 @@ fn options_defaults_and_flags() {
     assert_eq!((o.grants_namespace.as_str(), o.lease_namespace.as_str()), ("g", "l"));
     assert_eq!(o.token_ttl, Duration::from_secs(30 * 86400));
     assert!(Cli::try_parse_from(["x", "--token-ttl", "1m"]).is_err());
-    assert_eq!(d.claimable_namespaces, ["*"]);
+    assert_eq!(d.claimable_namespaces, ["{identity}-*"]);
     assert_eq!(
         d.unclaimable_namespaces,
         ["default", "kube-*", "kbind", "kbind-*", "openshift-*"]
@@ -1246,4 +1256,89 @@ async fn a_namespace_the_platform_takes_back_keeps_no_role_of_the_grant() {
         .list(&widgets(), Some("team-b"), &ListParams::default())
         .await
         .expect("her other namespace still works");
+}
+
+/// A take-back is acted on by event: the platform removes the claim label and the Grant's Role
+/// goes within seconds (of the paused clock), long before the 10-minute resync.
+#[tokio::test(start_paused = true)]
+async fn the_controller_withdraws_a_taken_back_namespace_at_once() {
+    let p = provider().await;
+    p.admin.create_typed(&widgets_export()).await.unwrap();
+    let g = grant("token:alice", "widgets", CONSUMER, &["team-a", "team-b"]);
+    let name = g.metadata.name.clone().unwrap();
+    p.admin.create_typed(&g).await.unwrap();
+    let running = start(&p);
+    eventually("the Grant Ready", || async {
+        let (status, _, _) = ready(&get_grant(&p, &name).await?)?;
+        (status == "True").then_some(())
+    })
+    .await;
+    let (_, as_grant) = token_client(&p, &g).await;
+    as_grant
+        .list(&widgets(), Some("team-a"), &ListParams::default())
+        .await
+        .expect("alice reads her namespace");
+    // Let the controller settle, so only an event can wake it before its resync.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let taken_at = tokio::time::Instant::now();
+    p.admin
+        .patch(
+            &namespaces(),
+            None,
+            "team-a",
+            &kbind_cluster::Patch::Merge(json!({"metadata": {"labels": {"iam.kbind.io/claimed-by": null}}})),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    let (status, reason, message) = eventually("the take-back refused", || async {
+        let (status, reason, message) = ready(&get_grant(&p, &name).await?)?;
+        (status == "False").then_some((status, reason, message))
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NamespaceNotAvailable"), "{message}");
+    // `eventually` gives up after 60 s; the resync would have taken 600 s.
+    assert!(taken_at.elapsed() < Duration::from_secs(60));
+    let left = kinds(&issued_objects(&p, &name).await);
+    assert!(!left.iter().any(|o| o.contains(" team-a/")), "{left:?}");
+    assert!(matches!(
+        as_grant.list(&widgets(), Some("team-a"), &ListParams::default()).await,
+        Err(Error::Forbidden { .. })
+    ));
+    running.stop().await;
+}
+
+/// Concurrent binds of one identity cannot together exceed its quota: each of three Grants adds
+/// ten new namespaces against a quota of 20, all provisioned at once, round after round.
+#[tokio::test(start_paused = true)]
+async fn concurrent_claims_of_one_identity_stay_within_its_quota() {
+    for round in 0..5 {
+        let p = provider().await;
+        // Every request takes a while, so the three provisions interleave as on a real server.
+        p.cluster.set_latency(Some(Duration::from_millis(5)));
+        let grants: Vec<Grant> = (0..3)
+            .map(|i| {
+                let names: Vec<String> = (0..10).map(|j| format!("r{round}-g{i}-{j}")).collect();
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                grant("token:mallory", &format!("w{i}"), CONSUMER, &names)
+            })
+            .collect();
+        let export = widgets_export();
+        let outcomes = futures::future::join_all(grants.iter().map(|g| p.issuer.provision(g, &export))).await;
+        let issued = outcomes.iter().filter(|o| o.is_ok()).count();
+        for refused in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+            assert!(
+                matches!(refused, IssueError::NamespaceQuotaExceeded { quota: 20, .. }),
+                "round {round}: {refused:?}"
+            );
+        }
+        let held = namespace_names(&p)
+            .await
+            .into_iter()
+            .filter(|ns| ns.starts_with(&format!("r{round}-")))
+            .count();
+        assert!(issued <= 2, "round {round}: {issued} of 3 binds issued against a quota of 20");
+        assert!(held <= 20, "round {round}: {held} namespaces held against a quota of 20");
+        assert!(issued >= 1, "round {round}: the quota lets one bind through");
+    }
 }

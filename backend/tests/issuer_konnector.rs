@@ -61,7 +61,13 @@ async fn issue(
             namespaces: vec!["team-a".into()],
         },
     );
-    let issuer = KubernetesIssuer::new(admin, Options::default());
+    let issuer = KubernetesIssuer::new(
+        admin,
+        Options {
+            claimable_namespaces: vec!["*".into()],
+            ..Options::default()
+        },
+    );
     // The CRD may take a few steps to be served; provisioning only needs it to exist.
     issuer
         .provision(&grant, export)

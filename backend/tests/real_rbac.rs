@@ -453,7 +453,7 @@ async fn isolation(admin: &dyn ClusterClient, lease: &str) {
     let cases: [(&str, &str, &str, &[&str], &str); 5] = [
         ("private-gadgets", "token:bob", fresh, &[], "ClusterScopedNotShared"),
         ("plain", "token:bob", fresh, &["kube-future"], "NamespaceNotAllowed"),
-        ("plain", "token:carol", fresh, &[UNCLAIMED], "NamespaceNotClaimable"),
+        ("plain", "token:carol", fresh, &[UNCLAIMED], "NamespaceNotAvailable"),
         ("plain", "token:dave", fresh, &too_many, "TooManyNamespaces"),
         (
             "plain",
@@ -632,7 +632,13 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
 
     // The issuer runs as a ServiceAccount holding exactly the chart's issuer RBAC.
     let backend = backend_client(admin.as_ref(), &admin_config, &helm).await;
-    let issuer = Arc::new(KubernetesIssuer::new(backend.clone(), Options::default()));
+    let issuer = Arc::new(KubernetesIssuer::new(
+        backend.clone(),
+        Options {
+            claimable_namespaces: vec!["*".into()],
+            ..Options::default()
+        },
+    ));
     issuer.check_provider().await.expect("a plain Kubernetes provider");
     // The Grant controller provisions it (finalizer, status) as in production.
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -127,6 +127,8 @@ async fn the_web_ui_works_in_a_real_browser() {
         "run".into(),
         "--gateway".into(),
         "--issuer".into(),
+        // These stories name namespaces freely (team-a); the default is a per-identity prefix.
+        "--claimable-namespaces=*".into(),
         format!("--kubeconfig={}", provider.kubeconfig.display()),
         format!("--listen={addr}"),
         format!("--public-url={url}"),

@@ -226,6 +226,8 @@ async fn backend(dir: &Path, provider: &FakeCluster, lines: &Lines) -> (Process,
         "run".into(),
         "--gateway".into(),
         "--issuer".into(),
+        // These stories name namespaces freely (team-a); the default is a per-identity prefix.
+        "--claimable-namespaces=*".into(),
         "--reaper".into(),
         format!("--kubeconfig={}", provider.kubeconfig.display()),
         format!("--listen={addr}"),

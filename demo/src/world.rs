@@ -391,7 +391,11 @@ fn start_backend(
         gateway: Some(GatewayModule { config, auth, listener }),
         issuer: true,
         reaper: Some(reaper::Options::default()),
-        issuer_options: issuer::Options::default(),
+        // The demo's tenants use team-* namespaces; the binary's default is a per-identity prefix.
+        issuer_options: issuer::Options {
+            claimable_namespaces: vec!["team-*".into()],
+            ..issuer::Options::default()
+        },
         metrics_listener: None,
     };
     let mut running = modules::start(provider, modules, shutdown);

@@ -9,9 +9,8 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use base64::Engine;
 use http::StatusCode;
-use k8s_openapi::api::core::v1::Namespace;
 use kbind_api::consts::backend::{
-    ANNOTATION_CLAIMED_BY, LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT, MANAGED_BY,
+    LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT, MANAGED_BY,
 };
 use kbind_api::consts::{DEFAULT_NAMESPACE, condition, status};
 use kbind_api::service::{BindRequest, BindResponse};
@@ -245,44 +244,17 @@ fn validate(body: &[u8]) -> Result<Validated, GatewayError> {
     })
 }
 
-/// Refuses namespaces another identity claimed, or that exist without kbind having created them.
-/// The issuer checks again when it claims them; this answers the common case before any write.
+/// Refuses namespaces another identity claimed, or that exist without kbind having created them
+/// for this identity (also one the platform took back): the issuer's own judgement
+/// ([`claims::check`]), so a re-bind is refused here rather than answered with a pickup the
+/// issuer would not honour. The issuer checks again when it claims them.
 async fn precheck_namespaces(
     provider: &dyn ClusterClient,
     subject: &str,
     namespaces: &[String],
 ) -> Result<(), GatewayError> {
     for namespace in namespaces {
-        let Some(ns) = provider.get_typed_opt::<Namespace>(None, namespace).await? else {
-            continue;
-        };
-        let claimed_by = ns
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION_CLAIMED_BY));
-        let managed = ns
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
-            .is_some_and(|v| v == MANAGED_BY);
-        match claimed_by {
-            Some(owner) if owner == subject => {}
-            Some(_) => {
-                return Err(IssueError::NamespaceClaimed {
-                    namespace: namespace.clone(),
-                }
-                .into());
-            }
-            None if managed => {}
-            None => {
-                return Err(IssueError::NamespaceNotClaimable {
-                    namespace: namespace.clone(),
-                }
-                .into());
-            }
-        }
+        claims::check(provider, namespace, subject).await?;
     }
     Ok(())
 }

@@ -163,14 +163,16 @@ pub(crate) async fn revoke(
             ),
         )
     };
-    Ok((
-        status,
-        Json(Revocation {
-            grant: view(&after, None),
-            state,
-            message,
-        }),
-    ))
+    Ok((status, Json(Revocation::new(view(&after, None), state, message))))
+}
+
+impl Revocation {
+    /// The answer for `grant`: its Ready condition's message gives way to the revocation's own
+    /// (the body is one JSON object, and one key `message`).
+    fn new(mut grant: GrantView, state: RevokeState, message: String) -> Self {
+        grant.message = None;
+        Self { grant, state, message }
+    }
 }
 
 /// Whether the Grant `name` (of `uid`) is gone within [`REVOKE_WAIT`]: its finalizer, the
@@ -204,5 +206,32 @@ pub(super) async fn poll_grant<T>(
         }
         tokio::time::sleep(delay.min(deadline - now)).await;
         delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revocation_body_has_one_message() {
+        let grant = GrantView {
+            name: "grant-1".into(),
+            export: "widgets".into(),
+            consumer_cluster_uid: "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77".into(),
+            namespaces: vec!["team-a".into()],
+            ready: true,
+            reason: Some("AsExpected".into()),
+            message: Some("issued".into()),
+            heartbeat_age_seconds: None,
+            revoking: true,
+            created: None,
+        };
+        let body = serde_json::to_string(&Revocation::new(grant, RevokeState::Pending, "being revoked".into()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(body.matches("\"message\"").count(), 1, "{body}");
+        let value: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(value["message"], "being revoked");
+        assert_eq!(value["state"], "pending");
     }
 }

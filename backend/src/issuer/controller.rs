@@ -158,13 +158,52 @@ pub async fn run(
         grant_trigger_rx,
         |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
     );
+    let take_backs = namespace_changes(client.clone(), grants.clone());
     let grant_controller = Controller::for_stream(grant_stream.applied_objects(), grants)
         .with_config(Config::default().concurrency(4))
-        .reconcile_on(triggers)
+        .reconcile_on(futures::stream::select(triggers, take_backs))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_grant, retry_grant, ctx)
         .for_each(|_| async {});
     tokio::join!(export_controller, grant_controller);
+}
+
+/// The Grants to re-judge when a namespace kbind created changes: a platform that takes a claimed
+/// namespace back (removes its `iam.kbind.io/claimed-by` label, or more) is acted on at once, not
+/// at the next resync. The watch selects kbind's namespaces, so a namespace that stops being one
+/// arrives as a delete.
+fn namespace_changes(
+    client: Arc<dyn ClusterClient>,
+    grants: Store<Grant>,
+) -> impl Stream<Item = ObjectRef<Grant>> + Send + 'static {
+    let managed = format!(
+        "{}={}",
+        super::claims::LABEL_MANAGED_BY,
+        kbind_api::consts::backend::MANAGED_BY
+    );
+    watcher(
+        client,
+        kbind_cluster::identity::namespace_resource(),
+        None,
+        WatcherConfig::default().labels(&managed),
+    )
+    .filter_map(move |event| {
+        let grants = grants.clone();
+        async move {
+            let namespace = match event {
+                Ok(Event::Apply(ns) | Event::Delete(ns)) => ns.metadata.name?,
+                _ => return None,
+            };
+            let naming: Vec<ObjectRef<Grant>> = grants
+                .state()
+                .iter()
+                .filter(|g| g.spec.namespaces.contains(&namespace))
+                .map(|g| ObjectRef::from_obj(g.as_ref()))
+                .collect();
+            Some(futures::stream::iter(naming))
+        }
+    })
+    .flatten()
 }
 
 fn retry_grant(grant: Arc<Grant>, error: &ReconcileError, _: Arc<Ctx>) -> Action {

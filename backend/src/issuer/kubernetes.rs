@@ -2,7 +2,7 @@
 //! ServiceAccount per Grant, Roles enumerating exactly the Export's resources, the pre-created
 //! heartbeat Lease, and TokenRequest tokens.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,14 +51,16 @@ pub struct Options {
     pub token_ttl: Duration,
     /// Provider namespaces an identity may claim: comma-separated patterns where `*` matches
     /// any run of characters and `{identity}` stands for the identity's short id (8 hex digits
-    /// of its subject's SHA-256), e.g. `{identity}-*` gives each identity its own prefix.
-    /// Provider namespaces are the consumer's namespaces (Identity mapping), so a prefix
-    /// pattern means the consumer's namespaces carry that prefix too.
+    /// of its subject's SHA-256). The default `{identity}-*` gives each identity its own prefix,
+    /// so no tenant can claim a name the platform will use later; `*` (or `team-*`) lets
+    /// tenants choose names, and then `--unclaimable-namespaces` must list every name the
+    /// platform may create. Provider namespaces are the consumer's namespaces (Identity
+    /// mapping), so a prefix pattern means the consumer's namespaces carry that prefix too.
     #[arg(
         long = "claimable-namespaces",
         env = "KBIND_CLAIMABLE_NAMESPACES",
         value_delimiter = ',',
-        default_value = "*"
+        default_value = DEFAULT_CLAIMABLE
     )]
     pub claimable_namespaces: Vec<String>,
     /// Provider namespaces no identity may claim, even before they exist (same patterns; the
@@ -88,6 +90,9 @@ pub struct Options {
     pub namespace_quota: u16,
 }
 
+/// The default of `--claimable-namespaces`: a prefix of each identity's own.
+pub const DEFAULT_CLAIMABLE: &str = "{identity}-*";
+
 /// The default of `--unclaimable-namespaces`: system namespaces and kbind's own.
 pub const DEFAULT_UNCLAIMABLE: &str = "default,kube-*,kbind,kbind-*,openshift-*";
 
@@ -97,7 +102,7 @@ impl Default for Options {
             grants_namespace: "kbind-grants".into(),
             lease_namespace: kbind_api::consts::lease::NAMESPACE.into(),
             token_ttl: Duration::from_secs(8760 * 3600),
-            claimable_namespaces: vec!["*".into()],
+            claimable_namespaces: vec![DEFAULT_CLAIMABLE.into()],
             unclaimable_namespaces: DEFAULT_UNCLAIMABLE.split(',').map(str::to_string).collect(),
             max_namespaces_per_bind: 10,
             namespace_quota: 20,
@@ -121,6 +126,8 @@ pub struct KubernetesIssuer {
     /// Whether the provider is kcp-like, once known (a provider does not change kind; the
     /// identity read behind it costs a discovery on a plain apiserver).
     kcp_like: tokio::sync::OnceCell<bool>,
+    /// Per identity subject: the lock its claims are made under ([`KubernetesIssuer::claim_lock`]).
+    claims_in_flight: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for KubernetesIssuer {
@@ -190,7 +197,16 @@ impl KubernetesIssuer {
             client,
             options,
             kcp_like: tokio::sync::OnceCell::new(),
+            claims_in_flight: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The lock one identity's claims are judged and made under: concurrent binds of one identity
+    /// count each other's new namespaces against its quota. Locks nobody holds are dropped.
+    fn claim_lock(&self, subject: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.claims_in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks.entry(subject.to_string()).or_default().clone()
     }
 
     /// The issuer's flags.
@@ -311,7 +327,12 @@ impl KubernetesIssuer {
 
     /// Creates the missing claimed namespaces; on a lost race (someone else's namespace appeared)
     /// removes the ones this call created and returns the refusal.
-    async fn claim(&self, grant: &Grant, names: &Names, states: &[(String, NamespaceState)]) -> Result<(), IssueError> {
+    async fn claim(
+        &self,
+        grant: &Grant,
+        names: &Names,
+        states: &[(String, NamespaceState)],
+    ) -> Result<Vec<DynamicObject>, IssueError> {
         let subject = &grant.spec.identity.subject;
         let mut created: Vec<DynamicObject> = Vec::new();
         for (ns, state) in states {
@@ -332,7 +353,27 @@ impl KubernetesIssuer {
                 return Err(e);
             }
         }
-        Ok(())
+        Ok(created)
+    }
+
+    /// Counts the identity's claims again after `created` were made: over the quota (another
+    /// issuer process claimed for the same identity meanwhile), this attempt's claims go again
+    /// and the bind is refused; the Grant's retry judges afresh.
+    async fn recount(&self, grant: &Grant, created: &[DynamicObject]) -> Result<(), IssueError> {
+        if created.is_empty() {
+            return Ok(());
+        }
+        let held = claims::held_by(self.client.as_ref(), &grant.spec.identity.subject).await?;
+        let quota = usize::from(self.options.namespace_quota);
+        if held <= quota {
+            return Ok(());
+        }
+        self.unclaim(created).await;
+        Err(IssueError::NamespaceQuotaExceeded {
+            quota,
+            held: held - created.len(),
+            adding: created.len(),
+        })
     }
 
     /// Deletes namespaces this attempt created (still empty: nothing was issued in them yet).
@@ -612,6 +653,10 @@ impl Issuer for KubernetesIssuer {
         if let Some(refusal) = IssueError::unshared(export, cluster_scoped) {
             return Err(refusal);
         }
+        // Judge and claim under the identity's lock, so this process's binds count each other;
+        // the count after the claim catches another issuer process racing this one.
+        let lock = self.claim_lock(&grant.spec.identity.subject);
+        let _claiming = lock.lock().await;
         let states = match self.judge_namespaces(grant).await {
             Ok(states) => states,
             Err(e @ (IssueError::NamespaceClaimed { .. } | IssueError::NamespaceNotClaimable { .. })) => {
@@ -624,7 +669,9 @@ impl Issuer for KubernetesIssuer {
         };
         self.check_consumer(grant, &names).await?;
 
-        self.claim(grant, &names, &states).await?;
+        let created = self.claim(grant, &names, &states).await?;
+        self.recount(grant, &created).await?;
+        drop(_claiming);
         let grants_ns = self.options.grants_namespace.clone();
         let lease_ns = self.options.lease_namespace.clone();
         self.ensure_namespace(&grants_ns).await?;

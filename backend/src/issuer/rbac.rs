@@ -163,9 +163,10 @@ pub fn issuer_rbac() -> IssuerRbac {
     let r = plain_rule;
     IssuerRbac {
         cluster: vec![
-            // Claims (create; list counts an identity's claims; delete only a namespace this
-            // attempt created), the grants and lease namespaces when missing, kube-system (identity).
-            r(&[""], &["namespaces"], &["get", "list", "create", "delete"]),
+            // Claims (create; list counts an identity's claims; watch sees a take-back at once;
+            // delete only a namespace this attempt created), the grants and lease namespaces when
+            // missing, kube-system (identity).
+            r(&[""], &["namespaces"], &["get", "list", "watch", "create", "delete"]),
             r(
                 &["rbac.authorization.k8s.io"],
                 &["roles", "rolebindings"],

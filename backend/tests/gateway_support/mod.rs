@@ -224,7 +224,7 @@ async fn reconcile(
             .contains(namespace);
         if elsewhere {
             refusal = Some((
-                "NamespaceClaimed",
+                "NamespaceNotAvailable",
                 format!("namespace {namespace:?} is claimed by another identity"),
             ));
             break;
@@ -237,7 +237,7 @@ async fn reconcile(
                     .as_ref()
                     .and_then(|a| a.get(ANNOTATION_CLAIMED_BY));
                 if owner != Some(subject) {
-                    refusal = Some(("NamespaceClaimed", format!("namespace {namespace:?} is not yours")));
+                    refusal = Some(("NamespaceNotAvailable", format!("namespace {namespace:?} is not yours")));
                     break;
                 }
             }
