@@ -1342,3 +1342,71 @@ async fn concurrent_claims_of_one_identity_stay_within_its_quota() {
         assert!(issued >= 1, "round {round}: the quota lets one bind through");
     }
 }
+
+/// A consumer cluster's UID is visible (provider copies carry it), so after its owner unbinds
+/// another identity could bind it and lock the owner out. A Lease a konnector renewed is the
+/// proof of whose cluster it is: it outlives the owner's last Grant, and only the owner binds
+/// the UID again. A Lease never renewed proves nothing and goes with the last Grant.
+#[tokio::test(start_paused = true)]
+async fn a_consumer_cluster_its_konnector_heartbeated_cannot_be_pre_claimed_after_an_unbind() {
+    let p = provider().await;
+    let lease = format!("consumer-{CONSUMER}");
+    let alice = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.admin.create_typed(&alice).await.unwrap();
+    p.issuer.provision(&alice, &widgets_export()).await.expect("alice");
+    // Alice's konnector heartbeats.
+    p.admin
+        .patch(
+            &leases(),
+            Some("kbind"),
+            &lease,
+            &kbind_cluster::Patch::Merge(json!({"spec": {"renewTime": "2026-12-05T10:00:00.000000Z"}})),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    // Alice unbinds: her Grant is revoked.
+    p.admin
+        .delete(
+            &ApiResource::erase::<Grant>(&()),
+            None,
+            alice.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    p.issuer.revoke(&alice).await.unwrap();
+    assert!(
+        issued_objects(&p, alice.metadata.name.as_deref().unwrap()).await.is_empty(),
+        "the credential is gone"
+    );
+    // Mallory read the UID off a provider copy and binds it first.
+    let mallory = grant("token:mallory", "widgets", CONSUMER, &["team-m"]);
+    p.admin.create_typed(&mallory).await.unwrap();
+    let err = p
+        .issuer
+        .provision(&mallory, &widgets_export())
+        .await
+        .expect_err("not mallory's cluster");
+    assert!(matches!(&err, IssueError::ConsumerClusterClaimed { uid } if uid == CONSUMER), "{err:?}");
+    assert!(!namespace_names(&p).await.contains("team-m"));
+    p.issuer.revoke(&mallory).await.unwrap();
+    // Alice binds her cluster again.
+    let again = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.issuer.provision(&again, &widgets_export()).await.expect("alice again");
+
+    // A Lease no konnector renewed goes with its last Grant: a mistyped UID is nobody's.
+    let typo = "33333333-4444-4555-8666-777777777777";
+    let bob = grant("token:bob", "widgets", typo, &["team-b"]);
+    p.issuer.provision(&bob, &widgets_export()).await.expect("bob");
+    p.issuer.revoke(&bob).await.unwrap();
+    assert!(
+        p.admin
+            .get_opt(&leases(), Some("kbind"), &format!("consumer-{typo}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let carol = grant("token:carol", "widgets", typo, &["team-c"]);
+    p.issuer.provision(&carol, &widgets_export()).await.expect("carol");
+}

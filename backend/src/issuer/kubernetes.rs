@@ -276,7 +276,11 @@ impl KubernetesIssuer {
     /// first bound it, and of live Grants naming the UID under different identities the oldest
     /// wins (a bind racing another identity's cannot share the Lease either).
     async fn check_consumer(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
-        self.check_lease_owner(grant, names).await?;
+        if self.check_lease_owner(grant, names).await? == LeaseProof::Proven {
+            // Its konnector heartbeated under this identity: other identities' Grants naming
+            // the UID (refused ones, or made by hand) cannot take it.
+            return Ok(());
+        }
         let subject = grant.spec.identity.subject.as_str();
         let uid = &grant.spec.consumer_cluster_uid;
         let ours = (
@@ -307,22 +311,23 @@ impl KubernetesIssuer {
         Ok(())
     }
 
-    /// Refuses a consumer cluster whose heartbeat Lease records another identity.
-    async fn check_lease_owner(&self, grant: &Grant, names: &Names) -> Result<(), IssueError> {
+    /// Refuses a consumer cluster whose heartbeat Lease records another identity; says whether
+    /// the Lease proves the cluster this identity's.
+    async fn check_lease_owner(&self, grant: &Grant, names: &Names) -> Result<LeaseProof, IssueError> {
         let lease = self
             .client
             .get_opt(&lease_resource(), Some(&self.options.lease_namespace), &names.lease)
             .await?;
-        if lease
-            .as_ref()
-            .and_then(lease_owner)
-            .is_some_and(|owner| owner != grant.spec.identity.subject)
-        {
-            return Err(IssueError::ConsumerClusterClaimed {
+        let Some(lease) = lease else {
+            return Ok(LeaseProof::None);
+        };
+        match lease_owner(&lease) {
+            Some(owner) if owner != grant.spec.identity.subject => Err(IssueError::ConsumerClusterClaimed {
                 uid: grant.spec.consumer_cluster_uid.clone(),
-            });
+            }),
+            Some(_) if renewed(&lease) => Ok(LeaseProof::Proven),
+            _ => Ok(LeaseProof::None),
         }
-        Ok(())
     }
 
     /// Creates the missing claimed namespaces; on a lost race (someone else's namespace appeared)
@@ -566,7 +571,7 @@ impl KubernetesIssuer {
             Ok(_) => Ok(()),
             // Another Grant's provision made it first: it must be this identity's. The Grants were
             // judged already (a racing identity's Grant is newer than ours, and refused by its own).
-            Err(Error::AlreadyExists { .. }) => self.check_lease_owner(grant, names).await,
+            Err(Error::AlreadyExists { .. }) => self.check_lease_owner(grant, names).await.map(|_| ()),
             Err(e) => Err(e.into()),
         }
     }
@@ -584,6 +589,20 @@ fn post() -> PostParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PostParams::default()
     }
+}
+
+/// What a consumer's heartbeat Lease proves about whose cluster it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseProof {
+    /// Its owner is this identity and a konnector renewed it.
+    Proven,
+    /// Nothing: no Lease, none renewed yet, or one from before owners were recorded.
+    None,
+}
+
+/// Whether a konnector ever renewed the heartbeat Lease (the issuer pre-creates it unrenewed).
+fn renewed(lease: &DynamicObject) -> bool {
+    lease.data.pointer("/spec/renewTime").is_some_and(|t| !t.is_null())
 }
 
 /// The identity a heartbeat Lease was pre-created for, when the issuer recorded one.
@@ -798,6 +817,13 @@ impl Issuer for KubernetesIssuer {
         // owned Lease goes with its owner's last Grant (a Lease from before owners were
         // recorded, with the last Grant of any identity).
         if owner.is_some_and(|o| o != grant.spec.identity.subject) {
+            return Ok(());
+        }
+        // A Lease a konnector renewed proves that its owner's credential ran in that consumer
+        // cluster: it stays as the record of whose cluster it is, so after an unbind nobody
+        // else can bind the (visible) UID and lock its owner out. A Lease never renewed proved
+        // nothing and goes, so a mistyped UID binds nobody's cluster for good.
+        if owner.is_some() && lease.as_ref().is_some_and(renewed) {
             return Ok(());
         }
         let others = self
