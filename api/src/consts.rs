@@ -292,6 +292,10 @@ pub mod backend {
     pub const ANNOTATION_CLAIMED_BY: &str = "iam.kbind.io/claimed-by";
     /// `app.kubernetes.io/managed-by` value on everything the backend creates.
     pub const MANAGED_BY: &str = "kbind-backend";
+    /// Annotation the CLI writes on a Connection and its Secret: the origin
+    /// (`scheme://host[:port]`) of the gateway whose bundle it applied. A bundle of another
+    /// origin never re-points that Connection, and `unbind` revokes its Grant only there.
+    pub const ANNOTATION_GATEWAY: &str = "iam.kbind.io/gateway";
     /// Field manager of the backend's writes.
     pub const FIELD_MANAGER: &str = "kbind-backend";
     /// Prefix of the heartbeat Lease name (`consumer-<consumer cluster UID>`, DESIGN.md §2).

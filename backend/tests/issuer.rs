@@ -1296,7 +1296,11 @@ async fn the_controller_withdraws_a_taken_back_namespace_at_once() {
         (status == "False").then_some((status, reason, message))
     })
     .await;
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "NamespaceNotAvailable"), "{message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "NamespaceNotAvailable"),
+        "{message}"
+    );
     // `eventually` gives up after 60 s; the resync would have taken 600 s.
     assert!(taken_at.elapsed() < Duration::from_secs(60));
     let left = kinds(&issued_objects(&p, &name).await);
@@ -1337,8 +1341,14 @@ async fn concurrent_claims_of_one_identity_stay_within_its_quota() {
             .into_iter()
             .filter(|ns| ns.starts_with(&format!("r{round}-")))
             .count();
-        assert!(issued <= 2, "round {round}: {issued} of 3 binds issued against a quota of 20");
-        assert!(held <= 20, "round {round}: {held} namespaces held against a quota of 20");
+        assert!(
+            issued <= 2,
+            "round {round}: {issued} of 3 binds issued against a quota of 20"
+        );
+        assert!(
+            held <= 20,
+            "round {round}: {held} namespaces held against a quota of 20"
+        );
         assert!(issued >= 1, "round {round}: the quota lets one bind through");
     }
 }
@@ -1377,7 +1387,9 @@ async fn a_consumer_cluster_its_konnector_heartbeated_cannot_be_pre_claimed_afte
         .unwrap();
     p.issuer.revoke(&alice).await.unwrap();
     assert!(
-        issued_objects(&p, alice.metadata.name.as_deref().unwrap()).await.is_empty(),
+        issued_objects(&p, alice.metadata.name.as_deref().unwrap())
+            .await
+            .is_empty(),
         "the credential is gone"
     );
     // Mallory read the UID off a provider copy and binds it first.
@@ -1388,12 +1400,18 @@ async fn a_consumer_cluster_its_konnector_heartbeated_cannot_be_pre_claimed_afte
         .provision(&mallory, &widgets_export())
         .await
         .expect_err("not mallory's cluster");
-    assert!(matches!(&err, IssueError::ConsumerClusterClaimed { uid } if uid == CONSUMER), "{err:?}");
+    assert!(
+        matches!(&err, IssueError::ConsumerClusterClaimed { uid } if uid == CONSUMER),
+        "{err:?}"
+    );
     assert!(!namespace_names(&p).await.contains("team-m"));
     p.issuer.revoke(&mallory).await.unwrap();
     // Alice binds her cluster again.
     let again = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
-    p.issuer.provision(&again, &widgets_export()).await.expect("alice again");
+    p.issuer
+        .provision(&again, &widgets_export())
+        .await
+        .expect("alice again");
 
     // A Lease no konnector renewed goes with its last Grant: a mistyped UID is nobody's.
     let typo = "33333333-4444-4555-8666-777777777777";

@@ -80,8 +80,8 @@ impl World {
             "run".into(),
             "--gateway".into(),
             "--issuer".into(),
-        // These stories name namespaces freely (team-a); the default is a per-identity prefix.
-        "--claimable-namespaces=*".into(),
+            // These stories name namespaces freely (team-a); the default is a per-identity prefix.
+            "--claimable-namespaces=*".into(),
             "--reaper".into(),
             format!("--kubeconfig={}", self.provider.kubeconfig.display()),
             format!("--listen={addr}"),

@@ -120,6 +120,10 @@ pub struct ApplyArgs {
     /// How long to wait.
     #[arg(long, default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
+    /// Let the bundle point an existing Connection at another gateway, server or CA (a moved
+    /// or re-certified provider); old and new are shown. Without it such a bundle is refused.
+    #[arg(long)]
+    pub replace_connection: bool,
 }
 
 /// `kbind bind`.

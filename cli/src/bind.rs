@@ -14,6 +14,7 @@ use crate::commands::{confirm, session};
 use crate::consumer::{self, Awaited, Target};
 use crate::error::{CliError, Result};
 use crate::gateway;
+use crate::origin;
 use crate::output::{Reporter, emit, render, table};
 use crate::placement::{self, Planned};
 use crate::status;
@@ -78,6 +79,15 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         .iter()
         .flat_map(|r| from.iter().map(|f| bundle::describe(r, f)))
         .collect();
+    let provider_rules = serde_json::to_value(&export.related_resources)
+        .map(|r| bundle::from_provider(&r))
+        .unwrap_or_default();
+    let brought = deliveries_text(
+        &provider_rules
+            .iter()
+            .flat_map(|r| from.iter().map(|f| bundle::describe(r, f)))
+            .collect::<Vec<_>>(),
+    );
 
     if args.dry_run {
         let base = format!("{}-{}", provider.name, export.name);
@@ -107,10 +117,13 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
                 format!(" in namespaces {}", namespaces.join(","))
             },
             table(&["KIND", "NAMESPACE", "NAME"], rows),
-            copies_text(&shown),
+            format!("{}{brought}", copies_text(&shown)),
             placement::notice(&shared),
         );
         return emit(&mut ctx.stdout, &text);
+    }
+    if applying {
+        emit(&mut ctx.stdout, &brought)?;
     }
     if applying && !shown.is_empty() {
         emit(&mut ctx.stdout, &copies_text(&shown))?;
@@ -178,7 +191,8 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         }
         Ok(())
     };
-    apply_bundle(&objects, expected, &args.apply, &client, ctx, ask, async |e| {
+    let origin = origin::of_url(session.base())?;
+    apply_bundle(&objects, expected, &origin, &args.apply, &client, ctx, ask, async |e| {
         undo.after(e).await
     })
     .await
@@ -235,6 +249,7 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
     // Reading the kubeconfig is local; the one-time URL is spent before any API call, so it
     // is not left usable while the consumer is checked.
     let client = consumer::connect(target).await?;
+    let origin = origin::of_url(&url)?;
     let objects = gateway::pickup(&url).await?;
     drop(url);
     let spent = |e: CliError, grant: Option<&str>| {
@@ -282,7 +297,7 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
         }
         apply::require_namespaces(&client, &checked.namespaces).await
     };
-    apply_bundle(&objects, expected, &args.apply, &client, ctx, ask, async |e| {
+    apply_bundle(&objects, expected, &origin, &args.apply, &client, ctx, ask, async |e| {
         spent(e, grant.as_deref())
     })
     .await
@@ -290,10 +305,14 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
 
 /// Checks the bundle against `expected`, shows what it applies, lets `ask` confirm (and check)
 /// what the caller must, installs it, then waits with `--wait`; an error before the wait goes
-/// through `undo`, which says what this run left behind.
+/// through `undo`, which says what this run left behind. `origin` is the gateway the bundle
+/// came from: recorded on the Connection, and an existing Connection of another origin or
+/// endpoint is not re-pointed without `--replace-connection`.
+#[allow(clippy::too_many_arguments)]
 async fn apply_bundle(
     objects: &[Value],
     expected: Expected<'_>,
+    origin: &str,
     args: &ApplyArgs,
     client: &kbind_cluster::KubeClusterClient,
     ctx: &mut Context,
@@ -301,7 +320,21 @@ async fn apply_bundle(
     undo: impl AsyncFnOnce(CliError) -> CliError,
 ) -> Result<()> {
     let installed = async {
-        let checked = bundle::check(objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+        let mut checked = bundle::check(objects, expected).map_err(|e| CliError::ConsumerRefused(e.to_string()))?;
+        origin::stamp(&mut checked, origin);
+        if let Some(repoint) = origin::repoint(client, &checked, origin).await? {
+            if !args.replace_connection {
+                return Err(origin::refusal(&repoint));
+            }
+            emit(
+                &mut ctx.stdout,
+                &format!(
+                    "{repoint}
+(--replace-connection)
+"
+                ),
+            )?;
+        }
         let existing = placement::served(&status::bindings_if_installed(client).await?);
         let shared = match Planned::of_objects(checked.objects.iter().map(|o| &o.body)) {
             Some(planned) => planned.check(&existing)?,
@@ -341,6 +374,22 @@ fn copies_text(copies: &[ConsumerCopy]) -> String {
     format!(
         "These related-resource rules (FromConsumer) copy objects of THIS cluster to the provider:\n{}{everything}",
         table(&["COPIES", "FROM", "SELECTS"], rows)
+    )
+}
+
+/// The `FromProvider` rules as a table: what the provider writes into this cluster (its
+/// Secrets and ConfigMaps land in the bound namespaces); nothing when there are none.
+fn deliveries_text(copies: &[ConsumerCopy]) -> String {
+    if copies.is_empty() {
+        return String::new();
+    }
+    let rows = copies
+        .iter()
+        .map(|c| vec![c.resource.clone(), c.namespaces.clone(), c.selects.clone()])
+        .collect();
+    format!(
+        "These related-resource rules (FromProvider) copy objects of the PROVIDER into this cluster:\n{}",
+        table(&["COPIES", "INTO", "SELECTS"], rows)
     )
 }
 

@@ -285,6 +285,35 @@ pub fn from_consumer(rules: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The `FromProvider` rules of a `relatedResources` list.
+pub fn from_provider(rules: &Value) -> Vec<Value> {
+    rules
+        .as_array()
+        .map(|rules| {
+            rules
+                .iter()
+                .filter(|r| r["direction"] == "FromProvider")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a label selector matches every object that lacks some labels: no `matchLabels` and
+/// only `NotIn`/`DoesNotExist` expressions (`{}` is the plain case). Such a selector takes every
+/// object of its kind a namespace holds unless someone labelled it to be left out.
+fn selects_everything(selector: &Value) -> bool {
+    let empty = |v: &Value| {
+        v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
+    };
+    let negative_only = selector["matchExpressions"].as_array().is_none_or(|expressions| {
+        expressions
+            .iter()
+            .all(|e| matches!(e["operator"].as_str(), Some("NotIn" | "DoesNotExist")))
+    });
+    empty(&selector["matchLabels"]) && negative_only
+}
+
 /// A `FromConsumer` rule in words, its sources looked for in `from`.
 pub fn describe(rule: &Value, from: &str) -> ConsumerCopy {
     let selector = &rule["selector"];
@@ -301,6 +330,7 @@ pub fn describe(rule: &Value, from: &str) -> ConsumerCopy {
         };
         none("matchLabels") && none("matchExpressions")
     });
+    let everything_but = !labels_empty && label_selector.is_some_and(selects_everything);
     let mut parts = Vec::new();
     if let Some(s) = label_selector
         && !labels_empty
@@ -310,8 +340,13 @@ pub fn describe(rule: &Value, from: &str) -> ConsumerCopy {
     if !names.is_empty() {
         parts.push(format!("names {}", names.join(",")));
     }
-    let everything = labels_empty && names.is_empty();
-    let selects = if everything {
+    let everything = (labels_empty || everything_but) && names.is_empty();
+    let selects = if everything && everything_but {
+        format!(
+            "EVERY one not excluded by label (labels {})",
+            label_selector.cloned().unwrap_or_default()
+        )
+    } else if everything {
         "EVERY one (labelSelector: {})".to_string()
     } else if parts.is_empty() {
         "none (empty selector)".to_string()
@@ -477,6 +512,35 @@ mod tests {
         let mut objects = bundle();
         objects[3]["spec"]["connectionRef"]["name"] = json!("someone-elses");
         assert!(check(&objects, asked(&ns)).is_err());
+    }
+
+    #[test]
+    fn a_selector_of_exclusions_only_counts_as_everything() {
+        let rule = |selector: Value| json!({"resource": "secrets", "selector": {"labelSelector": selector}});
+        for everything in [
+            json!({}),
+            json!({"matchExpressions": [{"key": "private", "operator": "DoesNotExist"}]}),
+            json!({"matchLabels": {}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}),
+        ] {
+            let copy = describe(&rule(everything.clone()), "namespace team-a");
+            assert!(
+                copy.everything && copy.selects.starts_with("EVERY"),
+                "{everything}: {copy:?}"
+            );
+        }
+        for narrow in [
+            json!({"matchLabels": {"app": "db"}}),
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]}),
+            json!({"matchExpressions": [{"key": "app", "operator": "Exists"}, {"key": "x", "operator": "DoesNotExist"}]}),
+        ] {
+            assert!(
+                !describe(&rule(narrow.clone()), "namespace team-a").everything,
+                "{narrow}"
+            );
+        }
+        let rules = json!([{"resource": "secrets", "direction": "FromProvider"}, {"resource": "configmaps"}]);
+        assert_eq!(from_provider(&rules).len(), 1);
+        assert_eq!(from_consumer(&rules).len(), 1);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod creds;
 pub mod error;
 mod gateway;
 pub mod login;
+mod origin;
 mod output;
 mod placement;
 mod status;

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_api::consts::backend::LABEL_GRANT;
+use kbind_api::consts::backend::{ANNOTATION_GATEWAY, LABEL_GRANT};
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, condition, label};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DiscoveredResource, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -18,6 +18,7 @@ use crate::args::UnbindArgs;
 use crate::commands::{confirm, session};
 use crate::consumer::{self, Awaited, Target, consumer_error};
 use crate::error::{CliError, Result};
+use crate::origin;
 use crate::output::{Reporter, emit, table};
 use crate::status::{BindingRef, bindings, discover, find_api, served_objects};
 
@@ -28,6 +29,9 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     let connection = find_connection(&connections, &args.target)?;
     let name = connection["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let grant = connection["metadata"]["labels"][LABEL_GRANT]
+        .as_str()
+        .map(str::to_string);
+    let issued_by = connection["metadata"]["annotations"][ANNOTATION_GATEWAY]
         .as_str()
         .map(str::to_string);
     if !args.orphan
@@ -171,6 +175,24 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     match grant {
         None => Ok(()),
         Some(grant) => match session(gateway, ctx) {
+            // A Grant label is the Connection's word: only the gateway that issued the bundle
+            // (recorded by kbind when it applied it) is asked to revoke, so a Connection made
+            // to look like someone else's cannot revoke their Grant here.
+            Ok(session) if issued_by.as_deref() != Some(origin::of_url(session.base())?.as_str()) => emit(
+                &mut ctx.stdout,
+                &match &issued_by {
+                    Some(other) => format!(
+                        "Grant {grant} was issued through {other}, not {}: it was not revoked here                          (`kbind --gateway {other} revoke {grant}` revokes it there, or it is reaped).
+",
+                        session.base()
+                    ),
+                    None => format!(
+                        "Connection {name} does not record which gateway issued it (made by hand or by an older kbind):                          Grant {grant} was not revoked. If {} issued it, run `kbind revoke {grant}`.
+",
+                        session.base()
+                    ),
+                },
+            ),
             Ok(session) => match session.revoke(&grant).await {
                 Ok(()) => emit(
                     &mut ctx.stdout,

@@ -9,9 +9,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use base64::Engine;
 use http::StatusCode;
-use kbind_api::consts::backend::{
-    LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT, MANAGED_BY,
-};
+use kbind_api::consts::backend::{LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT, MANAGED_BY};
 use kbind_api::consts::{DEFAULT_NAMESPACE, condition, status};
 use kbind_api::service::{BindRequest, BindResponse};
 use kbind_api::{Grant, GrantIdentity, GrantSpec, ResourceScope, grant_name};

@@ -815,3 +815,210 @@ async fn bind_refuses_a_namespace_another_connection_serves_and_reports_a_partit
     let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
     check(&run, 0, "a re-bind");
 }
+
+/// `bundle` with its Secret's kubeconfig pointing at `server` (CA `ca`, base64).
+fn pointing_at(mut bundle: Vec<Value>, server: &str, ca: &str) -> Vec<Value> {
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: p\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+         contexts:\n- name: p\n  context:\n    cluster: p\n    user: u\ncurrent-context: p\nusers:\n- name: u\n  user:\n    token: t\n"
+    );
+    for object in &mut bundle {
+        if object["kind"] == "Secret" {
+            object["stringData"]["kubeconfig"] = json!(kubeconfig);
+        }
+    }
+    bundle
+}
+
+/// The server the consumer's Connection Secret points at now.
+async fn kubeconfig_server(world: &Consumer) -> String {
+    let secret = world
+        .get("Secret", Some("kbind"), &format!("{CONNECTION}-kubeconfig"))
+        .await
+        .expect("the Connection's Secret");
+    let data = secret["data"]["kubeconfig"].as_str().expect("kubeconfig data");
+    let text = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data).expect("base64");
+    let text = String::from_utf8(text).expect("utf-8");
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A hostile gateway the user is tricked into using knows the victim's Grant and object names
+/// (or computes them) and calls itself by the real provider's name: its bundle matches the
+/// existing Connection name for name and label for label, but points at the attacker's server.
+/// The CLI records which gateway issued a Connection and never re-points it from a bundle of
+/// another origin, server or CA without `--replace-connection`, which shows old and new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_of_another_gateway_never_re_points_an_existing_connection() {
+    const CA: &str = "UFJPVklERVItQ0EK";
+    let world = Consumer::new(pointing_at(
+        honest_bundle(&["team-a"]),
+        "https://provider.example:6443",
+        CA,
+    ))
+    .await;
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 0, "the honest bind");
+    let connection = world.get("Connection", None, CONNECTION).await.expect("bound");
+    assert_eq!(
+        connection["metadata"]["annotations"]["iam.kbind.io/gateway"],
+        json!(world.gateway.url.trim_end_matches('/')),
+        "the CLI records the issuing gateway"
+    );
+
+    // The hostile gateway: same names, same Grant label, the real provider's name.
+    let hostile = FakeGateway::start(pointing_at(
+        honest_bundle(&["team-a"]),
+        "https://attacker.example:6443",
+        CA,
+    ))
+    .await;
+    let run = world.kbind(&["login", &hostile.url, "--token", TOKEN]).await;
+    check(&run, 0, "login at the hostile gateway");
+    let run = world
+        .kbind(&[
+            "--gateway",
+            &hostile.url,
+            "bind",
+            "widgets",
+            "-n",
+            "team-a",
+            "--yes",
+            "--wait=false",
+        ])
+        .await;
+    check(&run, 6, "a bundle of another gateway");
+    assert!(
+        run.stderr.contains("re-pointed")
+            && run.stderr.contains("https://attacker.example:6443")
+            && run.stderr.contains("https://provider.example:6443")
+            && run.stderr.contains("--replace-connection")
+            && run.stderr.contains("Nothing was applied"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(kubeconfig_server(&world).await, "https://provider.example:6443");
+
+    // The same gateway with another CA (a provider that rotated it): refused without the flag,
+    // applied with it, old and new shown.
+    world.gateway.serve(pointing_at(
+        honest_bundle(&["team-a"]),
+        "https://provider.example:6443",
+        "TkVXLUNBCg==",
+    ));
+    // (`--gateway`: the last login, the default, was the hostile one.)
+    let honest = world.gateway.url.clone();
+    let run = world
+        .kbind(&["--gateway", &honest, "bind", "widgets", "-n", "team-a", "--wait=false"])
+        .await;
+    check(&run, 6, "another CA without --replace-connection");
+    assert!(run.stderr.contains("CA "), "{}", run.stderr);
+    let run = world
+        .kbind(&[
+            "--gateway",
+            &honest,
+            "bind",
+            "widgets",
+            "-n",
+            "team-a",
+            "--wait=false",
+            "--replace-connection",
+        ])
+        .await;
+    check(&run, 0, "another CA with --replace-connection");
+    assert!(
+        run.stdout.contains("from: gateway") && run.stdout.contains("to:   gateway"),
+        "{}",
+        run.stdout
+    );
+    let run = world
+        .kbind(&[
+            "--gateway",
+            &hostile.url,
+            "bind",
+            "widgets",
+            "-n",
+            "team-a",
+            "--yes",
+            "--wait=false",
+        ])
+        .await;
+    check(&run, 6, "the hostile bundle again");
+    assert_eq!(kubeconfig_server(&world).await, "https://provider.example:6443");
+}
+
+/// A Connection's Grant label is its own word: a hostile Connection labelled with the victim's
+/// Grant must not get that Grant revoked at the gateway the user is logged in to. `unbind`
+/// revokes only at the gateway the CLI recorded when it applied the bundle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbind_revokes_a_grant_only_at_the_gateway_that_issued_it() {
+    let world = Consumer::new(honest_bundle(&["team-a"])).await;
+    for issued_by in [Some("https://evil.example"), None] {
+        let mut metadata = json!({"name": CONNECTION, "labels": {LABEL_GRANT: GRANT}});
+        if let Some(origin) = issued_by {
+            metadata["annotations"] = json!({"iam.kbind.io/gateway": origin});
+        }
+        world
+            .create(
+                json!({"apiVersion": API_VERSION, "kind": "Connection", "metadata": metadata,
+                "spec": {"kubeconfigSecretRef": {"namespace": "kbind", "name": "s", "key": "kubeconfig"}}}),
+            )
+            .await;
+        let run = world.kbind(&["unbind", CONNECTION, "--yes"]).await;
+        check(&run, 0, "unbind of a Connection another gateway issued");
+        assert!(
+            !world.revoked(),
+            "{issued_by:?}: the victim's Grant was revoked:\n{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains(&format!("Grant {GRANT}")) && run.stdout.contains("not revoked"),
+            "{}",
+            run.stdout
+        );
+        assert!(world.get("Connection", None, CONNECTION).await.is_none());
+    }
+    // A Connection this gateway's bundle made is revoked there.
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 0, "bind");
+    let run = world.kbind(&["unbind", CONNECTION, "--yes"]).await;
+    check(&run, 0, "unbind");
+    assert!(world.revoked(), "{}", run.stdout);
+}
+
+/// `bind` lists what the provider writes into this cluster (FromProvider rules) as well as what
+/// it takes (FromConsumer), and a selector that excludes by label only — every object but the
+/// labelled ones — is warned about like `{}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_lists_from_provider_rules_and_warns_of_a_selector_that_takes_all_but_a_few() {
+    let world = Consumer::new(honest_bundle(&["team-a"])).await;
+    let all_but_private = json!({"group": "", "resource": "secrets", "direction": "FromConsumer",
+        "selector": {"labelSelector": {"matchExpressions": [{"key": "private", "operator": "DoesNotExist"}]}}});
+    let credentials = json!({"group": "", "resource": "configmaps", "direction": "FromProvider",
+        "selector": {"names": ["widget-endpoints"]}});
+    world.gateway.announce_related(vec![all_but_private, credentials]);
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--dry-run"]).await;
+    check(&run, 0, "dry run");
+    assert!(
+        run.stdout.contains("FromProvider")
+            && run.stdout.contains("configmaps")
+            && run.stdout.contains("widget-endpoints"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("WARNING: a rule selects every object") && run.stdout.contains("EVERY one"),
+        "{}",
+        run.stdout
+    );
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 2, "asked for, no --yes");
+    assert!(
+        run.stdout.contains("FromProvider") && run.stdout.contains("WARNING"),
+        "{}",
+        run.stdout
+    );
+    assert!(!world.asked_for_a_grant());
+}
