@@ -133,8 +133,27 @@ pub struct Pickup {
     pub claimed_at: Option<Time>,
 }
 
-/// The Grant name of (identity subject, Export, consumer cluster UID): `grant-<20 hex>` of their
-/// SHA-256, so every gateway replica derives the same name and a create race has one winner.
+/// The Grant name of (identity subject, Export, consumer cluster UID) under the provider's
+/// naming `key`: `grant-<20 hex>` of their HMAC-SHA256. Every gateway replica derives the same
+/// name (a create race has one winner), and nobody without the key can compute it: a gateway
+/// the user is tricked into using cannot name the objects of someone's existing Grant.
+pub fn keyed_grant_name(key: &[u8], subject: &str, export: &str, consumer_cluster_uid: &str) -> String {
+    use hmac::{Hmac, Mac};
+    // HMAC takes keys of any length, so this cannot fail; the fallback keeps the signature total.
+    let Ok(mut mac) = Hmac::<sha2::Sha256>::new_from_slice(key) else {
+        return grant_name(subject, export, consumer_cluster_uid);
+    };
+    for part in [subject, export, consumer_cluster_uid] {
+        mac.update(part.as_bytes());
+        mac.update(&[0u8]);
+    }
+    let digest = mac.finalize().into_bytes();
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("grant-{hex}")
+}
+
+/// The unkeyed Grant name of (identity subject, Export, consumer cluster UID): `grant-<20 hex>` of
+/// their SHA-256. Grants made before names were keyed carry it; anybody can compute it.
 pub fn grant_name(subject: &str, export: &str, consumer_cluster_uid: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
@@ -150,6 +169,17 @@ pub fn grant_name(subject: &str, export: &str, consumer_cluster_uid: &str) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyed_names_depend_on_the_key_and_are_not_the_unkeyed_ones() {
+        let uid = "0c1b5a3e-7f2d-4c4e-9a63-2d1f0e9b8a77";
+        let a = keyed_grant_name(b"key-1", "token:alice", "widgets", uid);
+        assert_eq!(a, keyed_grant_name(b"key-1", "token:alice", "widgets", uid));
+        assert_ne!(a, keyed_grant_name(b"key-2", "token:alice", "widgets", uid));
+        assert_ne!(a, grant_name("token:alice", "widgets", uid));
+        assert_ne!(a, keyed_grant_name(b"key-1", "token:alic", "ewidgets", uid));
+        assert!(a.starts_with("grant-") && a.len() == 26, "{a}");
+    }
 
     #[test]
     fn grant_names_are_stable_and_separate_the_three_parts() {

@@ -27,4 +27,6 @@ pub use connection::{
     SchemaPolicy, SchemaSource, UpdatePolicy,
 };
 pub use crds::{backend_crds, backend_crds_yaml, crds, crds_yaml};
-pub use iam::{Grant, GrantIdentity, GrantSpec, GrantStatus, Issued, IssuedObject, Pickup, grant_name};
+pub use iam::{
+    Grant, GrantIdentity, GrantSpec, GrantStatus, Issued, IssuedObject, Pickup, grant_name, keyed_grant_name,
+};

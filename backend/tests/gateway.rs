@@ -16,8 +16,8 @@ use http::{Method, Request, StatusCode};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kbind_api::Grant;
 use kbind_api::service::{BindResponse, Catalog, GrantList, ProviderInfo, WhoAmI};
-use kbind_api::{Grant, grant_name};
 use kbind_backend::gateway::Rate;
 use kbind_cluster::{Clock, ClusterClientExt, TokioClock};
 use kube::api::ObjectMeta;
@@ -29,7 +29,7 @@ async fn bind_then_pickup_delivers_the_bundle_once() {
     let reply = bind(&world.app, "alice-token", widgets_bind()).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
     let bound: BindResponse = reply.json();
-    let name = grant_name("token:alice", "widgets", UID);
+    let name = world.grant_name("token:alice", "widgets", UID).await;
     assert_eq!(bound.grant, name);
     assert!(
         bound
@@ -353,7 +353,7 @@ async fn an_issuer_refusal_deletes_the_grant_the_bind_created() {
     .await;
     assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
     assert_eq!(reply.error().reason, "NamespaceNotAvailable");
-    wait_gone(&world, &grant_name("token:bob", "widgets", UID)).await;
+    wait_gone(&world, &world.grant_name("token:bob", "widgets", UID).await).await;
     assert_nothing_created(&world, Some("contested")).await;
 }
 
@@ -367,7 +367,7 @@ async fn a_refused_bind_tried_again_gets_the_real_reason_not_grant_revoking() {
         .unwrap()
         .insert("contested".to_string());
     let contested = json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["contested"]});
-    let name = grant_name("token:bob", "widgets", UID);
+    let name = world.grant_name("token:bob", "widgets", UID).await;
     // The refused bind's Grant is still terminating (a finalizer the issuer has not removed
     // yet) when the user tries again.
     let hold = "test.kbind.io/hold";
@@ -432,7 +432,7 @@ async fn an_export_with_a_name_longer_than_a_label_value_binds() {
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
     let grant: Grant = world
         .admin
-        .get_typed(None, &grant_name("token:alice", &long, UID))
+        .get_typed(None, &world.grant_name("token:alice", &long, UID).await)
         .await
         .unwrap();
     assert_eq!(grant.spec.export, long);
@@ -464,7 +464,7 @@ async fn a_refused_rebind_leaves_the_working_grant_as_it_was() {
     .await;
     assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
     assert_eq!(reply.error().reason, "NamespaceNotAvailable");
-    let name = grant_name("token:alice", "widgets", UID);
+    let name = world.grant_name("token:alice", "widgets", UID).await;
     let grant: Grant = world.admin.get_typed(None, &name).await.unwrap();
     assert_eq!(grant.spec.namespaces, ["team-a"]);
     assert!(grant.metadata.deletion_timestamp.is_none());
@@ -556,7 +556,7 @@ async fn browser_sessions_must_echo_their_csrf_token() {
     let reply = send(&world.app, session(whoami.csrf_token.as_deref())).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
 
-    let name = grant_name("token:bob", "gadgets", UID);
+    let name = world.grant_name("token:bob", "gadgets", UID).await;
     let revoke = |csrf: Option<&str>| {
         let mut builder = Request::builder()
             .method(Method::DELETE)
@@ -578,6 +578,7 @@ async fn a_revoke_while_the_issuer_is_off_says_pending_until_it_ran() {
         bind(&world.app, "alice-token", widgets_bind()).await.status,
         StatusCode::CREATED
     );
+    let name = world.grant_name("token:alice", "widgets", UID).await;
     let World {
         admin,
         app,
@@ -586,7 +587,6 @@ async fn a_revoke_while_the_issuer_is_off_says_pending_until_it_ran() {
         ..
     } = world;
     drop(controller);
-    let name = grant_name("token:alice", "widgets", UID);
     let revoke = || {
         request(
             Method::DELETE,
@@ -663,12 +663,12 @@ async fn grants_list_the_callers_own_with_heartbeat_age_and_revoke_only_those() 
     .json();
     assert_eq!(list.grants.len(), 1, "{list:?}");
     let alices = &list.grants[0];
-    assert_eq!(alices.name, grant_name("token:alice", "widgets", UID));
+    assert_eq!(alices.name, world.grant_name("token:alice", "widgets", UID).await);
     assert_eq!(alices.namespaces, ["team-a"]);
     assert!(alices.ready && !alices.revoking);
     assert!(alices.heartbeat_age_seconds.is_some_and(|age| age >= 42), "{alices:?}");
 
-    let bobs = grant_name("token:bob", "gadgets", OTHER_UID);
+    let bobs = world.grant_name("token:bob", "gadgets", OTHER_UID).await;
     let reply = send(
         &world.app,
         request(

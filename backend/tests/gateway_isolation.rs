@@ -8,7 +8,6 @@ mod gateway_support;
 use gateway_support::world::*;
 use gateway_support::*;
 use http::{Method, StatusCode};
-use kbind_api::grant_name;
 use kbind_api::service::{CLUSTER_SCOPED_SHARING, Catalog};
 use serde_json::json;
 
@@ -73,7 +72,7 @@ async fn a_cluster_scoped_export_without_sharing_is_refused_and_the_catalog_says
     );
     let grants = grant_names(world.admin.as_ref()).await;
     assert!(
-        !grants.contains(&grant_name("token:bob", "private-gadgets", UID)),
+        !grants.contains(&world.grant_name("token:bob", "private-gadgets", UID).await),
         "{grants:?}"
     );
 
@@ -92,4 +91,49 @@ async fn a_cluster_scoped_export_without_sharing_is_refused_and_the_catalog_says
     assert!(shared.ready);
     assert_eq!(shared.cluster_scoped_sharing.as_deref(), Some(CLUSTER_SCOPED_SHARING));
     assert_eq!(entry("sprockets").cluster_scoped_sharing, None);
+}
+
+/// Grant names are keyed by the provider's grants CRD UID, which no tenant credential can read:
+/// a third party (a gateway a user is tricked into using) cannot compute the name of someone's
+/// Grant from the identity, Export and consumer UID. A Grant made under the unkeyed name before
+/// keeps it: a re-bind updates that Grant, never a second one.
+#[tokio::test(start_paused = true)]
+async fn grant_names_cannot_be_computed_without_the_providers_key() {
+    let world = world().await;
+    let reply = bind(&world.app, "alice-token", widgets_bind()).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let bound: kbind_api::service::BindResponse = reply.json();
+    assert_ne!(bound.grant, kbind_api::grant_name("token:alice", "widgets", UID));
+    assert_eq!(bound.grant, world.grant_name("token:alice", "widgets", UID).await);
+
+    let legacy = kbind_api::grant_name("token:bob", "widgets", OTHER_UID);
+    let grant = kbind_api::Grant::new(
+        &legacy,
+        kbind_api::GrantSpec {
+            identity: kbind_api::GrantIdentity {
+                subject: "token:bob".into(),
+                name: None,
+            },
+            export: "widgets".into(),
+            consumer_cluster_uid: OTHER_UID.into(),
+            namespaces: vec!["team-b".into()],
+        },
+    );
+    kbind_cluster::ClusterClientExt::create_typed(world.admin.as_ref(), &grant)
+        .await
+        .expect("a Grant of before");
+    let reply = bind(
+        &world.app,
+        "bob-token",
+        json!({"export": "widgets", "consumerClusterUID": OTHER_UID, "namespaces": ["team-b"]}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let bound: kbind_api::service::BindResponse = reply.json();
+    assert_eq!(bound.grant, legacy);
+    let grants = grant_names(world.admin.as_ref()).await;
+    assert!(
+        !grants.contains(&world.grant_name("token:bob", "widgets", OTHER_UID).await),
+        "a second Grant: {grants:?}"
+    );
 }

@@ -12,7 +12,7 @@ use http::StatusCode;
 use kbind_api::consts::backend::{LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT, MANAGED_BY};
 use kbind_api::consts::{DEFAULT_NAMESPACE, condition, status};
 use kbind_api::service::{BindRequest, BindResponse};
-use kbind_api::{Grant, GrantIdentity, GrantSpec, ResourceScope, grant_name};
+use kbind_api::{Grant, GrantIdentity, GrantSpec, ResourceScope};
 use kbind_cluster::clock::format_time;
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Error as ClusterError, Patch, PatchParams, PostParams,
@@ -103,7 +103,16 @@ async fn run(
     precheck_consumer(provider, &caller.identity.subject, &request.consumer_cluster_uid).await?;
     state.inner.issuer.check_provider().await?;
 
-    let name = grant_name(&caller.identity.subject, &request.export, &request.consumer_cluster_uid);
+    let name = state
+        .inner
+        .naming
+        .name_for(
+            provider,
+            &caller.identity.subject,
+            &request.export,
+            &request.consumer_cluster_uid,
+        )
+        .await?;
     let upsert = upsert_grant(state, &name, caller, &request).await?;
     let outcome = async {
         wait_issued(state, &name).await?;

@@ -8,9 +8,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use http::StatusCode;
 use k8s_openapi::api::coordination::v1::Lease;
+use kbind_api::Grant;
 use kbind_api::consts::{condition, lease_name, status};
 use kbind_api::service::{GrantList, GrantView};
-use kbind_api::{Grant, grant_name};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, ListParams, from_dynamic};
 use kube::api::Preconditions;
 use serde::Serialize;
@@ -122,9 +122,8 @@ pub(crate) async fn revoke(
     let grant: Grant = provider.get_typed_opt(None, &name).await?.ok_or_else(not_found)?;
     // The name is derived from the owner, so a check on the subject is enough; the name check
     // guards against a Grant someone created by hand under another identity's name.
-    let owner = &grant.spec.identity.subject;
-    if owner != &caller.identity.subject
-        || grant_name(owner, &grant.spec.export, &grant.spec.consumer_cluster_uid) != name
+    if grant.spec.identity.subject != caller.identity.subject
+        || !state.inner.naming.is_name_of(provider, &grant, &name).await?
     {
         return Err(not_found());
     }

@@ -11,6 +11,7 @@ mod error;
 mod grants;
 mod http;
 pub(crate) mod metrics;
+mod naming;
 mod pickup;
 mod ratelimit;
 mod serve;
@@ -350,6 +351,8 @@ struct Inner {
     /// Failed sign-ins per client (see [`http::Authenticated`]).
     auth_failures: ratelimit::Limiter,
     provider_check: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>,
+    /// How Grants are named (keyed; see [`naming`]).
+    naming: naming::Naming,
 }
 
 impl Gateway {
@@ -396,6 +399,7 @@ impl Gateway {
                 catalog,
                 metrics,
                 provider_check: tokio::sync::Mutex::new(None),
+                naming: naming::Naming::default(),
             }),
         }
     }

@@ -246,7 +246,7 @@ async fn reconcile(
                     "apiVersion": "v1", "kind": "Namespace",
                     "metadata": {
                         "name": namespace,
-                        "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_CLAIMED_BY: "test"},
+                        "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_CLAIMED_BY: kbind_backend::issuer::claims::claimed_by_value(subject)},
                         "annotations": {ANNOTATION_CLAIMED_BY: subject},
                     },
                 });

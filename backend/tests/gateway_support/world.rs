@@ -10,9 +10,9 @@ use axum::body::Body;
 use fakeapi::FakeCluster;
 use http::{HeaderMap, Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kbind_api::Grant;
 use kbind_api::consts::backend::ANNOTATION_CLAIMED_BY;
 use kbind_api::service::ApiError;
-use kbind_api::{Grant, grant_name};
 use kbind_backend::gateway::{Config, Gateway, Rate, router};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, SharedClock, TokioClock};
 use serde_json::{Value, json};
@@ -35,6 +35,17 @@ pub struct World {
 }
 
 impl World {
+    /// The name the gateway gives the Grant of (`subject`, `export`, `uid`): keyed by the
+    /// provider's grants CRD UID, which the test reads as the gateway does.
+    pub async fn grant_name(&self, subject: &str, export: &str, uid: &str) -> String {
+        let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition = self
+            .admin
+            .get_typed(None, "grants.iam.kbind.io")
+            .await
+            .expect("the grants CRD");
+        kbind_api::keyed_grant_name(crd.metadata.uid.unwrap_or_default().as_bytes(), subject, export, uid)
+    }
+
     /// Another gateway replica on the same provider: it shares nothing with `app` but the cluster.
     pub fn replica(&self) -> Router {
         router(Gateway::with_clock(
@@ -284,10 +295,10 @@ pub async fn pickup(app: &Router, path: &str, accept: Option<&str>) -> Reply {
 pub async fn assert_nothing_created(world: &World, namespace: Option<&str>) {
     let grants = grant_names(world.admin.as_ref()).await;
     let bobs = [
-        grant_name("token:bob", "widgets", UID),
-        grant_name("token:bob", "nonexistent", UID),
-        grant_name("token:bob", "widgets", OTHER_UID),
-        grant_name("token:bob", "sprockets", UID),
+        world.grant_name("token:bob", "widgets", UID).await,
+        world.grant_name("token:bob", "nonexistent", UID).await,
+        world.grant_name("token:bob", "widgets", OTHER_UID).await,
+        world.grant_name("token:bob", "sprockets", UID).await,
     ];
     for name in &bobs {
         assert!(!grants.contains(name), "grant {name} was left behind: {grants:?}");
