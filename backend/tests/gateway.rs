@@ -823,7 +823,7 @@ fn from_peer(mut request: Request<Body>, peer: &str) -> Request<Body> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn failed_sign_ins_are_throttled_per_client_even_for_a_right_guess() {
+async fn failed_sign_ins_are_throttled_per_credential_and_never_deny_another() {
     let mut config = test_config();
     config.auth_failure_rate = Rate {
         per_minute: 6,
@@ -831,63 +831,81 @@ async fn failed_sign_ins_are_throttled_per_client_even_for_a_right_guess() {
     };
     let world = world_with(config, TestIssuer::default()).await;
     let whoami = |token: &str, peer: &str| from_peer(request(Method::GET, "/api/v1/whoami", Some(token), None), peer);
-    let (guesser, other) = ("192.0.2.10:40000", "192.0.2.20:40000");
+    // Everyone behind one ingress has its address.
+    let shared = "192.0.2.10:40000";
     // Right tokens spend nothing.
     for _ in 0..5 {
         assert_eq!(
-            send(&world.app, whoami("alice-token", guesser)).await.status,
+            send(&world.app, whoami("alice-token", shared)).await.status,
             StatusCode::OK
         );
     }
     for _ in 0..3 {
-        let refused = send(&world.app, whoami("guess", guesser)).await;
+        let refused = send(&world.app, whoami("guess", shared)).await;
         assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
         assert_eq!(refused.error().reason, "Unauthenticated");
     }
-    // Beyond the burst the client is refused before its credential is looked at: a right guess
-    // does not get through either, and the answer says how long to wait.
-    for token in ["guess", "alice-token"] {
-        let throttled = send(&world.app, whoami(token, guesser)).await;
-        assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS, "{token}");
+    // Beyond the burst the same credential is refused before it is looked at, and told how
+    // long to wait...
+    for _ in 0..30 {
+        let throttled = send(&world.app, whoami("guess", shared)).await;
+        assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(throttled.error().reason, "TooManyRequests");
         assert_eq!(throttled.headers["retry-after"], "10");
+    }
+    // ...while every other credential from that address is served: the throttle cannot lock
+    // another tenant out of sign-in.
+    for token in ["alice-token", "bob-token"] {
+        assert_eq!(
+            send(&world.app, whoami(token, shared)).await.status,
+            StatusCode::OK,
+            "{token}"
+        );
     }
     let bind = send(
         &world.app,
         from_peer(
             request(Method::POST, "/api/v1/bind", Some("alice-token"), Some(widgets_bind())),
-            guesser,
+            shared,
         ),
     )
     .await;
-    assert_eq!(bind.status, StatusCode::TOO_MANY_REQUESTS);
-    // Another client is not affected.
+    assert_eq!(bind.status, StatusCode::CREATED, "{}", bind.text());
+    // A new wrong credential is checked (and refused) like any other: guessing is defeated by
+    // the tokens' entropy, not by this throttle.
+    let other_guess = send(&world.app, whoami("guess-2", shared)).await;
+    assert_eq!(other_guess.status, StatusCode::UNAUTHORIZED);
+    // In-process requests without a peer address share one key too, and are not locked out.
+    for _ in 0..5 {
+        send(&world.app, request(Method::GET, "/api/v1/whoami", Some("nope"), None)).await;
+    }
     assert_eq!(
-        send(&world.app, whoami("guess", other)).await.status,
-        StatusCode::UNAUTHORIZED
-    );
-    assert_eq!(
-        send(&world.app, whoami("bob-token", other)).await.status,
+        send(
+            &world.app,
+            request(Method::GET, "/api/v1/whoami", Some("bob-token"), None)
+        )
+        .await
+        .status,
         StatusCode::OK
     );
     // No credential at all is not a guess: it spends nothing.
     for _ in 0..5 {
         let anonymous = send(
             &world.app,
-            from_peer(request(Method::GET, "/api/v1/whoami", None, None), other),
+            from_peer(request(Method::GET, "/api/v1/whoami", None, None), shared),
         )
         .await;
         assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
     }
-    assert_eq!(
-        send(&world.app, whoami("bob-token", other)).await.status,
-        StatusCode::OK
-    );
-    // One interval later the guesser has one attempt back.
+    // One interval later the repeated credential has one attempt back.
     tokio::time::advance(Duration::from_secs(10)).await;
     assert_eq!(
-        send(&world.app, whoami("alice-token", guesser)).await.status,
-        StatusCode::OK
+        send(&world.app, whoami("guess", shared)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        send(&world.app, whoami("guess", shared)).await.status,
+        StatusCode::TOO_MANY_REQUESTS
     );
 }
 
@@ -987,6 +1005,89 @@ async fn a_half_sent_request_is_closed_and_frees_its_connection_slot() {
     assert!(!slow_answer.contains("200 OK"), "{slow_answer}");
     stop.cancel();
     server.await.unwrap().unwrap();
+}
+
+/// A request body that sends `first` and then nothing, ever (a slowloris body).
+fn stalled_body(first: &'static str) -> Body {
+    let chunk = futures::stream::once(async move { Ok::<_, std::io::Error>(axum::body::Bytes::from(first)) });
+    Body::from_stream(futures::StreamExt::chain(chunk, futures::stream::pending()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_never_finishes_gets_a_json_408_and_the_connection_closes() {
+    let world = world().await;
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/bind")
+        .header("authorization", "Bearer alice-token")
+        .header("content-type", "application/json")
+        .header("content-length", "1000")
+        .body(stalled_body("{\"export\": "))
+        .unwrap();
+    let reply = send(&world.app, request).await;
+    assert_eq!(reply.status, StatusCode::REQUEST_TIMEOUT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "RequestTimeout");
+    assert_eq!(reply.headers["connection"], "close");
+    // A body that arrives in time is unaffected.
+    assert_eq!(
+        bind(&world.app, "alice-token", widgets_bind()).await.status,
+        StatusCode::CREATED
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_bodies_on_every_slot_time_out_and_free_them_for_health_checks() {
+    use tokio::io::AsyncWriteExt as _;
+    let world = world().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = kbind_backend::gateway::ConnectionLimits {
+        header_read_timeout: Duration::from_secs(30),
+        max_connections: 2,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(kbind_backend::gateway::serve(
+        listener,
+        world.app.clone(),
+        limits,
+        stop.clone(),
+    ));
+    // Whole headers, then a body that never ends, on every slot.
+    let mut slow = Vec::new();
+    for _ in 0..limits.max_connections {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /api/v1/bind HTTP/1.1\r\nHost: kbind\r\nAuthorization: Bearer alice-token\r\n\
+                  Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"export\": ",
+            )
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    let mut health = tokio::net::TcpStream::connect(addr).await.unwrap();
+    health
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: kbind\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut health, "health").await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    for (i, stream) in slow.iter_mut().enumerate() {
+        let answer = read_until_closed(stream, "slow-body").await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "slow client {i}: {answer}");
+        assert!(answer.contains("RequestTimeout"), "slow client {i}: {answer}");
+    }
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pickup_path_that_is_not_utf8_gets_a_json_error() {
+    let world = world().await;
+    let reply = pickup(&world.app, "/api/v1/pickup/%FF%FE", None).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text());
+    assert_eq!(reply.error().reason, "PickupNotFound");
+    assert_eq!(reply.headers["content-type"], "application/json");
 }
 
 #[tokio::test(start_paused = true)]

@@ -188,6 +188,8 @@ fn non_default_values_reach_the_flags() {
             "--oidc-client-id=kbind",
             "--oidc-client-secret-file=/etc/kbind/oidc/client-secret",
             "--session-key-file=/etc/kbind/session/session-key",
+            "--trusted-proxies=1",
+            "--body-read-timeout=5s",
             "--grants-namespace=kbind-system",
             "--lease-namespace=kbind-heartbeats",
         ]

@@ -33,6 +33,9 @@ pub enum GatewayError {
     /// The body is larger than `--max-body-bytes`.
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// The body did not arrive in full within `--body-read-timeout` (seconds).
+    #[error("the request body did not arrive within {0}s")]
+    BodyTimeout(u64),
     /// No Export of that name.
     #[error("no Export {0:?} on this provider; `kbind catalog` lists what can be bound")]
     ExportNotFound(String),
@@ -90,6 +93,7 @@ impl GatewayError {
             GatewayError::CsrfMismatch => (StatusCode::FORBIDDEN, "CSRFTokenMismatch"),
             GatewayError::BadRequest { reason, .. } => (StatusCode::BAD_REQUEST, *reason),
             GatewayError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "PayloadTooLarge"),
+            GatewayError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
             GatewayError::ExportNotFound(_) => (StatusCode::NOT_FOUND, "ExportNotFound"),
             GatewayError::Issue(e) => {
                 let status = match e {

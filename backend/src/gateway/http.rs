@@ -2,9 +2,14 @@
 //! sessions), the log-and-metrics middleware that only ever names route templates, and the small
 //! routes (provider metadata, whoami, health).
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Json;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -28,9 +33,10 @@ impl FromRequestParts<Gateway> for Authenticated {
     type Rejection = GatewayError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Gateway) -> Result<Self, Self::Rejection> {
-        // A client that spent its failed sign-ins is refused before its credential is even
-        // looked at: otherwise a right guess would still get through while it is throttled.
-        let client = ratelimit::client_key(
+        // A credential that was refused too often from this client is refused again without
+        // being checked; any other credential is checked, so nobody can throttle a credential
+        // they do not hold (see ratelimit's module doc).
+        let client = ratelimit::credential_key(
             &parts.headers,
             ratelimit::peer_of(&parts.extensions),
             state.config().trusted_proxies,
@@ -104,6 +110,73 @@ pub(crate) async fn observe(State(state): State<Gateway>, request: Request, next
         tracing::info!(%method, %route, status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "request");
     }
     response
+}
+
+/// Gives every request body `timeout` from its headers to arrive in full, so a slow body cannot
+/// hold a connection slot (`--max-connections`) for longer. hyper has no body timer, and a
+/// per-chunk idle timer would not do: a byte every few seconds keeps it alive. A route reading
+/// its body past the deadline gets an error; whatever it answered is replaced by a 408 that
+/// closes the connection, which frees the slot (the rest of the body is never read).
+pub(crate) async fn body_deadline(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
+    let expired = Arc::new(AtomicBool::new(false));
+    let (parts, body) = request.into_parts();
+    let body = Body::new(DeadlineBody {
+        inner: body,
+        deadline: Box::pin(tokio::time::sleep(timeout)),
+        expired: expired.clone(),
+    });
+    let response = next.run(Request::from_parts(parts, body)).await;
+    if !expired.load(Ordering::Acquire) {
+        return response;
+    }
+    let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+    let mut response = GatewayError::BodyTimeout(seconds).into_response();
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
+}
+
+/// A request body that fails once its deadline passes while it is still waiting for data.
+struct DeadlineBody {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// Set when the deadline cut the body off, for [`body_deadline`]'s answer.
+    expired: Arc<AtomicBool>,
+}
+
+/// The error a body cut off by its deadline yields to the route reading it.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time")]
+struct BodyTimedOut;
+
+impl hyper::body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        // Data already there is delivered even past the deadline: only waiting is cut off.
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.expired.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The JSON 405 every route answers for a method it does not take.

@@ -75,11 +75,12 @@ pub struct Options {
     /// Pickups one client may make at once before the rate applies.
     #[arg(long = "pickup-burst", default_value_t = 20)]
     pub pickup_burst: u32,
-    /// Failed sign-ins per minute one client may make (after the burst); beyond it every
-    /// request of that client needing sign-in answers 429 until the allowance refills.
+    /// Failed sign-ins per minute one client may make with one credential (after the burst);
+    /// beyond it that credential from that client answers 429, unchecked, until the allowance
+    /// refills. Other credentials, from that client too, are not affected.
     #[arg(long = "auth-failure-rate", default_value_t = 10)]
     pub auth_failure_rate_per_minute: u32,
-    /// Failed sign-ins one client may make at once before the rate applies.
+    /// Failed sign-ins one client may make with one credential before the rate applies.
     #[arg(long = "auth-failure-burst", default_value_t = 10)]
     pub auth_failure_burst: u32,
     /// How many reverse proxies in front of the gateway append the address they were connected
@@ -93,8 +94,12 @@ pub struct Options {
     /// Largest request body accepted, in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
-    /// How long a client may take to send a request's headers; an idle keep-alive connection
-    /// is closed after it too.
+    /// How long a client may take to send a request's body, counted from its headers; a body
+    /// still incomplete then is answered 408 and its connection closed.
+    #[arg(long = "body-read-timeout", default_value = "10s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// How long a client may take to send a request's headers; an idle keep-alive connection,
+    /// and a response the client does not read for this long, are closed after it too.
     #[arg(long = "header-read-timeout", default_value = "30s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
     /// Connections served at once; beyond it new ones wait to be accepted.
@@ -150,12 +155,14 @@ pub struct Config {
     pub bind_rate: Rate,
     /// Pickup rate limit per client.
     pub pickup_rate: Rate,
-    /// Failed sign-in limit per client.
+    /// Failed sign-in limit per client and credential.
     pub auth_failure_rate: Rate,
     /// Reverse proxies in front whose `X-Forwarded-For` entries are believed.
     pub trusted_proxies: usize,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// How long a request's body may take to arrive after its headers.
+    pub body_read_timeout: Duration,
     /// Header-read timeout and connection limit of [`serve`].
     pub connections: ConnectionLimits,
     /// Namespace of the heartbeat Leases.
@@ -245,6 +252,7 @@ impl Config {
             },
             trusted_proxies: 0,
             max_body_bytes: 64 * 1024,
+            body_read_timeout: Duration::from_secs(10),
             connections: ConnectionLimits {
                 header_read_timeout: Duration::from_secs(30),
                 max_connections: 1024,
@@ -308,6 +316,13 @@ impl Options {
             config.trusted_proxies = 1;
         }
         config.max_body_bytes = self.max_body_bytes;
+        if self.body_read_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                flag: "--body-read-timeout",
+                message: "must be longer than 0s".into(),
+            });
+        }
+        config.body_read_timeout = self.body_read_timeout;
         config.connections = self.connection_limits()?;
         Ok(config)
     }
@@ -348,8 +363,8 @@ struct Inner {
     clock: SharedClock,
     catalog: catalog::Stores,
     metrics: Metrics,
-    /// Failed sign-ins per client (see [`http::Authenticated`]).
-    auth_failures: ratelimit::Limiter,
+    /// Failed sign-ins per client and credential (see [`http::Authenticated`]).
+    auth_failures: ratelimit::Limiter<ratelimit::CredentialKey>,
     provider_check: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>,
     /// How Grants are named (keyed; see [`naming`]).
     naming: naming::Naming,
@@ -434,6 +449,10 @@ pub fn router(state: Gateway) -> Router {
         .with_state(state.clone());
     app = app.merge(crate::auth::Authenticator::routes(&state.inner.authenticators));
     app.layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            config.body_read_timeout,
+            http::body_deadline,
+        ))
         .layer(axum::middleware::from_fn_with_state(state, http::observe))
 }
 
@@ -562,6 +581,18 @@ mod tests {
         );
         let zero = config_of(&["--auth-failure-burst=0"]).expect_err("zero burst");
         assert!(zero.contains("--auth-failure-burst"), "{zero}");
+    }
+
+    #[test]
+    fn the_body_read_timeout_defaults_to_ten_seconds_and_is_never_zero() {
+        assert_eq!(
+            config_of(&[]).expect("valid").body_read_timeout,
+            Duration::from_secs(10)
+        );
+        let set = config_of(&["--body-read-timeout=3s"]).expect("valid");
+        assert_eq!(set.body_read_timeout, Duration::from_secs(3));
+        let zero = config_of(&["--body-read-timeout=0s"]).expect_err("zero");
+        assert!(zero.contains("--body-read-timeout"), "{zero}");
     }
 
     #[test]

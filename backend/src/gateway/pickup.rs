@@ -2,6 +2,7 @@
 //! resourceVersion precondition, so of any number of concurrent pickups on any number of
 //! replicas exactly one wins; only then is a credential minted and the bundle assembled.
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
@@ -21,7 +22,17 @@ use subtle::ConstantTimeEq;
 const CLAIM_ATTEMPTS: usize = 8;
 
 /// `GET /api/v1/pickup/{id}`.
-pub(crate) async fn pickup(State(state): State<Gateway>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn pickup(
+    State(state): State<Gateway>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    // An id that does not even decode (invalid UTF-8) cannot be a pickup: not found, as JSON
+    // like every other answer, not axum's plain-text rejection.
+    let Ok(Path(id)) = id else {
+        state.metrics().pickup("not_found");
+        return GatewayError::PickupNotFound.into_response();
+    };
     let format = if headers
         .get_all(ACCEPT)
         .iter()
