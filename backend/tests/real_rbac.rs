@@ -853,6 +853,18 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     isolation(admin.as_ref(), &lease).await;
     println!("isolation cases (5 refused Grants, their revoke) {:?}", began.elapsed());
 
+    // Alice's konnector heartbeats, so her Lease proves the consumer cluster hers.
+    admin
+        .patch(
+            &res("coordination.k8s.io", "Lease", "leases"),
+            Some("kbind"),
+            &lease,
+            &Patch::Merge(json!({"spec": {"renewTime": "2026-12-05T10:00:00.000000Z"}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("the heartbeat");
+
     // Deleted: the controller revokes through the finalizer, then the Grant goes and the token
     // stops working.
     admin
@@ -880,6 +892,119 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let began = Instant::now();
+    round_two(admin.as_ref(), &lease).await;
+    println!(
+        "round-two isolation cases (pre-claim, quota race, take-back) {:?}",
+        began.elapsed()
+    );
     let _ = stop.send(());
     controller.await.expect("the controller stops");
+}
+
+/// The final Ready condition of Grant `name` (True, or False with a refusal), with a deadline.
+async fn settled(admin: &dyn ClusterClient, name: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let grant = admin.get_typed::<Grant>(None, name).await.expect("the Grant");
+        let current = grant
+            .status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == grant.metadata.generation);
+        let status = grant.status.unwrap_or_default();
+        if let Some(c) = kbind_api::conditions::find(&status.conditions, "Ready")
+            && current
+            && (c.status == "True" || kbind_backend::issuer::reason::REFUSALS.contains(&c.reason.as_str()))
+        {
+            return c.clone();
+        }
+        assert!(Instant::now() < deadline, "Grant {name} never settled: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 35's isolation cases through the controller on the chart's issuer RBAC, after alice
+/// (whose konnector heartbeated Lease `lease`) unbound: her consumer cluster cannot be
+/// pre-claimed; one identity's concurrent Grants stay within its quota; a take-back is acted on
+/// by the namespace watch the chart's RBAC allows.
+async fn round_two(admin: &dyn ClusterClient, lease: &str) {
+    let leases = res("coordination.k8s.io", "Lease", "leases");
+    assert!(
+        admin.get_opt(&leases, Some("kbind"), lease).await.unwrap().is_some(),
+        "a heartbeated Lease outlives its owner's last Grant"
+    );
+    let mallorys = create_grant(admin, "token:mallory", "plain", CONSUMER, &["team-m2"]).await;
+    assert_eq!(settled(admin, &mallorys).await.reason, "ConsumerClusterClaimed");
+    let alices = create_grant(admin, "token:alice", "plain", CONSUMER, &[CLAIMED]).await;
+    let ready = settled(admin, &alices).await;
+    assert_eq!(ready.status, "True", "alice binds her cluster again: {}", ready.message);
+
+    // Three Grants of erin's, ten new namespaces each, created at once; the quota is 20.
+    let erin: Vec<String> = futures::future::join_all((0..3).map(|i| async move {
+        let names: Vec<String> = (0..10).map(|j| format!("erin-{i}-{j}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let uid = format!("3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e7{i}");
+        create_grant(admin, "token:erin", "plain", &uid, &names).await
+    }))
+    .await;
+    let mut issued = Vec::new();
+    for name in &erin {
+        let c = settled(admin, name).await;
+        match c.status.as_str() {
+            "True" => issued.push(name.clone()),
+            _ => assert_eq!(c.reason, "NamespaceQuotaExceeded", "{name}: {}", c.message),
+        }
+    }
+    let held = admin
+        .list(&res("", "Namespace", "namespaces"), None, &ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|ns| ns.metadata.name.as_deref().is_some_and(|n| n.starts_with("erin-")))
+        .count();
+    assert!(
+        (1..=2).contains(&issued.len()) && held <= 20,
+        "{} Grants issued, {held} namespaces held against a quota of 20",
+        issued.len()
+    );
+
+    // The platform takes one of erin's namespaces back: her RoleBinding there goes by event.
+    let taken = admin
+        .get_typed::<Grant>(None, &issued[0])
+        .await
+        .unwrap()
+        .spec
+        .namespaces[0]
+        .clone();
+    let role_binding = format!("kbind:{}", issued[0]);
+    let bindings = res("rbac.authorization.k8s.io", "RoleBinding", "rolebindings");
+    assert!(
+        admin
+            .get_opt(&bindings, Some(&taken), &role_binding)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    admin
+        .patch(
+            &res("", "Namespace", "namespaces"),
+            None,
+            &taken,
+            &Patch::Merge(json!({"metadata": {"labels": {"iam.kbind.io/claimed-by": null}}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("taken back");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin
+        .get_opt(&bindings, Some(&taken), &role_binding)
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the take-back waits for the resync");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(settled(admin, &issued[0]).await.reason, "NamespaceNotAvailable");
 }
