@@ -297,7 +297,7 @@ async fn a_take_back_is_acted_on_at_once_and_a_rebind_is_refused() {
     let world = World::new().await;
     let alice = world.prefix(ALICE).await;
     let namespace = format!("{alice}team");
-    let (status, body) = world.bind(ALICE, ALICE_UID, &[namespace.clone()]).await;
+    let (status, body) = world.bind(ALICE, ALICE_UID, std::slice::from_ref(&namespace)).await;
     assert_eq!(status, 201, "{body}\n{}", dump(&world.lines));
     let grant = body["grant"].as_str().expect("a grant").to_string();
     let role_binding = format!("kbind:{grant}");
@@ -326,7 +326,7 @@ async fn a_take_back_is_acted_on_at_once_and_a_rebind_is_refused() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (status, body) = world.bind(ALICE, ALICE_UID, &[namespace.clone()]).await;
+    let (status, body) = world.bind(ALICE, ALICE_UID, std::slice::from_ref(&namespace)).await;
     assert_eq!(
         (status, body["reason"].as_str()),
         (409, Some("NamespaceNotAvailable")),

@@ -109,7 +109,7 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
             }
         }
         let text = format!(
-            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}{}{}Nothing was bound or applied.\n",
+            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}{}{brought}{}Nothing was bound or applied.\n",
             export.name,
             if namespaces.is_empty() {
                 String::new()
@@ -117,7 +117,7 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
                 format!(" in namespaces {}", namespaces.join(","))
             },
             table(&["KIND", "NAMESPACE", "NAME"], rows),
-            format!("{}{brought}", copies_text(&shown)),
+            copies_text(&shown),
             placement::notice(&shared),
         );
         return emit(&mut ctx.stdout, &text);
