@@ -70,6 +70,8 @@ async fn replica(env: &TestEnv, dir: &std::path::Path, name: &str) -> (Child, So
             "--provider-name=real",
             &format!("--provider-url={}", cluster.server()),
             &format!("--provider-ca={ca}"),
+            // The story binds team-a; the default claimable pattern is a per-identity prefix.
+            "--claimable-namespaces=*",
             "--pickup-rate=600000",
             "--pickup-burst=1000",
             "--log-format=json",
