@@ -31,43 +31,21 @@ impl World {
         let lines = Lines::default();
         let provider = FakeCluster::start(dir.path(), "provider", &lines).await;
         offer_widgets(&provider.client, &lines).await;
-        let tokens = dir.path().join("tokens.csv");
-        std::fs::write(&tokens, format!("{TOKEN},alice\n")).expect("token file written");
-        let (server, ca) = provider.server_and_ca();
-        let ca_path = dir.path().join("provider-ca.pem");
-        std::fs::write(&ca_path, ca).expect("CA written");
-        let addr = free_addr();
-        let mut args: Vec<String> = vec![
-            "run".into(),
-            "--gateway".into(),
-            "--issuer".into(),
-            format!("--kubeconfig={}", provider.kubeconfig.display()),
-            format!("--listen={addr}"),
-            format!("--public-url=http://{addr}"),
-            "--provider-name=acme".into(),
-            format!("--provider-url={server}"),
-            format!("--provider-ca={}", ca_path.display()),
-            format!("--token-file={}", tokens.display()),
-        ];
-        args.extend(extra.iter().map(|a| a.to_string()));
-        let backend = Process::start(
+        let backend = start_backend(
             std::path::Path::new(env!("CARGO_BIN_EXE_kbind-backend")),
-            &args,
-            "backend",
+            &provider,
+            dir.path(),
+            &format!("{TOKEN},alice\n"),
+            extra,
             &lines,
-        );
-        let http = reqwest::Client::new();
-        eventually("the gateway to answer /readyz", &lines, async || {
-            let r = http.get(format!("http://{addr}{}", path::READYZ)).send().await.ok()?;
-            r.status().is_success().then_some(())
-        })
+        )
         .await;
         World {
             _dir: dir,
             lines,
             _provider: provider,
-            _backend: backend,
-            addr,
+            addr: backend.addr,
+            _backend: backend.process,
         }
     }
 

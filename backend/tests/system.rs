@@ -70,42 +70,21 @@ impl World {
 
     /// `kbind-backend run` with every module on the provider.
     async fn backend(&self, reap_ttl: &str) -> Backend {
-        let tokens = self.dir.path().join("tokens.csv");
-        std::fs::write(&tokens, format!("{TOKEN},alice\n")).expect("token file written");
-        let (server, ca) = self.provider.server_and_ca();
-        let ca_path = self.dir.path().join("provider-ca.pem");
-        std::fs::write(&ca_path, ca).expect("CA written");
-        let addr = free_addr();
-        let args: Vec<String> = vec![
-            "run".into(),
-            "--gateway".into(),
-            "--issuer".into(),
-            // These stories name namespaces freely (team-a); the default is a per-identity prefix.
-            "--claimable-namespaces=*".into(),
-            "--reaper".into(),
-            format!("--kubeconfig={}", self.provider.kubeconfig.display()),
-            format!("--listen={addr}"),
-            format!("--public-url=http://{addr}"),
-            "--provider-name=acme".into(),
-            format!("--provider-url={server}"),
-            format!("--provider-ca={}", ca_path.display()),
-            format!("--token-file={}", tokens.display()),
-            format!("--reap-ttl={reap_ttl}"),
-        ];
-        let process = Process::start(
+        let reap_ttl = format!("--reap-ttl={reap_ttl}");
+        let backend = start_backend(
             std::path::Path::new(env!("CARGO_BIN_EXE_kbind-backend")),
-            &args,
-            "backend",
+            &self.provider,
+            self.dir.path(),
+            &format!("{TOKEN},alice\n"),
+            // These stories name namespaces freely (team-a); the default is a per-identity prefix.
+            &["--claimable-namespaces=*", "--reaper", &reap_ttl],
             &self.lines,
-        );
-        let url = format!("http://{addr}");
-        let http = &self.http;
-        eventually("the gateway to answer /readyz", &self.lines, async || {
-            let r = http.get(format!("{url}{}", path::READYZ)).send().await.ok()?;
-            r.status().is_success().then_some(())
-        })
+        )
         .await;
-        Backend { process, url }
+        Backend {
+            process: backend.process,
+            url: backend.url,
+        }
     }
 
     /// `konnector run` on the consumer, heartbeating every second so the reaper's TTL can be short.

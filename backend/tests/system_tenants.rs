@@ -41,39 +41,18 @@ impl World {
         let lines = Lines::default();
         let provider = FakeCluster::start(dir.path(), "provider", &lines).await;
         offer_widgets(&provider.client, &lines).await;
-        let tokens = dir.path().join("tokens.csv");
-        std::fs::write(&tokens, format!("{ALICE},alice\n{MALLORY},mallory\n")).expect("token file written");
-        let (server, ca) = provider.server_and_ca();
-        let ca_path = dir.path().join("provider-ca.pem");
-        std::fs::write(&ca_path, ca).expect("CA written");
-        let addr = free_addr();
-        let args: Vec<String> = vec![
-            "run".into(),
-            "--gateway".into(),
-            "--issuer".into(),
-            format!("--kubeconfig={}", provider.kubeconfig.display()),
-            format!("--listen={addr}"),
-            format!("--public-url=http://{addr}"),
-            "--provider-name=acme".into(),
-            format!("--provider-url={server}"),
-            format!("--provider-ca={}", ca_path.display()),
-            format!("--token-file={}", tokens.display()),
-            // The quota story binds in bursts; the per-client bind rate is another story.
-            "--bind-burst=100".into(),
-        ];
-        let backend = Process::start(
+        let backend = start_backend(
             std::path::Path::new(env!("CARGO_BIN_EXE_kbind-backend")),
-            &args,
-            "backend",
+            &provider,
+            dir.path(),
+            &format!("{ALICE},alice\n{MALLORY},mallory\n"),
+            // The quota story binds in bursts; the per-client bind rate is another story.
+            &["--bind-burst=100"],
             &lines,
-        );
-        let url = format!("http://{addr}");
-        let http = reqwest::Client::new();
-        eventually("the gateway to answer /readyz", &lines, async || {
-            let r = http.get(format!("{url}{}", path::READYZ)).send().await.ok()?;
-            r.status().is_success().then_some(())
-        })
+        )
         .await;
+        let (url, backend) = (backend.url, backend.process);
+        let http = reqwest::Client::new();
         Self {
             _dir: dir,
             lines,

@@ -116,34 +116,18 @@ async fn the_web_ui_works_in_a_real_browser() {
     let provider = FakeCluster::start(dir.path(), "provider", &lines).await;
     offer(&provider, &lines).await;
 
-    let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, format!("{TOKEN},alice\n")).expect("token file written");
-    let (server, ca) = provider.server_and_ca();
-    let ca_path = dir.path().join("provider-ca.pem");
-    std::fs::write(&ca_path, ca).expect("CA written");
-    let addr = free_addr();
-    let url = format!("http://{addr}");
-    let args: Vec<String> = vec![
-        "run".into(),
-        "--gateway".into(),
-        "--issuer".into(),
+    let backend = start_backend(
+        Path::new(env!("CARGO_BIN_EXE_kbind-backend")),
+        &provider,
+        dir.path(),
+        &format!("{TOKEN},alice\n"),
         // These stories name namespaces freely (team-a); the default is a per-identity prefix.
-        "--claimable-namespaces=*".into(),
-        format!("--kubeconfig={}", provider.kubeconfig.display()),
-        format!("--listen={addr}"),
-        format!("--public-url={url}"),
-        "--provider-name=acme".into(),
-        format!("--provider-url={server}"),
-        format!("--provider-ca={}", ca_path.display()),
-        format!("--token-file={}", tokens.display()),
-    ];
-    let _backend = Process::start(Path::new(env!("CARGO_BIN_EXE_kbind-backend")), &args, "backend", &lines);
-    let http = reqwest::Client::new();
-    eventually("the gateway to answer /readyz", &lines, async || {
-        let r = http.get(format!("{url}{}", path::READYZ)).send().await.ok()?;
-        r.status().is_success().then_some(())
-    })
+        &["--claimable-namespaces=*"],
+        &lines,
+    )
     .await;
+    let (url, _backend) = (backend.url, backend.process);
+    let http = reqwest::Client::new();
 
     let screenshots = screenshots_dir();
     let _ = std::fs::remove_dir_all(&screenshots);

@@ -359,27 +359,33 @@ async fn apply_bundle(
 
 /// The `FromConsumer` rules as a table under a warning, or nothing when there are none.
 fn copies_text(copies: &[ConsumerCopy]) -> String {
-    if copies.is_empty() {
-        return String::new();
-    }
-    let rows = copies
-        .iter()
-        .map(|c| vec![c.resource.clone(), c.namespaces.clone(), c.selects.clone()])
-        .collect();
     let everything = if copies.iter().any(|c| c.everything) {
         "WARNING: a rule selects every object of its kind: all those Secrets or ConfigMaps of the namespace go to the provider.\n"
     } else {
         ""
     };
-    format!(
-        "These related-resource rules (FromConsumer) copy objects of THIS cluster to the provider:\n{}{everything}",
-        table(&["COPIES", "FROM", "SELECTS"], rows)
+    rules_text(
+        copies,
+        "These related-resource rules (FromConsumer) copy objects of THIS cluster to the provider:",
+        "FROM",
+        everything,
     )
 }
 
 /// The `FromProvider` rules as a table: what the provider writes into this cluster (its
 /// Secrets and ConfigMaps land in the bound namespaces); nothing when there are none.
 fn deliveries_text(copies: &[ConsumerCopy]) -> String {
+    rules_text(
+        copies,
+        "These related-resource rules (FromProvider) copy objects of the PROVIDER into this cluster:",
+        "INTO",
+        "",
+    )
+}
+
+/// Related-resource rules under `heading` as COPIES / `place` / SELECTS rows, then `after`;
+/// nothing when there are none.
+fn rules_text(copies: &[ConsumerCopy], heading: &str, place: &str, after: &str) -> String {
     if copies.is_empty() {
         return String::new();
     }
@@ -387,10 +393,7 @@ fn deliveries_text(copies: &[ConsumerCopy]) -> String {
         .iter()
         .map(|c| vec![c.resource.clone(), c.namespaces.clone(), c.selects.clone()])
         .collect();
-    format!(
-        "These related-resource rules (FromProvider) copy objects of the PROVIDER into this cluster:\n{}",
-        table(&["COPIES", "INTO", "SELECTS"], rows)
-    )
+    format!("{heading}\n{}{after}", table(&["COPIES", place, "SELECTS"], rows))
 }
 
 /// The name the gateway gives the Connection (and bindings) of `export`: `<provider>-<export>`,

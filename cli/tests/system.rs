@@ -216,42 +216,17 @@ impl World {
 }
 
 async fn backend(dir: &Path, provider: &FakeCluster, lines: &Lines) -> (Process, String) {
-    let tokens = dir.join("tokens.csv");
-    std::fs::write(&tokens, format!("{TOKEN},alice\n")).expect("token file written");
-    let (server, ca) = provider.server_and_ca();
-    let ca_path = dir.join("provider-ca.pem");
-    std::fs::write(&ca_path, ca).expect("CA written");
-    let addr = free_addr();
-    let args: Vec<String> = vec![
-        "run".into(),
-        "--gateway".into(),
-        "--issuer".into(),
-        // These stories name namespaces freely (team-a); the default is a per-identity prefix.
-        "--claimable-namespaces=*".into(),
-        "--reaper".into(),
-        format!("--kubeconfig={}", provider.kubeconfig.display()),
-        format!("--listen={addr}"),
-        format!("--public-url=http://{addr}"),
-        "--provider-name=acme".into(),
-        format!("--provider-url={server}"),
-        format!("--provider-ca={}", ca_path.display()),
-        format!("--token-file={}", tokens.display()),
-        "--reap-ttl=1h".into(),
-    ];
-    let process = Process::start(
+    let backend = start_backend(
         &sibling_binary("kbind-backend", "kbind-backend"),
-        &args,
-        "backend",
+        provider,
+        dir,
+        &format!("{TOKEN},alice\n"),
+        // These stories name namespaces freely (team-a); the default is a per-identity prefix.
+        &["--claimable-namespaces=*", "--reaper", "--reap-ttl=1h"],
         lines,
-    );
-    let url = format!("http://{addr}");
-    let http = reqwest::Client::new();
-    eventually("the gateway to answer /readyz", lines, async || {
-        let r = http.get(format!("{url}{}", path::READYZ)).send().await.ok()?;
-        r.status().is_success().then_some(())
-    })
+    )
     .await;
-    (process, url)
+    (backend.process, backend.url)
 }
 
 fn assert_code(run: &Run, code: i32, what: &str, lines: &Lines) {

@@ -332,3 +332,64 @@ pub fn konnector(kubeconfig: &Path, extra: &[&str], lines: &Lines) -> Process {
     args.extend(extra.iter().map(|a| a.to_string()));
     Process::start(&sibling_binary("konnector", "konnector"), &args, "konnector", lines)
 }
+
+/// A running `kbind-backend run`.
+pub struct Backend {
+    /// The process (killed when dropped).
+    pub process: Process,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// `http://<addr>`.
+    pub url: String,
+}
+
+/// Starts `kbind-backend run --gateway --issuer` (the binary at `program`) over `provider`, its
+/// files in `dir`, signing in the `token,user` lines of `tokens`, with `extra` flags after the
+/// common ones; returns once `/readyz` answers 200.
+pub async fn start_backend(
+    program: &Path,
+    provider: &FakeCluster,
+    dir: &Path,
+    tokens: &str,
+    extra: &[&str],
+    lines: &Lines,
+) -> Backend {
+    let token_file = dir.join("tokens.csv");
+    std::fs::write(&token_file, tokens).expect("token file written");
+    let (server, ca) = provider.server_and_ca();
+    let ca_path = dir.join("provider-ca.pem");
+    std::fs::write(&ca_path, ca).expect("CA written");
+    let addr = free_addr();
+    let url = format!("http://{addr}");
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--gateway".into(),
+        "--issuer".into(),
+        format!("--kubeconfig={}", provider.kubeconfig.display()),
+        format!("--listen={addr}"),
+        format!("--public-url={url}"),
+        "--provider-name=acme".into(),
+        format!("--provider-url={server}"),
+        format!("--provider-ca={}", ca_path.display()),
+        format!("--token-file={}", token_file.display()),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let process = Process::start(program, &args, "backend", lines);
+    eventually("the gateway to answer /readyz", lines, async || {
+        (http_status(addr, "/readyz").await? == 200).then_some(())
+    })
+    .await;
+    Backend { process, addr, url }
+}
+
+/// The status code of a plain `GET path` at `addr` (HTTP/1.1 by hand: not every crate that
+/// includes this file depends on an HTTP client); `None` when nothing answers.
+pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
