@@ -119,6 +119,9 @@ pub mod reason {
     pub const AS_EXPECTED: &str = "AsExpected";
     /// Waiting for a missing piece (Secret, Connection, exported API, …).
     pub const PENDING: &str = "Pending";
+    /// Synced=False: a syncer's list or watch of the API fails on the consumer or the provider
+    /// (the message names verb, API, side and cause); changes wait until it works.
+    pub const WATCH_FAILED: &str = "WatchFailed";
     /// The Connection's Secret (or its key) does not exist.
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
     /// The provider's identity differs from the pinned `remoteClusterUID`.

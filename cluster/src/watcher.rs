@@ -369,6 +369,32 @@ pub fn into_seam_error(err: WatcherError) -> Error {
     }
 }
 
+/// A watcher error in words, as the seam error it came from would say it (the server's answer
+/// or the transport's error; never a credential), without taking it.
+pub fn describe(err: &WatcherError) -> String {
+    let kube_error = match err {
+        WatcherError::InitialListFailed(e) | WatcherError::WatchStartFailed(e) | WatcherError::WatchFailed(e) => e,
+        WatcherError::WatchError(status) => return with_code(&Error::from_status(status)),
+        WatcherError::NoResourceVersion => return err.to_string(),
+    };
+    match kube_error {
+        kube::Error::Service(boxed) => match boxed.downcast_ref::<Error>() {
+            Some(seam) => with_code(seam),
+            None => Error::Transport(boxed.to_string()).to_string(),
+        },
+        kube::Error::Api(status) => with_code(&Error::from_status(&status.as_ref().clone().into())),
+        other => other.to_string(),
+    }
+}
+
+/// `HTTP <code>: <error>` for an answer of the server, the error alone for the transport's.
+fn with_code(error: &Error) -> String {
+    match error.code() {
+        0 => error.to_string(),
+        code => format!("HTTP {code}: {error}"),
+    }
+}
+
 /// Carries a seam error inside a `kube::Error`: server errors as their `Status` (what kube's
 /// own watcher would have seen), client-side ones boxed whole so [`into_seam_error`] can recover them.
 fn to_kube_error(err: Error) -> kube::Error {

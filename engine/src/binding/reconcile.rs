@@ -625,11 +625,21 @@ async fn observe_api(
         status_subresource: served.status_subresource,
     };
     let seen = shared.syncers.report(&spec.key()).unwrap_or_default();
-    let synced = match &served.blocked {
-        Some(message) => Observed::not(reason::SCHEMA_UPDATE_BLOCKED, message.clone()),
+    // Synced only once the syncer follows both sides. A binding already synced keeps saying
+    // so while a restarted syncer lists again (nothing is wrong, and a restart must not
+    // rewrite every status); a failing list or watch is said either way.
+    let was_synced = view
+        .status
+        .as_ref()
+        .and_then(|s| s.bound_api(api))
+        .is_some_and(|b| kbind_api::conditions::is_true(&b.conditions, kbind_api::consts::condition::SYNCED));
+    let synced = match (&served.blocked, seen.following.lag(api)) {
+        (Some(message), _) => Observed::not(reason::SCHEMA_UPDATE_BLOCKED, message.clone()),
+        (None, Some(crate::sync::Lag::Failing(message))) => Observed::not(reason::WATCH_FAILED, message),
+        (None, Some(crate::sync::Lag::Listing(message))) if !was_synced => Observed::not(reason::PENDING, message),
         // No count in the message: a condition that changes with every synced object rewrites
         // the binding's status after every restart and every create (metrics carry the count).
-        None => Observed::ok(format!("{api} is syncing")),
+        (None, _) => Observed::ok(format!("{api} is syncing")),
     };
     let report = ApiReport {
         name: api.to_string(),

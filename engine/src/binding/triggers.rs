@@ -50,8 +50,9 @@ impl SchemaFollowers {
                         // Nobody listening (the controllers stopped) is fine.
                         let _ = changed.send(connection.clone());
                     }
-                    // The first list is what the pass that started the watch already read.
-                    Ok(CacheEvent::Relisted) => {}
+                    // The first list is what the pass that started the watch already read; a
+                    // failing watch of one CRD is retried and its store keeps the last picture.
+                    Ok(CacheEvent::Relisted | CacheEvent::Health) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
             }

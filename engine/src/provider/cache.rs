@@ -49,6 +49,19 @@ pub enum CacheEvent {
     /// their own (a relist replaces the store wholesale), so every subscriber looks at all of
     /// its objects again.
     Relisted,
+    /// The watch started failing, failed again, or works again ([`CachedStore::failure`]).
+    Health,
+}
+
+/// Why a watched store is not following its provider now: the last error of its list or watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchFailure {
+    /// `list` (the first list or a relist failed) or `watch`.
+    pub verb: &'static str,
+    /// The provider's answer or the transport's error, in words (never a credential).
+    pub cause: String,
+    /// Failures in a row since the watch last worked.
+    pub in_a_row: u32,
 }
 
 /// One watched (GVR, namespace) store and whether it has listed once.
@@ -57,6 +70,7 @@ pub struct CachedStore {
     store: Store<DynamicObject>,
     res: ApiResource,
     synced: crate::listed::Listed,
+    failure: Arc<Mutex<Option<WatchFailure>>>,
 }
 
 impl std::fmt::Debug for CachedStore {
@@ -78,6 +92,28 @@ impl CachedStore {
     /// slightly old, picture).
     pub fn is_synced(&self) -> bool {
         self.synced.is_listed()
+    }
+
+    /// The error of the list or watch, while it is failing.
+    pub fn failure(&self) -> Option<WatchFailure> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The resource it watches.
+    pub fn resource(&self) -> &ApiResource {
+        &self.res
+    }
+
+    /// Records a failed list or watch; the failure in its new state.
+    fn failed(&self, verb: &'static str, cause: String) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        let in_a_row = failure.as_ref().map_or(0, |f| f.in_a_row) + 1;
+        *failure = Some(WatchFailure { verb, cause, in_a_row });
+    }
+
+    /// Forgets a failure once the watch works again; whether there was one.
+    fn recovered(&self) -> bool {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).take().is_some()
     }
 
     /// Waits up to `at_most` for the first list; whether the store is synced.
@@ -222,6 +258,7 @@ impl ProviderCache {
             store: writer.as_reader(),
             res: res.clone(),
             synced: crate::listed::Listed::default(),
+            failure: Arc::new(Mutex::new(None)),
         };
         let (events, receiver) = broadcast::channel(buffer);
         if self.is_stopped() {
@@ -301,13 +338,22 @@ async fn reflect(
         let event = match event {
             Ok(event) => event,
             Err(e) => {
+                let verb = match &e {
+                    kbind_cluster::watcher::WatcherError::InitialListFailed(_) => "list",
+                    _ => "watch",
+                };
+                let cause = kbind_cluster::watcher::describe(&e);
                 if stop_on == StopOn::Forbidden && kbind_cluster::watcher::into_seam_error(e).is_forbidden() {
                     return;
                 }
-                // The watcher retries with its own backoff; the store keeps its last picture.
+                // The watcher retries with its own backoff; the store keeps its last picture, and
+                // its subscribers learn that it is not following the provider now.
+                cached.failed(verb, cause);
+                let _ = events.send(CacheEvent::Health);
                 continue;
             }
         };
+        let recovered = cached.recovered();
         writer.apply_watcher_event(&event);
         let published = match &event {
             Event::Apply(obj) => {
@@ -321,6 +367,9 @@ async fn reflect(
             }
             Event::Init | Event::InitApply(_) => None,
         };
+        if recovered {
+            let _ = events.send(CacheEvent::Health);
+        }
         if let Some(published) = published {
             let _ = events.send(published);
             run += 1;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use kbind_cluster::ClusterClient;
 use kbind_cluster::backoff::SharedRandomness;
 
-pub use cache::{CacheEvent, CachedStore, ProviderCache, lean};
+pub use cache::{CacheEvent, CachedStore, ProviderCache, WatchFailure, lean};
 pub use guard::{GuardedClient, IdentityState};
 
 /// One engaged provider cluster.

@@ -153,14 +153,24 @@ impl SideStores {
     }
 }
 
+/// The next event that is about objects: a store's health says nothing about them.
+async fn next_change(events: &mut broadcast::Receiver<CacheEvent>) -> Result<CacheEvent, broadcast::error::RecvError> {
+    loop {
+        match events.recv().await {
+            Ok(CacheEvent::Health) => continue,
+            other => return other,
+        }
+    }
+}
+
 /// One store's events as changes. A subscriber that fell behind lost events it cannot get
 /// back, among them perhaps a delete nothing else reports: only a full look recovers them.
 fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = Change> + Send + 'static {
     futures::stream::unfold(Some(events), |events| async move {
         let mut events = events?;
-        let change = match events.recv().await {
+        let change = match next_change(&mut events).await {
             Ok(CacheEvent::Applied(obj) | CacheEvent::Deleted(obj)) => Change::Object(obj),
-            Ok(CacheEvent::Relisted) => Change::Everything,
+            Ok(CacheEvent::Relisted | CacheEvent::Health) => Change::Everything,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(
                     missed,

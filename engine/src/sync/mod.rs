@@ -115,6 +115,61 @@ pub struct SyncerReport {
     pub synced: usize,
     /// Consumer objects triggered by a change and not yet picked up by a reconcile.
     pub queued: usize,
+    /// Whether it follows both sides now.
+    pub following: Following,
+}
+
+/// How a syncer follows its two sides: each has listed once, and its list and watch work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Following {
+    /// The consumer watch has listed once.
+    pub consumer_listed: bool,
+    /// Every provider store the syncer follows has listed once.
+    pub provider_listed: bool,
+    /// The consumer watch's failure, while it fails.
+    pub consumer_failure: Option<crate::provider::WatchFailure>,
+    /// A followed provider store's failure, while it fails.
+    pub provider_failure: Option<crate::provider::WatchFailure>,
+}
+
+/// Why a syncer does not follow both sides now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lag {
+    /// A side has not listed yet; nothing failed (so far).
+    Listing(String),
+    /// A side's list or watch fails: the verb, resource, side and cause in words.
+    Failing(String),
+}
+
+impl Following {
+    /// What keeps the syncer of `api` from following both sides, if anything. One failed
+    /// watch of a side that has listed is a blink the watcher retries: it is reported from the
+    /// second failure in a row; before a side's first list, every failure is.
+    pub fn lag(&self, api: &str) -> Option<Lag> {
+        let sides = [
+            ("consumer", self.consumer_listed, &self.consumer_failure),
+            ("provider", self.provider_listed, &self.provider_failure),
+        ];
+        for (side, listed, failure) in sides {
+            if let Some(f) = failure
+                && (!listed || f.in_a_row >= 2)
+            {
+                // No count in the words: they would rewrite the status at every retry.
+                return Some(Lag::Failing(format!(
+                    "{} {api} on the {side} failed: {}; it is retried, and changes made on the provider are not seen until it works",
+                    f.verb, f.cause
+                )));
+            }
+        }
+        for (side, listed, _) in sides {
+            if !listed {
+                return Some(Lag::Listing(format!(
+                    "waiting for the first list of {api} on the {side}"
+                )));
+            }
+        }
+        None
+    }
 }
 
 /// Errors of the sync module.
@@ -206,6 +261,7 @@ struct Tally {
     /// Per consumer object, so one object's denial does not hide another's success.
     denied: BTreeMap<ObjectKey, String>,
     synced: BTreeSet<ObjectKey>,
+    following: Following,
 }
 
 impl Tally {
@@ -215,6 +271,7 @@ impl Tally {
             denied: self.denied.values().cloned().collect(),
             synced: self.synced.len(),
             queued: 0,
+            following: self.following.clone(),
         }
     }
 
@@ -225,12 +282,17 @@ impl Tally {
     }
 }
 
-/// What of a tally the binding's status shows: the conflict count and the refused verbs.
-type Shown = (usize, BTreeSet<String>);
+/// What of a tally the binding's status shows: the conflict count, the refused verbs, and
+/// whether (and why not) the syncer follows both sides.
+type Shown = (usize, BTreeSet<String>, Option<Lag>);
 
 impl Tally {
     fn shown(&self) -> Shown {
-        (self.conflicts.len(), self.denied.values().cloned().collect())
+        (
+            self.conflicts.len(),
+            self.denied.values().cloned().collect(),
+            self.following.lag(""),
+        )
     }
 }
 

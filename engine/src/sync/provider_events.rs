@@ -27,6 +27,8 @@ pub(crate) enum ProviderChange {
         /// The copies that are new or changed since the syncer last heard of them.
         changed: Vec<Arc<DynamicObject>>,
     },
+    /// A followed store's list or watch started failing, failed again, or works again.
+    Health,
 }
 
 /// A followed store and its events.
@@ -62,30 +64,45 @@ impl ProviderWatches {
         self.per_namespace.store(true, Ordering::SeqCst);
     }
 
-    /// Follows the store of `namespace` (`None`: cluster-wide) unless already followed.
-    pub(crate) fn follow(&self, cache: &ProviderCache, res: &kbind_cluster::ApiResource, namespace: Option<&str>) {
+    /// Follows the store of `namespace` (`None`: cluster-wide) unless already followed; whether
+    /// it was not.
+    pub(crate) fn follow(
+        &self,
+        cache: &ProviderCache,
+        res: &kbind_cluster::ApiResource,
+        namespace: Option<&str>,
+    ) -> bool {
         let key = namespace.map(str::to_string);
         let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
         if stores.contains_key(&key) {
-            return;
+            return false;
         }
         let (cached, events) = cache.subscribe(res, namespace);
         stores.insert(key, cached.clone());
         // The receiving end lives as long as the syncer's controller; a closed one means the
         // syncer is stopping and nobody needs the events.
         let _ = self.added.send((events, cached));
+        true
     }
 
-    /// In per-namespace mode, follows `namespace`.
+    /// In per-namespace mode, follows `namespace`; whether it was not followed before.
     pub(crate) fn follow_namespace(
         &self,
         cache: &ProviderCache,
         res: &kbind_cluster::ApiResource,
         namespace: Option<&str>,
-    ) {
-        if self.per_namespace.load(Ordering::SeqCst) {
-            self.follow(cache, res, namespace);
-        }
+    ) -> bool {
+        self.per_namespace.load(Ordering::SeqCst) && self.follow(cache, res, namespace)
+    }
+
+    /// How the followed stores follow the provider: whether all listed once, and the failure of
+    /// one that fails now.
+    pub(crate) fn health(&self) -> (bool, Option<crate::provider::WatchFailure>) {
+        let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        // Per namespace in use, no namespace in use yet is nothing to list.
+        let chosen = !stores.is_empty() || self.per_namespace.load(Ordering::SeqCst);
+        let listed = chosen && stores.values().all(CachedStore::is_synced);
+        (listed, stores.values().find_map(CachedStore::failure))
     }
 
     /// The followed store that holds objects of `namespace`.
@@ -151,6 +168,7 @@ fn subscription(
                 ProviderChange::Object(obj)
             }
             Ok(CacheEvent::Relisted) => missed(&store, &mut heard),
+            Ok(CacheEvent::Health) => ProviderChange::Health,
             Err(broadcast::error::RecvError::Lagged(count)) => {
                 tracing::info!(
                     missed = count,

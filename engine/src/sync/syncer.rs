@@ -93,6 +93,9 @@ pub(crate) struct Shared {
     forbidden_once: Mutex<BTreeSet<ObjectKey>>,
     /// The jitter of every requeue.
     randomness: kbind_cluster::backoff::SharedRandomness,
+    /// Whether the consumer watch's last event was an error (spares a working watch's events
+    /// the tally's lock).
+    consumer_failing: std::sync::atomic::AtomicBool,
 }
 
 /// Where a syncer reports what it did and how long it took.
@@ -133,6 +136,7 @@ impl Shared {
             watcher_config: ctx.watcher_config(),
             forbidden_once: Mutex::new(BTreeSet::new()),
             randomness: ctx.randomness.clone(),
+            consumer_failing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -168,8 +172,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         ),
     )
     .inspect(move |event| note_consumer_event(&pending, event))
+    .inspect({
+        let shared = shared.clone();
+        move |event| shared.note_consumer_health(event)
+    })
     .applied_objects();
     shared.choose_watches().await;
+    shared.note_provider_health();
     let provider_changes = shared.watches.changes();
     let trigger_shared = shared.clone();
     let consumers = store.clone();
@@ -311,14 +320,59 @@ impl Shared {
             tracing::info!(api = %self.spec.api, "cluster-wide watch forbidden; watching per namespace in use");
             self.watches.set_per_namespace();
         } else {
-            self.watches.follow(&self.provider.cache, self.res(), None);
+            let _ = self.watches.follow(&self.provider.cache, self.res(), None);
         }
     }
 
     /// In per-namespace mode, makes sure `namespace` is watched.
     fn follow_namespace(&self, namespace: Option<&str>) {
-        self.watches
-            .follow_namespace(&self.provider.cache, self.res(), namespace);
+        if self
+            .watches
+            .follow_namespace(&self.provider.cache, self.res(), namespace)
+        {
+            self.note_provider_health();
+        }
+    }
+
+    /// Records how the followed provider stores follow the provider (the binding's status shows
+    /// it; the tally tells the binding when that changes).
+    fn note_provider_health(&self) {
+        let (listed, failure) = self.watches.health();
+        let mut tally = lock(&self.tally);
+        tally.following.provider_listed = listed;
+        tally.following.provider_failure = failure;
+    }
+
+    /// Records what a consumer watch event says of the watch: listed, failing, or working.
+    fn note_consumer_health(&self, event: &Result<Event<DynamicObject>, WatcherError>) {
+        use std::sync::atomic::Ordering;
+        let failing = event.is_err();
+        let was_failing = self.consumer_failing.swap(failing, Ordering::SeqCst);
+        if !failing && !was_failing && !matches!(event, Ok(Event::InitDone)) {
+            return;
+        }
+        let mut tally = lock(&self.tally);
+        let following = &mut tally.following;
+        match event {
+            Err(e) => {
+                let verb = match e {
+                    WatcherError::InitialListFailed(_) => "list",
+                    _ => "watch",
+                };
+                let in_a_row = following.consumer_failure.as_ref().map_or(0, |f| f.in_a_row) + 1;
+                following.consumer_failure = Some(crate::provider::WatchFailure {
+                    verb,
+                    cause: kbind_cluster::watcher::describe(e),
+                    in_a_row,
+                });
+            }
+            Ok(event) => {
+                following.consumer_failure = None;
+                if matches!(event, Event::InitDone) {
+                    following.consumer_listed = true;
+                }
+            }
+        }
     }
 
     /// The consumer objects a provider change concerns. The controller only reconciles
@@ -329,11 +383,17 @@ impl Shared {
         change: ProviderChange,
     ) -> Vec<ObjectRef<DynamicObject>> {
         match change {
+            ProviderChange::Health => {
+                self.note_provider_health();
+                Vec::new()
+            }
             ProviderChange::Object(copy) => self.consumer_of(consumers, &copy).into_iter().collect(),
             // Missed events or a relist: the copies that changed, and the objects whose copy
             // is not in the store (it may have gone without an event we heard). An unchanged
             // copy costs nothing, and the own-write bookkeeping stays: its echoes are known.
             ProviderChange::Missed { changed } => {
+                // A relist may be a followed store's first.
+                self.note_provider_health();
                 let mut refs: Vec<ObjectRef<DynamicObject>> = changed
                     .iter()
                     .filter_map(|copy| self.consumer_of(consumers, copy))

@@ -49,6 +49,7 @@ mod seeded_hand_overs;
 mod seeded_several_providers;
 mod seeded_sync_schedules;
 mod several_providers;
+mod syncer_health;
 mod two_consumers;
 mod unbind_on_cold_caches;
 mod waits_on_events;
