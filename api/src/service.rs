@@ -221,6 +221,25 @@ pub struct BindResponse {
     pub pickup_url: String,
     /// When the pickup URL stops working (RFC 3339).
     pub expires_at: String,
+    /// What the bind did to the Grant (absent from older gateways).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<BindOutcome>,
+    /// The Grant's namespaces after the bind: the ones it held and the ones asked for (a bind
+    /// only adds; absent from older gateways, which replaced them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
+}
+
+/// What a bind did to its Grant.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BindOutcome {
+    /// A new Grant.
+    Created,
+    /// The Grant existed; namespaces were added to it.
+    Updated,
+    /// The Grant existed with every namespace asked for (a new pickup only).
+    Unchanged,
 }
 
 /// `GET /api/v1/grants`.

@@ -1227,3 +1227,61 @@ fn base64_of(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
+
+/// Issue 38 item 1: a bind adds its namespaces to the Grant (a live binding of another
+/// namespace keeps working), and says truthfully what it did; narrowing is its own call, which
+/// never drops the Grant's last namespace.
+#[tokio::test(start_paused = true)]
+async fn a_bind_adds_namespaces_and_narrowing_is_explicit() {
+    let world = world().await;
+    let bind_ns = |ns: &str| json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": [ns]});
+    let first: BindResponse = {
+        let reply = bind(&world.app, "alice-token", bind_ns("team-a")).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+        reply.json()
+    };
+    assert_eq!(first.outcome, Some(kbind_api::service::BindOutcome::Created));
+    let second: BindResponse = {
+        let reply = bind(&world.app, "alice-token", bind_ns("team-b")).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+        reply.json()
+    };
+    assert_eq!(second.grant, first.grant);
+    assert_eq!(second.outcome, Some(kbind_api::service::BindOutcome::Updated));
+    assert_eq!(
+        second.namespaces.as_deref(),
+        Some(&["team-a".to_string(), "team-b".to_string()][..])
+    );
+    let grant: Grant = world.admin.get_typed(None, &first.grant).await.unwrap();
+    assert_eq!(grant.spec.namespaces, ["team-a", "team-b"], "team-a stays covered");
+    let again: BindResponse = bind(&world.app, "alice-token", bind_ns("team-b")).await.json();
+    assert_eq!(again.outcome, Some(kbind_api::service::BindOutcome::Unchanged));
+
+    let drop = |ns: &str| {
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{}/namespaces/{ns}", first.grant),
+            Some("alice-token"),
+            None,
+        )
+    };
+    let reply = send(&world.app, drop("team-a")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let grant: Grant = world.admin.get_typed(None, &first.grant).await.unwrap();
+    assert_eq!(grant.spec.namespaces, ["team-b"]);
+    let reply = send(&world.app, drop("team-b")).await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    assert_eq!(reply.error().reason, "LastNamespace");
+    // Somebody else's Grant is answered like a missing one.
+    let reply = send(
+        &world.app,
+        request(
+            Method::DELETE,
+            &format!("/api/v1/grants/{}/namespaces/team-b", first.grant),
+            Some("bob-token"),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text());
+}

@@ -163,6 +163,25 @@ pub struct WatcherConfig {
     pub timeout_seconds: u32,
     /// Delay policy between retries after an error.
     pub backoff: BackoffPolicy,
+    /// Called whenever a watch opens: a resumed watch yields no item until something changes,
+    /// so this is how a caller learns that the watch works again after an error.
+    pub on_watch_open: Option<OnWatchOpen>,
+}
+
+/// A callback run when a watch opens ([`WatcherConfig::on_watch_open`]).
+#[derive(Clone)]
+pub struct OnWatchOpen(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for OnWatchOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnWatchOpen")
+    }
+}
+
+impl PartialEq for OnWatchOpen {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Default for WatcherConfig {
@@ -174,6 +193,7 @@ impl Default for WatcherConfig {
             bookmarks: true,
             timeout_seconds: 290,
             backoff: BackoffPolicy::default(),
+            on_watch_open: None,
         }
     }
 }
@@ -218,6 +238,13 @@ impl WatcherConfig {
     #[must_use]
     pub fn backoff(mut self, policy: BackoffPolicy) -> Self {
         self.backoff = policy;
+        self
+    }
+
+    /// Runs `f` whenever a watch opens.
+    #[must_use]
+    pub fn on_watch_open(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_watch_open = Some(OnWatchOpen(Arc::new(f)));
         self
     }
 
@@ -514,14 +541,19 @@ async fn step_watch_start(scope: &Scope, resource_version: String) -> (Option<Wa
         .watch(&scope.res, scope.namespace.as_deref(), &params, &resource_version)
         .await
     {
-        Ok(stream) => (
-            None,
-            State::Watching {
-                resource_version,
-                stream,
-                heard: false,
-            },
-        ),
+        Ok(stream) => {
+            if let Some(OnWatchOpen(f)) = &scope.config.on_watch_open {
+                f();
+            }
+            (
+                None,
+                State::Watching {
+                    resource_version,
+                    stream,
+                    heard: false,
+                },
+            )
+        }
         // A real apiserver reports a too-old version as an ERROR event, but a seam
         // implementation may refuse the watch outright; either way only a relist helps.
         Err(e) if e.is_gone() => (

@@ -11,7 +11,7 @@ use base64::Engine;
 use http::StatusCode;
 use kbind_api::consts::backend::{LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT, MANAGED_BY};
 use kbind_api::consts::{DEFAULT_NAMESPACE, condition, status};
-use kbind_api::service::{BindRequest, BindResponse};
+use kbind_api::service::{BindOutcome, BindRequest, BindResponse};
 use kbind_api::{Grant, GrantIdentity, GrantSpec, ResourceScope};
 use kbind_cluster::clock::format_time;
 use kbind_cluster::{
@@ -121,7 +121,12 @@ async fn run(
     .await;
     match outcome {
         Ok((secret, expires_at)) => {
-            tracing::info!(grant = %name, export = %request.export, created = matches!(upsert, Upsert::Created { .. }), "bound");
+            let (outcome, namespaces) = match &upsert {
+                Upsert::Created { namespaces, .. } => (BindOutcome::Created, namespaces.clone()),
+                Upsert::Updated { namespaces, .. } => (BindOutcome::Updated, namespaces.clone()),
+                Upsert::Unchanged { namespaces } => (BindOutcome::Unchanged, namespaces.clone()),
+            };
+            tracing::info!(grant = %name, export = %request.export, ?outcome, "bound");
             Ok(BindResponse {
                 grant: name.clone(),
                 pickup_url: format!(
@@ -130,10 +135,12 @@ async fn run(
                     kbind_api::service::path::PICKUP
                 ),
                 expires_at,
+                outcome: Some(outcome),
+                namespaces: Some(namespaces),
             })
         }
         Err(e) => {
-            undo(provider, &name, upsert, &request.namespaces).await;
+            undo(provider, &name, upsert).await;
             Err(e)
         }
     }
@@ -144,21 +151,25 @@ enum Upsert {
     /// Created by this request, with the UID it got (an undo deletes exactly that Grant).
     Created {
         uid: Option<String>,
+        namespaces: Vec<String>,
     },
+    /// Namespaces were added to an existing Grant.
     Updated {
         previous_namespaces: Vec<String>,
+        namespaces: Vec<String>,
     },
-    Unchanged,
+    /// The Grant held every namespace asked for.
+    Unchanged { namespaces: Vec<String> },
 }
 
 /// Undoes this request's write to the Grant: a Grant it created must not outlive the failed
 /// request (its deletion goes through the issuer's finalizer, which removes what was
-/// provisioned); namespaces it changed go back, so a refused re-bind leaves the working Grant
+/// provisioned); namespaces it added go again, so a refused re-bind leaves the working Grant
 /// as it was. Best effort: the request already failed with its own error.
-async fn undo(provider: &dyn ClusterClient, name: &str, upsert: Upsert, requested: &[String]) {
+async fn undo(provider: &dyn ClusterClient, name: &str, upsert: Upsert) {
     let result = match upsert {
-        Upsert::Unchanged => Ok(()),
-        Upsert::Created { uid } => match provider
+        Upsert::Unchanged { .. } => Ok(()),
+        Upsert::Created { uid, .. } => match provider
             .delete(
                 &grant_res(),
                 None,
@@ -176,7 +187,10 @@ async fn undo(provider: &dyn ClusterClient, name: &str, upsert: Upsert, requeste
             Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         },
-        Upsert::Updated { previous_namespaces } => {
+        Upsert::Updated {
+            previous_namespaces,
+            namespaces: written,
+        } => {
             async {
                 let Some(mut grant) = provider.get_typed_opt::<Grant>(None, name).await? else {
                     return Ok(());
@@ -184,7 +198,7 @@ async fn undo(provider: &dyn ClusterClient, name: &str, upsert: Upsert, requeste
                 let mut current = grant.spec.namespaces.clone();
                 current.sort();
                 // Someone changed it again since: theirs stands.
-                if current != requested || grant.metadata.deletion_timestamp.is_some() {
+                if current != written || grant.metadata.deletion_timestamp.is_some() {
                     return Ok(());
                 }
                 grant.spec.namespaces = previous_namespaces;
@@ -356,6 +370,7 @@ async fn upsert_grant(
                     Ok(created) => {
                         return Ok(Upsert::Created {
                             uid: created.metadata.uid,
+                            namespaces: request.namespaces.clone(),
                         });
                     }
                     // Another replica created it first: update that one.
@@ -370,19 +385,32 @@ async fn upsert_grant(
                     wait_deleted(state, name).await?;
                     continue;
                 }
+                // A bind adds namespaces: one the Grant holds keeps working for the binding that
+                // uses it (narrowing is `DELETE /api/v1/grants/<name>/namespaces/<ns>`, after
+                // the consumer let that namespace go).
                 let mut current = existing.spec.namespaces.clone();
                 current.sort();
-                if current == request.namespaces {
-                    return Ok(Upsert::Unchanged);
+                current.dedup();
+                let mut union = current.clone();
+                union.extend(request.namespaces.iter().cloned());
+                union.sort();
+                union.dedup();
+                if union == current {
+                    return Ok(Upsert::Unchanged { namespaces: current });
                 }
                 let previous_namespaces = existing.spec.namespaces.clone();
                 let mut updated = existing;
-                updated.spec.namespaces = request.namespaces.clone();
+                updated.spec.namespaces = union.clone();
                 match provider
                     .replace(&grant_res(), None, name, &to_dynamic(&updated)?, &PostParams::default())
                     .await
                 {
-                    Ok(_) => return Ok(Upsert::Updated { previous_namespaces }),
+                    Ok(_) => {
+                        return Ok(Upsert::Updated {
+                            previous_namespaces,
+                            namespaces: union,
+                        });
+                    }
                     Err(e) if e.is_conflict() => continue,
                     Err(e) => return Err(e.into()),
                 }

@@ -61,6 +61,16 @@ pub enum GatewayError {
     /// No Grant of the caller has that name.
     #[error("you have no grant {0:?}")]
     GrantNotFound(String),
+    /// The namespace is the Grant's last: dropping it would leave a Grant that binds nothing.
+    #[error(
+        "namespace {namespace:?} is the last of grant {grant}; revoke the grant instead (`kbind unbind` of its Connection)"
+    )]
+    LastNamespace {
+        /// The Grant.
+        grant: String,
+        /// The namespace.
+        namespace: String,
+    },
     /// No pending pickup matches the id.
     #[error("no such pickup; bind again to get a new pickup URL")]
     PickupNotFound,
@@ -114,6 +124,7 @@ impl GatewayError {
             GatewayError::BindTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "BindTimeout"),
             GatewayError::GrantRevoking(_) => (StatusCode::CONFLICT, "GrantRevoking"),
             GatewayError::GrantNotFound(_) => (StatusCode::NOT_FOUND, "GrantNotFound"),
+            GatewayError::LastNamespace { .. } => (StatusCode::CONFLICT, "LastNamespace"),
             GatewayError::PickupNotFound => (StatusCode::NOT_FOUND, "PickupNotFound"),
             GatewayError::PickupGone(_) => (StatusCode::GONE, "PickupGone"),
             GatewayError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),

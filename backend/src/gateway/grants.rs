@@ -174,6 +174,65 @@ impl Revocation {
     }
 }
 
+/// `DELETE /api/v1/grants/{name}/namespaces/{namespace}`: the Grant stops covering `namespace`;
+/// the issuer withdraws its Role there (the namespace stays claimed by the identity). This is
+/// the only way a Grant narrows: a bind only adds, so a binding that uses a namespace keeps
+/// working until its consumer let it go (`kbind unbind --namespace` drains it first). Dropping
+/// a namespace the Grant does not cover answers the Grant as it is; its last one is refused.
+pub(crate) async fn drop_namespace(
+    State(state): State<Gateway>,
+    Writer(caller): Writer,
+    Path((name, namespace)): Path<(String, String)>,
+) -> Result<Json<GrantView>, GatewayError> {
+    let provider = state.provider();
+    let not_found = || GatewayError::GrantNotFound(name.clone());
+    if !super::is_dns_label(&name) {
+        return Err(not_found());
+    }
+    for _ in 0..5 {
+        let mut grant: Grant = provider.get_typed_opt(None, &name).await?.ok_or_else(not_found)?;
+        if grant.spec.identity.subject != caller.identity.subject
+            || !state.inner.naming.is_name_of(provider, &grant, &name).await?
+        {
+            return Err(not_found());
+        }
+        if grant.metadata.deletion_timestamp.is_some() {
+            return Err(GatewayError::GrantRevoking(name.clone()));
+        }
+        if !grant.spec.namespaces.contains(&namespace) {
+            return Ok(Json(view(&grant, None)));
+        }
+        if grant.spec.namespaces.len() == 1 {
+            return Err(GatewayError::LastNamespace {
+                grant: name.clone(),
+                namespace,
+            });
+        }
+        grant.spec.namespaces.retain(|ns| ns != &namespace);
+        // The read's resourceVersion makes this a compare-and-swap: a bind adding namespaces
+        // meanwhile is not overwritten.
+        match provider
+            .replace(
+                &grant_res(),
+                None,
+                &name,
+                &kbind_cluster::to_dynamic(&grant)?,
+                &Default::default(),
+            )
+            .await
+        {
+            Ok(written) => {
+                let written: Grant = from_dynamic(written)?;
+                tracing::info!(grant = %name, namespace = %namespace, "namespace dropped by its owner");
+                return Ok(Json(view(&written, None)));
+            }
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(kbind_cluster::Error::stale("grants.iam.kbind.io", &name).into())
+}
+
 /// Whether the Grant `name` (of `uid`) is gone within [`REVOKE_WAIT`]: its finalizer, the
 /// issuer's revocation, has run.
 async fn wait_gone(provider: &dyn ClusterClient, name: &str, uid: Option<&str>) -> Result<bool, GatewayError> {

@@ -475,6 +475,10 @@ fn api_routes(config: &Config) -> Router<Gateway> {
         .route(path::CATALOG, get(catalog::catalog))
         .route(path::GRANTS, get(grants::list))
         .route(&format!("{}/{{name}}", path::GRANTS), delete(grants::revoke))
+        .route(
+            &format!("{}/{{name}}/namespaces/{{namespace}}", path::GRANTS),
+            delete(grants::drop_namespace),
+        )
         .merge(bind)
         .merge(pickup)
 }

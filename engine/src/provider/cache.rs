@@ -265,6 +265,16 @@ impl ProviderCache {
             // Dropping the sender closes the receiver: nothing will ever come.
             return (cached, receiver);
         }
+        // A resumed watch says nothing until something changes: its opening is what tells the
+        // subscribers that a failing store follows the provider again.
+        let config = config.on_watch_open({
+            let (cached, events) = (cached.clone(), events.clone());
+            move || {
+                if cached.recovered() {
+                    let _ = events.send(CacheEvent::Health);
+                }
+            }
+        });
         let stream = watcher(self.client.clone(), res.clone(), namespace.map(str::to_string), config).modify(lean);
         let task = tokio::spawn(reflect(writer, cached.clone(), stream, events.clone(), stop_on));
         entries.insert(

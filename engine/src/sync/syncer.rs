@@ -168,7 +168,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             shared.consumer.clone(),
             res.clone(),
             shared.spec.namespace.clone(),
-            shared.watcher_config.clone(),
+            shared.watcher_config.clone().on_watch_open({
+                let shared = shared.clone();
+                move || shared.consumer_watch_opened()
+            }),
         ),
     )
     .inspect(move |event| note_consumer_event(&pending, event))
@@ -341,6 +344,13 @@ impl Shared {
         let mut tally = lock(&self.tally);
         tally.following.provider_listed = listed;
         tally.following.provider_failure = failure;
+    }
+
+    /// A consumer watch opened: a failure before it is over.
+    fn consumer_watch_opened(&self) {
+        if self.consumer_failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            lock(&self.tally).following.consumer_failure = None;
+        }
     }
 
     /// Records what a consumer watch event says of the watch: listed, failing, or working.
