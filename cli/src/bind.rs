@@ -11,11 +11,11 @@ use crate::apply;
 use crate::args::{ApplyArgs, BindArgs, Format, RedeemArgs};
 use crate::bundle::{self, BundleObject, CheckedBundle, ConsumerCopy, Expected};
 use crate::commands::{confirm, session};
+use crate::consumer::Progress;
 use crate::consumer::{self, Awaited, Target};
 use crate::error::{CliError, Result};
 use crate::gateway;
 use crate::origin;
-use crate::consumer::Progress;
 use crate::output::{Reporter, emit, render, table};
 use crate::placement::{self, Planned};
 use crate::status;
@@ -31,14 +31,20 @@ enum Stage {
     /// The bundle was picked up (its one-time URL is spent); nothing applied yet.
     PickedUp { grant: String },
     /// Applying the bundle's `objects` objects, or waiting for them to be Ready.
-    Applying { grant: String, export: String, objects: usize },
+    Applying {
+        grant: String,
+        export: String,
+        objects: usize,
+    },
 }
 
 impl Stage {
     /// What was done before the interrupt, and what to do about it.
     fn interrupted(&self) -> String {
         match self {
-            Stage::Checking => "interrupted before anything was asked of the gateway; nothing was bound or applied".into(),
+            Stage::Checking => {
+                "interrupted before anything was asked of the gateway; nothing was bound or applied".into()
+            }
             Stage::Requested { export } => format!(
                 "interrupted while the gateway was issuing a Grant for Export {export}: it may exist now, with nothing applied here; \
                  `kbind grants` lists it, `kbind revoke <grant>` removes it, or bind again"
@@ -695,7 +701,9 @@ mod tests {
         }
         assert!(!is_dns_label(&"a".repeat(64)));
         assert!(check_namespace_names(&["a".into(), String::new(), "b".into()]).is_err());
-        let long = check_namespace_names(&["x".repeat(300)]).expect_err("too long").to_string();
+        let long = check_namespace_names(&["x".repeat(300)])
+            .expect_err("too long")
+            .to_string();
         assert!(long.contains("(300 characters)"), "{long}");
     }
 }

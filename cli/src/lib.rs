@@ -124,7 +124,10 @@ fn no_output_flag(e: &clap::Error, args: &[String], program: &str) -> Option<Str
     let text = match given {
         // `kbind -o yaml status`: the flag belongs to the command, so it goes after it.
         Some(c) if takes_output(c) => {
-            format!("-o/--output goes after the command: `{program} {} -o yaml`", c.get_name())
+            format!(
+                "-o/--output goes after the command: `{program} {} -o yaml`",
+                c.get_name()
+            )
         }
         Some(c) => format!(
             "`{program} {}` has no -o/--output; these commands print YAML or JSON with -o: {}",

@@ -71,11 +71,7 @@ fn json_content_type(headers: &http::HeaderMap) -> Result<(), GatewayError> {
         return Ok(());
     }
     // Only a short, printable value is echoed back: it is the client's own header.
-    let shown: String = essence
-        .chars()
-        .filter(|c| c.is_ascii_graphic())
-        .take(64)
-        .collect();
+    let shown: String = essence.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
     Err(GatewayError::UnsupportedMediaType(if shown.is_empty() {
         "an unreadable Content-Type".into()
     } else {

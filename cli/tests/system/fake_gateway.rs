@@ -187,8 +187,10 @@ async fn catalog(State((script, _)): State<Shared>) -> Json<Value> {
 /// The Grant binds answer, as its owner's only one (for another consumer cluster: a bind here
 /// never finds it held).
 async fn grants() -> Json<Value> {
-    Json(json!({"grants": [{"name": GRANT, "export": "widgets", "consumerClusterUID": "another-cluster",
-        "namespaces": ["team-a"], "ready": true}]}))
+    Json(
+        json!({"grants": [{"name": GRANT, "export": "widgets", "consumerClusterUID": "another-cluster",
+        "namespaces": ["team-a"], "ready": true}]}),
+    )
 }
 
 async fn revoke(Path(_name): Path<String>) -> StatusCode {

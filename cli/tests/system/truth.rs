@@ -216,7 +216,10 @@ async fn a_command_without_output_says_so_and_names_those_with_it() {
     }
     let run = kbind_alone(dir.path(), &["-o", "yaml", "status"]).await;
     check(&run, 2, "-o before the command");
-    assert_eq!(error_line(&run), "-o/--output goes after the command: `kbind status -o yaml`");
+    assert_eq!(
+        error_line(&run),
+        "-o/--output goes after the command: `kbind status -o yaml`"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +253,11 @@ async fn login_says_what_the_url_is_when_it_is_not_a_gateway() {
         "{}",
         run.stderr
     );
-    let run = kbind_alone(dir.path(), &["login", &format!("http://{missing}/docs"), "--token", "t-123"]).await;
+    let run = kbind_alone(
+        dir.path(),
+        &["login", &format!("http://{missing}/docs"), "--token", "t-123"],
+    )
+    .await;
     check(&run, 1, "login at a path that serves 404 pages");
     assert!(
         error_line(&run).starts_with(&format!(
@@ -260,7 +267,11 @@ async fn login_says_what_the_url_is_when_it_is_not_a_gateway() {
         run.stderr
     );
 
-    let run = kbind_alone(dir.path(), &["login", "ftp://files.example.org/kbind", "--token", "t-123"]).await;
+    let run = kbind_alone(
+        dir.path(),
+        &["login", "ftp://files.example.org/kbind", "--token", "t-123"],
+    )
+    .await;
     check(&run, 2, "login at ftp://");
     assert_eq!(
         error_line(&run),
@@ -391,14 +402,11 @@ async fn an_interrupted_bind_says_what_it_did_and_the_gateway_step_shows_progres
     let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
     check(&run, 0, "bind");
     let lines: Vec<&str> = run.stderr.lines().collect();
-    assert_eq!(
-        lines.first().copied(),
-        Some(waiting),
-        "progress first:\n{}",
-        run.stderr
-    );
+    assert_eq!(lines.first().copied(), Some(waiting), "progress first:\n{}", run.stderr);
     assert!(
-        lines.get(1).is_some_and(|l| l.starts_with(&format!("Grant {GRANT} created"))),
+        lines
+            .get(1)
+            .is_some_and(|l| l.starts_with(&format!("Grant {GRANT} created"))),
         "{}",
         run.stderr
     );
