@@ -95,8 +95,11 @@ fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::builder()
         .parse(directives)
         .with_context(|| format!("{origin} is not a valid log filter"))?;
+    // Colour only on a terminal, and not with NO_COLOR: a log file would keep the codes as text.
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && !no_color)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.try_init().ok(),

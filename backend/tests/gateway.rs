@@ -1284,4 +1284,47 @@ async fn a_bind_adds_namespaces_and_narrowing_is_explicit() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text());
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_body_not_declared_json_gets_415_and_leaves_nothing() {
+    let world = world().await;
+    let body = widgets_bind().to_string();
+    let post = |content_type: Option<&str>| {
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/bind")
+            .header("authorization", "Bearer bob-token");
+        if let Some(t) = content_type {
+            builder = builder.header("content-type", t);
+        }
+        builder.body(Body::from(body.clone())).unwrap()
+    };
+    for (what, content_type, named) in [
+        ("text/plain", Some("text/plain"), "Content-Type: text/plain"),
+        (
+            "curl -d without -H",
+            Some("application/x-www-form-urlencoded"),
+            "Content-Type: application/x-www-form-urlencoded",
+        ),
+        ("no Content-Type", None, "no Content-Type"),
+    ] {
+        let reply = send(&world.app, post(content_type)).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{what}: {}",
+            reply.text()
+        );
+        let error = reply.error();
+        assert_eq!(error.reason, "UnsupportedMediaType", "{what}");
+        assert!(
+            error.message.contains("Content-Type: application/json") && error.message.contains(named),
+            "{what}: {}",
+            error.message
+        );
+        assert_nothing_created(&world, Some("team-a")).await;
+    }
+    // Parameters (a charset) and any letter case are still JSON.
+    let reply = send(&world.app, post(Some("Application/JSON; charset=utf-8"))).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
 }

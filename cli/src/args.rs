@@ -16,7 +16,8 @@ Exit codes:
   5  refused by the gateway (unknown Export, claimed namespace, used pickup URL, ...)
   6  refused on the consumer: no konnector runs there, a namespace is missing, or the bundle does not
      match the request, would overwrite another Grant's objects, or binds a namespace of an API
-     that another Connection already serves (nothing applied)";
+     that another Connection already serves (nothing applied)
+  130  interrupted (Ctrl-C); what was already done is printed";
 
 /// Bind APIs offered by a kbind provider into this cluster.
 #[derive(Parser, Debug)]

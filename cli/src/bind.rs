@@ -11,6 +11,7 @@ use crate::apply;
 use crate::args::{ApplyArgs, BindArgs, Format, RedeemArgs};
 use crate::bundle::{self, BundleObject, CheckedBundle, ConsumerCopy, Expected};
 use crate::commands::{confirm, session};
+use crate::consumer::Progress;
 use crate::consumer::{self, Awaited, Target};
 use crate::error::{CliError, Result};
 use crate::gateway;
@@ -19,8 +20,93 @@ use crate::output::{Reporter, emit, render, table};
 use crate::placement::{self, Planned};
 use crate::status;
 
-/// `kbind bind <export>`.
+/// How far an interrupted `bind` got, for what it prints on Ctrl-C.
+enum Stage {
+    /// Nothing was asked of the gateway yet.
+    Checking,
+    /// The bind request was sent: the gateway may be creating the Grant.
+    Requested { export: String },
+    /// The gateway answered with Grant `grant`; its bundle was not picked up yet.
+    Granted { grant: String, held: bool },
+    /// The bundle was picked up (its one-time URL is spent); nothing applied yet.
+    PickedUp { grant: String },
+    /// Applying the bundle's `objects` objects, or waiting for them to be Ready.
+    Applying {
+        grant: String,
+        export: String,
+        objects: usize,
+    },
+}
+
+impl Stage {
+    /// What was done before the interrupt, and what to do about it.
+    fn interrupted(&self) -> String {
+        match self {
+            Stage::Checking => {
+                "interrupted before anything was asked of the gateway; nothing was bound or applied".into()
+            }
+            Stage::Requested { export } => format!(
+                "interrupted while the gateway was issuing a Grant for Export {export}: it may exist now, with nothing applied here; \
+                 `kbind grants` lists it, `kbind revoke <grant>` removes it, or bind again"
+            ),
+            Stage::Granted { grant, held: false } => format!(
+                "interrupted after the gateway created Grant {grant}, before its bundle was picked up; nothing was applied: \
+                 run `kbind revoke {grant}`, or bind again"
+            ),
+            Stage::Granted { grant, held: true } => format!(
+                "interrupted after the gateway answered for Grant {grant} (held by this cluster before this run), before its \
+                 bundle was picked up; nothing was applied here: bind again"
+            ),
+            Stage::PickedUp { grant } => format!(
+                "interrupted after picking up Grant {grant}'s bundle (its pickup URL is used up); nothing was applied: \
+                 bind again, or run `kbind revoke {grant}`"
+            ),
+            Stage::Applying { grant, export, objects } => format!(
+                "interrupted while applying Grant {grant}'s bundle ({objects} objects) or waiting for it to be Ready: some or \
+                 all of it may be applied; `kbind status` shows what is there, `kbind unbind {export}` removes it, or bind again"
+            ),
+        }
+    }
+}
+
+/// `kbind bind <export>`; on Ctrl-C, says what was already done and exits 130.
 pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: &mut Context) -> Result<()> {
+    let stage = std::sync::Mutex::new(Stage::Checking);
+    let interrupt = async {
+        // Without a signal handler there is nothing to wait for: never resolve.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = bind_steps(args, gateway, target, ctx, &stage) => result,
+        () = interrupt => {
+            let stage = stage.lock().unwrap_or_else(|p| p.into_inner());
+            Err(CliError::Interrupted(stage.interrupted()))
+        }
+    }
+}
+
+fn set(stage: &std::sync::Mutex<Stage>, now: Stage) {
+    *stage.lock().unwrap_or_else(|p| p.into_inner()) = now;
+}
+
+/// `bind`'s steps, recording in `stage` how far they got.
+async fn bind_steps(
+    args: &BindArgs,
+    gateway: Option<&str>,
+    target: &Target,
+    ctx: &mut Context,
+    stage: &std::sync::Mutex<Stage>,
+) -> Result<()> {
+    check_namespace_names(&args.namespaces)?;
+    if args.dry_run && args.output.is_some() {
+        return Err(CliError::Usage(
+            "--dry-run shows a plan and -o prints the bundle, which exists only once the gateway issued the Grant; \
+             drop -o to see the plan, or --dry-run to get the bundle"
+                .into(),
+        ));
+    }
     let session = session(gateway, ctx)?;
     let catalog = session.catalog().await?;
     let Some(export) = catalog.exports.iter().find(|e| e.name == args.export) else {
@@ -147,7 +233,29 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         namespaces: namespaces.clone(),
         konnector_namespace: Some(args.apply.konnector_namespace.clone()),
     };
-    let bound = session.bind(&request).await?;
+    set(
+        stage,
+        Stage::Requested {
+            export: export.name.clone(),
+        },
+    );
+    // Why a progress line: the gateway waits for the provider to issue the Grant, which can
+    // take many seconds, and a silent terminal looks hung.
+    let bound = {
+        let mut reporter = Reporter::new(&mut *ctx.stderr, ctx.interactive);
+        reporter.waiting(&format!(
+            "waiting for the gateway to issue the Grant for {} (it waits for the provider)",
+            export.name
+        ));
+        session.bind(&request).await
+    }?;
+    set(
+        stage,
+        Stage::Granted {
+            grant: bound.grant.clone(),
+            held,
+        },
+    );
     let _ = writeln_err(ctx, &format!("Grant {} created; picking the bundle up.", bound.grant));
     let undo = GrantUndo {
         session: &session,
@@ -158,6 +266,12 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
         Ok(objects) => objects,
         Err(e) => return Err(undo.after(e).await),
     };
+    set(
+        stage,
+        Stage::PickedUp {
+            grant: bound.grant.clone(),
+        },
+    );
     if let Some(format) = args.output {
         // The bundle is printed, not applied: its bindings are checked all the same, and who
         // would serve what goes to stderr (stdout is the bundle).
@@ -181,6 +295,14 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
     };
     // The namespaces were checked before the Grant, and the bundle must bind in exactly those.
     let ask = async |checked: &CheckedBundle, ctx: &mut Context| {
+        set(
+            stage,
+            Stage::Applying {
+                grant: bound.grant.clone(),
+                export: export.name.clone(),
+                objects: checked.objects.len(),
+            },
+        );
         if checked.consumer_rules.iter().any(|r| !rules.contains(r)) {
             emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
             confirm(
@@ -229,6 +351,13 @@ fn pickup_url(args: &RedeemArgs) -> Result<String> {
             std::io::stdin()
                 .read_line(&mut line)
                 .map_err(|e| CliError::failed("cannot read the pickup URL from stdin", e))?;
+            if line.trim().is_empty() {
+                return Err(CliError::Usage(
+                    "`-` reads the pickup URL from stdin, and stdin was empty; pipe it in \
+                     (`printf '%s\\n' \"$URL\" | kbind redeem -`), or set KBIND_PICKUP_URL"
+                        .into(),
+                ));
+            }
             line
         }
         Some(url) => url.to_string(),
@@ -245,6 +374,7 @@ fn pickup_url(args: &RedeemArgs) -> Result<String> {
 
 /// `kbind redeem [<pickup-url>|-]`.
 pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Result<()> {
+    check_namespace_names(&args.namespaces)?;
     let url = pickup_url(args)?;
     // Reading the kubeconfig is local; the one-time URL is spent before any API call, so it
     // is not left usable while the consumer is checked.
@@ -450,6 +580,7 @@ fn namespaces(args: &BindArgs, namespaced: bool, ctx: &mut Context) -> Result<Ve
     if answer.is_empty() {
         return Err(CliError::Usage("no namespace given; nothing was bound".into()));
     }
+    check_namespace_names(&answer)?;
     Ok(answer)
 }
 
@@ -517,4 +648,62 @@ fn given_namespaces(flags: &[String]) -> Vec<String> {
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty())
         .collect()
+}
+
+/// Refuses a `--namespace` value that cannot be a namespace name (a DNS-1123 label), before
+/// anything is asked of a cluster or the gateway: advising to create it would only fail.
+fn check_namespace_names(flags: &[String]) -> Result<()> {
+    for name in flags {
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(CliError::Usage(
+                "--namespace has an empty name (two commas in a row, or one at either end); nothing was bound".into(),
+            ));
+        }
+        if !is_dns_label(name) {
+            // A name can be long (a pasted paragraph): show its start and its length.
+            let shown: String = name.chars().take(40).collect();
+            let shown = if shown.len() < name.len() {
+                format!("{shown:?}… ({} characters)", name.chars().count())
+            } else {
+                format!("{name:?}")
+            };
+            return Err(CliError::Usage(format!(
+                "{shown} is not a namespace name: use lower-case letters, digits and '-', starting and ending with \
+                 a letter or digit, at most 63 characters; nothing was bound"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: what Kubernetes accepts as a namespace name.
+fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+        && bytes.iter().all(|b| edge(b) || *b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_names_are_dns_labels() {
+        assert!(is_dns_label("team-a"));
+        assert!(is_dns_label(&"a".repeat(63)));
+        for bad in ["Team-A", "-a", "a-", "", "a_b", "a.b"] {
+            assert!(!is_dns_label(bad), "{bad:?}");
+        }
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(check_namespace_names(&["a".into(), String::new(), "b".into()]).is_err());
+        let long = check_namespace_names(&["x".repeat(300)])
+            .expect_err("too long")
+            .to_string();
+        assert!(long.contains("(300 characters)"), "{long}");
+    }
 }

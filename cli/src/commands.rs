@@ -52,7 +52,7 @@ pub fn confirm(question: &str, yes: bool, ctx: &mut Context) -> Result<()> {
     }
     if !ctx.interactive {
         return Err(CliError::Usage(format!(
-            "{question} needs a confirmation and there is no terminal to ask on; pass --yes"
+            "{question} There is no terminal to ask on: pass --yes to confirm."
         )));
     }
     let confirmed = dialoguer::Confirm::new()
@@ -161,6 +161,14 @@ async fn grants(gateway: Option<&str>, output: Option<Format>, ctx: &mut Context
 
 async fn revoke(gateway: Option<&str>, grant: &str, yes: bool, target: &Target, ctx: &mut Context) -> Result<()> {
     let session = session(gateway, ctx)?;
+    // Why first: asking to confirm the revocation of a Grant that does not exist misleads.
+    let mine = session.grants().await?;
+    if !mine.grants.iter().any(|g| g.name == grant) {
+        return Err(CliError::Refused(format!(
+            "no grant {grant} of yours at {}; `kbind grants` lists them",
+            session.base()
+        )));
+    }
     let question = match applied_here(target, grant).await {
         Some(connection) => {
             emit(
@@ -171,9 +179,9 @@ async fn revoke(gateway: Option<&str>, grant: &str, yes: bool, target: &Target, 
                      needs `--orphan`, which deletes nothing on either side.\n"
                 ),
             )?;
-            format!("Revoke grant {grant} anyway, before unbinding Connection {connection}?")
+            format!("Revoke Grant {grant} anyway, before unbinding Connection {connection}?")
         }
-        None => format!("Revoke grant {grant}? Its consumer's credential stops working"),
+        None => format!("Revoke Grant {grant}? Its consumer's credential will stop working."),
     };
     confirm(&question, yes, ctx)?;
     session.revoke(grant).await?;

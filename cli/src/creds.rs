@@ -75,7 +75,10 @@ pub fn load(config_dir: &Path, gateway: Option<&str>) -> Result<Credential> {
     let gateway = match gateway {
         Some(g) => normalize(g),
         None => current(config_dir).ok_or_else(|| {
-            CliError::Unauthorized("not logged in; run `kbind login <gateway-url> --token <token>` first".into())
+            CliError::Unauthorized(
+                "not logged in; run `kbind login <gateway-url>` (OIDC in a browser) or `kbind login <gateway-url> --token <token>` first"
+                    .into(),
+            )
         })?,
     };
     let cred = read(config_dir, &gateway)?;
@@ -102,7 +105,7 @@ fn read(config_dir: &Path, gateway: &str) -> Result<Credential> {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(CliError::Unauthorized(format!(
-                "not logged in to {gateway}; run `kbind login {gateway}` first"
+                "not logged in to {gateway}; run `kbind login {gateway}` (OIDC in a browser) or `kbind login {gateway} --token <token>` first"
             )));
         }
         Err(e) => return Err(CliError::failed(&format!("cannot read {}", path.display()), e)),

@@ -20,6 +20,8 @@ pub mod exit {
     /// namespace of an API that another Connection already serves.
     /// Nothing was applied.
     pub const CONSUMER_REFUSED: i32 = 6;
+    /// Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports a process SIGINT ended.
+    pub const INTERRUPTED: i32 = 130;
 }
 
 /// A failed command; the message says what to do next.
@@ -43,6 +45,9 @@ pub enum CliError {
     /// Anything else (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// Interrupted by Ctrl-C (exit 130); the message says what was already done.
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 impl CliError {
@@ -55,6 +60,7 @@ impl CliError {
             CliError::Refused(_) => exit::REFUSED,
             CliError::ConsumerRefused(_) => exit::CONSUMER_REFUSED,
             CliError::Failed(_) => exit::ERROR,
+            CliError::Interrupted(_) => exit::INTERRUPTED,
         }
     }
 
@@ -67,6 +73,7 @@ impl CliError {
             CliError::Refused(m) => CliError::Refused(format!("{m}; {note}")),
             CliError::ConsumerRefused(m) => CliError::ConsumerRefused(format!("{m}; {note}")),
             CliError::Failed(m) => CliError::Failed(format!("{m}; {note}")),
+            CliError::Interrupted(m) => CliError::Interrupted(format!("{m}; {note}")),
         }
     }
 

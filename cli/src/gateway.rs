@@ -38,6 +38,43 @@ impl Gateway {
         self.get_json(path::PROVIDER).await
     }
 
+    /// `GET /api/v1/provider`, for `login`: an answer that is not a provider description (a web
+    /// page, another API) says the URL is not a kbind gateway and what it answered instead.
+    pub async fn probe(&self) -> Result<ProviderInfo> {
+        let req = self.http.get(format!("{}{}", self.base, path::PROVIDER));
+        let response = send(req, &self.base).await?;
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| CliError::failed("the gateway's answer broke off", e.without_url()))?;
+        if status.is_success()
+            && let Ok(info) = serde_json::from_slice::<ProviderInfo>(&bytes)
+        {
+            return Ok(info);
+        }
+        // A kbind error body (503 NotReady, 429, ...) is a gateway that said no, not another server.
+        if !status.is_success()
+            && let Ok(error) = serde_json::from_slice::<ApiError>(&bytes)
+        {
+            return Err(map_api_error(&error, &self.base));
+        }
+        let what = match content_type {
+            Some(t) if !t.is_empty() => format!("HTTP {} with {t}", status.as_u16()),
+            _ => format!("HTTP {} without a content type", status.as_u16()),
+        };
+        Err(CliError::Failed(format!(
+            "{} is not a kbind gateway (GET {} answered {what}, not a provider description); check the URL: it is the gateway's address, e.g. https://kbind.example.com",
+            self.base,
+            path::PROVIDER
+        )))
+    }
+
     /// `GET /api/v1/whoami`.
     pub async fn whoami(&self) -> Result<WhoAmI> {
         self.get_json(path::WHOAMI).await
@@ -89,6 +126,11 @@ pub async fn pickup(url: &str) -> Result<Vec<Value>> {
     let parsed = reqwest::Url::parse(url).map_err(|_| {
         CliError::Usage("the pickup URL is not a URL; copy it again from `kbind bind` or the web UI".into())
     })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(CliError::Usage(
+            "the pickup URL is not an http(s) URL; copy it again from `kbind bind` or the web UI".into(),
+        ));
+    }
     let origin = parsed.origin().ascii_serialization();
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(60))
@@ -107,11 +149,32 @@ pub async fn pickup(url: &str) -> Result<Vec<Value>> {
 async fn send(req: reqwest::RequestBuilder, base: &str) -> Result<reqwest::Response> {
     // Why `without_url`: a pickup URL is a capability and must not reach error text.
     req.send().await.map_err(|e| {
+        if let Some(plain) = base.strip_prefix("https://")
+            && speaks_no_tls(&e)
+        {
+            return CliError::Failed(format!(
+                "the server at {base} does not speak TLS; is it http://{plain}?"
+            ));
+        }
         CliError::Failed(format!(
             "cannot reach the gateway at {base}: {}; check the URL and that kbind-backend runs",
             e.without_url()
         ))
     })
+}
+
+/// Whether the TLS handshake failed because the server answered in plain text: rustls reads
+/// the first bytes of "HTTP/1.1 400" as a record of an unknown content type.
+fn speaks_no_tls(e: &reqwest::Error) -> bool {
+    let mut cause: Option<&dyn std::error::Error> = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if text.contains("InvalidContentType") || text.contains("wrong version number") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// `gateway`: the gateway's URL (an origin for a pickup, whose URL is a capability), for messages.
@@ -151,9 +214,9 @@ pub fn map_api_error(error: &ApiError, gateway: &str) -> CliError {
             "the gateway at {gateway} did not accept your credential ({message}); run `kbind login {gateway}` again"
         )),
         (403, _) => CliError::Unauthorized(format!("the gateway refused access: {message}")),
-        (_, "PickupGone") => CliError::Refused(format!(
-            "{message} (PickupGone); a pickup URL works once: run `kbind bind` again for a new one"
-        )),
+        // The gateway's message says which it is (used, expired, Grant being revoked) and what to
+        // do; adding "works once" here was wrong for an expired URL and doubled the advice.
+        (_, "PickupGone") => CliError::Refused(format!("{message} (PickupGone)")),
         (_, "TooManyRequests") => CliError::Refused(format!("{message} (TooManyRequests)")),
         (code, _) if (400..500).contains(&code) => CliError::Refused(format!("{message} ({reason})")),
         _ => CliError::Failed(format!("the gateway failed: {message} ({reason}); try again later")),
@@ -179,10 +242,10 @@ mod tests {
         assert_eq!(map_api_error(&api(409, "NamespaceClaimed"), "http://gw").exit_code(), 5);
         assert_eq!(map_api_error(&api(410, "PickupGone"), "http://gw").exit_code(), 5);
         assert_eq!(map_api_error(&api(502, "ProviderError"), "http://gw").exit_code(), 1);
-        assert!(
-            map_api_error(&api(410, "PickupGone"), "http://gw")
-                .to_string()
-                .contains("kbind bind")
+        assert_eq!(
+            map_api_error(&api(410, "PickupGone"), "http://gw").to_string(),
+            "m (PickupGone)",
+            "the gateway's message alone: it says used or expired, and what to do"
         );
         // A stale credential names the gateway to log in to again, not a placeholder.
         let stale = map_api_error(&api(401, "Unauthenticated"), "http://gw").to_string();

@@ -62,6 +62,10 @@ pub async fn run(args: Vec<String>, mut ctx: Context) -> i32 {
     let matches = match command.try_get_matches_from(&args) {
         Ok(matches) => matches,
         Err(e) => {
+            if let Some(text) = no_output_flag(&e, &args, name) {
+                let _ = writeln!(ctx.stderr, "error: {text}");
+                return exit::USAGE;
+            }
             let text = e.render().to_string();
             let out = if e.use_stderr() {
                 &mut ctx.stderr
@@ -88,6 +92,54 @@ pub async fn run(args: Vec<String>, mut ctx: Context) -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// For `-o`/`--output` given to a command that has none: what clap would say ("unexpected
+/// argument", with a tip to pass it after `--`, which cannot help) in plain words, naming the
+/// commands that do take it.
+fn no_output_flag(e: &clap::Error, args: &[String], program: &str) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let invalid = match e.get(clap::error::ContextKind::InvalidArg) {
+        Some(clap::error::ContextValue::String(arg)) => arg.clone(),
+        _ => return None,
+    };
+    let is_output = invalid == "--output" || invalid.starts_with("--output=") || invalid.starts_with("-o");
+    if !is_output {
+        return None;
+    }
+    let command = args::Cli::command();
+    let subcommands: Vec<&clap::Command> = command.get_subcommands().collect();
+    let takes_output = |c: &clap::Command| c.get_arguments().any(|a| a.get_id() == "output");
+    let with_output: Vec<&str> = subcommands
+        .iter()
+        .filter(|c| takes_output(c))
+        .map(|c| c.get_name())
+        .collect();
+    let given = args
+        .iter()
+        .skip(1)
+        .find_map(|a| subcommands.iter().find(|c| c.get_name() == a.as_str()));
+    let text = match given {
+        // `kbind -o yaml status`: the flag belongs to the command, so it goes after it.
+        Some(c) if takes_output(c) => {
+            format!(
+                "-o/--output goes after the command: `{program} {} -o yaml`",
+                c.get_name()
+            )
+        }
+        Some(c) => format!(
+            "`{program} {}` has no -o/--output; these commands print YAML or JSON with -o: {}",
+            c.get_name(),
+            with_output.join(", ")
+        ),
+        None => format!(
+            "`{program}` itself has no -o/--output; these commands print YAML or JSON with -o: {}",
+            with_output.join(", ")
+        ),
+    };
+    Some(text)
 }
 
 /// The process's entry point for both binaries (`kbind`, `kubectl-bind`): the real terminal,

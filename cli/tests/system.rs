@@ -7,6 +7,8 @@
 mod children;
 #[path = "system/fake_gateway.rs"]
 mod fake_gateway;
+#[path = "system/truth.rs"]
+mod truth;
 #[path = "system/untrusted.rs"]
 mod untrusted;
 

@@ -45,8 +45,11 @@ fn main() -> ExitCode {
     let args = Args::parse();
     // The demo narrates on stdout; kube's per-request errors while things start would drown it.
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,kube_client=off".into());
+    // Colour only on a terminal, and not with NO_COLOR: a log file would keep the codes as text.
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && !no_color)
         .with_writer(std::io::stderr)
         .try_init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -19,12 +19,20 @@ pub fn filter(level: &str, rust_log: Option<&str>) -> Result<EnvFilter, Error> {
         .map_err(|e| Error::InvalidFlags(format!("{origin} is not a valid log filter: {e}")))
 }
 
+/// Whether log lines may carry colour codes: only on a terminal, and not with `NO_COLOR` set to
+/// anything non-empty (a file or a log collector would keep the escape codes as text).
+pub fn colour() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    std::io::IsTerminal::is_terminal(&std::io::stderr()) && !no_color
+}
+
 /// Installs the global subscriber; `false` when one was already installed (an embedding
 /// binary set up its own), which is left alone.
 pub fn init(format: LogFormat, level: &str) -> Result<bool, Error> {
     let filter = filter(level, std::env::var("RUST_LOG").ok().as_deref())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour())
         .with_writer(std::io::stderr);
     let installed = match format {
         LogFormat::Text => builder.try_init().is_ok(),

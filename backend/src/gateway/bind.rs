@@ -43,15 +43,40 @@ struct Validated {
 pub(crate) async fn bind(
     State(state): State<Gateway>,
     Writer(caller): Writer,
+    headers: http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<BindResponse>), GatewayError> {
-    let result = run(&state, &caller, body).await;
+    let result = match json_content_type(&headers) {
+        Ok(()) => run(&state, &caller, body).await,
+        Err(e) => Err(e),
+    };
     state.metrics().bind(match &result {
         Ok(_) => "bound",
         Err(e) if e.status_and_reason().0.is_client_error() => "refused",
         Err(_) => "failed",
     });
     result.map(|response| (StatusCode::CREATED, Json(response)))
+}
+
+/// Refuses a body that does not declare itself JSON. Why strict, a missing header included:
+/// a browser sends `text/plain` (or no type, for a Blob) cross-origin without a CORS preflight,
+/// so only `application/json` (with parameters such as `charset`) proves a client meant JSON.
+fn json_content_type(headers: &http::HeaderMap) -> Result<(), GatewayError> {
+    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
+        return Err(GatewayError::UnsupportedMediaType("no Content-Type".into()));
+    };
+    let text = value.to_str().unwrap_or("");
+    let essence = text.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    // Only a short, printable value is echoed back: it is the client's own header.
+    let shown: String = essence.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
+    Err(GatewayError::UnsupportedMediaType(if shown.is_empty() {
+        "an unreadable Content-Type".into()
+    } else {
+        format!("Content-Type: {shown}")
+    }))
 }
 
 async fn run(

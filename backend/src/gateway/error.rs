@@ -30,6 +30,11 @@ pub enum GatewayError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// The body does not declare itself JSON (`Content-Type` missing or another type).
+    #[error(
+        "the request body must be JSON sent with Content-Type: application/json (this one came with {0}); with curl, add -H 'Content-Type: application/json'"
+    )]
+    UnsupportedMediaType(String),
     /// The body is larger than `--max-body-bytes`.
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -102,6 +107,7 @@ impl GatewayError {
             GatewayError::AuthUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "AuthUnavailable"),
             GatewayError::CsrfMismatch => (StatusCode::FORBIDDEN, "CSRFTokenMismatch"),
             GatewayError::BadRequest { reason, .. } => (StatusCode::BAD_REQUEST, *reason),
+            GatewayError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType"),
             GatewayError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "PayloadTooLarge"),
             GatewayError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
             GatewayError::ExportNotFound(_) => (StatusCode::NOT_FOUND, "ExportNotFound"),

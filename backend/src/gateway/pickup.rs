@@ -113,7 +113,7 @@ async fn redeem(state: &Gateway, id: &str, format: BundleFormat) -> Result<Strin
         }
         if grant.metadata.deletion_timestamp.is_some() {
             return Err(GatewayError::PickupGone(
-                "the grant of this pickup URL is being revoked",
+                "the grant of this pickup URL is being revoked; bind again once it is gone",
             ));
         }
         if !is_issued(&grant) {

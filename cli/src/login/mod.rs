@@ -15,13 +15,18 @@ use crate::output::emit;
 /// Signs in to the gateway and caches the credential.
 pub async fn login(args: &LoginArgs, ctx: &mut Context) -> Result<()> {
     let base = creds::normalize(&args.gateway_url);
-    if reqwest::Url::parse(&base).is_err() {
-        return Err(CliError::Usage(format!(
+    let url = reqwest::Url::parse(&base).map_err(|_| {
+        CliError::Usage(format!(
             "{base:?} is not a URL; pass the gateway's address, e.g. https://kbind.example.com"
+        ))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(CliError::Usage(format!(
+            "{base} is not a gateway URL: only http(s) URLs are gateways, e.g. https://kbind.example.com"
         )));
     }
     let anonymous = Gateway::new(&base, None)?;
-    let info = anonymous.provider().await?;
+    let info = anonymous.probe().await?;
     let (token, expires_at, oidc_issuer) = match &args.token {
         Some(token) => (token.clone(), None, None),
         None => token_without_flag(&info, &base, args, ctx).await?,

@@ -34,6 +34,11 @@ pub struct Script {
     /// When set, the gateway offers OIDC with itself as the issuer, whose discovery document
     /// names this authorization endpoint.
     pub authorization_endpoint: Option<String>,
+    /// When set, the pickup answers this HTTP status and kbind error body instead of the bundle.
+    pub pickup_error: Option<(u16, Value)>,
+    /// When set, a request whose `METHOD path` starts with it never gets an answer (a slow
+    /// provider, a hung gateway); [`FakeGateway::arrived`] is notified when one comes in.
+    pub stall: Option<&'static str>,
 }
 
 /// A running fake gateway.
@@ -42,6 +47,8 @@ pub struct FakeGateway {
     pub url: String,
     /// Its script, shared with the server.
     pub script: Arc<Mutex<Script>>,
+    /// Notified when a request matching [`Script::stall`] arrives.
+    pub arrived: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -58,6 +65,7 @@ impl FakeGateway {
             bundle,
             ..Default::default()
         }));
+        let arrived = Arc::new(tokio::sync::Notify::new());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let app = axum::Router::new()
@@ -70,12 +78,20 @@ impl FakeGateway {
             .route(&format!("{}/{{id}}", path::PICKUP), get(pickup))
             .route("/.well-known/openid-configuration", get(discovery))
             .route("/jwks", get(jwks))
-            .layer(axum::middleware::from_fn_with_state(script.clone(), record))
+            .layer(axum::middleware::from_fn_with_state(
+                (script.clone(), arrived.clone()),
+                record,
+            ))
             .with_state((script.clone(), url.clone()));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { url, script, task }
+        Self {
+            url,
+            script,
+            arrived,
+            task,
+        }
     }
 
     /// The pickup URL binds answer.
@@ -112,12 +128,21 @@ impl FakeGateway {
 type Shared = (Arc<Mutex<Script>>, String);
 
 async fn record(
-    State(script): State<Arc<Mutex<Script>>>,
+    State((script, arrived)): State<(Arc<Mutex<Script>>, Arc<tokio::sync::Notify>)>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let line = format!("{} {}", request.method(), request.uri().path());
-    script.lock().expect("lock").seen.push(line);
+    let stalled = {
+        let mut script = script.lock().expect("lock");
+        let stalled = script.stall.is_some_and(|s| line.starts_with(s));
+        script.seen.push(line);
+        stalled
+    };
+    if stalled {
+        arrived.notify_one();
+        std::future::pending::<()>().await;
+    }
     next.run(request).await
 }
 
@@ -159,8 +184,13 @@ async fn catalog(State((script, _)): State<Shared>) -> Json<Value> {
     }))
 }
 
+/// The Grant binds answer, as its owner's only one (for another consumer cluster: a bind here
+/// never finds it held).
 async fn grants() -> Json<Value> {
-    Json(json!({"grants": []}))
+    Json(
+        json!({"grants": [{"name": GRANT, "export": "widgets", "consumerClusterUID": "another-cluster",
+        "namespaces": ["team-a"], "ready": true}]}),
+    )
 }
 
 async fn revoke(Path(_name): Path<String>) -> StatusCode {
@@ -177,9 +207,15 @@ async fn bind(State((_, url)): State<Shared>) -> (StatusCode, Json<Value>) {
     )
 }
 
-async fn pickup(State((script, _)): State<Shared>) -> Json<Value> {
-    let items = script.lock().expect("lock").bundle.clone();
-    Json(json!({"apiVersion": "v1", "kind": "List", "items": items}))
+async fn pickup(State((script, _)): State<Shared>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let script = script.lock().expect("lock");
+    if let Some((code, body)) = &script.pickup_error {
+        let status = StatusCode::from_u16(*code).expect("a status code");
+        return (status, Json(body.clone())).into_response();
+    }
+    let items = script.bundle.clone();
+    Json(json!({"apiVersion": "v1", "kind": "List", "items": items})).into_response()
 }
 
 /// What an honest gateway would send for Export widgets bound in `namespaces`.

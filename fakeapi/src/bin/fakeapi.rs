@@ -55,9 +55,11 @@ struct ServeArgs {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Colour only on a terminal, and not with NO_COLOR: a log file would keep the codes as text.
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && !no_color)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
