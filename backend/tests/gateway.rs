@@ -1284,6 +1284,7 @@ async fn a_bind_adds_namespaces_and_narrowing_is_explicit() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text());
+}
 
 #[tokio::test(start_paused = true)]
 async fn a_bind_body_not_declared_json_gets_415_and_leaves_nothing() {
