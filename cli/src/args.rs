@@ -183,6 +183,10 @@ pub struct UnbindArgs {
     /// Leave every synced object in place on both sides (the escape hatch when the provider is gone).
     #[arg(long)]
     pub orphan: bool,
+    /// Let only these namespaces go (repeat, or comma-separate): their Bindings are drained and
+    /// deleted, then the Grant stops covering them; the Connection and its other namespaces stay.
+    #[arg(short, long = "namespace", value_delimiter = ',', value_name = "NAME")]
+    pub namespaces: Vec<String>,
     /// Wait until the bindings and Connection are gone (`--wait=false` to return at once).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true", value_name = "BOOL")]

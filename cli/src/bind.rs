@@ -175,6 +175,20 @@ async fn bind_steps(
             .collect::<Vec<_>>(),
     );
 
+    // The Grant this cluster already holds for the Export, if any: a bind adds to its namespaces
+    // (and a failed bind must never revoke it).
+    let held_grant = session
+        .grants()
+        .await?
+        .grants
+        .into_iter()
+        .find(|g| g.export == export.name && g.consumer_cluster_uid == uid && !g.revoking);
+    let before: Vec<String> = held_grant.as_ref().map(|g| g.namespaces.clone()).unwrap_or_default();
+    let mut after = before.clone();
+    after.extend(namespaces.iter().cloned());
+    after.sort();
+    after.dedup();
+
     if args.dry_run {
         let base = format!("{}-{}", provider.name, export.name);
         let ns = &args.apply.konnector_namespace;
@@ -190,18 +204,19 @@ async fn bind_steps(
             rows.push(vec!["ClusterBinding".into(), "-".into(), base.clone()]);
         }
         if export.namespaced {
-            for n in &namespaces {
+            for n in &after {
                 rows.push(vec!["Binding".into(), n.clone(), base.clone()]);
             }
         }
         let text = format!(
-            "Dry run: would bind Export {} for consumer cluster {uid}{} and apply:\n{}{}{brought}{}Nothing was bound or applied.\n",
+            "Dry run: would bind Export {} for consumer cluster {uid}{}.\n{}\nand apply:\n{}{}{brought}{}Nothing was bound or applied.\n",
             export.name,
             if namespaces.is_empty() {
                 String::new()
             } else {
                 format!(" in namespaces {}", namespaces.join(","))
             },
+            grant_change(held_grant.as_ref().map(|g| g.name.as_str()), &before, &after),
             table(&["KIND", "NAMESPACE", "NAME"], rows),
             copies_text(&shown),
             placement::notice(&shared),
@@ -220,13 +235,7 @@ async fn bind_steps(
         )?;
     }
 
-    // A re-bind updates the Grant this cluster already holds: never revoke that one on failure.
-    let held = session
-        .grants()
-        .await?
-        .grants
-        .into_iter()
-        .any(|g| g.export == export.name && g.consumer_cluster_uid == uid && !g.revoking);
+    let held = held_grant.is_some();
     let request = BindRequest {
         export: export.name.clone(),
         consumer_cluster_uid: uid,
@@ -256,12 +265,35 @@ async fn bind_steps(
             held,
         },
     );
-    let _ = writeln_err(ctx, &format!("Grant {} created; picking the bundle up.", bound.grant));
     let undo = GrantUndo {
         session: &session,
         grant: bound.grant.clone(),
         held,
     };
+    // What the Grant covers now: an older gateway does not say, and replaced the namespaces.
+    let bundled = bound.namespaces.clone().unwrap_or_else(|| namespaces.clone());
+    let _ = writeln_err(
+        ctx,
+        &format!(
+            "{}; picking the bundle up.",
+            bind_outcome(&bound, held, &before, &bundled)
+        ),
+    );
+    // The gateway may only add what was asked to what the Grant held.
+    if let Some(stray) = bundled.iter().find(|n| !namespaces.contains(n) && !before.contains(n)) {
+        let e = CliError::ConsumerRefused(format!(
+            "the gateway says Grant {} covers namespace {stray}, which this cluster neither held nor asked for; nothing was applied",
+            bound.grant
+        ));
+        return Err(undo.after(e).await);
+    }
+    if let Some(missing) = namespaces.iter().find(|n| !bundled.contains(n)) {
+        let e = CliError::ConsumerRefused(format!(
+            "the gateway's Grant {} does not cover namespace {missing}, which was asked for; nothing was applied",
+            bound.grant
+        ));
+        return Err(undo.after(e).await);
+    }
     let objects = match gateway::pickup(&bound.pickup_url).await {
         Ok(objects) => objects,
         Err(e) => return Err(undo.after(e).await),
@@ -290,10 +322,11 @@ async fn bind_steps(
     }
     let expected = Expected {
         konnector_namespace: &args.apply.konnector_namespace,
-        namespaces: Some(&namespaces),
+        namespaces: Some(&bundled),
         grant: Some(&bound.grant),
     };
-    // The namespaces were checked before the Grant, and the bundle must bind in exactly those.
+    // The namespaces were checked before the Grant, and the bundle must bind in exactly the
+    // Grant's (those it held and those asked for).
     let ask = async |checked: &CheckedBundle, ctx: &mut Context| {
         set(
             stage,
@@ -318,6 +351,37 @@ async fn bind_steps(
         undo.after(e).await
     })
     .await
+}
+
+/// What the bind will do to the Grant, for `--dry-run`.
+fn grant_change(held: Option<&str>, before: &[String], after: &[String]) -> String {
+    match held {
+        None if after.is_empty() => "A new Grant.".to_string(),
+        None => format!("A new Grant for namespaces {}.", after.join(",")),
+        Some(grant) if before == after => format!("Grant {grant} unchanged (namespaces {}).", after.join(",")),
+        Some(grant) => format!(
+            "Grant {grant}: namespaces {} -> {} (a bind only adds: `kbind unbind --namespace` lets one go).",
+            before.join(","),
+            after.join(",")
+        ),
+    }
+}
+
+/// What the bind did to the Grant, as the gateway said (or, from an older gateway, as known).
+fn bind_outcome(bound: &kbind_api::service::BindResponse, held: bool, before: &[String], after: &[String]) -> String {
+    use kbind_api::service::BindOutcome;
+    let grant = &bound.grant;
+    match bound.outcome {
+        Some(BindOutcome::Created) => format!("Grant {grant} created"),
+        Some(BindOutcome::Unchanged) => format!("Grant {grant} unchanged"),
+        Some(BindOutcome::Updated) => format!(
+            "Grant {grant} updated: namespaces {} -> {}",
+            before.join(","),
+            after.join(",")
+        ),
+        None if held => format!("Grant {grant} updated"),
+        None => format!("Grant {grant} created"),
+    }
 }
 
 /// Revokes the Grant a failed bind created (not one the cluster held before), and says so.

@@ -96,6 +96,17 @@ impl Gateway {
         decode(send(req, &self.base).await?, &self.base).await
     }
 
+    /// `DELETE /api/v1/grants/<name>/namespaces/<namespace>`: the Grant stops covering it.
+    pub async fn drop_namespace(&self, grant: &str, namespace: &str) -> Result<()> {
+        let url = format!("{}{}/{grant}/namespaces/{namespace}", self.base, path::GRANTS);
+        let response = send(self.authed(self.http.delete(url)), &self.base).await?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(api_error(response, &self.base).await)
+        }
+    }
+
     /// `DELETE /api/v1/grants/<name>`.
     pub async fn revoke(&self, grant: &str) -> Result<()> {
         let req = self.authed(self.http.delete(format!("{}{}/{grant}", self.base, path::GRANTS)));

@@ -45,6 +45,16 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
         )));
     }
     let all = bindings(&client).await?;
+    if !args.namespaces.is_empty() {
+        let mine = all.into_iter().filter(|(c, _)| *c == name).map(|(_, b)| b).collect();
+        let narrowing = Narrowing {
+            connection,
+            grant: grant.as_deref(),
+            issued_by: issued_by.as_deref(),
+            bindings: mine,
+        };
+        return narrowing.run(args, gateway, &client, ctx).await;
+    }
     let (mine, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(c, _)| *c == name);
     let mine: Vec<BindingRef> = mine.into_iter().map(|(_, b)| b).collect();
     let secret = deletable_secret(&client, connection, grant.as_deref(), &connections).await?;
@@ -366,5 +376,168 @@ mod tests {
             "message": "the provider cannot be reached"}),
         );
         assert!(credential_refused(&unreachable).is_none());
+    }
+}
+
+/// `kbind unbind <connection> --namespace NS`: lets some namespaces of a Connection go. The
+/// consumer side goes first — the Bindings are deleted and waited for, so the konnector drains
+/// their copies with a credential that still covers them — and only then does the Grant stop
+/// covering the namespaces, at the gateway that issued it.
+struct Narrowing<'a> {
+    connection: &'a Value,
+    grant: Option<&'a str>,
+    issued_by: Option<&'a str>,
+    bindings: Vec<BindingRef>,
+}
+
+impl Narrowing<'_> {
+    async fn run(
+        self,
+        args: &UnbindArgs,
+        gateway: Option<&str>,
+        client: &kbind_cluster::KubeClusterClient,
+        ctx: &mut Context,
+    ) -> Result<()> {
+        let name = self.connection["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let in_namespace = |b: &BindingRef, ns: &str| b.kind == "Binding" && b.namespace.as_deref() == Some(ns);
+        let mut going = Vec::new();
+        for ns in &args.namespaces {
+            match self.bindings.iter().find(|b| in_namespace(b, ns)) {
+                Some(binding) => going.push(binding),
+                None => {
+                    return Err(CliError::Usage(format!(
+                        "Connection {name} has no Binding in namespace {ns}; `kbind status` lists its bindings"
+                    )));
+                }
+            }
+        }
+        if self.bindings.len() == going.len() {
+            return Err(CliError::Usage(format!(
+                "those are all of Connection {name}'s bindings: run `kbind unbind {name}` to unbind it whole (and revoke its Grant)"
+            )));
+        }
+        let mut rows = Vec::new();
+        for binding in &going {
+            for (res, object) in served_objects(client, binding).await? {
+                rows.push(row(&res.kind, &object));
+            }
+        }
+        rows.sort();
+        rows.dedup();
+        let listing = if rows.is_empty() {
+            "No synced objects: nothing is deleted on the provider.\n".to_string()
+        } else {
+            table(&["KIND", "NAMESPACE", "NAME"], rows)
+        };
+        let here: Vec<Vec<String>> = going.iter().map(|b| row(&b.kind, &b.object)).collect();
+        emit(
+            &mut ctx.stdout,
+            &format!(
+                "Letting namespace(s) {} of Connection {name} go: the konnector deletes these objects' copies on the provider:\n{listing}\
+                 On this cluster:\n{}The Connection and its other namespaces stay; then the Grant{} stops covering {}.\n",
+                args.namespaces.join(","),
+                table(&["KIND", "NAMESPACE", "NAME"], here),
+                self.grant.map(|g| format!(" {g}")).unwrap_or_default(),
+                args.namespaces.join(",")
+            ),
+        )?;
+        confirm(
+            &format!(
+                "Let namespace(s) {} of Connection {name} go?",
+                args.namespaces.join(",")
+            ),
+            args.yes,
+            ctx,
+        )?;
+        let mut awaited = Vec::new();
+        for binding in &going {
+            consumer::delete(client, "Binding", binding.namespace.as_deref(), &binding.name).await?;
+            awaited.push(Awaited {
+                kind: "Binding".into(),
+                namespace: binding.namespace.clone(),
+                name: binding.name.clone(),
+            });
+        }
+        // The drain needs the namespaces covered: the Grant narrows only once they are gone.
+        let mut reporter = Reporter::new(&mut *ctx.stderr, ctx.interactive);
+        consumer::wait_gone(client, &awaited, args.timeout, &mut reporter).await?;
+        drop(reporter);
+        self.forget_namespaces(client, &args.namespaces).await?;
+        emit(
+            &mut ctx.stdout,
+            &format!(
+                "Namespace(s) {} of Connection {name} let go.\n",
+                args.namespaces.join(",")
+            ),
+        )?;
+        let Some(grant) = self.grant else {
+            return Ok(());
+        };
+        let session = match session(gateway, ctx) {
+            Ok(session) => session,
+            Err(CliError::Unauthorized(_)) => {
+                return emit(
+                    &mut ctx.stdout,
+                    &format!(
+                        "Not logged in: Grant {grant} still covers {} until you log in and run this again, or revoke it.\n",
+                        args.namespaces.join(",")
+                    ),
+                );
+            }
+            Err(e) => return Err(e),
+        };
+        if self.issued_by != Some(origin::of_url(session.base())?.as_str()) {
+            return emit(
+                &mut ctx.stdout,
+                &format!(
+                    "Grant {grant} was not issued through {}: it still covers {} there (log in to its gateway and run this again).\n",
+                    session.base(),
+                    args.namespaces.join(",")
+                ),
+            );
+        }
+        for ns in &args.namespaces {
+            session.drop_namespace(grant, ns).await?;
+        }
+        emit(
+            &mut ctx.stdout,
+            &format!(
+                "Grant {grant} no longer covers {} at {}.\n",
+                args.namespaces.join(","),
+                session.base()
+            ),
+        )
+    }
+
+    /// Takes `namespaces` off the Connection's `binding-namespaces` annotation, so the konnector
+    /// refuses a Binding there from now on.
+    async fn forget_namespaces(&self, client: &kbind_cluster::KubeClusterClient, namespaces: &[String]) -> Result<()> {
+        let name = self.connection["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(allowed) = self.connection["metadata"]["annotations"][annotation::BINDING_NAMESPACES].as_str() else {
+            return Ok(());
+        };
+        if allowed == kbind_api::consts::BINDING_NAMESPACES_ALL {
+            return Ok(());
+        }
+        let kept: Vec<&str> = allowed
+            .split(',')
+            .map(str::trim)
+            .filter(|ns| !ns.is_empty() && !namespaces.iter().any(|n| n == ns))
+            .collect();
+        let patch = json!({"metadata": {"annotations": {annotation::BINDING_NAMESPACES: kept.join(",")}}});
+        client
+            .patch(
+                &consumer::resource_of("Connection"),
+                None,
+                name,
+                &Patch::Merge(patch),
+                &PatchParams::default(),
+            )
+            .await
+            .map_err(|e| consumer_error(&format!("cannot update Connection {name}"), e))?;
+        Ok(())
     }
 }

@@ -545,3 +545,85 @@ fn which(program: &str) -> Option<PathBuf> {
         .map(|d| d.join(program))
         .find(|p| p.is_file())
 }
+
+/// Issue 38 item 1: a second bind adds its namespace to the Grant, and the live binding of the
+/// first keeps working (a spec change in team-a still reaches the provider); `--dry-run` shows
+/// the Grant's namespaces before and after; the CLI says "updated", not "created". Narrowing
+/// is `kbind unbind --namespace`, which drains the Binding first and then narrows the Grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_bind_adds_a_namespace_and_narrowing_drains_first() {
+    let world = World::new().await;
+    let lines = world.lines.clone();
+    let gw = world.gateway.clone();
+    let c = &world.consumer.client;
+    c.create(
+        &erase::<Namespace>(),
+        None,
+        &object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})),
+        &Default::default(),
+    )
+    .await
+    .expect("namespace team-b");
+    let _konnector = world.konnector();
+    assert_code(
+        &world.kbind(&["login", &gw, "--token", TOKEN]).await,
+        0,
+        "login",
+        &lines,
+    );
+    let run = eventually("the first bind", &lines, async || {
+        let run = world.kbind(&["bind", "widgets", "-n", TEAM, "--yes"]).await;
+        (run.code == 0).then_some(run)
+    })
+    .await;
+    assert!(run.stderr.contains("created"), "{}", run.stderr);
+    world.create_widget("w1").await;
+
+    let run = world.kbind(&["bind", "widgets", "-n", "team-b", "--dry-run"]).await;
+    assert_code(&run, 0, "dry run of a second bind", &lines);
+    assert!(
+        run.stdout.contains(&format!("namespaces {TEAM} -> {TEAM},team-b")),
+        "{}",
+        run.stdout
+    );
+    let run = world.kbind(&["bind", "widgets", "-n", "team-b", "--yes"]).await;
+    assert_code(&run, 0, "the second bind", &lines);
+    assert!(
+        run.stderr.contains("updated") && run.stderr.contains(&format!("{TEAM} -> {TEAM},team-b")),
+        "{}",
+        run.stderr
+    );
+    // The team-a binding still works: a spec change reaches the provider.
+    let patch = json!({"spec": {"size": 7}});
+    c.patch(
+        &widgets(),
+        Some(TEAM),
+        "w1",
+        &kbind_cluster::Patch::Merge(patch),
+        &Default::default(),
+    )
+    .await
+    .expect("widget patched");
+    let p = &world.provider.client;
+    eventually("the change in team-a reaches the provider", &lines, async || {
+        let copy = world.widget_on(p, "w1").await?;
+        (copy["spec"]["size"] == 7).then_some(())
+    })
+    .await;
+    let grants = world.kbind(&["grants", "-o", "json"]).await;
+    assert!(
+        grants.stdout.contains(TEAM) && grants.stdout.contains("team-b"),
+        "{}",
+        grants.stdout
+    );
+
+    // Narrowing: team-a's Binding drains (the copy goes while the Grant still covers it), then
+    // the Grant covers team-b only.
+    let run = world.kbind(&["unbind", "widgets", "--namespace", TEAM, "--yes"]).await;
+    assert_code(&run, 0, "unbind --namespace", &lines);
+    assert!(run.stdout.contains("no longer covers"), "{}", run.stdout);
+    assert!(world.widget_on(p, "w1").await.is_none(), "the drain removed the copy");
+    let grants = world.kbind(&["grants", "-o", "json"]).await;
+    let list: Value = serde_json::from_str(&grants.stdout).expect("JSON");
+    assert_eq!(list["grants"][0]["namespaces"], json!(["team-b"]), "{}", grants.stdout);
+}
