@@ -47,6 +47,30 @@ impl RealStage {
     }
 }
 
+impl RealStage {
+    /// Sets the verbs the konnector's provider ClusterRole (`provider_rbac()`) grants on widgets.
+    async fn set_widget_verbs(&self, verbs: &[&str]) {
+        let roles = erase::<k8s_openapi::api::rbac::v1::ClusterRole>();
+        let mut role = self
+            .world
+            .provider
+            .get(&roles, None, "kbind-konnector")
+            .await
+            .expect("the konnector's provider ClusterRole");
+        let rules = role.data["rules"].as_array_mut().expect("rules");
+        for rule in rules.iter_mut() {
+            if rule["apiGroups"] == json!(["example.org"]) {
+                rule["verbs"] = json!(verbs);
+            }
+        }
+        self.world
+            .provider
+            .replace(&roles, None, "kbind-konnector", &role, &Default::default())
+            .await
+            .expect("the ClusterRole updated");
+    }
+}
+
 impl Stage for RealStage {
     fn backend(&self) -> &'static str {
         "real"
@@ -117,6 +141,17 @@ impl Stage for RealStage {
         for rbac in grant("kbind-namespace-removal", None, provider_subject(1), rules) {
             create(&self.world.provider, rbac).await;
         }
+    }
+
+    async fn refuse_widget_watches(&mut self) {
+        self.set_widget_verbs(&["get", "create", "update", "patch", "delete"]).await;
+        // An open watch outlives an RBAC change: the proxy drops it, so it must be opened again.
+        self.proxy.drop_connections();
+    }
+
+    async fn allow_widget_watches(&mut self) {
+        self.set_widget_verbs(&["get", "list", "watch", "create", "update", "patch", "delete"])
+            .await;
     }
 
     async fn partition(&mut self) {
@@ -240,4 +275,13 @@ async fn provider_namespace_removal() {
         return;
     };
     told::provider_namespace_removal(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_syncer_that_cannot_watch_says_so() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_a_syncer_that_cannot_watch_says_so").await else {
+        return;
+    };
+    told::a_syncer_that_cannot_watch_says_so(&mut stage).await;
 }

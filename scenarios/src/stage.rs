@@ -68,6 +68,13 @@ pub trait Stage {
     /// takes (read every namespaced resource, delete namespaces); least privilege leaves it out.
     fn allow_namespace_removal(&mut self) -> impl Future<Output = ()>;
 
+    /// The provider refuses the konnector's lists and watches of widgets from now on (RBAC on
+    /// real servers) and drops the watches it has open, so they must be opened again.
+    fn refuse_widget_watches(&mut self) -> impl Future<Output = ()>;
+
+    /// Ends [`Stage::refuse_widget_watches`].
+    fn allow_widget_watches(&mut self) -> impl Future<Output = ()>;
+
     /// Cuts the provider off from the konnector.
     fn partition(&mut self) -> impl Future<Output = ()>;
 
@@ -167,6 +174,22 @@ impl Stage for FakeStage {
 
     async fn allow_namespace_removal(&mut self) {
         // The fake stage's credential is the provider's admin token already.
+    }
+
+    async fn refuse_widget_watches(&mut self) {
+        let provider = self.world.provider("acme");
+        for verb in ["list", "watch"] {
+            provider.inject_error(fakeapi::ErrorRule::new(
+                Some(verb),
+                Some("widgets"),
+                fakeapi::InjectedError::Forbidden,
+            ));
+        }
+        provider.drop_watches();
+    }
+
+    async fn allow_widget_watches(&mut self) {
+        self.world.provider("acme").clear_errors();
     }
 
     async fn partition(&mut self) {

@@ -277,3 +277,48 @@ pub async fn connection_loss(stage: &mut impl Stage) {
     })
     .await;
 }
+
+/// Issue 38 item 2: a syncer that cannot list or watch its API on the provider says so — the
+/// API's `Synced` turns `WatchFailed` naming the side and the answer, the binding is not Ready —
+/// and turns Ready again once the provider lets it watch; a widget created then syncs.
+pub async fn a_syncer_that_cannot_watch_says_so(stage: &mut impl Stage) {
+    let consumer = stage.consumer();
+    let binding = stage.cluster_binding();
+    let (c, b) = (&consumer, binding);
+    stage
+        .eventually("the binding is Ready", || async move { binding_ready(c.as_ref(), b).await.then_some(()) })
+        .await;
+    stage.refuse_widget_watches().await;
+    let message = stage
+        .eventually("the API says its provider watch fails", || async move {
+            let binding: ClusterBinding = c.get_typed_opt(None, b).await.ok().flatten()?;
+            let api = binding.status?.bound_apis.into_iter().find(|a| a.name == "widgets.example.org")?;
+            let synced = conditions::find(&api.conditions, condition::SYNCED)?.clone();
+            (synced.reason == reason::WATCH_FAILED).then_some(synced.message)
+        })
+        .await;
+    assert!(
+        message.contains("widgets.example.org on the provider failed") && message.contains("403"),
+        "{}: {message}",
+        stage.backend()
+    );
+    assert!(
+        !binding_ready(consumer.as_ref(), binding).await,
+        "{}: Ready while the syncer cannot watch",
+        stage.backend()
+    );
+    stage.allow_widget_watches().await;
+    stage
+        .eventually("the binding is Ready again", || async move {
+            binding_ready(c.as_ref(), b).await.then_some(())
+        })
+        .await;
+    create_widget(stage, consumer.as_ref(), "after-the-refusal", json!({"size": 1})).await;
+    let provider = stage.provider();
+    let p = &provider;
+    stage
+        .eventually("the widget reaches the provider", || async move {
+            get(p.as_ref(), "after-the-refusal").await.map(|_| ())
+        })
+        .await;
+}

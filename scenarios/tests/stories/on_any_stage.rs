@@ -65,3 +65,9 @@ async fn provider_namespace_removal() {
     let mut stage = FakeStage::bound("on_any_stage::provider_namespace_removal", seed_from_env(80)).await;
     told::provider_namespace_removal(&mut stage).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_syncer_that_cannot_watch_says_so() {
+    let mut stage = FakeStage::bound("on_any_stage::a_syncer_that_cannot_watch_says_so", seed_from_env(3802)).await;
+    told::a_syncer_that_cannot_watch_says_so(&mut stage).await;
+}
