@@ -351,34 +351,6 @@ fn find_connection<'a>(connections: &'a [Value], target: &str) -> Result<&'a Val
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with(condition: Value) -> Value {
-        json!({"status": {"conditions": [condition]}})
-    }
-
-    #[test]
-    fn a_refused_credential_is_recognised_in_old_and_new_conditions() {
-        let new = with(json!({"type": "Connected", "status": "False", "reason": "Unauthorized",
-            "message": "the provider refuses the credentials (HTTP 401)"}));
-        assert!(credential_refused(&new).is_some_and(|w| w.contains("Unauthorized")));
-        let old = with(
-            json!({"type": "PermissionDenied", "status": "True", "reason": "Forbidden",
-            "message": "the provider did not accept the credentials (401 Unauthorized)"}),
-        );
-        assert!(credential_refused(&old).is_some());
-        let fine = with(json!({"type": "Connected", "status": "True", "reason": "AsExpected", "message": ""}));
-        assert!(credential_refused(&fine).is_none());
-        let unreachable = with(
-            json!({"type": "Connected", "status": "False", "reason": "ProviderUnreachable",
-            "message": "the provider cannot be reached"}),
-        );
-        assert!(credential_refused(&unreachable).is_none());
-    }
-}
-
 /// `kbind unbind <connection> --namespace NS`: lets some namespaces of a Connection go. The
 /// consumer side goes first — the Bindings are deleted and waited for, so the konnector drains
 /// their copies with a credential that still covers them — and only then does the Grant stop
@@ -539,5 +511,33 @@ impl Narrowing<'_> {
             .await
             .map_err(|e| consumer_error(&format!("cannot update Connection {name}"), e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(condition: Value) -> Value {
+        json!({"status": {"conditions": [condition]}})
+    }
+
+    #[test]
+    fn a_refused_credential_is_recognised_in_old_and_new_conditions() {
+        let new = with(json!({"type": "Connected", "status": "False", "reason": "Unauthorized",
+            "message": "the provider refuses the credentials (HTTP 401)"}));
+        assert!(credential_refused(&new).is_some_and(|w| w.contains("Unauthorized")));
+        let old = with(
+            json!({"type": "PermissionDenied", "status": "True", "reason": "Forbidden",
+            "message": "the provider did not accept the credentials (401 Unauthorized)"}),
+        );
+        assert!(credential_refused(&old).is_some());
+        let fine = with(json!({"type": "Connected", "status": "True", "reason": "AsExpected", "message": ""}));
+        assert!(credential_refused(&fine).is_none());
+        let unreachable = with(
+            json!({"type": "Connected", "status": "False", "reason": "ProviderUnreachable",
+            "message": "the provider cannot be reached"}),
+        );
+        assert!(credential_refused(&unreachable).is_none());
     }
 }

@@ -409,7 +409,7 @@ pub fn describe(err: &WatcherError) -> String {
             Some(seam) => with_code(seam),
             None => Error::Transport(boxed.to_string()).to_string(),
         },
-        kube::Error::Api(status) => with_code(&Error::from_status(&status.as_ref().clone().into())),
+        kube::Error::Api(status) => with_code(&Error::from_status(status)),
         other => other.to_string(),
     }
 }

@@ -144,7 +144,8 @@ impl Stage for RealStage {
     }
 
     async fn refuse_widget_watches(&mut self) {
-        self.set_widget_verbs(&["get", "create", "update", "patch", "delete"]).await;
+        self.set_widget_verbs(&["get", "create", "update", "patch", "delete"])
+            .await;
         // An open watch outlives an RBAC change: the proxy drops it, so it must be opened again.
         self.proxy.drop_connections();
     }

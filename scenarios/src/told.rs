@@ -286,13 +286,19 @@ pub async fn a_syncer_that_cannot_watch_says_so(stage: &mut impl Stage) {
     let binding = stage.cluster_binding();
     let (c, b) = (&consumer, binding);
     stage
-        .eventually("the binding is Ready", || async move { binding_ready(c.as_ref(), b).await.then_some(()) })
+        .eventually("the binding is Ready", || async move {
+            binding_ready(c.as_ref(), b).await.then_some(())
+        })
         .await;
     stage.refuse_widget_watches().await;
     let message = stage
         .eventually("the API says its provider watch fails", || async move {
             let binding: ClusterBinding = c.get_typed_opt(None, b).await.ok().flatten()?;
-            let api = binding.status?.bound_apis.into_iter().find(|a| a.name == "widgets.example.org")?;
+            let api = binding
+                .status?
+                .bound_apis
+                .into_iter()
+                .find(|a| a.name == "widgets.example.org")?;
             let synced = conditions::find(&api.conditions, condition::SYNCED)?.clone();
             (synced.reason == reason::WATCH_FAILED).then_some(synced.message)
         })
