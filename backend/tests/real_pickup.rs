@@ -50,6 +50,11 @@ async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str
 
 /// Starts a gateway replica and returns it with the address it logged.
 async fn replica(env: &TestEnv, dir: &std::path::Path, name: &str) -> (Child, SocketAddr) {
+    replica_with(env, dir, name, &[]).await
+}
+
+/// [`replica`] with `extra` flags (`--issuer`: the real issuer in the same process).
+async fn replica_with(env: &TestEnv, dir: &std::path::Path, name: &str, extra: &[&str]) -> (Child, SocketAddr) {
     let cluster = env.cluster(0);
     let ca = cluster
         .kubeconfig(User::Admin)
@@ -77,6 +82,7 @@ async fn replica(env: &TestEnv, dir: &std::path::Path, name: &str) -> (Child, So
             "--log-format=json",
             "--log-level=info",
         ])
+        .args(extra)
         .env_remove("KUBECONFIG")
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
@@ -129,11 +135,9 @@ where
     .unwrap_or_else(|_| panic!("{what} did not happen within {DEADLINE:?}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bundle() {
-    let Some(env) = TestEnv::start_or_skip(1).await.expect("the test environment starts") else {
-        return;
-    };
+/// What the provider's admin does once on the real apiserver: kbind's namespaces, the backend's
+/// CRDs, the exported widgets CRD and the `widgets` Export; the admin client.
+async fn offer(env: &TestEnv) -> Arc<dyn ClusterClient> {
     let kube = env.cluster(0).client(User::Admin).await.expect("an admin client");
     let admin: Arc<dyn ClusterClient> = Arc::new(KubeClusterClient::new(kube));
     let ns_res = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
@@ -177,6 +181,15 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
         }
     })
     .await;
+    admin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bundle() {
+    let Some(env) = TestEnv::start_or_skip(1).await.expect("the test environment starts") else {
+        return;
+    };
+    let admin = offer(&env).await;
     let _controller = spawn_controller(admin.clone(), Arc::new(SystemClock));
 
     let dir = tempfile::tempdir().unwrap();
@@ -274,4 +287,100 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
             .unwrap();
         assert!(status.success(), "{name} exited with {status}");
     }
+}
+
+/// The kubeconfig of a picked-up bundle (YAML documents) as a client.
+async fn issued_client(bundle: &str) -> KubeClusterClient {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(bundle).unwrap_or_else(|e| panic!("{e}: {bundle}"));
+    let kubeconfig = docs[0]["stringData"]["kubeconfig"]
+        .as_str()
+        .expect("the Secret carries a kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    KubeClusterClient::from_config(config).unwrap()
+}
+
+/// Issue 38 item 1 on a real kube-apiserver with the real issuer: a second bind of the same
+/// Export for another namespace adds it to the Grant, and the credential the first bind issued
+/// keeps working in the first namespace (before, the Grant's namespaces were replaced and the
+/// live binding lost its Role at once). Narrowing is its own call, after which the credential
+/// is refused there and still works in the other namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_bind_keeps_the_first_namespace_working_and_narrowing_is_explicit() {
+    let Some(env) = TestEnv::start_or_skip(1).await.expect("the test environment starts") else {
+        return;
+    };
+    let _admin = offer(&env).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tokens.csv"),
+        "alice-secret-token-0123456789abcdef,alice\n",
+    )
+    .unwrap();
+    let (_gateway, addr) = replica_with(&env, dir.path(), "gateway with issuer", &["--issuer"]).await;
+    let auth = [
+        ("Authorization", "Bearer alice-secret-token-0123456789abcdef"),
+        ("Content-Type", "application/json"),
+    ];
+    let bind = |ns: &str| json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": [ns]}).to_string();
+    let (status, reply) = http(addr, "POST", "/api/v1/bind", &auth, &bind("team-a")).await;
+    assert_eq!(status, 201, "{reply}");
+    let first: BindResponse = serde_json::from_str(&reply).unwrap();
+    assert_eq!(first.outcome, Some(kbind_api::service::BindOutcome::Created));
+    let path = first.pickup_url.strip_prefix("http://kbind.test").unwrap().to_string();
+    let (status, bundle) = http(addr, "GET", &path, &[], "").await;
+    assert_eq!(status, 200, "{bundle}");
+    let issued = issued_client(&bundle).await;
+    let widgets = ApiResource {
+        group: "example.org".into(),
+        version: "v1".into(),
+        api_version: "example.org/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let lists = |ns: &'static str| {
+        let (issued, widgets) = (issued.clone(), widgets.clone());
+        async move { issued.list(&widgets, Some(ns), &Default::default()).await }
+    };
+    // The apiserver's RBAC cache follows new Roles within moments.
+    eventually("the first bind's credential to work in team-a", || async {
+        lists("team-a").await.is_ok()
+    })
+    .await;
+
+    let (status, reply) = http(addr, "POST", "/api/v1/bind", &auth, &bind("team-b")).await;
+    assert_eq!(status, 201, "{reply}");
+    let second: BindResponse = serde_json::from_str(&reply).unwrap();
+    assert_eq!(second.outcome, Some(kbind_api::service::BindOutcome::Updated));
+    assert_eq!(
+        second.namespaces,
+        Some(vec!["team-a".to_string(), "team-b".to_string()])
+    );
+    eventually("the credential to reach team-b", || async {
+        lists("team-b").await.is_ok()
+    })
+    .await;
+    assert!(
+        lists("team-a").await.is_ok(),
+        "the second bind left the first namespace's binding working"
+    );
+
+    let (status, reply) = http(
+        addr,
+        "DELETE",
+        &format!("/api/v1/grants/{}/namespaces/team-a", first.grant),
+        &auth,
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    eventually("the credential to be refused in team-a", || async {
+        matches!(lists("team-a").await, Err(kbind_cluster::Error::Forbidden { .. }))
+    })
+    .await;
+    assert!(lists("team-b").await.is_ok(), "team-b still works");
 }
