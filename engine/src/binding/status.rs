@@ -140,6 +140,14 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
         Observed::not(report.connected.reason, report.connected.message.clone())
     } else if !synced.holds() {
         Observed::not(synced.reason, synced.message.clone())
+    } else if !report.related.failing.is_empty() {
+        let mut failing = report.related.failing.clone();
+        failing.sort();
+        failing.dedup();
+        Observed::not(
+            reason::WATCH_FAILED,
+            format!("related resources are not followed: {}; retried", failing.join("; ")),
+        )
     } else if denied.holds() {
         Observed::not(reason::FORBIDDEN, denied.message.clone())
     } else {

@@ -116,6 +116,8 @@ pub struct RelatedReport {
     /// Copies of this binding that the pass found (before collecting), on both sides; a side
     /// that may not be listed counts none (nothing there is collected either).
     pub owned: usize,
+    /// Lists or watches of related kinds that keep failing, in words (sorted, unique).
+    pub failing: Vec<String>,
 }
 
 /// Errors of related-resource copying; they name objects, never their content.

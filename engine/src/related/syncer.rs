@@ -62,6 +62,8 @@ pub(crate) struct Tally {
     denied: BTreeMap<Key, String>,
     /// Refused lists (per-namespace watches the credentials may not open).
     refused: BTreeSet<String>,
+    /// Lists or watches that keep failing, in words.
+    failing: BTreeSet<String>,
     /// Copies of this binding in the target stores.
     owned: BTreeSet<Key>,
     removed: usize,
@@ -85,11 +87,12 @@ impl Tally {
     }
 
     /// What the binding's status shows of it (a change of this wakes the binding).
-    fn visible(&self) -> (usize, Vec<(Key, &'static str)>, BTreeSet<String>) {
+    fn visible(&self) -> (usize, Vec<(Key, &'static str)>, BTreeSet<String>, BTreeSet<String>) {
         (
             self.copied.len(),
             self.conflicts.iter().map(|(k, r)| (k.clone(), *r)).collect(),
             self.denied_set(),
+            self.failing.clone(),
         )
     }
 
@@ -105,6 +108,7 @@ impl Tally {
             .extend(self.conflicts.iter().map(|(k, r)| (describe(res, k), r.to_string())));
         denied.extend(self.denied_set());
         report.removed += self.removed;
+        report.failing.extend(self.failing.iter().cloned());
         // Until the first converge it is unknown whether copies exist: count one.
         report.owned += if self.converged { self.owned.len() } else { 1 };
     }
@@ -233,6 +237,8 @@ impl Todo {
                 self.keys.insert(key_of(&obj));
             }
             Change::Everything => self.everything = true,
+            // Nothing to look at: the pass after it records how the stores follow their sides.
+            Change::Health => {}
             Change::Closed => return false,
         }
         true
@@ -360,6 +366,7 @@ impl Syncer {
                 } else {
                     target.denied()
                 };
+                tally.failing = source.failing().into_iter().chain(target.failing()).collect();
                 tally.visible()
             };
             if before != after {

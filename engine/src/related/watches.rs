@@ -23,6 +23,8 @@ pub(crate) enum Change {
     Everything,
     /// The cache stopped (the provider was disengaged): nothing will come any more.
     Closed,
+    /// A store's list or watch started failing, failed again, or works again.
+    Health,
 }
 
 /// Whether a list of a kind is allowed: cluster-wide (`namespace` `None`) or in one namespace.
@@ -105,6 +107,23 @@ impl SideStores {
         self.refused.clear();
     }
 
+    /// The followed stores whose list or watch fails, in words: every failure before a store's
+    /// first list, from the second in a row after it (one failed restart is a blink).
+    pub(crate) fn failing(&self) -> BTreeSet<String> {
+        self.stores
+            .values()
+            .filter_map(|store| {
+                let f = store.failure()?;
+                (!store.is_synced() || f.in_a_row >= 2).then(|| {
+                    format!(
+                        "{} {} on the {} failed: {}",
+                        f.verb, self.res.plural, self.side, f.cause
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// The refused lists, as `"<verb> <resource>"`.
     pub(crate) fn denied(&self) -> BTreeSet<String> {
         self.refused.values().cloned().collect()
@@ -153,24 +172,15 @@ impl SideStores {
     }
 }
 
-/// The next event that is about objects: a store's health says nothing about them.
-async fn next_change(events: &mut broadcast::Receiver<CacheEvent>) -> Result<CacheEvent, broadcast::error::RecvError> {
-    loop {
-        match events.recv().await {
-            Ok(CacheEvent::Health) => continue,
-            other => return other,
-        }
-    }
-}
-
 /// One store's events as changes. A subscriber that fell behind lost events it cannot get
 /// back, among them perhaps a delete nothing else reports: only a full look recovers them.
 fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = Change> + Send + 'static {
     futures::stream::unfold(Some(events), |events| async move {
         let mut events = events?;
-        let change = match next_change(&mut events).await {
+        let change = match events.recv().await {
             Ok(CacheEvent::Applied(obj) | CacheEvent::Deleted(obj)) => Change::Object(obj),
-            Ok(CacheEvent::Relisted | CacheEvent::Health) => Change::Everything,
+            Ok(CacheEvent::Relisted) => Change::Everything,
+            Ok(CacheEvent::Health) => Change::Health,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(
                     missed,

@@ -424,3 +424,75 @@ async fn copied_both_ways(world: &mut World, what: &str) {
         })
         .await;
 }
+
+/// Issue 38 item 2 for related resources: a provider ConfigMap watch that keeps failing turns
+/// the binding not Ready with `WatchFailed` naming the kind, the side and the answer; once the
+/// provider answers again the binding is Ready and the related copy arrives.
+#[tokio::test(start_paused = true)]
+async fn a_related_watch_that_keeps_failing_is_said_and_heals() {
+    let (mut world, _cred) = bound_world("a_related_watch_that_keeps_failing_is_said_and_heals", 3803).await;
+    let consumer = world.consumer().admin_client();
+    let provider = world.provider("acme").admin_client();
+    create_widget(&world, "default", "w1", json!({"size": 1})).await;
+    for verb in ["list", "watch"] {
+        world.provider("acme").inject_error(fakeapi::ErrorRule::new(
+            Some(verb),
+            Some("configmaps"),
+            fakeapi::InjectedError::Internal,
+        ));
+    }
+    consumer
+        .patch(
+            &cluster_bindings(),
+            None,
+            "acme",
+            &Patch::Merge(json!({"spec": {"relatedResources": [
+                {"group": "", "resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["endpoints"]}},
+            ]}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("related resources added");
+    world
+        .run_until_async("the binding says its related watch fails", 120, |w| {
+            async move {
+                binding_condition(w, condition::READY).await
+                    == Some(("False".to_string(), reason::WATCH_FAILED.to_string()))
+            }
+            .boxed()
+        })
+        .await;
+    let status = cluster_binding(&world, "acme")
+        .await
+        .and_then(|b| b.status)
+        .expect("a status");
+    let ready = conditions::find(&status.conditions, condition::READY).expect("Ready");
+    assert!(
+        ready.message.contains("configmaps on the provider failed") && ready.message.contains("500"),
+        "{}",
+        ready.message
+    );
+    world.provider("acme").clear_errors();
+    create(
+        &provider,
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "endpoints", "namespace": "default"}, "data": {"url": "https://db.acme"}}),
+    )
+    .await;
+    world
+        .run_until_async("the binding is Ready again", 120, |w| {
+            story::binding_ready(w, "acme").boxed()
+        })
+        .await;
+    world
+        .run_until_async("the related ConfigMap arrives", 120, |w| {
+            async move {
+                w.consumer_get(&configmaps(), Some("default"), "endpoints")
+                    .await
+                    .is_some()
+            }
+            .boxed()
+        })
+        .await;
+}
