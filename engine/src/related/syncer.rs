@@ -87,7 +87,7 @@ impl Tally {
     }
 
     /// What the binding's status shows of it (a change of this wakes the binding).
-    fn visible(&self) -> (usize, Vec<(Key, &'static str)>, BTreeSet<String>, BTreeSet<String>) {
+    fn visible(&self) -> Visible {
         (
             self.copied.len(),
             self.conflicts.iter().map(|(k, r)| (k.clone(), *r)).collect(),
@@ -113,6 +113,9 @@ impl Tally {
         report.owned += if self.converged { self.owned.len() } else { 1 };
     }
 }
+
+/// What of a tally the binding's status shows: copies, conflicts, refusals, failing watches.
+type Visible = (usize, Vec<(Key, &'static str)>, BTreeSet<String>, BTreeSet<String>);
 
 /// The tally a syncer and the registry share.
 pub(crate) type SharedTally = Arc<Mutex<Tally>>;
