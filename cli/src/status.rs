@@ -254,10 +254,24 @@ fn served_by_text(served: &[Served]) -> String {
         })
         .collect();
     let apis: std::collections::BTreeSet<&str> = served.iter().map(|s| s.api.as_str()).collect();
-    format!(
+    let mut text = format!(
         "\nSERVED BY\n{}Each object's Connection: kubectl get {} -A -L {}\n",
         table(&["API", "NAMESPACE", "CONNECTION", "BINDING", "STATE"], rows),
         apis.into_iter().collect::<Vec<_>>().join(","),
         placement::CONNECTION_LABEL
-    )
+    );
+    // A name longer than a label value is labelled with its hash: say which, or the column
+    // above would show a value no Connection is called.
+    let connections: std::collections::BTreeSet<&str> = served.iter().map(|s| s.connection.as_str()).collect();
+    for connection in connections {
+        let value = placement::connection_label(connection);
+        if value != connection {
+            text.push_str(&format!(
+                "Connection {connection} labels its objects {}={value} (its name is no label value; the full name is in annotation {})\n",
+                placement::CONNECTION_LABEL,
+                kbind_api::consts::annotation::CONNECTION
+            ));
+        }
+    }
+    text
 }
