@@ -71,7 +71,7 @@ fn key_errors(key: &str) -> Vec<String> {
             errors.push("prefix part must be non-empty".to_string());
         } else {
             if prefix.len() > MAX_PREFIX {
-                errors.push(format!("prefix part must be no more than {MAX_PREFIX} characters"));
+                errors.push(format!("prefix part must be no more than {MAX_PREFIX} bytes"));
             }
             if !is_subdomain(prefix) {
                 errors.push(format!("prefix part {SUBDOMAIN_RULE}"));
@@ -81,7 +81,7 @@ fn key_errors(key: &str) -> Vec<String> {
     if name.is_empty() {
         errors.push("name part must be non-empty".to_string());
     } else if name.len() > MAX_NAME {
-        errors.push(format!("name part must be no more than {MAX_NAME} characters"));
+        errors.push(format!("name part must be no more than {MAX_NAME} bytes"));
     }
     if !is_name(name) {
         errors.push(format!("name part {NAME_RULE}"));
@@ -93,7 +93,7 @@ fn key_errors(key: &str) -> Vec<String> {
 fn value_errors(value: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if value.len() > MAX_NAME {
-        errors.push(format!("must be no more than {MAX_NAME} characters"));
+        errors.push(format!("must be no more than {MAX_NAME} bytes"));
     }
     if !value.is_empty() && !is_name(value) {
         errors.push(VALUE_RULE.to_string());
@@ -132,7 +132,7 @@ mod tests {
         let long = "v".repeat(64);
         assert_eq!(
             messages(json!({"a": long})),
-            vec![format!("Invalid value: \"{long}\": must be no more than 63 characters")]
+            vec![format!("Invalid value: \"{long}\": must be no more than 63 bytes")]
         );
         assert_eq!(messages(json!({"a": "-x"})), vec![format!("Invalid value: \"-x\": {VALUE_RULE}")]);
         assert_eq!(
@@ -148,7 +148,7 @@ mod tests {
         let name = "n".repeat(64);
         assert_eq!(
             messages(json!({name.clone(): "v"})),
-            vec![format!("Invalid value: \"{name}\": name part must be no more than 63 characters")]
+            vec![format!("Invalid value: \"{name}\": name part must be no more than 63 bytes")]
         );
         assert_eq!(
             messages(json!({"/a": "v"})),
@@ -157,7 +157,7 @@ mod tests {
         let prefix = format!("{}.example", "p".repeat(250));
         assert_eq!(
             messages(json!({format!("{prefix}/a"): "v"})),
-            vec![format!("Invalid value: \"{prefix}/a\": prefix part must be no more than 253 characters")]
+            vec![format!("Invalid value: \"{prefix}/a\": prefix part must be no more than 253 bytes")]
         );
     }
 }

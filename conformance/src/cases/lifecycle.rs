@@ -333,9 +333,9 @@ pub async fn labels_are_validated(t: &dyn Target) -> CaseResult {
         };
         let long = "v".repeat(64);
         let refused = [
-            ("long-value", "a", long.as_str(), Some("must be no more than 63 characters")),
+            ("long-value", "a", long.as_str(), Some("must be no more than 63 bytes")),
             ("bad-value", "a", "-v", None),
-            ("long-key", &*"k".repeat(64), "v", Some("name part must be no more than 63 characters")),
+            ("long-key", &*"k".repeat(64), "v", Some("name part must be no more than 63 bytes")),
             ("bad-prefix", "Example.com/a", "v", Some("prefix part")),
             ("two-slashes", "a/b/c", "v", None),
         ];
