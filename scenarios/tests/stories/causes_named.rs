@@ -8,6 +8,7 @@ use crate::story;
 use futures::FutureExt;
 use kbind_api::consts::{annotation, condition, connection_label_value, label, reason};
 use kbind_api::{ClusterBinding, conditions};
+use kbind_scenarios::apis::widgets;
 use kbind_scenarios::{ProviderOpts, World, seed_from_env};
 use serde_json::json;
 use story::*;
