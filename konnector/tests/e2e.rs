@@ -755,25 +755,6 @@ fn events_k8s_io() -> ApiResource {
     }
 }
 
-/// Points the bundle's Secret at `edit`ed provider kubeconfig.
-async fn replace_provider_kubeconfig(world: &World, edit: impl FnOnce(&mut kube::config::Cluster)) -> String {
-    let mut kubeconfig = kube::config::Kubeconfig::from_yaml(&world.konnector_kubeconfig).unwrap();
-    edit(kubeconfig.clusters[0].cluster.as_mut().unwrap());
-    let text = serde_json::to_string(&kubeconfig).unwrap();
-    world
-        .consumer
-        .patch(
-            &erase::<k8s_openapi::api::core::v1::Secret>(),
-            Some("kbind"),
-            "provider",
-            &Patch::Merge(json!({"data": null, "stringData": {"kubeconfig": text}})),
-            &PatchParams::default(),
-        )
-        .await
-        .unwrap();
-    text
-}
-
 /// Waits for the Connection's `Connected` message to contain every one of `words`, and for a
 /// `ProviderUnreachable` Event whose note does, and for a log line that does.
 async fn wait_unreachable(world: &World, words: &[&str]) {
@@ -818,54 +799,66 @@ async fn wait_unreachable(world: &World, words: &[&str]) {
     .await;
 }
 
-/// Issue 38 item 4: a closed port and a server with another CA no longer read the same
-/// "transport error": the condition, the Event and the log name host:port and the cause, and
-/// never the token.
-#[tokio::test]
-async fn an_unreachable_provider_names_its_address_and_the_cause() {
+/// Starts a world whose bundle's provider kubeconfig is `edit`ed (before any konnector ran), then
+/// a konnector, and waits until the condition, an Event and the log name every one of `words`
+/// (from the address `edit` returns); the token reaches none of them.
+async fn unreachable_story(edit: impl FnOnce(&mut kube::config::Cluster, &World) -> String, words: &[&str]) {
     let world = World::new().await;
-    let closed = {
-        // Bound then dropped: nothing listens there any more.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
-    let text = replace_provider_kubeconfig(&world, |cluster| {
-        cluster.server = Some(format!("https://{closed}"));
-    })
-    .await;
+    let mut kubeconfig = kube::config::Kubeconfig::from_yaml(&world.konnector_kubeconfig).unwrap();
+    let address = edit(kubeconfig.clusters[0].cluster.as_mut().unwrap(), &world);
+    let text = serde_json::to_string(&kubeconfig).unwrap();
+    world
+        .consumer
+        .patch(
+            &erase::<k8s_openapi::api::core::v1::Secret>(),
+            Some("kbind"),
+            "provider",
+            &Patch::Merge(json!({"data": null, "stringData": {"kubeconfig": text}})),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
     let token = serde_json::from_str::<Value>(&text).unwrap()["users"][0]["user"]["token"]
         .as_str()
         .unwrap()
         .to_string();
     assert!(token.len() > 8, "the bundle's kubeconfig has a token");
     let _konnector = world.konnector("causes", &[]).await;
-    let closed_text = closed.to_string();
-    wait_unreachable(&world, &[&closed_text, "connection refused"]).await;
+    let mut all = vec![address.as_str()];
+    all.extend(words);
+    wait_unreachable(&world, &all).await;
+    assert!(!dump(&world.lines).contains(&token), "the token reached the log");
+}
 
-    // The provider's own address, but the consumer's CA: the provider's certificate is signed
-    // by a CA the kubeconfig does not trust.
-    let consumer_ca = kube::config::Kubeconfig::from_yaml(&std::fs::read_to_string(&world.consumer_kubeconfig).unwrap())
-        .unwrap()
-        .clusters[0]
-        .cluster
-        .as_ref()
-        .unwrap()
-        .certificate_authority_data
-        .clone();
-    let mut provider_address = String::new();
-    replace_provider_kubeconfig(&world, |cluster| {
-        provider_address = cluster
-            .server
-            .as_deref()
-            .and_then(|s| s.strip_prefix("https://"))
-            .unwrap()
-            .to_string();
-        cluster.certificate_authority_data = consumer_ca;
-    })
+/// Issue 38 item 4: a closed port and a server with another CA no longer read the same
+/// "transport error": the condition, the Event and the log name host:port and the cause, and
+/// never the token.
+#[tokio::test]
+async fn a_closed_port_is_named_with_its_address_and_connection_refused() {
+    unreachable_story(
+        |cluster, _| {
+            // Bound then dropped: nothing listens there any more.
+            let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+            cluster.server = Some(format!("https://{closed}"));
+            closed.to_string()
+        },
+        &["connection refused"],
+    )
     .await;
-    wait_unreachable(&world, &[&provider_address, "unknown authority", "UnknownIssuer"]).await;
-    assert!(
-        !dump(&world.lines).contains(&token),
-        "the token reached the log"
-    );
+}
+
+/// The provider's own address, but the consumer's CA: the provider's certificate is signed by a
+/// CA the kubeconfig does not trust.
+#[tokio::test]
+async fn a_server_with_another_ca_is_named_with_its_address_and_the_tls_cause() {
+    unreachable_story(
+        |cluster, world| {
+            let consumer = std::fs::read_to_string(&world.consumer_kubeconfig).unwrap();
+            let consumer = kube::config::Kubeconfig::from_yaml(&consumer).unwrap();
+            cluster.certificate_authority_data = consumer.clusters[0].cluster.as_ref().unwrap().certificate_authority_data.clone();
+            cluster.server.as_deref().and_then(|s| s.strip_prefix("https://")).unwrap().to_string()
+        },
+        &["TLS: certificate signed by unknown authority", "UnknownIssuer"],
+    )
+    .await;
 }
