@@ -964,7 +964,7 @@ async fn a_connection_named_with_253_characters_syncs_both_ways() {
     let Some(world) = World::start_bare("connection_named_with_253_characters", 1, true).await else {
         return;
     };
-    let name = format!("{}.x", ["c".repeat(62); 4].join("."));
+    let name = format!("{}.x", vec!["c".repeat(62); 4].join("."));
     assert_eq!(name.len(), 253);
     let lines = world.lines.clone();
     let consumer = world.consumer();
