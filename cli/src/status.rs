@@ -275,3 +275,37 @@ fn served_by_text(served: &[Served]) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(connection: &str) -> Served {
+        Served {
+            api: "widgets.example.org".into(),
+            namespace: None,
+            connection: connection.into(),
+            kind: "ClusterBinding".into(),
+            name: "widgets".into(),
+            state: placement::SERVING.into(),
+            deleting: false,
+            claimed: true,
+        }
+    }
+
+    #[test]
+    fn a_hashed_connection_label_is_named_in_the_hint() {
+        let short = served_by_text(&[served("acme")]);
+        assert!(short.contains("-L core.kbind.io/connection"), "{short}");
+        assert!(!short.contains("sha256-"), "{short}");
+        let long_name = "p".repeat(100);
+        let long = served_by_text(&[served(&long_name)]);
+        let value = kbind_api::consts::connection_label_value(&long_name);
+        assert!(
+            long.contains(&format!(
+                "Connection {long_name} labels its objects core.kbind.io/connection={value}"
+            )),
+            "{long}"
+        );
+    }
+}

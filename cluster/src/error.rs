@@ -478,7 +478,10 @@ pub fn transport_cause(err: &(dyn std::error::Error + 'static)) -> String {
             return format!("DNS: no such host ({})", cut(&innermost));
         }
         if tls.is_none()
-            && (lower.contains("tls") || lower.contains("handshake") || lower.contains("certificate") || lower.contains("alert"))
+            && (lower.contains("tls")
+                || lower.contains("handshake")
+                || lower.contains("certificate")
+                || lower.contains("alert"))
         {
             tls = Some(text.clone());
         }
@@ -539,11 +542,17 @@ mod tests {
     #[test]
     fn the_transport_cause_is_found_in_the_source_chain() {
         use std::io::{Error as Io, ErrorKind};
-        let refused = Wrapped("client error (Connect)", Box::new(Io::from(ErrorKind::ConnectionRefused)));
+        let refused = Wrapped(
+            "client error (Connect)",
+            Box::new(Io::from(ErrorKind::ConnectionRefused)),
+        );
         assert_eq!(transport_cause(&refused), "connection refused");
         let tls = Wrapped(
             "client error (Connect)",
-            Box::new(Io::new(ErrorKind::InvalidData, "invalid peer certificate: UnknownIssuer")),
+            Box::new(Io::new(
+                ErrorKind::InvalidData,
+                "invalid peer certificate: UnknownIssuer",
+            )),
         );
         assert_eq!(
             transport_cause(&tls),
@@ -553,7 +562,9 @@ mod tests {
             "client error (Connect)",
             Box::new(Wrapped(
                 "dns error",
-                Box::new(Io::other("failed to lookup address information: Name or service not known")),
+                Box::new(Io::other(
+                    "failed to lookup address information: Name or service not known",
+                )),
             )),
         );
         assert_eq!(

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use kbind_cluster::error::Cause;
 use crate::schema::invalid;
+use kbind_cluster::error::Cause;
 
 /// The field every label cause names, as kube-apiserver's does.
 const FIELD: &str = "metadata.labels";
@@ -39,7 +39,8 @@ pub(crate) fn validate(obj: &Value) -> Vec<Cause> {
 
 fn is_name(s: &str) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && edge(s.chars().next())
         && edge(s.chars().last())
 }
@@ -47,7 +48,9 @@ fn is_name(s: &str) -> bool {
 fn is_subdomain(s: &str) -> bool {
     s.split('.').all(|part| {
         !part.is_empty()
-            && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             && !part.starts_with('-')
             && !part.ends_with('-')
     })
@@ -134,10 +137,15 @@ mod tests {
             messages(json!({"a": long})),
             vec![format!("Invalid value: \"{long}\": must be no more than 63 bytes")]
         );
-        assert_eq!(messages(json!({"a": "-x"})), vec![format!("Invalid value: \"-x\": {VALUE_RULE}")]);
+        assert_eq!(
+            messages(json!({"a": "-x"})),
+            vec![format!("Invalid value: \"-x\": {VALUE_RULE}")]
+        );
         assert_eq!(
             messages(json!({"Example.com/a": "v"})),
-            vec![format!("Invalid value: \"Example.com/a\": prefix part {SUBDOMAIN_RULE}")]
+            vec![format!(
+                "Invalid value: \"Example.com/a\": prefix part {SUBDOMAIN_RULE}"
+            )]
         );
         assert_eq!(
             messages(json!({"a/b/c": "v"}))[0],
@@ -148,7 +156,9 @@ mod tests {
         let name = "n".repeat(64);
         assert_eq!(
             messages(json!({name.clone(): "v"})),
-            vec![format!("Invalid value: \"{name}\": name part must be no more than 63 bytes")]
+            vec![format!(
+                "Invalid value: \"{name}\": name part must be no more than 63 bytes"
+            )]
         );
         assert_eq!(
             messages(json!({"/a": "v"})),
@@ -157,7 +167,9 @@ mod tests {
         let prefix = format!("{}.example", "p".repeat(250));
         assert_eq!(
             messages(json!({format!("{prefix}/a"): "v"})),
-            vec![format!("Invalid value: \"{prefix}/a\": prefix part must be no more than 253 bytes")]
+            vec![format!(
+                "Invalid value: \"{prefix}/a\": prefix part must be no more than 253 bytes"
+            )]
         );
     }
 }

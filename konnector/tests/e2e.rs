@@ -768,24 +768,32 @@ async fn wait_unreachable(world: &World, words: &[&str]) {
         let connected: Vec<Condition> =
             serde_json::from_value(conn.data.pointer("/status/conditions")?.clone()).ok()?;
         let c = connected.into_iter().find(|c| c.type_ == "Connected")?;
-        (c.status == "False"
-            && c.reason == "ProviderUnreachable"
-            && words.iter().all(|w| c.message.contains(w)))
-        .then_some(c.message)
+        (c.status == "False" && c.reason == "ProviderUnreachable" && words.iter().all(|w| c.message.contains(w)))
+            .then_some(c.message)
     })
     .await;
     eprintln!("Connected: {message}");
-    eventually(&format!("a ProviderUnreachable Event naming {words:?}"), &world.lines, async || {
-        let events = world.consumer.list(&events_k8s_io(), None, &Default::default()).await.ok()?;
-        events
-            .items
-            .iter()
-            .any(|e| {
-                e.data["reason"] == "ProviderUnreachable"
-                    && e.data["note"].as_str().is_some_and(|n| words.iter().all(|w| n.contains(w)))
-            })
-            .then_some(())
-    })
+    eventually(
+        &format!("a ProviderUnreachable Event naming {words:?}"),
+        &world.lines,
+        async || {
+            let events = world
+                .consumer
+                .list(&events_k8s_io(), None, &Default::default())
+                .await
+                .ok()?;
+            events
+                .items
+                .iter()
+                .any(|e| {
+                    e.data["reason"] == "ProviderUnreachable"
+                        && e.data["note"]
+                            .as_str()
+                            .is_some_and(|n| words.iter().all(|w| n.contains(w)))
+                })
+                .then_some(())
+        },
+    )
     .await;
     eventually(&format!("a log line naming {words:?}"), &world.lines, async || {
         world
@@ -838,7 +846,10 @@ async fn a_closed_port_is_named_with_its_address_and_connection_refused() {
     unreachable_story(
         |cluster, _| {
             // Bound then dropped: nothing listens there any more.
-            let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+            let closed = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap();
             cluster.server = Some(format!("https://{closed}"));
             closed.to_string()
         },
@@ -855,8 +866,18 @@ async fn a_server_with_another_ca_is_named_with_its_address_and_the_tls_cause() 
         |cluster, world| {
             let consumer = std::fs::read_to_string(&world.consumer_kubeconfig).unwrap();
             let consumer = kube::config::Kubeconfig::from_yaml(&consumer).unwrap();
-            cluster.certificate_authority_data = consumer.clusters[0].cluster.as_ref().unwrap().certificate_authority_data.clone();
-            cluster.server.as_deref().and_then(|s| s.strip_prefix("https://")).unwrap().to_string()
+            cluster.certificate_authority_data = consumer.clusters[0]
+                .cluster
+                .as_ref()
+                .unwrap()
+                .certificate_authority_data
+                .clone();
+            cluster
+                .server
+                .as_deref()
+                .and_then(|s| s.strip_prefix("https://"))
+                .unwrap()
+                .to_string()
         },
         &["TLS: certificate signed by unknown authority", "UnknownIssuer"],
     )

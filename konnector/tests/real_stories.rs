@@ -973,14 +973,22 @@ async fn a_connection_named_with_253_characters_syncs_both_ways() {
         create(&consumer.admin, item).await;
     }
     for res in [connections(), cluster_bindings()] {
-        let n = if res.kind == "Connection" { name.as_str() } else { "widgets" };
+        let n = if res.kind == "Connection" {
+            name.as_str()
+        } else {
+            "widgets"
+        };
         wait_condition(consumer, &res, n, condition::READY, "True", &lines).await;
     }
     consumer.create_widget("long", 3).await;
     let copy = world.copy_where("the copy on the provider", "long", |_| true).await;
     assert_eq!(spec(&copy), &json!({"size": 3, "color": "blue"}));
     let mine = consumer.widget("long").await.expect("the consumer object");
-    let label = mine.metadata.labels.as_ref().and_then(|l| l.get(kbind_api::consts::label::CONNECTION));
+    let label = mine
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(kbind_api::consts::label::CONNECTION));
     assert_eq!(label, Some(&kbind_api::consts::connection_label_value(&name)));
     assert!(label.is_some_and(|l| l.len() <= 63), "{label:?}");
     assert_eq!(annotation(&mine, kbind_annotation::CONNECTION), Some(name.as_str()));

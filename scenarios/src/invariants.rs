@@ -972,4 +972,3 @@ fn labelled_connection(object: &Value) -> Option<String> {
         .filter(|name| connection_label_value(name) == label);
     Some(named.unwrap_or(label).to_string())
 }
-

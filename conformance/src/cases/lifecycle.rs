@@ -335,7 +335,12 @@ pub async fn labels_are_validated(t: &dyn Target) -> CaseResult {
         let refused = [
             ("long-value", "a", long.as_str(), Some("must be no more than 63 bytes")),
             ("bad-value", "a", "-v", None),
-            ("long-key", &*"k".repeat(64), "v", Some("name part must be no more than 63 bytes")),
+            (
+                "long-key",
+                &*"k".repeat(64),
+                "v",
+                Some("name part must be no more than 63 bytes"),
+            ),
             ("bad-prefix", "Example.com/a", "v", Some("prefix part")),
             ("two-slashes", "a/b/c", "v", None),
         ];
@@ -349,7 +354,9 @@ pub async fn labels_are_validated(t: &dyn Target) -> CaseResult {
                 return Err(CaseError::failed(format!("{name}: expected 422 Invalid, got {err:?}")));
             };
             check!(
-                causes.iter().all(|c| c.field == "metadata.labels" && c.reason == "FieldValueInvalid"),
+                causes
+                    .iter()
+                    .all(|c| c.field == "metadata.labels" && c.reason == "FieldValueInvalid"),
                 "{name}: causes {causes:?}"
             );
             if let Some(wording) = wording {

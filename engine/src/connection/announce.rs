@@ -151,7 +151,9 @@ fn warning(state: &BadState, name: &str, conn: &Connection, unreachable: Option<
             reason::PROVIDER_UNREACHABLE.to_string(),
             match unreachable {
                 Some(why) => format!("Connection {name}: {why} (see the Connected condition)"),
-                None => format!("the provider of Connection {name} cannot be reached; retrying (see the Connected condition)"),
+                None => format!(
+                    "the provider of Connection {name} cannot be reached; retrying (see the Connected condition)"
+                ),
             },
         ),
         BadState::Unauthorized => (

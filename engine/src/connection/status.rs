@@ -113,10 +113,7 @@ pub(crate) fn draining_status(
         named(bindings)
     );
     let (reason, message) = match bindings.iter().find_map(|b| Some((&b.binding, b.blocked.as_ref()?))) {
-        Some((binding, why)) => (
-            reason::DELETION_BLOCKED,
-            format!("{waiting}; {binding} cannot: {why}"),
-        ),
+        Some((binding, why)) => (reason::DELETION_BLOCKED, format!("{waiting}; {binding} cannot: {why}")),
         None => (
             reason::DRAINING_BINDINGS,
             format!(

@@ -493,8 +493,14 @@ async fn a_failed_link_retries_on_its_backoff_not_on_every_pass() {
 
 #[test]
 fn an_unreachable_provider_is_named_by_host_port_and_cause() {
-    assert_eq!(server_address("https://10.0.0.7:6443/path?x=1").as_deref(), Some("10.0.0.7:6443"));
-    assert_eq!(server_address("https://user:pw@provider.example").as_deref(), Some("provider.example:443"));
+    assert_eq!(
+        server_address("https://10.0.0.7:6443/path?x=1").as_deref(),
+        Some("10.0.0.7:6443")
+    );
+    assert_eq!(
+        server_address("https://user:pw@provider.example").as_deref(),
+        Some("provider.example:443")
+    );
     assert_eq!(server_address("http://127.0.0.1").as_deref(), Some("127.0.0.1:80"));
     let refused = classify_at(&Error::Transport("connection refused".into()), Some("127.0.0.1:1"));
     assert_eq!(

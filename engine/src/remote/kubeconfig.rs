@@ -112,7 +112,9 @@ fn not_a_kubeconfig(text: &str, config: &Kubeconfig) -> Result<(), Refusal> {
         return Ok(());
     }
     let shape = match serde_saphyr::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(_)) => "a YAML mapping without any kubeconfig key (kind, clusters, contexts, users)",
+        Ok(serde_json::Value::Object(_)) => {
+            "a YAML mapping without any kubeconfig key (kind, clusters, contexts, users)"
+        }
         Ok(serde_json::Value::Array(_)) => "a YAML list, not a mapping",
         Ok(serde_json::Value::String(_)) => "plain text, not a YAML mapping",
         Ok(_) => "a single YAML value, not a mapping",

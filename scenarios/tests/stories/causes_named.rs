@@ -58,7 +58,11 @@ async fn a_connection_named_longer_than_a_label_value_syncs_with_the_hash_form()
     // Status comes down through the same Connection.
     patch_copy_status(&world, "acme", "default", "w1", json!({"phase": "Ready"})).await;
     world
-        .run_until_async("the status comes down", 60, widget_has("default", "w1", "/status/phase", json!("Ready")))
+        .run_until_async(
+            "the status comes down",
+            60,
+            widget_has("default", "w1", "/status/phase", json!("Ready")),
+        )
         .await;
 
     // The unbind drains the copy and takes label and annotation off with the finalizer.
@@ -80,9 +84,14 @@ async fn a_connection_named_longer_than_a_label_value_syncs_with_the_hash_form()
 
 #[tokio::test(start_paused = true)]
 async fn a_secret_without_the_key_says_which_keys_it_has() {
-    let (mut world, _) = world_with_bundle("a_secret_without_the_key_says_which_keys_it_has", 3802, &[], |objects| {
-        objects[0]["stringData"] = json!({"config": "not the referenced key", "token": "s3cret-value"});
-    })
+    let (mut world, _) = world_with_bundle(
+        "a_secret_without_the_key_says_which_keys_it_has",
+        3802,
+        &[],
+        |objects| {
+            objects[0]["stringData"] = json!({"config": "not the referenced key", "token": "s3cret-value"});
+        },
+    )
     .await;
     let conn = world
         .run_until_connection("acme", "SecretValid=False/SecretKeyMissing", 30, |c| {
@@ -105,7 +114,11 @@ async fn a_secret_without_the_key_says_which_keys_it_has() {
 
 #[tokio::test(start_paused = true)]
 async fn a_deleted_connection_names_its_bindings_and_they_say_why_they_wait() {
-    let (mut world, _) = bound_world("a_deleted_connection_names_its_bindings_and_they_say_why_they_wait", 3803).await;
+    let (mut world, _) = bound_world(
+        "a_deleted_connection_names_its_bindings_and_they_say_why_they_wait",
+        3803,
+    )
+    .await;
     world.delete_on_consumer(&connections(), None, "acme").await;
     let conn = world
         .run_until_connection("acme", "Ready=False/DrainingBindings", 30, |c| {
@@ -120,7 +133,11 @@ async fn a_deleted_connection_names_its_bindings_and_they_say_why_they_wait() {
         .as_ref()
         .and_then(|s| conditions::find(&s.conditions, condition::READY))
         .expect("Ready is set");
-    for want in ["ClusterBinding acme", "Delete them", "core.kbind.io/deletion-policy=Orphan"] {
+    for want in [
+        "ClusterBinding acme",
+        "Delete them",
+        "core.kbind.io/deletion-policy=Orphan",
+    ] {
         assert!(ready.message.contains(want), "no {want:?} in: {}", ready.message);
     }
     world

@@ -7,12 +7,12 @@ mod story;
 mod binding_kit;
 
 mod autobind_keeps_unexported_apis;
+mod causes_named;
 mod claims;
 mod cluster_scoped_api_in_binding;
 mod conflicts;
 mod connection_events;
 mod connection_loss;
-mod causes_named;
 mod connection_released_with_its_last_binding;
 mod credential_refusals;
 mod credentials_stay_secret;
