@@ -27,13 +27,16 @@ pub mod label {
     /// related copies, provider namespaces it creates and the Lease.
     pub const MANAGED: &str = "core.kbind.io/managed";
     /// *(ours)* On a synced consumer object: the Connection that serves it (several
-    /// Connections may serve one API, each its own namespaces).
+    /// Connections may serve one API, each its own namespaces). Its value is
+    /// [`connection_label_value`](super::connection_label_value) of the Connection's name.
     pub const CONNECTION: &str = "core.kbind.io/connection";
 }
 
 /// Annotation keys.
 pub mod annotation {
-    /// On a pulled consumer CRD: the name of the Connection that serves the API.
+    /// On a pulled consumer CRD: the name of the Connection that serves the API. *(ours)* Also on
+    /// a synced consumer object whose [`label::CONNECTION`](super::label::CONNECTION) holds the
+    /// hash form of a long name: the full name.
     pub const CONNECTION: &str = "core.kbind.io/connection";
     /// On a pulled consumer CRD: `sha256:<16 hex>` of the schema it was pulled from.
     pub const SCHEMA_HASH: &str = "core.kbind.io/schema-hash";
@@ -120,10 +123,14 @@ pub mod reason {
     /// Waiting for a missing piece (Secret, Connection, exported API, …).
     pub const PENDING: &str = "Pending";
     /// Synced=False: a syncer's list or watch of the API fails on the consumer or the provider
-    /// (the message names verb, API, side and cause); changes wait until it works.
+    /// (the message names verb, API, side and cause); it is retried.
     pub const WATCH_FAILED: &str = "WatchFailed";
-    /// The Connection's Secret (or its key) does not exist.
+    /// The Connection's Secret does not exist.
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    /// *(ours)* The Connection's Secret exists but has no `kubeconfigSecretRef.key`.
+    pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    /// *(ours)* On a binding: its Connection is being deleted, so it drains and is deleted.
+    pub const CONNECTION_DELETING: &str = "ConnectionDeleting";
     /// The provider's identity differs from the pinned `remoteClusterUID`.
     pub const CLUSTER_IDENTITY_CHANGED: &str = "ClusterIdentityChanged";
     /// A bound API is not in the Connection's `exportedAPIs`.
@@ -216,6 +223,39 @@ pub fn is_builtin_group(group: &str) -> bool {
     BUILTIN_GROUPS.contains(&group) || BUILTIN_GROUP_SUFFIXES.iter().any(|suffix| group.ends_with(suffix))
 }
 
+/// The longest label value kube-apiserver accepts.
+pub const MAX_LABEL_VALUE: usize = 63;
+/// Prefix of the hash form of [`label::CONNECTION`] for a name that is no valid label value.
+pub const CONNECTION_LABEL_HASH_PREFIX: &str = "sha256-";
+
+/// Whether kube-apiserver accepts `value` as a label value: at most 63 characters, empty or
+/// `[A-Za-z0-9._-]` starting and ending alphanumeric.
+pub fn is_label_value(value: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    value.is_empty()
+        || (value.len() <= MAX_LABEL_VALUE
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && edge(value.chars().next())
+            && edge(value.chars().last()))
+}
+
+/// The value of [`label::CONNECTION`] for the Connection `name`: the name itself when it is a
+/// label value, else `sha256-` and the first 56 hex digits of its SHA-256 (63 characters; a
+/// Connection name may have 253). The one place every writer and reader of the label takes it
+/// from; the full name then goes in [`annotation::CONNECTION`] on the object.
+pub fn connection_label_value(name: &str) -> String {
+    if is_label_value(name) {
+        return name.to_string();
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let keep = MAX_LABEL_VALUE - CONNECTION_LABEL_HASH_PREFIX.len();
+    format!("{CONNECTION_LABEL_HASH_PREFIX}{}", &hex[..keep])
+}
+
 /// The heartbeat Lease name for a consumer cluster UID.
 pub fn lease_name(local_cluster_uid: &str) -> String {
     format!("{}{local_cluster_uid}", lease::NAME_PREFIX)
@@ -239,6 +279,31 @@ mod tests {
         }
         for group in ["example.org", "k8s.io.example.com", "apps.example.org", "kcp.io"] {
             assert!(!is_builtin_group(group), "{group:?} should not be built-in");
+        }
+    }
+
+    #[test]
+    fn a_connection_label_value_always_fits_and_a_short_name_is_itself() {
+        assert_eq!(connection_label_value("acme"), "acme");
+        let max = "a".repeat(63);
+        assert_eq!(connection_label_value(&max), max);
+        let long = format!("{}.example", "p".repeat(245));
+        assert_eq!(long.len(), 253);
+        let hashed = connection_label_value(&long);
+        assert_eq!(hashed.len(), MAX_LABEL_VALUE, "{hashed}");
+        assert!(hashed.starts_with(CONNECTION_LABEL_HASH_PREFIX) && is_label_value(&hashed));
+        assert_eq!(hashed, connection_label_value(&long), "the hash form is stable");
+        assert_ne!(hashed, connection_label_value(&format!("{long}x")));
+        assert!(connection_label_value(&"b".repeat(64)).starts_with(CONNECTION_LABEL_HASH_PREFIX));
+    }
+
+    #[test]
+    fn label_values_follow_kube_apiserver() {
+        for ok in ["", "a", "A_b.c-9", &"z".repeat(63)] {
+            assert!(is_label_value(ok), "{ok:?}");
+        }
+        for bad in ["-a", "a-", ".a", "a b", "a/b", "é", &"z".repeat(64)] {
+            assert!(!is_label_value(bad), "{bad:?}");
         }
     }
 

@@ -20,6 +20,12 @@ use crate::status::BindingRef;
 
 /// The label on every consumer object kbind syncs: the Connection that serves it.
 pub const CONNECTION_LABEL: &str = kbind_api::consts::label::CONNECTION;
+
+/// The value of [`CONNECTION_LABEL`] on the objects `connection` serves (the hash form for a
+/// name that is no label value), as the konnector writes it.
+pub fn connection_label(connection: &str) -> String {
+    kbind_api::consts::connection_label_value(connection)
+}
 /// The state of a binding whose per-API `Synced` condition holds.
 pub const SERVING: &str = "Serving";
 /// The namespace column of a ClusterBinding: every namespace.

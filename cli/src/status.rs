@@ -254,10 +254,58 @@ fn served_by_text(served: &[Served]) -> String {
         })
         .collect();
     let apis: std::collections::BTreeSet<&str> = served.iter().map(|s| s.api.as_str()).collect();
-    format!(
+    let mut text = format!(
         "\nSERVED BY\n{}Each object's Connection: kubectl get {} -A -L {}\n",
         table(&["API", "NAMESPACE", "CONNECTION", "BINDING", "STATE"], rows),
         apis.into_iter().collect::<Vec<_>>().join(","),
         placement::CONNECTION_LABEL
-    )
+    );
+    // A name longer than a label value is labelled with its hash: say which, or the column
+    // above would show a value no Connection is called.
+    let connections: std::collections::BTreeSet<&str> = served.iter().map(|s| s.connection.as_str()).collect();
+    for connection in connections {
+        let value = placement::connection_label(connection);
+        if value != connection {
+            text.push_str(&format!(
+                "Connection {connection} labels its objects {}={value} (its name is no label value; the full name is in annotation {})\n",
+                placement::CONNECTION_LABEL,
+                kbind_api::consts::annotation::CONNECTION
+            ));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(connection: &str) -> Served {
+        Served {
+            api: "widgets.example.org".into(),
+            namespace: None,
+            connection: connection.into(),
+            kind: "ClusterBinding".into(),
+            name: "widgets".into(),
+            state: placement::SERVING.into(),
+            deleting: false,
+            claimed: true,
+        }
+    }
+
+    #[test]
+    fn a_hashed_connection_label_is_named_in_the_hint() {
+        let short = served_by_text(&[served("acme")]);
+        assert!(short.contains("-L core.kbind.io/connection"), "{short}");
+        assert!(!short.contains("sha256-"), "{short}");
+        let long_name = "p".repeat(100);
+        let long = served_by_text(&[served(&long_name)]);
+        let value = kbind_api::consts::connection_label_value(&long_name);
+        assert!(
+            long.contains(&format!(
+                "Connection {long_name} labels its objects core.kbind.io/connection={value}"
+            )),
+            "{long}"
+        );
+    }
 }

@@ -417,17 +417,91 @@ impl From<kube::Error> for Error {
         match err {
             kube::Error::Api(status) => Error::from_status(&status),
             kube::Error::SerdeError(e) => Error::Decode(e.to_string()),
-            kube::Error::HyperError(e) if e.is_timeout() => Error::Timeout(e.to_string()),
+            kube::Error::HyperError(e) if e.is_timeout() => Error::Timeout(TIMED_OUT.into()),
             other => {
-                // Only the variant's own text: kube never puts credentials into these.
-                let text = other.to_string();
-                if text.to_ascii_lowercase().contains("timed out") || text.to_ascii_lowercase().contains("timeout") {
-                    Error::Timeout(text)
+                // Only the errors' own texts: kube, hyper, rustls and std never put credentials
+                // into these.
+                let cause = transport_cause(&other);
+                let text = other.to_string().to_ascii_lowercase();
+                if cause == TIMED_OUT || text.contains("timed out") || text.contains("timeout") {
+                    Error::Timeout(TIMED_OUT.into())
                 } else {
-                    Error::Transport(text)
+                    Error::Transport(cause)
                 }
             }
         }
+    }
+}
+
+/// The cause of a request that timed out, as [`transport_cause`] words it.
+pub const TIMED_OUT: &str = "timed out";
+/// The longest error text [`transport_cause`] quotes when it knows no better words.
+const MAX_CAUSE: usize = 200;
+
+/// Why a request got no HTTP answer, found by walking `err`'s sources (kube → hyper →
+/// std::io / rustls): `connection refused`, `connection reset by peer`, `timed out`,
+/// `DNS: no such host (…)`, `TLS: certificate signed by unknown authority (invalid peer
+/// certificate: UnknownIssuer)` or another `TLS: …`; else the innermost error's text, cut short.
+/// Never a URL, header or body: none of these errors carry one.
+pub fn transport_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost = String::new();
+    let mut tls = None;
+    for e in causes(err) {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return "connection refused".into(),
+                std::io::ErrorKind::ConnectionReset => return "connection reset by peer".into(),
+                std::io::ErrorKind::TimedOut => return TIMED_OUT.into(),
+                _ => {}
+            }
+        }
+        let text = e.to_string();
+        let lower = text.to_ascii_lowercase();
+        if lower.contains("invalid peer certificate") {
+            let words = if lower.contains("unknownissuer") {
+                "certificate signed by unknown authority (invalid peer certificate: UnknownIssuer)".to_string()
+            } else {
+                text.clone()
+            };
+            return format!("TLS: {}", cut(&words));
+        }
+        if lower.contains("dns error")
+            || lower.contains("failed to lookup address")
+            || lower.contains("name or service not known")
+            || lower.contains("nodename nor servname")
+            || lower.contains("no such host")
+        {
+            innermost = text;
+            for inner in causes(e).skip(1) {
+                innermost = inner.to_string();
+            }
+            return format!("DNS: no such host ({})", cut(&innermost));
+        }
+        if tls.is_none()
+            && (lower.contains("tls")
+                || lower.contains("handshake")
+                || lower.contains("certificate")
+                || lower.contains("alert"))
+        {
+            tls = Some(text.clone());
+        }
+        innermost = text;
+    }
+    match tls {
+        Some(text) => format!("TLS: {}", cut(&innermost_or(&innermost, &text))),
+        None => cut(&innermost),
+    }
+}
+
+fn innermost_or(innermost: &str, fallback: &str) -> String {
+    if innermost.is_empty() { fallback } else { innermost }.to_string()
+}
+
+/// `text` up to [`MAX_CAUSE`] characters.
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_CAUSE) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
     }
 }
 
@@ -448,6 +522,60 @@ pub(crate) fn causes<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error with a source, as hyper's connect errors wrap io and TLS errors.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, Box<dyn std::error::Error + Send + Sync + 'static>);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    #[test]
+    fn the_transport_cause_is_found_in_the_source_chain() {
+        use std::io::{Error as Io, ErrorKind};
+        let refused = Wrapped(
+            "client error (Connect)",
+            Box::new(Io::from(ErrorKind::ConnectionRefused)),
+        );
+        assert_eq!(transport_cause(&refused), "connection refused");
+        let tls = Wrapped(
+            "client error (Connect)",
+            Box::new(Io::new(
+                ErrorKind::InvalidData,
+                "invalid peer certificate: UnknownIssuer",
+            )),
+        );
+        assert_eq!(
+            transport_cause(&tls),
+            "TLS: certificate signed by unknown authority (invalid peer certificate: UnknownIssuer)"
+        );
+        let dns = Wrapped(
+            "client error (Connect)",
+            Box::new(Wrapped(
+                "dns error",
+                Box::new(Io::other(
+                    "failed to lookup address information: Name or service not known",
+                )),
+            )),
+        );
+        assert_eq!(
+            transport_cause(&dns),
+            "DNS: no such host (failed to lookup address information: Name or service not known)"
+        );
+        let slow = Wrapped("client error (Connect)", Box::new(Io::from(ErrorKind::TimedOut)));
+        assert_eq!(transport_cause(&slow), TIMED_OUT);
+        let other = Wrapped("client error (SendRequest)", Box::new(Io::other("broken pipe")));
+        assert_eq!(transport_cause(&other), "broken pipe");
+    }
 
     #[test]
     fn every_error_round_trips_through_status() {

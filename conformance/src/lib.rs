@@ -43,6 +43,7 @@ macro_rules! __with_cases {
             delete_preconditions_are_checked,
             create_in_missing_namespace_is_not_found,
             create_in_terminating_namespace_is_forbidden,
+            labels_are_validated,
             deleting_namespace_empties_it,
             gc_background_deletes_dependents,
             gc_foreground_waits_for_dependents,

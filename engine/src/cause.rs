@@ -28,10 +28,23 @@ pub(crate) fn http_cause(e: &Error) -> String {
                 format!("HTTP {code}")
             }
         }
-        Error::Transport(_) => "no HTTP answer: the provider cannot be reached (transport error)".into(),
+        // The transport cause is the client's own words (connection refused, TLS, DNS), never
+        // the server's: kbind_cluster builds it from the error chain.
+        Error::Transport(cause) => format!("no HTTP answer: {}", transport_words(cause)),
         Error::Timeout(_) => "no HTTP answer: the request timed out".into(),
         Error::Decode(_) => "an answer that could not be decoded".into(),
         _ => format!("HTTP {} {}", e.code(), e.reason()),
+    }
+}
+
+/// What a transport error says, as messages may quote it: the client's words for the cause
+/// (`connection refused`, `TLS: …`, `DNS: …`); anything that looks like it could carry a URL
+/// or user info reads `transport error` instead.
+pub(crate) fn transport_words(cause: &str) -> &str {
+    if cause.is_empty() || cause.contains("://") || cause.contains('@') {
+        "transport error"
+    } else {
+        cause
     }
 }
 

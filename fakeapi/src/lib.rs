@@ -10,6 +10,7 @@ pub mod controllers;
 pub mod crd;
 pub mod faults;
 pub mod http;
+mod labels;
 pub mod meta;
 pub mod openapi;
 pub mod ops;

@@ -1088,7 +1088,9 @@ fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) 
         schema::apply_defaults(obj, &info.schema);
         schema::prune(obj, &info.schema);
     }
-    let mut causes = schema::validate(obj, old.map(|o| o.as_ref()), &info.schema);
+    // kube-apiserver checks object metadata before the schema, in the same 422.
+    let mut causes = crate::labels::validate(obj);
+    causes.extend(schema::validate(obj, old.map(|o| o.as_ref()), &info.schema));
     if info.resource.group == "apiextensions.k8s.io" {
         causes.extend(match old {
             Some(old) => crate::crd::validate_crd_update(obj, old),

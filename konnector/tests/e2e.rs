@@ -744,3 +744,142 @@ async fn a_black_holed_provider_over_http2_is_unreachable_within_an_interval_and
 async fn a_black_holed_provider_over_http1_is_unreachable_within_an_interval_and_a_window() {
     black_hole_story("black_hole_http1", &["--http1-only"], http::Version::HTTP_11).await;
 }
+
+fn events_k8s_io() -> ApiResource {
+    ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    }
+}
+
+/// Waits for the Connection's `Connected` message to contain every one of `words`, and for a
+/// `ProviderUnreachable` Event whose note does, and for a log line that does.
+async fn wait_unreachable(world: &World, words: &[&str]) {
+    let what = format!("Connected=False naming {words:?}");
+    let message = eventually(&what, &world.lines, async || {
+        let conn = world
+            .consumer
+            .get_opt(&erase::<kbind_api::Connection>(), None, "provider")
+            .await
+            .ok()??;
+        let connected: Vec<Condition> =
+            serde_json::from_value(conn.data.pointer("/status/conditions")?.clone()).ok()?;
+        let c = connected.into_iter().find(|c| c.type_ == "Connected")?;
+        (c.status == "False" && c.reason == "ProviderUnreachable" && words.iter().all(|w| c.message.contains(w)))
+            .then_some(c.message)
+    })
+    .await;
+    eprintln!("Connected: {message}");
+    eventually(
+        &format!("a ProviderUnreachable Event naming {words:?}"),
+        &world.lines,
+        async || {
+            let events = world
+                .consumer
+                .list(&events_k8s_io(), None, &Default::default())
+                .await
+                .ok()?;
+            events
+                .items
+                .iter()
+                .any(|e| {
+                    e.data["reason"] == "ProviderUnreachable"
+                        && e.data["note"]
+                            .as_str()
+                            .is_some_and(|n| words.iter().all(|w| n.contains(w)))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(&format!("a log line naming {words:?}"), &world.lines, async || {
+        world
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| words.iter().all(|w| l.contains(w)))
+            .then_some(())
+    })
+    .await;
+}
+
+/// Starts a world whose bundle's provider kubeconfig is `edit`ed (before any konnector ran), then
+/// a konnector, and waits until the condition, an Event and the log name every one of `words`
+/// (from the address `edit` returns); the token reaches none of them.
+async fn unreachable_story(edit: impl FnOnce(&mut kube::config::Cluster, &World) -> String, words: &[&str]) {
+    let world = World::new().await;
+    let mut kubeconfig = kube::config::Kubeconfig::from_yaml(&world.konnector_kubeconfig).unwrap();
+    let address = edit(kubeconfig.clusters[0].cluster.as_mut().unwrap(), &world);
+    let text = serde_json::to_string(&kubeconfig).unwrap();
+    world
+        .consumer
+        .patch(
+            &erase::<k8s_openapi::api::core::v1::Secret>(),
+            Some("kbind"),
+            "provider",
+            &Patch::Merge(json!({"data": null, "stringData": {"kubeconfig": text}})),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    let token = serde_json::from_str::<Value>(&text).unwrap()["users"][0]["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(token.len() > 8, "the bundle's kubeconfig has a token");
+    let _konnector = world.konnector("causes", &[]).await;
+    let mut all = vec![address.as_str()];
+    all.extend(words);
+    wait_unreachable(&world, &all).await;
+    assert!(!dump(&world.lines).contains(&token), "the token reached the log");
+}
+
+/// Issue 38 item 4: a closed port and a server with another CA no longer read the same
+/// "transport error": the condition, the Event and the log name host:port and the cause, and
+/// never the token.
+#[tokio::test]
+async fn a_closed_port_is_named_with_its_address_and_connection_refused() {
+    unreachable_story(
+        |cluster, _| {
+            // Bound then dropped: nothing listens there any more.
+            let closed = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            cluster.server = Some(format!("https://{closed}"));
+            closed.to_string()
+        },
+        &["connection refused"],
+    )
+    .await;
+}
+
+/// The provider's own address, but the consumer's CA: the provider's certificate is signed by a
+/// CA the kubeconfig does not trust.
+#[tokio::test]
+async fn a_server_with_another_ca_is_named_with_its_address_and_the_tls_cause() {
+    unreachable_story(
+        |cluster, world| {
+            let consumer = std::fs::read_to_string(&world.consumer_kubeconfig).unwrap();
+            let consumer = kube::config::Kubeconfig::from_yaml(&consumer).unwrap();
+            cluster.certificate_authority_data = consumer.clusters[0]
+                .cluster
+                .as_ref()
+                .unwrap()
+                .certificate_authority_data
+                .clone();
+            cluster
+                .server
+                .as_deref()
+                .and_then(|s| s.strip_prefix("https://"))
+                .unwrap()
+                .to_string()
+        },
+        &["TLS: certificate signed by unknown authority", "UnknownIssuer"],
+    )
+    .await;
+}

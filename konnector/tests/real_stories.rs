@@ -954,3 +954,58 @@ async fn namespace_scoped_provider_credentials_sync_their_namespace_and_report_t
         "nothing reached team-b"
     );
 }
+
+/// Issue 38 item 3 on real kube-apiservers: a Connection named with 253 characters (the most a name may have)
+/// syncs both ways. kube-apiserver refuses a label value over 63 characters, so the consumer object's
+/// `core.kbind.io/connection` label holds the hash form and the full name is in the annotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_named_with_253_characters_syncs_both_ways() {
+    let _turn = SERIAL.lock().await;
+    let Some(world) = World::start_bare("connection_named_with_253_characters", 1, true).await else {
+        return;
+    };
+    let name = format!("{}.x", vec!["c".repeat(62); 4].join("."));
+    assert_eq!(name.len(), 253);
+    let lines = world.lines.clone();
+    let consumer = world.consumer();
+    let _konnector = consumer.konnector("long", &lines).await;
+    for item in named_bundle(&name, "widgets", &world.provider_kubeconfigs[0], "Fail") {
+        create(&consumer.admin, item).await;
+    }
+    for res in [connections(), cluster_bindings()] {
+        let n = if res.kind == "Connection" {
+            name.as_str()
+        } else {
+            "widgets"
+        };
+        wait_condition(consumer, &res, n, condition::READY, "True", &lines).await;
+    }
+    consumer.create_widget("long", 3).await;
+    let copy = world.copy_where("the copy on the provider", "long", |_| true).await;
+    assert_eq!(spec(&copy), &json!({"size": 3, "color": "blue"}));
+    let mine = consumer.widget("long").await.expect("the consumer object");
+    let label = mine
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(kbind_api::consts::label::CONNECTION));
+    assert_eq!(label, Some(&kbind_api::consts::connection_label_value(&name)));
+    assert!(label.is_some_and(|l| l.len() <= 63), "{label:?}");
+    assert_eq!(annotation(&mine, kbind_annotation::CONNECTION), Some(name.as_str()));
+    world
+        .provider
+        .patch_status(
+            &widgets(),
+            Some("default"),
+            "long",
+            &Patch::Merge(json!({"status": {"phase": "Ready", "observedGeneration": copy.metadata.generation}})),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("the status on the consumer", &lines, async || {
+        let obj = consumer.widget("long").await?;
+        (obj.data.pointer("/status/phase") == Some(&json!("Ready"))).then_some(())
+    })
+    .await;
+}

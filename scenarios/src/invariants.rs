@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use fakeapi::{EventType, FakeCluster, HistoryEvent, RequestRecord, WriteRecord};
-use kbind_api::consts::{BINDING_NAMESPACES_ALL, DELETION_POLICY_ORPHAN, GROUP, annotation, label};
+use kbind_api::consts::{
+    BINDING_NAMESPACES_ALL, DELETION_POLICY_ORPHAN, GROUP, annotation, connection_label_value, label,
+};
 use serde_json::Value;
 
 /// A broken invariant, with enough context to read the failure.
@@ -736,13 +738,7 @@ pub fn unbind_keeps_served_copies(
                 .rev()
                 .filter(|e| e.rv <= lo)
                 .find(|e| e.object.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid))
-                .and_then(|e| {
-                    e.object
-                        .pointer("/metadata/labels")
-                        .and_then(|l| l.get(label::CONNECTION))
-                })
-                .and_then(Value::as_str)
-                .map(str::to_string);
+                .and_then(|e| labelled_connection(&e.object));
             let crd = last_events_until(&consumer.events, window.consumer_to, |e| {
                 resource_name(&e.gr) == CRDS && e.name() == api
             });
@@ -963,4 +959,16 @@ pub fn deletions_rest_on_complete_reads(
         }
     }
     None
+}
+
+/// The Connection a consumer object's label names: the label's value, or the full name in the
+/// annotation when the label holds its hash form (a name longer than a label value).
+fn labelled_connection(object: &Value) -> Option<String> {
+    let label = object.pointer("/metadata/labels")?.get(label::CONNECTION)?.as_str()?;
+    let named = object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(annotation::CONNECTION))
+        .and_then(Value::as_str)
+        .filter(|name| connection_label_value(name) == label);
+    Some(named.unwrap_or(label).to_string())
 }

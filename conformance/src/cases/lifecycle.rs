@@ -6,7 +6,9 @@ use serde_json::json;
 
 use crate::cases::versions::release_finalizers;
 use crate::check;
-use crate::support::{CaseResult, Context, Scope, config_map, eventually, expect_err, object, res};
+use crate::support::{
+    CaseError, CaseResult, Context, Scope, WidgetCrd, config_map, eventually, expect_err, object, res, widget,
+};
 use crate::target::Target;
 
 const HOLD: &str = "conformance.kbind.io/hold";
@@ -307,6 +309,89 @@ pub async fn deleting_namespace_empties_it(t: &dyn Target) -> CaseResult {
         check!(
             c.get_opt(&res::secrets(), Some(&ns), "s").await?.is_none(),
             "Secret survived its namespace"
+        );
+        Ok(())
+    }
+    .await;
+    s.finish(result).await
+}
+
+/// Label keys and values kube-apiserver refuses are a 422 Invalid naming `metadata.labels`, on
+/// create and on patch, for built-in and custom resources; a 63-character value and a prefixed
+/// key are accepted (issue #38: fakeapi once took any label).
+pub async fn labels_are_validated(t: &dyn Target) -> CaseResult {
+    let s = Scope::new(t, "labels");
+    let result = async {
+        let ns = s.namespace("a").await?;
+        let c = &s.admin;
+        let pp = PostParams::default();
+        let labelled = |name: &str, key: &str, value: &str| {
+            object(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "labels": {key: value}},
+            }))
+        };
+        let long = "v".repeat(64);
+        let refused = [
+            ("long-value", "a", long.as_str(), Some("must be no more than 63 bytes")),
+            ("bad-value", "a", "-v", None),
+            (
+                "long-key",
+                &*"k".repeat(64),
+                "v",
+                Some("name part must be no more than 63 bytes"),
+            ),
+            ("bad-prefix", "Example.com/a", "v", Some("prefix part")),
+            ("two-slashes", "a/b/c", "v", None),
+        ];
+        for (name, key, value, wording) in refused {
+            let err = expect_err(
+                c.create(&res::config_maps(), Some(&ns), &labelled(name, key, value)?, &pp)
+                    .await,
+                name,
+            )?;
+            let Error::Invalid { causes, .. } = &err else {
+                return Err(CaseError::failed(format!("{name}: expected 422 Invalid, got {err:?}")));
+            };
+            check!(
+                causes
+                    .iter()
+                    .all(|c| c.field == "metadata.labels" && c.reason == "FieldValueInvalid"),
+                "{name}: causes {causes:?}"
+            );
+            if let Some(wording) = wording {
+                check!(
+                    causes.iter().any(|c| c.message.contains(wording)),
+                    "{name}: no cause says {wording:?}: {causes:?}"
+                );
+            }
+        }
+        let fits = "z".repeat(63);
+        c.create(
+            &res::config_maps(),
+            Some(&ns),
+            &labelled("fits", "example.com/My_name.1", &fits)?,
+            &pp,
+        )
+        .await?;
+        let patch = Patch::Merge(json!({"metadata": {"labels": {"b": long}}}));
+        let err = expect_err(
+            c.patch(&res::config_maps(), Some(&ns), "fits", &patch, &Default::default())
+                .await,
+            "patch with a long value",
+        )?;
+        check!(
+            matches!(&err, Error::Invalid { causes, .. } if causes.iter().any(|c| c.field == "metadata.labels")),
+            "patch with a long value: expected 422 on metadata.labels, got {err:?}"
+        );
+        let group = s.group();
+        let widgets = s.widget_crd(&WidgetCrd::open(false)).await?;
+        let mut w = widget(&group, "w", json!({}))?;
+        w.metadata.labels = Some([("a".to_string(), long.clone())].into());
+        let err = expect_err(c.create(&widgets, Some(&ns), &w, &pp).await, "custom resource")?;
+        check!(
+            matches!(&err, Error::Invalid { causes, .. } if causes.iter().any(|c| c.field == "metadata.labels")),
+            "custom resource with a long label value: expected 422 on metadata.labels, got {err:?}"
         );
         Ok(())
     }

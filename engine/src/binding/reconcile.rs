@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::conditions::ConditionStatus;
-use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation, condition, reason};
+use kbind_api::consts::{BINDING_NAMESPACES_ALL, DELETION_POLICY_ORPHAN, annotation, condition, reason};
 use kbind_api::{Binding, ClusterBinding, Connection, ExportedApi, ResourceScope, conditions};
 use kbind_cluster::Error;
 use kube::runtime::controller::Action;
@@ -426,6 +426,22 @@ async fn observe(
         };
         return Ok((report, BTreeSet::new(), Vec::new()));
     };
+    if conn.metadata.deletion_timestamp.is_some() {
+        // Not a wait that ends by itself: the Connection goes only once this binding has.
+        let message = format!(
+            "Connection {name} is being deleted and waits for this binding to go; nothing syncs meanwhile. \
+             Delete this binding (its provider copies are deleted first), or annotate it {}={} to release it \
+             without draining",
+            annotation::DELETION_POLICY,
+            DELETION_POLICY_ORPHAN
+        );
+        let report = Report {
+            connected: Observed::not(reason::CONNECTION_DELETING, message.clone()),
+            apis: all_pending(reason::CONNECTION_DELETING, message),
+            related: Default::default(),
+        };
+        return Ok((report, BTreeSet::new(), Vec::new()));
+    }
     if !conditions::is_true(conn.conditions(), condition::READY) {
         let why = conditions::find(conn.conditions(), condition::READY)
             .map(|c| format!("{}: {}", c.reason, c.message))

@@ -1,7 +1,9 @@
 //! Events on a Connection: a Warning once per transition into a bad state (SecretValid=False,
 //! ClusterIdentityChanged, ProviderUnreachable, Unauthorized, PermissionDenied), a Normal `Ready` once it
 //! becomes Ready again. Notes are built from reasons and names only: never from a condition
-//! message, a kubeconfig or a server's error text.
+//! message, a kubeconfig or a server's error text. The one exception is what the link says of
+//! an unreachable provider: its `host:port` and the client's own words for the cause
+//! (`link::classify_at`), so the Event says where and why.
 
 use std::collections::BTreeSet;
 
@@ -33,6 +35,8 @@ pub(crate) enum BadState {
 pub(crate) struct Announced {
     bad: BTreeSet<BadState>,
     ready: bool,
+    /// What the link said of an unreachable provider (where and why), for the Warning's note.
+    unreachable: Option<String>,
 }
 
 /// One Event to publish.
@@ -69,6 +73,7 @@ impl Announced {
         Self {
             bad,
             ready: is(condition::READY, status::TRUE),
+            unreachable: None,
         }
     }
 
@@ -84,9 +89,13 @@ impl Announced {
         if report.permission_denied.is_some() {
             bad.insert(BadState::Denied);
         }
+        let unreachable = (report.connected.status == ConditionStatus::False
+            && report.connected.reason == reason::PROVIDER_UNREACHABLE)
+            .then(|| report.connected.message.clone());
         Self {
             bad,
             ready: report.ready().holds(),
+            unreachable,
         }
     }
 
@@ -97,7 +106,7 @@ impl Announced {
         let mut events: Vec<Announcement> = next
             .bad
             .difference(&self.bad)
-            .map(|state| warning(state, &name, conn))
+            .map(|state| warning(state, &name, conn, next.unreachable.as_deref()))
             .collect();
         if next.ready && !self.ready {
             events.push(Announcement {
@@ -119,7 +128,7 @@ fn connected_bad(why: Option<&str>) -> Option<BadState> {
     }
 }
 
-fn warning(state: &BadState, name: &str, conn: &Connection) -> Announcement {
+fn warning(state: &BadState, name: &str, conn: &Connection, unreachable: Option<&str>) -> Announcement {
     let (reason, note) = match state {
         BadState::SecretInvalid(why) => {
             let secret = &conn.spec.kubeconfig_secret_ref;
@@ -140,7 +149,12 @@ fn warning(state: &BadState, name: &str, conn: &Connection) -> Announcement {
         ),
         BadState::Unreachable => (
             reason::PROVIDER_UNREACHABLE.to_string(),
-            format!("the provider of Connection {name} cannot be reached; retrying (see the Connected condition)"),
+            match unreachable {
+                Some(why) => format!("Connection {name}: {why} (see the Connected condition)"),
+                None => format!(
+                    "the provider of Connection {name} cannot be reached; retrying (see the Connected condition)"
+                ),
+            },
         ),
         BadState::Unauthorized => (
             reason::UNAUTHORIZED.to_string(),
@@ -232,6 +246,28 @@ mod tests {
         assert!(
             events.iter().all(|e| !e.note.contains("leases")),
             "notes carry no server text"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_provider_is_announced_with_where_and_why() {
+        let conn = connection(json!([]));
+        let mut report = Report::pending();
+        report.secret_valid = Observed::ok("valid");
+        let failure = crate::link::classify_at(
+            &kbind_cluster::Error::Transport("connection refused".into()),
+            Some("127.0.0.1:6443"),
+        );
+        let crate::link::Failure::Unreachable(message) = failure else {
+            panic!("a transport error is unreachable: {failure:?}");
+        };
+        report.connected = Observed::not(reason::PROVIDER_UNREACHABLE, message);
+        let events = Announced::default().transitions(&Announced::from_report(&report), &conn);
+        assert_eq!(reasons(&events), [(EventType::Warning, "ProviderUnreachable")]);
+        assert!(
+            events[0].note.contains("127.0.0.1:6443") && events[0].note.contains("connection refused"),
+            "{}",
+            events[0].note
         );
     }
 

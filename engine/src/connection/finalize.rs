@@ -89,7 +89,7 @@ pub(crate) async fn remove_cleanup(
 /// One binding a deleted Connection waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Waiting {
-    /// `name` or `namespace/name`.
+    /// `ClusterBinding <name>` or `Binding <namespace>/<name>`.
     pub binding: String,
     /// The binding's own `Ready` message when its deletion is blocked (`DeletionBlocked`, or
     /// `Forbidden` for a refused verb).
@@ -120,8 +120,8 @@ pub(crate) async fn bindings_referencing(consumer: &dyn ClusterClient, connectio
 
 fn waiting_on(b: &DynamicObject) -> Waiting {
     let binding = match b.metadata.namespace.as_deref() {
-        Some(ns) => format!("{ns}/{}", b.name_any()),
-        None => b.name_any(),
+        Some(ns) => format!("Binding {ns}/{}", b.name_any()),
+        None => format!("ClusterBinding {}", b.name_any()),
     };
     let blocked = b.metadata.deletion_timestamp.as_ref().and_then(|_| {
         let conds: Vec<Condition> = serde_json::from_value(b.data.pointer("/status/conditions")?.clone()).ok()?;

@@ -233,6 +233,30 @@ async fn observe(
     Ok(Some(shared.jitter(&conn.name_any(), link.next)))
 }
 
+/// SecretValid=False for a Secret without the referenced key: names the Secret, the key and
+/// the keys it has (names only: their values may be credentials).
+fn missing_key(secret_ref: &kbind_api::KubeconfigSecretRef, secret: &kbind_cluster::DynamicObject) -> Observed {
+    let keys: Vec<&str> = secret
+        .data
+        .get("data")
+        .and_then(serde_json::Value::as_object)
+        .map(|data| data.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let present = if keys.is_empty() {
+        "it has no keys".to_string()
+    } else {
+        format!("its keys: {}", keys.join(", "))
+    };
+    Observed::not(
+        reason::SECRET_KEY_MISSING,
+        format!(
+            "Secret {}/{} has no key {:?} ({present}); add the kubeconfig under that key \
+             (spec.kubeconfigSecretRef cannot change); waiting for it",
+            secret_ref.namespace, secret_ref.name, secret_ref.key
+        ),
+    )
+}
+
 /// The accepted kubeconfig of the Connection's Secret, or the SecretValid=False observation.
 async fn load_kubeconfig(
     conn: &Connection,
@@ -282,13 +306,7 @@ async fn load_kubeconfig(
         ))
         .and_then(|v| v.as_str());
     let Some(encoded) = encoded else {
-        return Ok(Err(Observed::not(
-            reason::SECRET_NOT_FOUND,
-            format!(
-                "Secret {}/{} has no key {:?}; waiting for it",
-                secret_ref.namespace, secret_ref.name, secret_ref.key
-            ),
-        )));
+        return Ok(Err(missing_key(secret_ref, &secret)));
     };
     let name = conn.name_any();
     if let Some((_, kubeconfig)) = shared

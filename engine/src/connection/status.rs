@@ -107,13 +107,22 @@ pub(crate) fn draining_status(
     now: &Time,
 ) -> ConnectionStatus {
     let mut status = desired_status(conn, report, now);
-    let waiting = format!("waiting for {} binding(s) of this Connection to drain", bindings.len());
+    let waiting = format!(
+        "waiting for {} binding(s) of this Connection to go: {}",
+        bindings.len(),
+        named(bindings)
+    );
     let (reason, message) = match bindings.iter().find_map(|b| Some((&b.binding, b.blocked.as_ref()?))) {
-        Some((binding, why)) => (
-            reason::DELETION_BLOCKED,
-            format!("{waiting}; binding {binding} cannot: {why}"),
+        Some((binding, why)) => (reason::DELETION_BLOCKED, format!("{waiting}; {binding} cannot: {why}")),
+        None => (
+            reason::DRAINING_BINDINGS,
+            format!(
+                "{waiting}. Delete them (their provider copies are deleted first), or annotate them {}={} to \
+                 release them without draining",
+                kbind_api::consts::annotation::DELETION_POLICY,
+                kbind_api::consts::DELETION_POLICY_ORPHAN
+            ),
         ),
-        None => (reason::DRAINING_BINDINGS, waiting),
     };
     let ready = conditions::new(
         condition::READY,
@@ -124,6 +133,24 @@ pub(crate) fn draining_status(
     );
     conditions::set(&mut status.conditions, ready, now);
     status
+}
+
+/// The most bindings a message names; the rest are counted.
+const NAMED_BINDINGS: usize = 5;
+
+/// `a, b, c` or `a, b, c, d, e and 3 more`.
+fn named(bindings: &[Waiting]) -> String {
+    let names: Vec<&str> = bindings
+        .iter()
+        .take(NAMED_BINDINGS)
+        .map(|b| b.binding.as_str())
+        .collect();
+    let rest = bindings.len().saturating_sub(NAMED_BINDINGS);
+    if rest == 0 {
+        names.join(", ")
+    } else {
+        format!("{} and {rest} more", names.join(", "))
+    }
 }
 
 /// Writes `status` when it differs from the Connection's current one.
@@ -193,9 +220,9 @@ mod tests {
             "the provider refuses the credentials (HTTP 401 Unauthorized)",
         );
         let bindings = [
-            waiting("team-a/w", None),
+            waiting("Binding team-a/w", None),
             waiting(
-                "acme",
+                "ClusterBinding acme",
                 Some("failed to read default/w1 on the provider (HTTP 401 Unauthorized)"),
             ),
         ];
@@ -206,7 +233,7 @@ mod tests {
             ("False", "DeletionBlocked")
         );
         assert!(
-            ready.message.contains("2 binding(s)") && ready.message.contains("binding acme cannot"),
+            ready.message.contains("2 binding(s)") && ready.message.contains("ClusterBinding acme cannot"),
             "{}",
             ready.message
         );
@@ -220,6 +247,33 @@ mod tests {
         let status = draining_status(&connection(), &report, &[waiting("acme", None)], &at(2));
         let ready = conditions::find(&status.conditions, condition::READY).unwrap();
         assert_eq!(ready.reason, "DrainingBindings");
+    }
+
+    #[test]
+    fn a_draining_connection_names_its_bindings_and_the_way_out() {
+        let mut report = Report::pending();
+        report.secret_valid = Observed::ok("valid");
+        report.connected = Observed::ok("connected");
+        let two = [waiting("Binding team-a/w", None), waiting("ClusterBinding acme", None)];
+        let status = draining_status(&connection(), &report, &two, &at(1));
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert_eq!(ready.reason, "DrainingBindings");
+        for want in [
+            "2 binding(s)",
+            "Binding team-a/w, ClusterBinding acme",
+            "Delete them",
+            "core.kbind.io/deletion-policy=Orphan",
+        ] {
+            assert!(ready.message.contains(want), "no {want:?} in: {}", ready.message);
+        }
+        let many: Vec<Waiting> = (0..8).map(|i| waiting(&format!("Binding ns/b{i}"), None)).collect();
+        let status = draining_status(&connection(), &report, &many, &at(2));
+        let ready = conditions::find(&status.conditions, condition::READY).unwrap();
+        assert!(
+            ready.message.contains("Binding ns/b4 and 3 more") && !ready.message.contains("b5"),
+            "{}",
+            ready.message
+        );
     }
 
     #[test]

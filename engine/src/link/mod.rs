@@ -78,6 +78,24 @@ pub(crate) enum Failure {
 /// Classifies a provider error; messages name verb, resource and HTTP status, never credentials
 /// or the server's text.
 pub(crate) fn classify(e: &Error) -> Failure {
+    classify_at(e, None)
+}
+
+/// `host:port` of a kubeconfig's server URL (the scheme's port when it names none): where a
+/// transport failure happened. Nothing else of the URL (no user info, path or query).
+pub(crate) fn server_address(server: &str) -> Option<String> {
+    let uri: http::Uri = server.parse().ok()?;
+    let host = uri.host()?;
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
+    Some(format!("{host}:{port}"))
+}
+
+/// [`classify`], naming the provider's `host:port` (`server`) in what a transport failure or a
+/// timeout says.
+pub(crate) fn classify_at(e: &Error, server: Option<&str>) -> Failure {
+    let at = server.map(|s| format!(" at {s}")).unwrap_or_default();
     match e {
         Error::Forbidden { .. } => Failure::Denied(format!(
             "the provider refuses a request of the credentials ({})",
@@ -90,10 +108,11 @@ pub(crate) fn classify(e: &Error) -> Failure {
             crate::cause::http_cause(e),
             kbind_api::consts::annotation::DELETION_POLICY
         )),
-        Error::Transport(_) => {
-            Failure::Unreachable("the provider cannot be reached (transport error); retrying".into())
-        }
-        Error::Timeout(_) => Failure::Unreachable("a request to the provider timed out; retrying".into()),
+        Error::Transport(cause) => Failure::Unreachable(format!(
+            "the provider{at} cannot be reached: {}; retrying",
+            crate::cause::transport_words(cause)
+        )),
+        Error::Timeout(_) => Failure::Unreachable(format!("a request to the provider{at} timed out; retrying")),
         Error::TooManyRequests { .. } => Failure::Unreachable(format!(
             "the provider throttles the konnector ({}); retrying after the wait it asks for",
             crate::cause::http_cause(e)
@@ -805,7 +824,9 @@ impl Link {
     /// A request of the link failed: forgiven while engaged and within [`WINDOW`], else the
     /// link ends; retried on a jittered backoff that honours `Retry-After`.
     async fn failed(&mut self, env: &Env<'_>, e: &Error, started: Instant) -> LinkReport {
-        let failure = classify(e);
+        let server = self.kubeconfig.as_ref().and_then(|k| server_address(&k.server));
+        let failure = classify_at(e, server.as_deref());
+        let server = server.unwrap_or_default();
         self.last_failure = Some(failure.clone());
         let now = Instant::now();
         self.apply(env, Event::Failed { started, at: now }).await;
@@ -822,7 +843,7 @@ impl Link {
                 // answers again by then keeps its engagement.
                 let end = *since + window(env.ctx.config.heartbeat_interval);
                 self.retry_at = self.retry_at.map(|at| at.min(end));
-                tracing::info!(connection = %self.name, failures, error = %crate::cause::http_cause(e), ?delay, "a provider request failed; the provider stays engaged");
+                tracing::info!(connection = %self.name, %server, failures, error = %crate::cause::http_cause(e), ?delay, "a provider request failed; the provider stays engaged");
                 let cause = match failure {
                     Failure::Denied(m) | Failure::Unauthorized(m) | Failure::Unreachable(m) => m,
                 };
@@ -834,7 +855,7 @@ impl Link {
                 self.faltering_report(now, window(env.ctx.config.heartbeat_interval))
             }
             _ => {
-                tracing::info!(connection = %self.name, error = %crate::cause::http_cause(e), ?delay, "the provider link failed");
+                tracing::info!(connection = %self.name, %server, error = %crate::cause::http_cause(e), ?delay, "the provider link failed");
                 self.failed = true;
                 self.trouble = None;
                 LinkReport::failed(failure, delay)

@@ -490,3 +490,26 @@ async fn a_failed_link_retries_on_its_backoff_not_on_every_pass() {
         start.elapsed()
     );
 }
+
+#[test]
+fn an_unreachable_provider_is_named_by_host_port_and_cause() {
+    assert_eq!(
+        server_address("https://10.0.0.7:6443/path?x=1").as_deref(),
+        Some("10.0.0.7:6443")
+    );
+    assert_eq!(
+        server_address("https://user:pw@provider.example").as_deref(),
+        Some("provider.example:443")
+    );
+    assert_eq!(server_address("http://127.0.0.1").as_deref(), Some("127.0.0.1:80"));
+    let refused = classify_at(&Error::Transport("connection refused".into()), Some("127.0.0.1:1"));
+    assert_eq!(
+        refused,
+        Failure::Unreachable("the provider at 127.0.0.1:1 cannot be reached: connection refused; retrying".into())
+    );
+    let slow = classify_at(&Error::Timeout("timed out".into()), Some("10.0.0.7:6443"));
+    assert_eq!(
+        slow,
+        Failure::Unreachable("a request to the provider at 10.0.0.7:6443 timed out; retrying".into())
+    );
+}

@@ -57,9 +57,21 @@ pub fn parse_kubeconfig(bytes: &[u8], allow_insecure: bool) -> Result<ProviderKu
     if text.trim().is_empty() {
         return Err(invalid("the kubeconfig is empty"));
     }
-    // The parser's own error text can quote the offending input, so it is not passed on.
-    let config = Kubeconfig::from_yaml(text)
-        .map_err(|_| invalid("the kubeconfig is not a valid kubeconfig YAML document (kind: Config)"))?;
+    // The parser's own error text can quote the offending input, so only its position is
+    // passed on.
+    let config = Kubeconfig::from_yaml(text).map_err(|e| {
+        let at = match &e {
+            kube::config::KubeconfigError::Parse(parse) => parse
+                .location()
+                .map(|l| format!(" (YAML error at line {}, column {})", l.line(), l.column()))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        invalid(format!(
+            "the kubeconfig is not a valid kubeconfig YAML document (kind: Config){at}"
+        ))
+    })?;
+    not_a_kubeconfig(text, &config)?;
     let context = selected_context(&config)?;
     let cluster = config
         .clusters
@@ -86,6 +98,33 @@ pub fn parse_kubeconfig(bytes: &[u8], allow_insecure: bool) -> Result<ProviderKu
         credentials,
         insecure_skip_tls_verify,
     })
+}
+
+/// Refuses YAML that parsed without any kubeconfig field (free text, a list, a mapping of other
+/// keys): the parser accepts it as an empty kubeconfig, which would read "defines no context".
+fn not_a_kubeconfig(text: &str, config: &Kubeconfig) -> Result<(), Refusal> {
+    let empty = config.clusters.is_empty()
+        && config.contexts.is_empty()
+        && config.auth_infos.is_empty()
+        && config.current_context.is_none()
+        && config.kind.is_none();
+    if !empty {
+        return Ok(());
+    }
+    let shape = match serde_saphyr::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(_)) => {
+            "a YAML mapping without any kubeconfig key (kind, clusters, contexts, users)"
+        }
+        Ok(serde_json::Value::Array(_)) => "a YAML list, not a mapping",
+        Ok(serde_json::Value::String(_)) => "plain text, not a YAML mapping",
+        Ok(_) => "a single YAML value, not a mapping",
+        Err(_) => "not a YAML mapping",
+    };
+    let lines = text.lines().count();
+    Err(invalid(format!(
+        "the kubeconfig is not a kubeconfig: its {lines} line(s) are {shape}; expected a YAML document with \
+         kind: Config, clusters, contexts and users (is the Secret's key holding something else?)"
+    )))
 }
 
 /// The context the kubeconfig selects (`current-context`, or its only context).
@@ -287,6 +326,32 @@ mod tests {
                 key_pem: b"KEY".to_vec()
             }
         );
+    }
+
+    #[test]
+    fn garbage_is_refused_with_its_shape_or_parse_position_never_its_text() {
+        let secret = "hunter2-s3cret";
+        for garbage in [
+            format!("{secret} is no kubeconfig at all"),
+            format!("- {secret}\n- more"),
+            format!("token: {secret}\nnote: not a kubeconfig\n"),
+            "random: words\n".to_string(),
+        ] {
+            let refusal = parse(&garbage).expect_err("garbage is refused");
+            assert_eq!(refusal.reason(), "InvalidKubeconfig");
+            let message = refusal.message();
+            assert!(
+                message.contains("is not a kubeconfig") || message.contains("YAML error at line 1, column 1"),
+                "{garbage:?}: {message}"
+            );
+            assert!(!message.contains("defines no context"), "{message}");
+            assert!(!message.contains(secret), "{message}");
+        }
+        let broken = format!("apiVersion: v1\nkind: Config\nclusters: [{secret}\n");
+        let refusal = parse(&broken).expect_err("unparsable YAML is refused");
+        let message = refusal.message();
+        assert!(message.contains("YAML error at line"), "{message}");
+        assert!(!message.contains(secret), "{message}");
     }
 
     fn refused_field(cluster_extra: &str, user: &str) -> String {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kbind_api::ConflictPolicy;
-use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, finalizer, label};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, TRUE, annotation, connection_label_value, finalizer, label};
 use kbind_cluster::{ApiResource, DeleteParams, DynamicObject};
 use kube::api::Preconditions;
 use serde_json::{Map, Value, json};
@@ -127,7 +127,8 @@ pub(crate) fn has_finalizer(obj: &DynamicObject) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
 }
 
-/// The Connection the consumer object's `core.kbind.io/connection` label names.
+/// The value of the consumer object's `core.kbind.io/connection` label: a Connection's name, or
+/// the hash form of a long one ([`kbind_api::consts::connection_label_value`]).
 pub(crate) fn connection_of(obj: &DynamicObject) -> Option<&str> {
     obj.metadata
         .labels
@@ -136,10 +137,43 @@ pub(crate) fn connection_of(obj: &DynamicObject) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Whether the consumer object's label names `connection` (`None` when it has no label).
+pub(crate) fn labelled_for(obj: &DynamicObject, connection: &str) -> Option<bool> {
+    connection_of(obj).map(|value| value == connection_label_value(connection))
+}
+
+/// The full name of the Connection holding the object, for messages: the annotation a hashed
+/// label comes with, else the label itself.
+pub(crate) fn holder_of(obj: &DynamicObject) -> Option<&str> {
+    let label = connection_of(obj)?;
+    Some(annotation_of(obj, annotation::CONNECTION).unwrap_or(label))
+}
+
 /// Whether the consumer object is served through `connection`: its label says so, or it has no
 /// label (synced before objects carried one) and `unlabelled_ours` (the CRD was pulled there).
 pub(crate) fn served_through(obj: &DynamicObject, connection: &str, unlabelled_ours: bool) -> bool {
-    connection_of(obj).map_or(unlabelled_ours, |c| c == connection)
+    labelled_for(obj, connection).unwrap_or(unlabelled_ours)
+}
+
+/// Adds to a merge patch's `metadata` what marks the object as served through `connection`:
+/// the label (a value that fits) and, when the label is the hash form, the full name as
+/// annotation.
+pub(crate) fn mark_connection(metadata: &mut Value, connection: &str) {
+    let value = connection_label_value(connection);
+    if value != connection {
+        metadata["annotations"] = json!({annotation::CONNECTION: connection});
+    }
+    metadata["labels"] = json!({label::CONNECTION: value});
+}
+
+/// Adds to a merge patch's `metadata` the removal of what [`mark_connection`] wrote.
+pub(crate) fn unmark_connection(metadata: &mut Value, obj: &DynamicObject) {
+    if connection_of(obj).is_some() {
+        metadata["labels"] = json!({label::CONNECTION: null});
+    }
+    if annotation_of(obj, annotation::CONNECTION).is_some() {
+        metadata["annotations"] = json!({annotation::CONNECTION: null});
+    }
 }
 
 #[cfg(test)]

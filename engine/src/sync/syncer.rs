@@ -454,8 +454,8 @@ impl Shared {
         let connection = self.spec.connection.as_str();
         // Held by another Connection's syncer (a namespace hand-over not finished): its drain
         // releases it first; touching it here would leave its provider copy behind.
-        if meta::has_finalizer(obj) && meta::connection_of(obj).is_some_and(|c| c != connection) {
-            tracing::debug!(object = %key, held_by = ?meta::connection_of(obj), "served through another Connection; left alone");
+        if meta::has_finalizer(obj) && meta::labelled_for(obj, connection) == Some(false) {
+            tracing::debug!(object = %key, held_by = ?meta::holder_of(obj), "served through another Connection; left alone");
             return Ok(Action::await_change());
         }
         let target = self.mapper.to_provider(self.res(), key);
@@ -464,7 +464,7 @@ impl Shared {
             return self.finalize(obj, key, &target).await;
         }
         let owned;
-        let obj = if meta::has_finalizer(obj) && meta::connection_of(obj) == Some(connection) {
+        let obj = if meta::has_finalizer(obj) && meta::labelled_for(obj, connection) == Some(true) {
             obj
         } else {
             owned = self.add_finalizer(obj, key).await?;
@@ -840,11 +840,11 @@ impl Shared {
             finalizers.push(finalizer::SYNCER.to_string());
         }
         // The label says which Connection serves the object (several may serve one API).
-        let patch = json!({"metadata": {
+        let mut patch = json!({"metadata": {
             "finalizers": finalizers,
-            "labels": {label::CONNECTION: self.spec.connection},
             "resourceVersion": obj.metadata.resource_version,
         }});
+        meta::mark_connection(&mut patch["metadata"], &self.spec.connection);
         let updated = self
             .consumer
             .patch(
@@ -1099,12 +1099,8 @@ pub(crate) async fn release_finalizer(
         .cloned()
         .collect();
     // The Connection label goes with the finalizer: nothing serves the object any more.
-    let labelled = meta::connection_of(obj).is_some();
-    let patch = if labelled {
-        json!({"metadata": {"finalizers": finalizers, "labels": {label::CONNECTION: null}, "resourceVersion": obj.metadata.resource_version}})
-    } else {
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}})
-    };
+    let mut patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}});
+    meta::unmark_connection(&mut patch["metadata"], obj);
     match consumer
         .patch(
             res,

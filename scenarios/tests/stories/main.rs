@@ -7,6 +7,7 @@ mod story;
 mod binding_kit;
 
 mod autobind_keeps_unexported_apis;
+mod causes_named;
 mod claims;
 mod cluster_scoped_api_in_binding;
 mod conflicts;
