@@ -209,7 +209,7 @@ async fn bind_steps(
             }
         }
         let text = format!(
-            "Dry run: would bind Export {} for consumer cluster {uid}{}.\n{}\nand apply:\n{}{}{brought}{}Nothing was bound or applied.\n",
+            "Dry run: would bind Export {} for consumer cluster {uid}{}.\n{}\nIt would apply:\n{}{}{brought}{}Nothing was bound or applied.\n",
             export.name,
             if namespaces.is_empty() {
                 String::new()
@@ -356,8 +356,8 @@ async fn bind_steps(
 /// What the bind will do to the Grant, for `--dry-run`.
 fn grant_change(held: Option<&str>, before: &[String], after: &[String]) -> String {
     match held {
-        None if after.is_empty() => "A new Grant.".to_string(),
-        None => format!("A new Grant for namespaces {}.", after.join(",")),
+        None if after.is_empty() => "Grant: a new one.".to_string(),
+        None => format!("Grant: a new one for namespaces {}.", after.join(",")),
         Some(grant) if before == after => format!("Grant {grant} unchanged (namespaces {}).", after.join(",")),
         Some(grant) => format!(
             "Grant {grant}: namespaces {} -> {} (a bind only adds: `kbind unbind --namespace` lets one go).",
