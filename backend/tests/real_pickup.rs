@@ -243,17 +243,7 @@ async fn two_replicas_split_100_concurrent_pickups_and_exactly_one_gets_the_bund
     }
 
     // The bundle's kubeconfig reaches the API server as the Grant's ServiceAccount.
-    let docs: Vec<Value> = serde_saphyr::from_multiple(bundles[0]).unwrap_or_else(|e| panic!("{e}: {}", bundles[0]));
-    let kubeconfig = docs[0]["stringData"]["kubeconfig"]
-        .as_str()
-        .expect("the Secret carries a kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    let issued = KubeClusterClient::from_config(config).unwrap();
+    let issued = issued_client(bundles[0]).await;
     let review_res = ApiResource {
         group: "authentication.k8s.io".into(),
         version: "v1".into(),

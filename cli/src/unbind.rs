@@ -59,19 +59,7 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
     let mine: Vec<BindingRef> = mine.into_iter().map(|(_, b)| b).collect();
     let secret = deletable_secret(&client, connection, grant.as_deref(), &connections).await?;
 
-    let mut rows = Vec::new();
-    for binding in &mine {
-        for (res, object) in served_objects(&client, binding).await? {
-            rows.push(row(&res.kind, &object));
-        }
-    }
-    rows.sort();
-    rows.dedup();
-    let listing = if rows.is_empty() {
-        "No synced objects: nothing is deleted on the provider.\n".to_string()
-    } else {
-        table(&["KIND", "NAMESPACE", "NAME"], rows.clone())
-    };
+    let listing = drained_listing(&client, mine.iter()).await?;
 
     // On this cluster: the bindings, the Connection, its Secret when it is this Grant's alone,
     // and (without --orphan) each CRD no other binding serves, with every object of it in
@@ -223,6 +211,24 @@ pub async fn unbind(args: &UnbindArgs, gateway: Option<&str>, target: &Target, c
             Err(e) => Err(e),
         },
     }
+}
+
+/// The provider copies the drain of `bindings` removes, as a table (or a line saying there are
+/// none).
+async fn drained_listing(client: &dyn ClusterClient, bindings: impl Iterator<Item = &BindingRef>) -> Result<String> {
+    let mut rows = Vec::new();
+    for binding in bindings {
+        for (res, object) in served_objects(client, binding).await? {
+            rows.push(row(&res.kind, &object));
+        }
+    }
+    rows.sort();
+    rows.dedup();
+    Ok(if rows.is_empty() {
+        "No synced objects: nothing is deleted on the provider.\n".to_string()
+    } else {
+        table(&["KIND", "NAMESPACE", "NAME"], rows)
+    })
 }
 
 fn row(kind: &str, object: &Value) -> Vec<String> {
@@ -391,19 +397,7 @@ impl Narrowing<'_> {
                 "those are all of Connection {name}'s bindings: run `kbind unbind {name}` to unbind it whole (and revoke its Grant)"
             )));
         }
-        let mut rows = Vec::new();
-        for binding in &going {
-            for (res, object) in served_objects(client, binding).await? {
-                rows.push(row(&res.kind, &object));
-            }
-        }
-        rows.sort();
-        rows.dedup();
-        let listing = if rows.is_empty() {
-            "No synced objects: nothing is deleted on the provider.\n".to_string()
-        } else {
-            table(&["KIND", "NAMESPACE", "NAME"], rows)
-        };
+        let listing = drained_listing(client, going.iter().copied()).await?;
         let here: Vec<Vec<String>> = going.iter().map(|b| row(&b.kind, &b.object)).collect();
         emit(
             &mut ctx.stdout,
