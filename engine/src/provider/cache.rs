@@ -60,8 +60,24 @@ pub struct WatchFailure {
     pub verb: &'static str,
     /// The provider's answer or the transport's error, in words (never a credential).
     pub cause: String,
-    /// Failures in a row since the watch last worked.
-    pub in_a_row: u32,
+    /// When the watch first failed since it last worked.
+    pub since: tokio::time::Instant,
+}
+
+impl WatchFailure {
+    /// A failure of `verb` now, or one that goes on since `earlier` failed.
+    pub fn new(verb: &'static str, cause: String, earlier: Option<&WatchFailure>) -> Self {
+        let since = earlier.map_or_else(tokio::time::Instant::now, |f| f.since);
+        Self { verb, cause, since }
+    }
+
+    /// Whether to report it: before a side's first list every failure is, after it only one
+    /// that has lasted `grace` (the provider link's window), so a provider that blinks — an
+    /// apiserver restart, a dropped connection — costs a watch its retries, not its binding's
+    /// Ready. Its watcher retries at most every 30 s (jittered), and each retry is a new look.
+    pub fn reportable(&self, listed: bool, grace: std::time::Duration) -> bool {
+        !listed || self.since.elapsed() >= grace
+    }
 }
 
 /// One watched (GVR, namespace) store and whether it has listed once.
@@ -107,8 +123,7 @@ impl CachedStore {
     /// Records a failed list or watch; the failure in its new state.
     fn failed(&self, verb: &'static str, cause: String) {
         let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        let in_a_row = failure.as_ref().map_or(0, |f| f.in_a_row) + 1;
-        *failure = Some(WatchFailure { verb, cause, in_a_row });
+        *failure = Some(WatchFailure::new(verb, cause, failure.as_ref()));
     }
 
     /// Forgets a failure once the watch works again; whether there was one.

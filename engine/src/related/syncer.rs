@@ -369,7 +369,8 @@ impl Syncer {
                 } else {
                     target.denied()
                 };
-                tally.failing = source.failing().into_iter().chain(target.failing()).collect();
+                let grace = crate::link::window(self.env.ctx.config.heartbeat_interval);
+                tally.failing = source.failing(grace).into_iter().chain(target.failing(grace)).collect();
                 tally.visible()
             };
             if before != after {

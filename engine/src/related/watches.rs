@@ -107,14 +107,14 @@ impl SideStores {
         self.refused.clear();
     }
 
-    /// The followed stores whose list or watch fails, in words: every failure before a store's
-    /// first list, from the second in a row after it (one failed restart is a blink).
-    pub(crate) fn failing(&self) -> BTreeSet<String> {
+    /// The followed stores whose list or watch fails, in words, once each failure is
+    /// [`crate::provider::WatchFailure::reportable`] with `grace`.
+    pub(crate) fn failing(&self, grace: std::time::Duration) -> BTreeSet<String> {
         self.stores
             .values()
             .filter_map(|store| {
                 let f = store.failure()?;
-                (!store.is_synced() || f.in_a_row >= 2).then(|| {
+                f.reportable(store.is_synced(), grace).then(|| {
                     format!(
                         "{} {} on the {} failed: {}",
                         f.verb, self.res.plural, self.side, f.cause

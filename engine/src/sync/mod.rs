@@ -130,6 +130,9 @@ pub struct Following {
     pub consumer_failure: Option<crate::provider::WatchFailure>,
     /// A followed provider store's failure, while it fails.
     pub provider_failure: Option<crate::provider::WatchFailure>,
+    /// How long a side that has listed may fail before it is reported
+    /// ([`crate::provider::WatchFailure::reportable`]).
+    pub grace: std::time::Duration,
 }
 
 /// Why a syncer does not follow both sides now.
@@ -142,9 +145,8 @@ pub enum Lag {
 }
 
 impl Following {
-    /// What keeps the syncer of `api` from following both sides, if anything. One failed
-    /// watch of a side that has listed is a blink the watcher retries: it is reported from the
-    /// second failure in a row; before a side's first list, every failure is.
+    /// What keeps the syncer of `api` from following both sides, if anything (a failure once it
+    /// is [`crate::provider::WatchFailure::reportable`]).
     pub fn lag(&self, api: &str) -> Option<Lag> {
         let sides = [
             ("consumer", self.consumer_listed, &self.consumer_failure),
@@ -152,7 +154,7 @@ impl Following {
         ];
         for (side, listed, failure) in sides {
             if let Some(f) = failure
-                && (!listed || f.in_a_row >= 2)
+                && f.reportable(listed, self.grace)
             {
                 // No count in the words: they would rewrite the status at every retry.
                 return Some(Lag::Failing(format!(
@@ -420,8 +422,15 @@ impl Syncers {
         {
             return false;
         }
+        let grace = crate::link::window(self.ctx.config.heartbeat_interval);
         let tally = SharedTally {
-            tally: Arc::default(),
+            tally: Arc::new(Mutex::new(Tally {
+                following: Following {
+                    grace,
+                    ..Following::default()
+                },
+                ..Tally::default()
+            })),
             key: key.clone(),
             changes: self.report_changes.clone(),
         };

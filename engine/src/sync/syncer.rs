@@ -369,12 +369,11 @@ impl Shared {
                     WatcherError::InitialListFailed(_) => "list",
                     _ => "watch",
                 };
-                let in_a_row = following.consumer_failure.as_ref().map_or(0, |f| f.in_a_row) + 1;
-                following.consumer_failure = Some(crate::provider::WatchFailure {
+                following.consumer_failure = Some(crate::provider::WatchFailure::new(
                     verb,
-                    cause: kbind_cluster::watcher::describe(e),
-                    in_a_row,
-                });
+                    kbind_cluster::watcher::describe(e),
+                    following.consumer_failure.as_ref(),
+                ));
             }
             Ok(event) => {
                 following.consumer_failure = None;
