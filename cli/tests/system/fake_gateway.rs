@@ -239,3 +239,30 @@ pub fn honest_bundle(namespaces: &[&str]) -> Vec<Value> {
     }
     objects
 }
+
+/// A `fakeapi serve` consumer with kbind's CRDs, namespaces `kbind`, `team-a` and `other`, and a
+/// fresh konnector leader Lease (the CLI checks that a konnector runs; none does here).
+pub async fn consumer_with_kbind(
+    dir: &std::path::Path,
+    lines: &super::children::Lines,
+) -> super::children::FakeCluster {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use kbind_cluster::ClusterClientExt;
+    let cluster = super::children::FakeCluster::start(dir, "consumer", lines).await;
+    super::children::install_kbind(&cluster.client, &["kbind", "team-a", "other"], lines).await;
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("kbind-konnector".into()),
+            namespace: Some("kbind".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("konnector-0".into()),
+            renew_time: Some(MicroTime(jiff::Timestamp::now())),
+            ..Default::default()
+        }),
+    };
+    cluster.client.create_typed(&lease).await.expect("Lease created");
+    cluster
+}

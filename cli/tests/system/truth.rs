@@ -5,13 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use axum::http::StatusCode;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kbind_cluster::ClusterClientExt;
 use serde_json::json;
 
 use super::children::*;
-use super::fake_gateway::{FakeGateway, GRANT, honest_bundle};
+use super::fake_gateway::{FakeGateway, GRANT, consumer_with_kbind, honest_bundle};
 use super::{Cli, Run};
 
 const TOKEN: &str = "a-token-for-the-fake-gateway-0123456789";
@@ -29,21 +26,7 @@ impl World {
     async fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let lines = Lines::default();
-        let cluster = FakeCluster::start(dir.path(), "consumer", &lines).await;
-        install_kbind(&cluster.client, &["kbind", "team-a", "other"], &lines).await;
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some("kbind-konnector".into()),
-                namespace: Some("kbind".into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some("konnector-0".into()),
-                renew_time: Some(MicroTime(jiff::Timestamp::now())),
-                ..Default::default()
-            }),
-        };
-        cluster.client.create_typed(&lease).await.expect("Lease created");
+        let cluster = consumer_with_kbind(dir.path(), &lines).await;
         let gateway = FakeGateway::start(honest_bundle(&["team-a"])).await;
         let world = Self {
             dir,

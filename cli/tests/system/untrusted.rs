@@ -4,16 +4,14 @@
 
 use std::path::Path;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kbind_api::consts::API_VERSION;
 use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_cluster::{ClusterClient, ClusterClientExt, PatchParams};
 use serde_json::{Value, json};
 
 use super::children::*;
-use super::fake_gateway::{CONNECTION, FakeGateway, GRANT, honest_bundle};
+use super::fake_gateway::{CONNECTION, FakeGateway, GRANT, consumer_with_kbind, honest_bundle};
 use super::{Cli, Run};
 
 const TOKEN: &str = "a-token-for-the-fake-gateway-0123456789";
@@ -31,22 +29,8 @@ impl Consumer {
     async fn new(bundle: Vec<Value>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let lines = Lines::default();
-        let cluster = FakeCluster::start(dir.path(), "consumer", &lines).await;
+        let cluster = consumer_with_kbind(dir.path(), &lines).await;
         let c = &cluster.client;
-        install_kbind(c, &["kbind", "team-a", "other"], &lines).await;
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some("kbind-konnector".into()),
-                namespace: Some("kbind".into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some("konnector-0".into()),
-                renew_time: Some(MicroTime(jiff::Timestamp::now())),
-                ..Default::default()
-            }),
-        };
-        c.create_typed(&lease).await.expect("Lease created");
         for name in ["victim-secret", "db-password"] {
             let secret = json!({"apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": name, "namespace": "kube-system"}, "stringData": {"password": "hunter2"}});
