@@ -39,6 +39,8 @@ pub struct Script {
     /// When set, a request whose `METHOD path` starts with it never gets an answer (a slow
     /// provider, a hung gateway); [`FakeGateway::arrived`] is notified when one comes in.
     pub stall: Option<&'static str>,
+    /// When set, the bind answers that the Grant covers these namespaces.
+    pub grant_namespaces: Option<Vec<String>>,
 }
 
 /// A running fake gateway.
@@ -197,14 +199,14 @@ async fn revoke(Path(_name): Path<String>) -> StatusCode {
     StatusCode::OK
 }
 
-async fn bind(State((_, url)): State<Shared>) -> (StatusCode, Json<Value>) {
-    (
-        StatusCode::CREATED,
-        Json(
-            json!({"grant": GRANT, "pickupURL": format!("{url}{}/{PICKUP_ID}", path::PICKUP),
-            "expiresAt": "2099-01-01T00:00:00Z"}),
-        ),
-    )
+async fn bind(State((script, url)): State<Shared>) -> (StatusCode, Json<Value>) {
+    let mut answer = json!({"grant": GRANT, "pickupURL": format!("{url}{}/{PICKUP_ID}", path::PICKUP),
+        "expiresAt": "2099-01-01T00:00:00Z"});
+    if let Some(namespaces) = &script.lock().expect("lock").grant_namespaces {
+        answer["outcome"] = json!("updated");
+        answer["namespaces"] = json!(namespaces);
+    }
+    (StatusCode::CREATED, Json(answer))
 }
 
 async fn pickup(State((script, _)): State<Shared>) -> axum::response::Response {

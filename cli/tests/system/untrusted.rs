@@ -1006,3 +1006,23 @@ async fn bind_lists_from_provider_rules_and_warns_of_a_selector_that_takes_all_b
     );
     assert!(!world.asked_for_a_grant());
 }
+
+/// A bind only adds to a Grant, so a gateway may answer only the namespaces asked for and those
+/// the cluster held: one that says the Grant also covers another namespace (and hands a bundle
+/// binding it) is refused whole, nothing applied, the Grant revoked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_widens_a_grant_beyond_the_request_is_refused() {
+    let world = Consumer::new(honest_bundle(&["team-a", "other"])).await;
+    world.gateway.script.lock().expect("lock").grant_namespaces = Some(vec!["other".into(), "team-a".into()]);
+    let run = world
+        .kbind(&["bind", "widgets", "-n", "team-a", "--yes", "--wait=false"])
+        .await;
+    check(&run, 6, "a Grant wider than asked");
+    assert!(
+        run.stderr.contains("covers namespace other") && run.stderr.contains("nothing was applied"),
+        "{}",
+        run.stderr
+    );
+    assert!(world.untouched().await);
+    assert!(world.revoked(), "the Grant this run created goes again");
+}
