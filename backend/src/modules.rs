@@ -76,11 +76,14 @@ pub fn start(
     // The gateway mints credentials at pickup with the same issuer the controller provisions with.
     let issuer = Arc::new(KubernetesIssuer::new(provider.clone(), modules.issuer_options));
 
+    let mut issuer_metrics = None;
     if modules.issuer {
         let stop = shutdown.clone().cancelled_owned();
         let (provider, issuer) = (provider.clone(), issuer.clone());
+        let metrics = issuer::Metrics::default();
+        issuer_metrics = Some(metrics.clone());
         tasks.spawn(async move {
-            issuer::run_controller(provider, issuer, stop).await;
+            issuer::run_controller_with_metrics(provider, issuer, metrics, stop).await;
             Ok(())
         });
         tracing::info!("issuer running");
@@ -113,6 +116,9 @@ pub fn start(
             if let Some(reaper) = &reaper_metrics {
                 reaper.register(registry);
             }
+            if let Some(issuer) = &issuer_metrics {
+                issuer.register(registry);
+            }
         });
         let authenticators: Vec<Arc<dyn Authenticator>> = auth.members().to_vec();
         let limits = config.connections;
@@ -136,6 +142,9 @@ pub fn start(
             });
         }
         let mut registry = Registry::default();
+        if let Some(issuer) = &issuer_metrics {
+            issuer.register(&mut registry);
+        }
         if let Some(reaper) = &reaper_metrics {
             reaper.register(&mut registry);
             checks.push(probes::Check {

@@ -11,7 +11,9 @@ use kbind_api::{
     BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
     RelatedResourceKind, grant_name,
 };
-use kbind_backend::issuer::{IssueError, Issuer, KubernetesIssuer, Options, run_controller};
+use kbind_backend::issuer::{
+    IssueError, Issuer, KubernetesIssuer, Metrics, Options, run_controller, run_controller_with_metrics,
+};
 use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, Error, ListParams, PostParams,
 };
@@ -769,6 +771,76 @@ async fn the_controller_reports_a_refusal_on_the_grant_and_creates_nothing() {
     assert!(issued_objects(&p, &name).await.is_empty());
     assert_eq!(namespace_names(&p).await, before);
     running.stop().await;
+}
+
+/// `kbind_issuer_reconcile_errors_total{controller}` of `metrics`.
+fn reconcile_errors(metrics: &Metrics, controller: &str) -> Option<u64> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let series = format!("kbind_issuer_reconcile_errors_total{{controller=\"{controller}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&series)?.parse().ok())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_counts_what_keeps_it_from_issuing_and_not_a_tenants_refusal() {
+    let p = provider().await;
+    p.admin.create_typed(&widgets_export()).await.unwrap();
+    let alice = grant("token:alice", "widgets", CONSUMER, &["team-a"]);
+    p.issuer.provision(&alice, &widgets_export()).await.unwrap();
+    let bob = grant("token:bob", "widgets", OTHER_CONSUMER, &["team-a"]);
+    let refused = bob.metadata.name.clone().unwrap();
+    p.admin.create_typed(&bob).await.unwrap();
+
+    let metrics = Metrics::default();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run_controller_with_metrics(
+        p.admin.clone(),
+        p.issuer.clone(),
+        metrics.clone(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let (_, reason, _) = eventually("the refusal", || async { ready(&get_grant(&p, &refused).await?) }).await;
+    assert_eq!(reason, "NamespaceNotAvailable");
+    assert_eq!(reconcile_errors(&metrics, "grant"), Some(0), "a tenant's refusal is not an error");
+    assert_eq!(reconcile_errors(&metrics, "export"), Some(0));
+    let _ = tx.send(());
+    task.await.unwrap();
+
+    // An issuer whose ServiceAccount holds no RBAC: every provision is Forbidden.
+    let powerless: Arc<dyn ClusterClient> = Arc::new(
+        p.cluster
+            .client(UserInfo::service_account("kbind-system", "powerless")),
+    );
+    let issuer = Arc::new(KubernetesIssuer::new(
+        powerless,
+        Options {
+            claimable_namespaces: vec!["*".into()],
+            ..Options::default()
+        },
+    ));
+    let carol = grant("token:carol", "widgets", OTHER_CONSUMER, &["team-c"]);
+    let forbidden = carol.metadata.name.clone().unwrap();
+    p.admin.create_typed(&carol).await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run_controller_with_metrics(p.admin.clone(), issuer, metrics.clone(), async move {
+        let _ = rx.await;
+    }));
+    let (status, reason, _) = eventually("the Forbidden Grant", || async {
+        ready(&get_grant(&p, &forbidden).await?)
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Forbidden"));
+    let counted = eventually("the error counted", || async {
+        reconcile_errors(&metrics, "grant").filter(|n| *n >= 1)
+    })
+    .await;
+    assert!(counted >= 1);
+    let _ = tx.send(());
+    task.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

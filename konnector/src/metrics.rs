@@ -1,5 +1,5 @@
-//! `/metrics`: a snapshot of the engine gathered on each scrape (Connections from a consumer
-//! list, engaged providers, syncers and their reports, leadership), plus the long-lived
+//! `/metrics`: a snapshot of the engine gathered on each scrape (Connections, ClusterBindings and
+//! Bindings from consumer lists, engaged providers, syncers and their reports, leadership), plus the long-lived
 //! [`Telemetry`] (sync latencies, API errors by code), in the OpenMetrics text format through
 //! `prometheus-client`.
 
@@ -38,6 +38,9 @@ pub struct ApiCounts {
 pub struct Snapshot {
     /// Connections with `Ready=True` and the rest; `None` when the consumer list failed.
     pub connections: Option<(u64, u64)>,
+    /// Per binding kind (`ClusterBinding`, `Binding`): those with `Ready=True` and the rest;
+    /// `None` when a consumer list failed.
+    pub bindings: Option<Vec<(&'static str, u64, u64)>>,
     /// Engaged providers.
     pub engaged_providers: u64,
     /// Engaged providers whose requests fail, kept engaged within the hysteresis window: the
@@ -81,6 +84,24 @@ impl MetricsSource {
                 None
             }
         };
+        let mut bindings = Some(Vec::new());
+        for (kind, resource) in [
+            ("ClusterBinding", ApiResource::erase::<kbind_api::ClusterBinding>(&())),
+            ("Binding", ApiResource::erase::<kbind_api::Binding>(&())),
+        ] {
+            match self.consumer.list(&resource, None, &ListParams::default()).await {
+                Ok(list) => {
+                    let (ready, not_ready) = count_ready(&list.items);
+                    if let Some(counts) = bindings.as_mut() {
+                        counts.push((kind, ready, not_ready));
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, kind, "failed to list bindings for /metrics");
+                    bindings = None;
+                }
+            }
+        }
         let keys = self.syncers.keys();
         let mut apis: BTreeMap<String, ApiCounts> = BTreeMap::new();
         for key in &keys {
@@ -95,6 +116,7 @@ impl MetricsSource {
         }
         Snapshot {
             connections,
+            bindings,
             engaged_providers: self.providers.engaged().len() as u64,
             faltering: self.providers.faltering(),
             syncers: keys.len() as u64,
@@ -136,6 +158,21 @@ impl Snapshot {
                 .get_or_create(&vec![("state", "not_ready".into())])
                 .set(not_ready as i64);
             registry.register("kbind_connections", "Connections by Ready condition", family);
+        }
+        if let Some(bindings) = &self.bindings {
+            let family = Family::<Labels, Gauge>::default();
+            for (kind, ready, not_ready) in bindings {
+                for (state, count) in [("ready", ready), ("not_ready", not_ready)] {
+                    family
+                        .get_or_create(&vec![("kind", kind.to_string()), ("state", state.into())])
+                        .set(*count as i64);
+                }
+            }
+            registry.register(
+                "kbind_bindings",
+                "ClusterBindings and Bindings by kind and Ready condition",
+                family,
+            );
         }
         gauge(
             &mut registry,
@@ -241,6 +278,7 @@ mod tests {
     fn exposition_names_every_metric_with_its_labels() {
         let snapshot = Snapshot {
             connections: Some((2, 1)),
+            bindings: Some(vec![("ClusterBinding", 1, 0), ("Binding", 3, 2)]),
             engaged_providers: 2,
             faltering: vec![("acme".to_string(), 3)],
             syncers: 3,
@@ -261,6 +299,10 @@ mod tests {
         for line in [
             "kbind_connections{state=\"ready\"} 2",
             "kbind_connections{state=\"not_ready\"} 1",
+            "kbind_bindings{kind=\"ClusterBinding\",state=\"ready\"} 1",
+            "kbind_bindings{kind=\"ClusterBinding\",state=\"not_ready\"} 0",
+            "kbind_bindings{kind=\"Binding\",state=\"ready\"} 3",
+            "kbind_bindings{kind=\"Binding\",state=\"not_ready\"} 2",
             "kbind_engaged_providers 2",
             "kbind_provider_failed_requests{connection=\"acme\"} 3",
             "kbind_syncers 3",
@@ -281,6 +323,7 @@ mod tests {
     fn a_failed_connection_list_leaves_the_metric_out() {
         let text = Snapshot::default().encode(&Telemetry::default());
         assert!(!text.contains("kbind_connections"), "{text}");
+        assert!(!text.contains("kbind_bindings"), "{text}");
         assert!(text.lines().any(|l| l == "kbind_leader 0"));
     }
 }

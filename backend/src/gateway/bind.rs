@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 
 use super::grants::poll_grant;
 use super::http::Writer;
+use super::metrics::outcome;
 use super::{Gateway, GatewayError, catalog, is_dns_label, is_dns_subdomain};
 use crate::auth::Caller;
 use crate::issuer::{IssueError, claims, reason};
@@ -51,9 +52,9 @@ pub(crate) async fn bind(
         Err(e) => Err(e),
     };
     state.metrics().bind(match &result {
-        Ok(_) => "bound",
-        Err(e) if e.status_and_reason().0.is_client_error() => "refused",
-        Err(_) => "failed",
+        Ok(_) => outcome::BOUND,
+        Err(e) if e.status_and_reason().0.is_client_error() => outcome::REFUSED,
+        Err(_) => outcome::FAILED,
     });
     result.map(|response| (StatusCode::CREATED, Json(response)))
 }

@@ -28,6 +28,26 @@ struct RouteLabels {
     route: String,
 }
 
+/// The `outcome` label values of `kbind_gateway_binds_total` and `kbind_gateway_pickups_total`.
+pub(crate) mod outcome {
+    /// A bind answered with its pickup URL.
+    pub const BOUND: &str = "bound";
+    /// A bind refused for the caller's mistake (a 4xx answer).
+    pub const REFUSED: &str = "refused";
+    /// A bind or a pickup that failed on the gateway's or the provider's side (a 5xx answer).
+    pub const FAILED: &str = "failed";
+    /// A pickup that delivered its bundle.
+    pub const DELIVERED: &str = "delivered";
+    /// A pickup already redeemed or expired.
+    pub const GONE: &str = "gone";
+    /// A pickup id that names no pickup.
+    pub const NOT_FOUND: &str = "not_found";
+    /// Every bind outcome.
+    pub const BINDS: [&str; 3] = [BOUND, REFUSED, FAILED];
+    /// Every pickup outcome.
+    pub const PICKUPS: [&str; 4] = [DELIVERED, GONE, NOT_FOUND, FAILED];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
@@ -79,6 +99,14 @@ impl Metrics {
         registry.register("binds", "Binds by outcome", binds.clone());
         let pickups = Family::<OutcomeLabels, Counter>::default();
         registry.register("pickups", "Pickups by outcome", pickups.clone());
+        // Every outcome exists from the start at 0: a counter that first appears at 1 shows no
+        // increase() in Prometheus, so an alert would miss the first failed pickup.
+        for outcome in outcome::BINDS {
+            binds.get_or_create(&OutcomeLabels { outcome });
+        }
+        for outcome in outcome::PICKUPS {
+            pickups.get_or_create(&OutcomeLabels { outcome });
+        }
         Metrics {
             registry: Arc::new(root),
             requests,
@@ -177,5 +205,16 @@ mod tests {
             "{series:#?}"
         );
         assert!(series.iter().any(|l| l.contains("method=\"GET\"")), "{series:#?}");
+    }
+
+    #[test]
+    fn every_outcome_is_exported_at_zero_before_it_happens() {
+        let text = Metrics::new().encode();
+        for (family, outcomes) in [("binds", &outcome::BINDS[..]), ("pickups", &outcome::PICKUPS[..])] {
+            for outcome in outcomes {
+                let line = format!("kbind_gateway_{family}_total{{outcome=\"{outcome}\"}} 0");
+                assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@ use kbind_cluster::{ApiResource, ClusterClientExt, DynamicObject, PostParams, fr
 
 use super::bind::pickup_hash;
 use super::bundle::{BundleFormat, bundle_objects};
+use super::metrics::outcome;
 use super::{Gateway, GatewayError, catalog, is_dns_label};
 use crate::issuer::IssueError;
 use subtle::ConstantTimeEq;
@@ -30,7 +31,7 @@ pub(crate) async fn pickup(
     // An id that does not even decode (invalid UTF-8) cannot be a pickup: not found, as JSON
     // like every other answer, not axum's plain-text rejection.
     let Ok(Path(id)) = id else {
-        state.metrics().pickup("not_found");
+        state.metrics().pickup(outcome::NOT_FOUND);
         return GatewayError::PickupNotFound.into_response();
     };
     let format = if headers
@@ -45,10 +46,10 @@ pub(crate) async fn pickup(
     };
     let result = redeem(&state, &id, format).await;
     state.metrics().pickup(match &result {
-        Ok(_) => "delivered",
-        Err(GatewayError::PickupGone(_)) => "gone",
-        Err(GatewayError::PickupNotFound) => "not_found",
-        Err(_) => "failed",
+        Ok(_) => outcome::DELIVERED,
+        Err(GatewayError::PickupGone(_)) => outcome::GONE,
+        Err(GatewayError::PickupNotFound) => outcome::NOT_FOUND,
+        Err(_) => outcome::FAILED,
     });
     match result {
         Ok(body) => {

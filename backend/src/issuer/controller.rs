@@ -24,6 +24,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use serde_json::json;
 
 use super::kubernetes::exported_api;
+use super::metrics::{self, Metrics};
 use super::{IssueError, Issuer, reason};
 
 /// The condition type both kinds carry.
@@ -61,6 +62,7 @@ struct Ctx {
     /// Per Export: the (generation, status apis) its Grants were last triggered for.
     seen: Mutex<HashMap<String, ExportSeen>>,
     grant_triggers: tokio::sync::mpsc::UnboundedSender<ObjectRef<Grant>>,
+    metrics: Metrics,
 }
 
 fn typed<K>(
@@ -111,6 +113,16 @@ pub async fn run(
     issuer: Arc<dyn Issuer>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    run_with_metrics(client, issuer, Metrics::default(), shutdown).await;
+}
+
+/// [`run`], counting failed reconciles in `metrics`.
+pub async fn run_with_metrics(
+    client: Arc<dyn ClusterClient>,
+    issuer: Arc<dyn Issuer>,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let shutdown = shutdown.shared();
     let (grants, grants_writer) = reflector::store::<Grant>();
     let (exports, exports_writer) = reflector::store::<Export>();
@@ -125,6 +137,7 @@ pub async fn run(
         crds: crds.clone(),
         seen: Mutex::new(HashMap::new()),
         grant_triggers,
+        metrics,
     });
 
     let grant_stream = reflector::reflector(grants_writer, typed::<Grant>(client.clone(), WatcherConfig::default()));
@@ -206,12 +219,14 @@ fn namespace_changes(
     .flatten()
 }
 
-fn retry_grant(grant: Arc<Grant>, error: &ReconcileError, _: Arc<Ctx>) -> Action {
+fn retry_grant(grant: Arc<Grant>, error: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.reconcile_failed(metrics::GRANT);
     tracing::warn!(grant = %grant.metadata.name.as_deref().unwrap_or_default(), error = %error, "grant reconcile failed; retrying");
     Action::requeue(RETRY)
 }
 
-fn retry_export(export: Arc<Export>, error: &ReconcileError, _: Arc<Ctx>) -> Action {
+fn retry_export(export: Arc<Export>, error: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.reconcile_failed(metrics::EXPORT);
     tracing::warn!(export = %export.metadata.name.as_deref().unwrap_or_default(), error = %error, "export reconcile failed; retrying");
     Action::requeue(RETRY)
 }
@@ -295,6 +310,7 @@ async fn reconcile_grant(grant: Arc<Grant>, ctx: Arc<Ctx>) -> Result<Action, Rec
             }
             Err(e) => {
                 tracing::info!(grant = %name, reason = e.reason(), error = %e, "not issued");
+                ctx.metrics.not_provisioned(&e);
                 let retry = if matches!(e, IssueError::Cluster(_)) {
                     RETRY
                 } else {

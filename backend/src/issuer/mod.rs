@@ -6,6 +6,7 @@
 //! - [`run_controller`] ([`controller`]): the Grant controller (finalizer, provision, status,
 //!   revoke) and the Export status controller, over any [`Issuer`].
 //! - [`claims`]: provider namespace claims, shared with the gateway's pre-check.
+//! - [`metrics`]: `kbind_issuer_reconcile_errors_total`, for the operator.
 //!
 //! An issuer for another kind of provider implements [`Issuer`] and is handed to the same
 //! controller:
@@ -49,10 +50,13 @@
 pub mod claims;
 pub mod controller;
 pub mod kubernetes;
+pub mod metrics;
 pub mod rbac;
 
 pub use controller::run as run_controller;
+pub use controller::run_with_metrics as run_controller_with_metrics;
 pub use kubernetes::{KubernetesIssuer, Options};
+pub use metrics::Metrics;
 
 use async_trait::async_trait;
 use kbind_api::{Export, Grant, Issued};

@@ -18,6 +18,20 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The series of a reaper in one mode (`report_only` or not), each at 0 from the start: a
+    /// counter that first appears at 1 shows no increase() in Prometheus, so an alert would miss
+    /// the first consumer reaped.
+    pub fn for_mode(report_only: bool) -> Self {
+        let metrics = Self::default();
+        metrics.consumers.get_or_create(&vec![("mode", mode(report_only))]);
+        for kind in KINDS {
+            metrics
+                .deletions
+                .get_or_create(&vec![("kind", kind.to_string()), ("mode", mode(report_only))]);
+        }
+        metrics
+    }
+
     /// Adds the series to a scrape's registry.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -60,6 +74,33 @@ impl Metrics {
     }
 }
 
+/// The `kind` label values: what a reap deletes.
+const KINDS: [&str; 3] = ["grant", "object", "namespace"];
+
 fn mode(report_only: bool) -> String {
     if report_only { "report" } else { "delete" }.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reapers_series_exist_at_zero_before_its_first_reap() {
+        let metrics = Metrics::for_mode(false);
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "kbind_reaper_consumers_reaped_total{mode=\"delete\"} 0",
+            "kbind_reaper_deletions_total{kind=\"grant\",mode=\"delete\"} 0",
+            "kbind_reaper_deletions_total{kind=\"object\",mode=\"delete\"} 0",
+            "kbind_reaper_deletions_total{kind=\"namespace\",mode=\"delete\"} 0",
+            "kbind_reaper_sweep_failures_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("mode=\"report\""), "{text}");
+    }
 }

@@ -149,12 +149,13 @@ pub struct Reaper {
 impl Reaper {
     /// A reaper on the Leases in `lease_namespace`.
     pub fn new(client: Arc<dyn ClusterClient>, opts: Options, lease_namespace: String, clock: SharedClock) -> Self {
+        let metrics = Metrics::for_mode(opts.report_only);
         Self {
             client,
             opts,
             lease_namespace,
             clock,
-            metrics: Metrics::default(),
+            metrics,
             actions: None,
         }
     }
