@@ -20,7 +20,7 @@ use std::path::Path;
 
 use children::*;
 use kbind_api::service::{BindRequest, BindResponse, path};
-use kbind_cluster::{ClusterClientExt, Patch, PatchParams};
+use kbind_cluster::{ClusterClient, ClusterClientExt, Patch, PatchParams};
 use monitoring_check::*;
 use serde_json::{Value, json};
 

@@ -102,10 +102,10 @@ impl Metrics {
         // Every outcome exists from the start at 0: a counter that first appears at 1 shows no
         // increase() in Prometheus, so an alert would miss the first failed pickup.
         for outcome in outcome::BINDS {
-            binds.get_or_create(&OutcomeLabels { outcome });
+            let _ = binds.get_or_create(&OutcomeLabels { outcome });
         }
         for outcome in outcome::PICKUPS {
-            pickups.get_or_create(&OutcomeLabels { outcome });
+            let _ = pickups.get_or_create(&OutcomeLabels { outcome });
         }
         Metrics {
             registry: Arc::new(root),

@@ -27,7 +27,7 @@ impl Default for Metrics {
         // Every series exists from the start at 0: a counter that first appears at 1 shows no
         // increase() in Prometheus, so the first error would go unseen by an alert.
         for controller in [GRANT, EXPORT] {
-            errors.get_or_create(&labels(controller));
+            let _ = errors.get_or_create(&labels(controller));
         }
         Self { errors }
     }

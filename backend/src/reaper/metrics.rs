@@ -23,11 +23,10 @@ impl Metrics {
     /// the first consumer reaped.
     pub fn for_mode(report_only: bool) -> Self {
         let metrics = Self::default();
-        metrics.consumers.get_or_create(&vec![("mode", mode(report_only))]);
+        let _ = metrics.consumers.get_or_create(&vec![("mode", mode(report_only))]);
         for kind in KINDS {
-            metrics
-                .deletions
-                .get_or_create(&vec![("kind", kind.to_string()), ("mode", mode(report_only))]);
+            let labels = vec![("kind", kind.to_string()), ("mode", mode(report_only))];
+            let _ = metrics.deletions.get_or_create(&labels);
         }
         metrics
     }

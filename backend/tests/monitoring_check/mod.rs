@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use promql_parser::label::{LabelModifier, Matcher};
-use promql_parser::parser::{self, Expr, VectorMatchCardinality, value::ValueType};
+use promql_parser::label::Matcher;
+use promql_parser::parser::{self, Expr, LabelModifier, VectorMatchCardinality, value::ValueType};
 use serde_json::Value;
 
 /// The repository's root.
