@@ -805,16 +805,18 @@ async fn the_controller_counts_what_keeps_it_from_issuing_and_not_a_tenants_refu
     ));
     let (_, reason, _) = eventually("the refusal", || async { ready(&get_grant(&p, &refused).await?) }).await;
     assert_eq!(reason, "NamespaceNotAvailable");
-    assert_eq!(reconcile_errors(&metrics, "grant"), Some(0), "a tenant's refusal is not an error");
+    assert_eq!(
+        reconcile_errors(&metrics, "grant"),
+        Some(0),
+        "a tenant's refusal is not an error"
+    );
     assert_eq!(reconcile_errors(&metrics, "export"), Some(0));
     let _ = tx.send(());
     task.await.unwrap();
 
     // An issuer whose ServiceAccount holds no RBAC: every provision is Forbidden.
-    let powerless: Arc<dyn ClusterClient> = Arc::new(
-        p.cluster
-            .client(UserInfo::service_account("kbind-system", "powerless")),
-    );
+    let powerless: Arc<dyn ClusterClient> =
+        Arc::new(p.cluster.client(UserInfo::service_account("kbind-system", "powerless")));
     let issuer = Arc::new(KubernetesIssuer::new(
         powerless,
         Options {
@@ -826,9 +828,14 @@ async fn the_controller_counts_what_keeps_it_from_issuing_and_not_a_tenants_refu
     let forbidden = carol.metadata.name.clone().unwrap();
     p.admin.create_typed(&carol).await.unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(run_controller_with_metrics(p.admin.clone(), issuer, metrics.clone(), async move {
-        let _ = rx.await;
-    }));
+    let task = tokio::spawn(run_controller_with_metrics(
+        p.admin.clone(),
+        issuer,
+        metrics.clone(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
     let (status, reason, _) = eventually("the Forbidden Grant", || async {
         ready(&get_grant(&p, &forbidden).await?)
     })

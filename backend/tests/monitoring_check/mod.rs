@@ -58,8 +58,14 @@ pub fn rules(chart: &str) -> Rules {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let spec: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()));
     let mut alerts = Vec::new();
-    for group in spec["groups"].as_array().unwrap_or_else(|| panic!("{}: no groups", path.display())) {
-        for rule in group["rules"].as_array().unwrap_or_else(|| panic!("{}: a group without rules", path.display())) {
+    for group in spec["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no groups", path.display()))
+    {
+        for rule in group["rules"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}: a group without rules", path.display()))
+        {
             let name = rule["alert"]
                 .as_str()
                 .unwrap_or_else(|| panic!("{}: a rule that is no alert: {rule}", path.display()));
@@ -129,7 +135,9 @@ fn panels(dashboard: &Value) -> Vec<&Value> {
 pub fn grafana_expr(expr: &str) -> String {
     let mut out = expr.to_string();
     for var in ["__rate_interval", "__interval", "__range"] {
-        out = out.replace(&format!("${{{var}}}"), "5m").replace(&format!("${var}"), "5m");
+        out = out
+            .replace(&format!("${{{var}}}"), "5m")
+            .replace(&format!("${var}"), "5m");
     }
     out
 }
@@ -184,7 +192,8 @@ type Set = Option<BTreeSet<String>>;
 /// Parses `query` and works out what it needs, with `source` telling which labels each sample
 /// name carries; the labels its result carries are checked against `query.uses`.
 pub fn analyse(query: &Query, source: &dyn Labels) -> Result<Analysis, String> {
-    let expr = parser::parse(&query.expr).map_err(|e| format!("{}: {:?} does not parse: {e}", query.place, query.expr))?;
+    let expr =
+        parser::parse(&query.expr).map_err(|e| format!("{}: {:?} does not parse: {e}", query.place, query.expr))?;
     let mut walk = Walk {
         source,
         analysis: Analysis::default(),
@@ -192,7 +201,10 @@ pub fn analyse(query: &Query, source: &dyn Labels) -> Result<Analysis, String> {
     };
     let result = walk.labels(&expr);
     if matches!(expr.value_type(), ValueType::Matrix | ValueType::String) {
-        walk.error(format!("the expression is a {}, not a vector or scalar", expr.value_type()));
+        walk.error(format!(
+            "the expression is a {}, not a vector or scalar",
+            expr.value_type()
+        ));
     }
     if let Some(result) = result {
         for used in &query.uses {
@@ -240,7 +252,11 @@ impl Walk<'_> {
                 let mut out = match &a.modifier {
                     Some(LabelModifier::Include(by)) => {
                         self.named("by", &by.labels, &inner);
-                        if keeps_series { inner.clone() } else { Some(set(&by.labels)) }
+                        if keeps_series {
+                            inner.clone()
+                        } else {
+                            Some(set(&by.labels))
+                        }
                     }
                     Some(LabelModifier::Exclude(without)) => {
                         self.named("without", &without.labels, &inner);
@@ -303,7 +319,11 @@ impl Walk<'_> {
                 let rhs = self.labels(&b.rhs);
                 let vectors = b.lhs.value_type() == ValueType::Vector && b.rhs.value_type() == ValueType::Vector;
                 if !vectors {
-                    return if b.lhs.value_type() == ValueType::Vector { lhs } else { rhs };
+                    return if b.lhs.value_type() == ValueType::Vector {
+                        lhs
+                    } else {
+                        rhs
+                    };
                 }
                 let op = b.op.to_string();
                 let modifier = b.modifier.as_ref();
@@ -313,7 +333,10 @@ impl Walk<'_> {
                         self.named(&format!("on (right of {op})"), &on.labels, &rhs);
                     }
                     Some(LabelModifier::Exclude(ignoring)) => {
-                        let both = lhs.as_ref().zip(rhs.as_ref()).map(|(l, r)| l.union(r).cloned().collect());
+                        let both = lhs
+                            .as_ref()
+                            .zip(rhs.as_ref())
+                            .map(|(l, r)| l.union(r).cloned().collect());
                         self.named(&format!("ignoring ({op})"), &ignoring.labels, &both);
                     }
                     None => {
@@ -384,7 +407,10 @@ impl Walk<'_> {
         let labels = self.source.labels_of(&name)?;
         for m in matchers {
             if !labels.contains(&m.name) {
-                self.error(format!("{name} has no label {:?} (its series carry {labels:?})", m.name));
+                self.error(format!(
+                    "{name} has no label {:?} (its series carry {labels:?})",
+                    m.name
+                ));
             }
         }
         Some(labels)
@@ -477,7 +503,10 @@ impl Exposition {
                 mine.kind = family.kind.clone();
             }
             for (sample, labels) in &family.samples {
-                mine.samples.entry(sample.clone()).or_default().extend(labels.iter().cloned());
+                mine.samples
+                    .entry(sample.clone())
+                    .or_default()
+                    .extend(labels.iter().cloned());
             }
         }
     }
