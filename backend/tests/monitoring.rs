@@ -575,10 +575,12 @@ async fn the_running_binaries_export_every_metric_and_label_the_alerts_and_dashb
     let backend_metrics = eventually("the backend's /metrics", &lines, async || scrape(backend.addr).await).await;
 
     let mut failures = Vec::new();
-    for (chart, binary, exposition) in [
-        ("konnector", "the konnector", &konnector_metrics),
-        ("kbind-backend", "kbind-backend", &backend_metrics),
-    ] {
+    for (chart, binary) in CHARTS {
+        let exposition = if chart == "konnector" {
+            &konnector_metrics
+        } else {
+            &backend_metrics
+        };
         let assumed = if chart == "konnector" {
             PENDING_FROM_RENEWAL
         } else {

@@ -6,8 +6,6 @@
 //! Sample names are what PromQL selects: a counter family `x` is sampled as `x_total`, a
 //! histogram `x` as `x_bucket` (with `le`), `x_sum` and `x_count`, a gauge as `x`.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
