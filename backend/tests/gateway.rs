@@ -1228,7 +1228,7 @@ fn base64_of(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
-/// Issue 38 item 1: a bind adds its namespaces to the Grant (a live binding of another
+/// A bind adds its namespaces to the Grant (a live binding of another
 /// namespace keeps working), and says truthfully what it did; narrowing is its own call, which
 /// never drops the Grant's last namespace.
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,5 @@
-//! Issue 35, items 2 and 3, against the real `kbind-backend` binary over `fakeapi serve`, as a
-//! hostile tenant would try them: wrong tokens from an address every tenant shares (an ingress)
+//! Against the real `kbind-backend` binary over `fakeapi serve`, as a hostile tenant would try
+//! them: wrong tokens from an address every tenant shares (an ingress)
 //! do not lock a valid token out of sign-in, and slow request bodies on every connection slot
 //! are cut off by `--body-read-timeout`, so `/healthz` answers again.
 

@@ -294,10 +294,10 @@ async fn issued_client(bundle: &str) -> KubeClusterClient {
     KubeClusterClient::from_config(config).unwrap()
 }
 
-/// Issue 38 item 1 on a real kube-apiserver with the real issuer: a second bind of the same
-/// Export for another namespace adds it to the Grant, and the credential the first bind issued
-/// keeps working in the first namespace (before, the Grant's namespaces were replaced and the
-/// live binding lost its Role at once). Narrowing is its own call, after which the credential
+/// On a real kube-apiserver with the real issuer: a second bind of the same Export for another
+/// namespace adds it to the Grant, and the credential the first bind issued keeps working in
+/// the first namespace (replacing the Grant's namespaces would take the live binding's Role at
+/// once). Narrowing is its own call, after which the credential
 /// is refused there and still works in the other namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_bind_keeps_the_first_namespace_working_and_narrowing_is_explicit() {

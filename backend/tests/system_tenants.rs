@@ -1,4 +1,4 @@
-//! Tenant isolation, round two, black-box: the real `kbind-backend run --gateway --issuer` with
+//! Tenant isolation, black-box: the real `kbind-backend run --gateway --issuer` with
 //! its default claim rules on a `fakeapi serve` provider, driven only over HTTP as tenants
 //! would (and by the provider's admin where the story needs the platform or a konnector).
 //!

@@ -1,9 +1,9 @@
-//! The embedded web UI in a real browser (issue #15): `fakeapi serve` as the provider, `kbind-backend
+//! The embedded web UI in a real browser: `fakeapi serve` as the provider, `kbind-backend
 //! run --gateway --issuer` on it, and `node web/tests/ui.spec.mjs` driving Debian's chromium through
 //! playwright-core: sign in, browse, bind, copy the command, download the bundle, Grants, revoke;
 //! axe-core on every page, 375 px without horizontal overflow, a keyboard-only pass, and a PNG
 //! screenshot of each page under `<target dir>/ui-screenshots/` (the ones in `docs/ui/` are copies).
-//! Issue 24: what a signed-out user sees is checked by computed visibility; the bind result says
+//! What a signed-out user sees is checked by computed visibility; the bind result says
 //! "Bundle ready", never "Bound"; the bind page shows each API's fields and the caller's Grants;
 //! hostile Export `docs`/`icon` URLs (injected into the catalog answer) render no link; the revoke
 //! dialog says to unbind first.

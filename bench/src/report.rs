@@ -1,5 +1,5 @@
 //! `kbind-bench report`: the tables of every run in a folder as one markdown fragment, the
-//! targets of issue #16 met or not, and PNG plots drawn with plotters.
+//! targets met or not, and PNG plots drawn with plotters.
 
 use std::path::Path;
 
@@ -38,7 +38,7 @@ pub fn tables(runs: &[Envelope]) -> Vec<Table> {
 
 /// The issue's targets against the runs: met or not, and by how much.
 pub fn targets(runs: &[Envelope]) -> Table {
-    let mut table = Table::new("Targets (issue #16)", &["target", "run", "figure", "met"]);
+    let mut table = Table::new("Targets", &["target", "run", "figure", "met"]);
     let ceilings = of(runs, ceiling::NAME);
     for run in of(runs, initial_sync::NAME) {
         let ratio = run

@@ -546,7 +546,7 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Issue 38 item 1: a second bind adds its namespace to the Grant, and the live binding of the
+/// A second bind adds its namespace to the Grant, and the live binding of the
 /// first keeps working (a spec change in team-a still reaches the provider); `--dry-run` shows
 /// the Grant's namespaces before and after; the CLI says "updated", not "created". Narrowing
 /// is `kbind unbind --namespace`, which drains the Binding first and then narrows the Grant.

@@ -1,8 +1,8 @@
 //! A watch response body as events: kube-client's `request_events`, with a small read buffer.
 //!
 //! kube reads each watch through a `FramedRead` with tokio-util's default 8 KiB buffer, held for
-//! the watch's whole life; a konnector keeps three watches open per bound API, so that was
-//! about 24 KiB of every API while idle (massif, issue 25). The buffer here starts at
+//! the watch's whole life; a konnector keeps three watches open per bound API, so that buffer
+//! is a large share of what an idle bound API costs. The buffer here starts at
 //! [`READ_BUFFER`], grows only for an event that needs it and shrinks back after it. Everything else (line splitting,
 //! the end-of-stream and timeout cases, how errors surface) follows kube-client 5.
 

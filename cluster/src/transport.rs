@@ -1,8 +1,8 @@
 //! The HTTP stack under `kube::Client`. kube-client 5's default stack speaks HTTP/1.1 only, so
-//! every open watch holds a TCP+TLS connection and hyper's buffers of its own (measured: half of
-//! an idle konnector's heap, with three watches per bound API). This stack offers HTTP/2 by ALPN:
+//! every open watch holds a TCP+TLS connection and hyper's buffers of its own (most of an idle
+//! konnector's heap, with three watches per bound API). This stack offers HTTP/2 by ALPN:
 //! a server that accepts it, as kube-apiserver does, carries every request and watch of one
-//! client over one connection; a server that does not gets HTTP/1.1 as before. The layers above
+//! client over one connection; a server that does not gets HTTP/1.1. The layers above
 //! the connection are kube's own (base URI, credentials, extra headers), in kube's order; no
 //! retry layer (see `KubeClusterClient::from_config`).
 

@@ -1432,7 +1432,7 @@ mod tests {
         assert_eq!(cluster.continue_tokens().len(), 1);
     }
 
-    /// Issue 34 item 3: a throttled watch (429) waits what the server asked before it retries,
+    /// A throttled watch (429) waits what the server asked before it retries,
     /// when that is longer than its backoff.
     #[tokio::test(start_paused = true)]
     async fn a_throttled_watch_waits_out_retry_after() {

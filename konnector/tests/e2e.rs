@@ -655,7 +655,7 @@ async fn negotiated_version(kubeconfig: &str) -> http::Version {
     response.version()
 }
 
-/// Issue 34 item 5 on `fakeapi serve` behind a [`FaultProxy`] (the real-server twin is real_turbulence.rs): a
+/// On `fakeapi serve` behind a [`FaultProxy`] (the real-server twin is real_turbulence.rs): a
 /// provider that stops answering without closing anything is `ProviderUnreachable` within one heartbeat interval
 /// (+10 % jitter) and one window (two intervals) of the hole opening, and Ready again once it closes. The deadline
 /// is a generous multiple of that bound; the measured time is printed.
@@ -838,9 +838,8 @@ async fn unreachable_story(edit: impl FnOnce(&mut kube::config::Cluster, &World)
     assert!(!dump(&world.lines).contains(&token), "the token reached the log");
 }
 
-/// Issue 38 item 4: a closed port and a server with another CA no longer read the same
-/// "transport error": the condition, the Event and the log name host:port and the cause, and
-/// never the token.
+/// A closed port and a server with another CA read differently: the condition, the Event and
+/// the log name host:port and the cause, and never the token.
 #[tokio::test]
 async fn a_closed_port_is_named_with_its_address_and_connection_refused() {
     unreachable_story(

@@ -1,4 +1,4 @@
-//! The `konnector` binary on real kube-apiservers (issue #8), installed the way a user would: the chart's RBAC on
+//! The `konnector` binary on real kube-apiservers, installed the way a user would: the chart's RBAC on
 //! the consumer, a ServiceAccount token minted with TokenRequest as its only credential, and a provider credential
 //! with `provider_rbac()`-style least privilege in the one-apply bundle. Driven only through the Kubernetes API.
 //!

@@ -1,4 +1,4 @@
-//! The `konnector` binary on real kube-apiservers under network faults (issue #8): a partition and its heal, latency
+//! The `konnector` binary on real kube-apiservers under network faults: a partition and its heal, latency
 //! with every watch cut, the provider replaced by a cluster with another identity, and a kill -9 during a partition.
 //!
 //! The faults come from `kbind_testenv::FaultProxy`, a TCP proxy in front of the provider apiserver that the
@@ -14,29 +14,29 @@
 //!   connection fail with `client error (SendRequest)`. All are transport errors to the engine: the reason is
 //!   `ProviderUnreachable`, as on fakeapi.
 //! - How quickly: the disengage is not driven by those watch or request errors but by the Connection's next
-//!   reconcile, which is due with the heartbeat (30 s by default): `Connected=False` came 26.6 s after the cut, and
-//!   `status-stale` on every synced widget in the same pass. Until then the binding's passes kept retrying (11x
-//!   "related resources not converged: failed to list secrets on the provider"); the identity guard holds writes.
-//!   On fakeapi's paused clock that window is invisible. Recovery after the heal took 10.4 s: the Connection
-//!   retries an unreachable provider every `RETRY_INTERVAL` (10 s), then the provider is engaged afresh, the held
-//!   changes (update, create, a deletion waiting on the syncer finalizer) go up and the annotation goes.
+//!   reconcile, which is due with the heartbeat (30 s by default): `Connected=False` comes within that interval of
+//!   the cut, with `status-stale` on every synced widget in the same pass. Until then the binding's passes keep
+//!   retrying ("related resources not converged: failed to list secrets on the provider"); the identity guard
+//!   holds writes. On fakeapi's paused clock that window is invisible. After the heal the Connection retries on its
+//!   backoff, then the provider is engaged afresh, the held changes (update, create, a deletion waiting on the
+//!   syncer finalizer) go up and the annotation goes.
 //! - Dropped watches: fakeapi's `drop_watches` ends a watch cleanly (the stream just ends); a cut TCP connection
 //!   ends it with the UnexpectedEof error above, and also fails whatever unrelated request shared the connection
 //!   (`SendRequest`). The watcher re-lists and the syncers converge; no duplicate copy, Apply manager or Lease.
 //! - Latency: fakeapi adds it once before each answer; the proxy adds it to every chunk both ways, so the TLS
-//!   handshake and every watch event pay it too. 150 ms per chunk changed nothing but the pace.
+//!   handshake and every watch event pay it too; it changes nothing but the pace.
 //! - Identity swap: the harness replaces a cluster behind the same address (fakeapi: `replace_with_fresh` behind
 //!   the same handle). As on fakeapi, ServiceAccount tokens die with their ServiceAccount: a TokenRequest token
 //!   carries the ServiceAccount's UID, so the rebuilt provider answers the old token with 401 until its admin
 //!   re-creates the ServiceAccount and mints a new one into the consumer's Secret. The Secret change made the
 //!   engager disengage ("the pinned identity or the kubeconfig Secret changed") and refuse to re-engage ("the
-//!   provider's identity ... differs from the pinned ..."); `ClusterIdentityChanged` came about 0.5 s later. A sweep
+//!   provider's identity ... differs from the pinned ..."), then reported `ClusterIdentityChanged`. A sweep
 //!   of every listable resource on the new cluster found nothing managed by `kbind-konnector` or labelled managed.
 //! - Field managers: on a real apiserver the heartbeat Lease and the provider namespace `kbind` carry manager
 //!   `unknown` (created with no fieldManager and no User-Agent the apiserver can name); only instance writes carry
 //!   `kbind-konnector` (DESIGN.md §3 asks no more). The sweep therefore also looks for the `managed` label.
-//! - kill -9 during a partition: the restarted konnector reported `ProviderUnreachable` on its first pass (under
-//!   0.3 s), kept every copy on the provider and every object on the consumer, and converged after the heal.
+//! - kill -9 during a partition: the restarted konnector reports `ProviderUnreachable` on its first pass, keeps
+//!   every copy on the provider and every object on the consumer, and converges after the heal.
 
 mod child;
 mod real;

@@ -1,4 +1,4 @@
-//! More of the scenario stories on real kube-apiservers (issue #8), with the `konnector` binary under the chart's
+//! More of the scenario stories on real kube-apiservers, with the `konnector` binary under the chart's
 //! least-privilege RBAC and a TokenRequest-minted provider credential, driven only through the Kubernetes API.
 //!
 //! Each story is the real-cluster twin of a fakeapi story in scenarios/tests/stories: the bundle applied in other
@@ -13,9 +13,9 @@
 //! What real kube-apiservers did differently from fakeapi in these stories, and what was checked to be the same:
 //! - The 429 TooManyRequests on the first list of a just-created CRD (see real_clusters.rs) costs one binding
 //!   pass, retried; deliberately not read as fakeapi's 404 (a 429 may be throttling of a busy API).
-//! - Orphan unbind deletes nothing on either side (DESIGN.md §4, issue 12): the consumer CRD and objects stay, the
-//!   provider copies are untouched. (Before, the CRD went with its last binding and the real apiserver's CRD
-//!   finalizer deleted every consumer object.)
+//! - Orphan unbind deletes nothing on either side (DESIGN.md §4): the consumer CRD and objects stay, the provider
+//!   copies are untouched. (Were the CRD to go with its last binding, the real apiserver's CRD finalizer would
+//!   delete every consumer object.)
 //! - OpenAPI source: the real `/openapi/v3/apis/example.org/v1` publishes defaults, enums,
 //!   `x-kubernetes-int-or-string` (with its `anyOf`), `x-kubernetes-preserve-unknown-fields` and
 //!   `x-kubernetes-validations`, and the synthesized consumer CRD keeps all of them; the consumer's apiserver
@@ -320,7 +320,7 @@ async fn orphan_on_an_object_and_on_a_binding_leaves_the_provider_copies() {
     })
     .await;
     // Orphan deletes nothing on either side (DESIGN.md §4 "unbind"): the consumer CRD stays, and with it every
-    // consumer object (before issue 12 the CRD went with its last binding and the apiserver deleted the objects).
+    // consumer object (were the CRD to go with its last binding, the apiserver would delete the objects).
     let consumer_before: BTreeMap<String, Option<String>> = widgets_on(&consumer.admin)
         .await
         .unwrap()
@@ -955,7 +955,7 @@ async fn namespace_scoped_provider_credentials_sync_their_namespace_and_report_t
     );
 }
 
-/// Issue 38 item 3 on real kube-apiservers: a Connection named with 253 characters (the most a name may have)
+/// On real kube-apiservers: a Connection named with 253 characters (the most a name may have)
 /// syncs both ways. kube-apiserver refuses a label value over 63 characters, so the consumer object's
 /// `core.kbind.io/connection` label holds the hash form and the full name is in the annotation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -278,7 +278,7 @@ pub async fn connection_loss(stage: &mut impl Stage) {
     .await;
 }
 
-/// Issue 38 item 2: a syncer that cannot list or watch its API on the provider says so — the
+/// A syncer that cannot list or watch its API on the provider says so — the
 /// API's `Synced` turns `WatchFailed` naming the side and the answer, the binding is not Ready —
 /// and turns Ready again once the provider lets it watch; a widget created then syncs.
 pub async fn a_syncer_that_cannot_watch_says_so(stage: &mut impl Stage) {

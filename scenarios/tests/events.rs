@@ -1,7 +1,7 @@
 //! DESIGN.md §4 "reads and events": provider changes reach the syncer as events of the shared
 //! provider cache, not by a periodic poll. With tokio's clock paused, time only moves when every
 //! task waits on a timer, so "the change came down while the logical clock advanced less than a
-//! second" means no once-a-second timer was needed to notice it (issue #13).
+//! second" means no once-a-second timer was needed to notice it.
 
 #[path = "stories/story/mod.rs"]
 mod story;
@@ -16,8 +16,8 @@ use kbind_scenarios::apis::widgets;
 use serde_json::json;
 use story::{at, bound_world, create_widget, wait_for_copy};
 
-/// The interval the syncers used to poll their provider stores at; a change noticed within
-/// less logical time than this was not waiting for such a poll.
+/// The interval of a once-a-second poll of the provider stores; a change noticed within less
+/// logical time than this was not waiting for such a poll.
 const OLD_POLL: Duration = Duration::from_secs(1);
 /// How finely the story looks while it waits (logical time).
 const LOOK_EVERY: Duration = Duration::from_millis(10);
@@ -199,7 +199,7 @@ async fn a_resync_after_a_restart_with_everything_in_sync_makes_no_per_object_re
 
 /// A provider that deletes every copy as soon as it sees one (a garbage collector following an
 /// owner reference, a policy controller) meets at most one create a second, not one per delete
-/// event: the old 1 s poll used to bound this, events alone do not.
+/// event: a once-a-second poll would bound this by itself, events alone do not.
 #[tokio::test(start_paused = true)]
 async fn a_provider_that_deletes_every_copy_meets_at_most_one_create_a_second() {
     let world = synced_world(

@@ -1,4 +1,4 @@
-//! Issue 38, items 5 and 6: every message of the real `kbind` binary says what is true and what
+//! Every message of the real `kbind` binary says what is true and what
 //! to do (exit code and the line printed), Ctrl-C says what a bind already did, a slow gateway
 //! step shows progress, and the binaries' logs carry no colour codes off a terminal.
 

@@ -318,7 +318,7 @@ pub async fn deleting_namespace_empties_it(t: &dyn Target) -> CaseResult {
 
 /// Label keys and values kube-apiserver refuses are a 422 Invalid naming `metadata.labels`, on
 /// create and on patch, for built-in and custom resources; a 63-character value and a prefixed
-/// key are accepted (issue #38: fakeapi once took any label).
+/// key are accepted.
 pub async fn labels_are_validated(t: &dyn Target) -> CaseResult {
     let s = Scope::new(t, "labels");
     let result = async {

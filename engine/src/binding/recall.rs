@@ -1,5 +1,5 @@
 //! What the binding reconciler remembers between passes, so a healthy binding does not ask the
-//! consumer what this process already knows (issue #13 "no needless reads"): which APIs' objects
+//! consumer what this process already knows (no needless reads): which APIs' objects
 //! carry no `status-stale` mark, whether a binding without related rules has any related copy
 //! left, and how long to wait before looking again while its provider is not engaged.
 //!

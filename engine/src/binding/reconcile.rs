@@ -505,7 +505,7 @@ async fn observe(
 }
 
 /// Keeps the binding's related-resource syncers running and returns what they know; they
-/// converge by themselves on watch events (DESIGN.md §2, issue #25).
+/// converge by themselves on watch events (DESIGN.md §2).
 async fn observe_related(
     view: &BindingView,
     shared: &Shared,

@@ -131,9 +131,9 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
     // The binding's related syncers stop first, so no write of theirs races the removal.
     shared.related.stop(&view.reference());
     let removed = match remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), skip_provider).await {
-        // Provider credentials that may not list Secrets or ConfigMaps (the usual least privilege,
-        // found on real clusters) never held a copy of ours: without FromConsumer rules there is
-        // nothing to look for, so the refusal must not block the unbind.
+        // Provider credentials that may not list Secrets or ConfigMaps (the usual least privilege)
+        // never held a copy of ours: without FromConsumer rules there is nothing to look for, so
+        // the refusal must not block the unbind.
         Err(RelatedError::ListFailed {
             side: Side::Provider,
             source,
@@ -143,8 +143,8 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
         }
         // Likewise on the consumer: the chart lets the konnector read Secrets only in its own
         // namespace, and a binding without related rules holds no copy (removing a rule collects
-        // its copies), so a refused list of a Binding's namespace must not block the unbind
-        // (found on real clusters: a namespaced Binding could never be deleted).
+        // its copies), so a refused list of a Binding's namespace must not block the unbind, or a
+        // namespaced Binding could never be deleted.
         Err(RelatedError::ListFailed {
             side: Side::Consumer,
             source,

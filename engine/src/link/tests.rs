@@ -187,9 +187,9 @@ async fn a_ready_connection_is_engaged_with_its_pinned_identity() {
     assert_eq!(s.connector.connects.load(Ordering::SeqCst), 1, "one client per link");
 }
 
-/// Issue 34 item 3: one failed heartbeat used to set `ProviderUnreachable`, disengage, stop
-/// every syncer and relist every watch. Now the engagement stays while failures last less than
-/// the window, the Connection says so, and only then is the provider disengaged.
+/// A failed heartbeat does not end the engagement: it stays while failures last less than the
+/// window (syncers, caches and watches kept), the Connection says so, and only failures that
+/// outlast the window disengage the provider.
 #[tokio::test(start_paused = true)]
 async fn failed_renewals_keep_the_provider_engaged_until_they_outlast_the_window() {
     let s = engaged(EngineConfig::default()).await;
@@ -263,7 +263,7 @@ async fn a_blip_shorter_than_the_window_keeps_the_same_engagement() {
     );
 }
 
-/// Issue 34 item 3: a 429 says when to come back; the link does not renew before that.
+/// A 429 says when to come back; the link does not renew before that.
 #[tokio::test(start_paused = true)]
 async fn a_throttled_renewal_is_retried_only_after_retry_after() {
     let s = engaged(EngineConfig::default()).await;
@@ -318,7 +318,7 @@ async fn a_new_kubeconfig_engages_a_fresh_client() {
     assert_eq!(s.connector.connects.load(Ordering::SeqCst), 2);
 }
 
-/// Issue 34 item 10: a CRD labelled exported after the Connection is Ready arrives by the
+/// A CRD labelled exported after the Connection is Ready arrives by the
 /// watch of exported CRDs, with the rediscovery poll out of the way.
 #[tokio::test(start_paused = true)]
 async fn a_newly_exported_crd_arrives_by_event_not_by_the_poll() {
@@ -405,7 +405,7 @@ async fn a_connection_pinned_to_another_cluster_is_never_engaged() {
     let _ = &s.ctx;
 }
 
-/// Issue 34 item 5: a black-holed provider (accepts, never answers) makes its Connection not
+/// A black-holed provider (accepts, never answers) makes its Connection not
 /// Ready within one heartbeat interval (plus its jitter), one window and one second of the hole
 /// opening.
 #[tokio::test(start_paused = true)]

@@ -21,8 +21,8 @@ use tokio::task::JoinHandle;
 
 /// Events a subscriber may fall behind by before it is told to look at everything again
 /// ([`broadcast::error::RecvError::Lagged`]). Events share their objects with the store, but
-/// tokio allocates every slot up front (about 40 bytes each): 1,024 slots were 40 KiB of each
-/// bound API (massif, issue 25). The subscribers only turn events into queue keys, so they
+/// tokio allocates every slot up front, for every bound API, so the buffer is small. The
+/// subscribers only turn events into queue keys, so they
 /// keep up with a watch's pace as long as the publisher lets them run: it yields after every
 /// [`PUBLISH_RUN`] events (one HTTP/2 read can hold hundreds). A lag costs one look at every
 /// object of the store.
@@ -31,8 +31,8 @@ const EVENT_BUFFER: usize = 64;
 /// them run before the buffer could wrap; well under [`EVENT_BUFFER`].
 const PUBLISH_RUN: usize = 16;
 /// [`EVENT_BUFFER`] of a watch of one object by name (a pulled CRD): a handful of events. Every
-/// buffer slot is allocated up front, and a 1,024-slot buffer per bound API was about 40 KiB
-/// of each API's memory (massif, issue 25); a lag only means one look at the object again.
+/// buffer slot is allocated up front, for every bound API; a lag only means one look at the
+/// object again.
 const NAMED_EVENT_BUFFER: usize = 8;
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in.

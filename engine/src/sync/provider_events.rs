@@ -330,9 +330,9 @@ mod tests {
         changed.iter().filter_map(|c| c.metadata.name.clone()).collect()
     }
 
-    /// Issue 34 item 6: a subscriber that fell behind (or a store that relisted) used to look
-    /// at every object again and forget which provider writes were its own. Now only the
-    /// copies that changed while it was behind are passed on; an unchanged copy costs nothing.
+    /// A subscriber that fell behind (or a store that relisted) hears only of the copies that
+    /// changed while it was behind, and keeps knowing which provider writes were its own; an
+    /// unchanged copy costs nothing.
     #[tokio::test(start_paused = true)]
     async fn a_subscriber_that_falls_behind_hears_only_of_what_changed() {
         use kbind_cluster::ClusterClient;

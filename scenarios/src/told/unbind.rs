@@ -1,4 +1,4 @@
-//! The data-loss stories of issue 12, told on any [`Stage`]: unbinding with Orphan while the
+//! The unbind stories where data could be lost, told on any [`Stage`]: unbinding with Orphan while the
 //! provider is gone, hand-over between ClusterBindings and Bindings, a Binding naming a
 //! cluster-scoped API, and provider namespace removal. Each asserts through the API only: UIDs
 //! read before and after say whether an object was kept or deleted and re-created.
@@ -290,7 +290,7 @@ async fn still_synced(stage: &mut impl Stage, ns: &str, name: &str) {
     .await;
 }
 
-/// Issue 12, story 1: the provider is gone for good; Orphan on the binding and the Connection
+/// The provider is gone for good; Orphan on the binding and the Connection
 /// lets both go and deletes nothing on either side.
 pub async fn orphan_deletes_nothing(stage: &mut impl Stage) {
     let (consumer, provider) = (stage.consumer(), stage.provider());
@@ -395,7 +395,7 @@ pub async fn orphan_deletes_nothing(stage: &mut impl Stage) {
     }
 }
 
-/// Issue 12, story 2a: ClusterBinding → Binding. Deleting the ClusterBinding keeps the copies the
+/// ClusterBinding → Binding. Deleting the ClusterBinding keeps the copies the
 /// Binding serves with their UIDs and drains only the other namespace's.
 pub async fn hand_over_cluster_binding_to_binding(stage: &mut impl Stage) {
     let (consumer, provider) = (stage.consumer(), stage.provider());
@@ -428,7 +428,7 @@ pub async fn hand_over_cluster_binding_to_binding(stage: &mut impl Stage) {
     still_synced(stage, TEAM, "w").await;
 }
 
-/// Issue 12, story 2b: Binding → ClusterBinding. Deleting the Binding keeps its copies, which
+/// Binding → ClusterBinding. Deleting the Binding keeps its copies, which
 /// the ClusterBinding serves too.
 pub async fn hand_over_binding_to_cluster_binding(stage: &mut impl Stage) {
     let provider = stage.provider();
@@ -445,7 +445,7 @@ pub async fn hand_over_binding_to_cluster_binding(stage: &mut impl Stage) {
     still_synced(stage, TEAM, "w").await;
 }
 
-/// Issue 12, story 2c: Binding → Binding in one namespace (the ClusterBinding handed over
+/// Binding → Binding in one namespace (the ClusterBinding handed over
 /// first): deleting one keeps the copies the other serves.
 pub async fn hand_over_binding_to_binding(stage: &mut impl Stage) {
     let provider = stage.provider();
@@ -465,7 +465,7 @@ pub async fn hand_over_binding_to_binding(stage: &mut impl Stage) {
     still_synced(stage, TEAM, "w").await;
 }
 
-/// Issue 12, story 3: a Binding naming a cluster-scoped API says so per API and can be deleted,
+/// A Binding naming a cluster-scoped API says so per API and can be deleted,
 /// with and without Orphan.
 pub async fn binding_naming_a_cluster_scoped_api(stage: &mut impl Stage) {
     let consumer = stage.consumer();
@@ -517,7 +517,7 @@ pub async fn binding_naming_a_cluster_scoped_api(stage: &mut impl Stage) {
     }
 }
 
-/// Issue 12, story 4: unbinding removes a provider namespace kbind created only when nothing but
+/// Unbinding removes a provider namespace kbind created only when nothing but
 /// its drained copies was in it; one holding an object kbind did not write stays.
 pub async fn provider_namespace_removal(stage: &mut impl Stage) {
     let provider = stage.provider();

@@ -1,4 +1,4 @@
-//! Issue 38 items 3 and 4 on fakeapi: a Connection name longer than a label value still syncs
+//! On fakeapi: a Connection name longer than a label value still syncs
 //! (its objects carry the hash form and the full name), a Secret without the referenced key
 //! says so, and a deleted Connection names the bindings it waits for and the way out, while
 //! those bindings say why they wait.

@@ -1,4 +1,4 @@
-//! Issue 34 item 1, DESIGN.md §4 "Connections per API": a claim that lasts. A binding that
+//! DESIGN.md §4 "Connections per API": a claim that lasts. A binding that
 //! serves a namespace of an API keeps it through its Connection going not Ready, a rival's
 //! Connection blinking, konnector restarts and edits of other bindings: the claim is the
 //! binding's `status.boundAPIs[].claimedAt`, never inferred from what its conditions say now.
@@ -77,7 +77,7 @@ async fn until_connection_ready(world: &mut World, name: &str, ready: bool) {
         .await;
 }
 
-/// The issue's story: the refused binding's Connection blinks, and the namespace stays with the
+/// The refused binding's Connection blinks, and the namespace stays with the
 /// binding that serves it, its objects keep syncing and deleting.
 #[tokio::test(start_paused = true)]
 async fn a_refused_binding_whose_connection_blinks_never_takes_over_a_served_namespace() {

@@ -1,4 +1,4 @@
-//! Connection Events (issue #7): an unreachable provider is announced by one Warning Event on
+//! Connection Events: an unreachable provider is announced by one Warning Event on
 //! the Connection however many reconciles see it, a return to Ready by one Normal Event, and a
 //! second outage counts once more in the same Event's series; notes carry no credentials.
 

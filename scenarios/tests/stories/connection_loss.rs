@@ -123,7 +123,7 @@ async fn a_partition_marks_status_stale_loses_nothing_and_both_sides_converge_af
         .await;
 }
 
-/// Issue 34 item 5: a provider that stops answering without closing anything (a black hole: no
+/// A provider that stops answering without closing anything (a black hole: no
 /// error comes back and no watch ends) is noticed through the request timeout alone, handled
 /// as a lost connection, and recovered from once it answers again.
 #[tokio::test(start_paused = true)]

@@ -1,4 +1,4 @@
-//! Issue 24 item 21: a deleted Connection waits for its bindings (`DrainingBindings`) and is
+//! A deleted Connection waits for its bindings (`DrainingBindings`) and is
 //! released on the event of its last binding going away, not on a periodic requeue. Asserted on
 //! the paused clock's virtual time, which is deterministic.
 

@@ -1,4 +1,4 @@
-//! Issue 34 item 7, the herd: many consumers' konnectors on one provider that restarts. Every
+//! The herd: many consumers' konnectors on one provider that restarts. Every
 //! watch is dropped, the provider is unavailable for 30 s, then answers 429 (`Retry-After: 5`)
 //! for 20 s. Counted on the paused clock, per request: no watch is relisted more than once per
 //! consumer, the retries spread over the seconds by jitter (the per-second histogram is

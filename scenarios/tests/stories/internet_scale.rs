@@ -1,9 +1,9 @@
-//! Issue #25, the provider's view at internet scale: every request that many consumers'
+//! The provider's view at internet scale: every request that many consumers'
 //! konnectors send one provider in ten idle minutes (paused clock), pinned to the heartbeat
 //! and the watches' own renewals. Each consumer is a world of its own (a fake consumer cluster
 //! and a konnector with the konnector binary's default `--resync` of 10 minutes) sharing one
-//! provider; `KBIND_IDLE_CONSUMERS` sets how many (20 by default, so the suite stays quick; the
-//! closing note of #25 gives the run with 1,000).
+//! provider; `KBIND_IDLE_CONSUMERS` sets how many (20 by default, so the suite stays quick;
+//! BENCHMARKS.md gives the run with 1,000).
 
 use std::collections::BTreeMap;
 
@@ -135,7 +135,7 @@ fn connections() -> usize {
         .unwrap_or(20)
 }
 
-/// Issue #25, the gateway's common case: one Connection per Export, so a consumer holds many
+/// The gateway's common case: one Connection per Export, so a consumer holds many
 /// Connections to one provider. They share one heartbeat Lease (one per consumer–provider pair,
 /// DESIGN §2): one of them renews it, the others prove their own link still reaches the pinned
 /// provider by reading it, so no renewal conflicts and no identity re-reads follow.

@@ -1,4 +1,4 @@
-//! Issue #13 "no needless writes" and "no needless reads": a konnector that restarts cleanly,
+//! No needless writes and no needless reads: a konnector that restarts cleanly,
 //! sees a metadata-only change of its credential Secret, or just idles, writes nothing to the
 //! objects it syncs and asks the servers no more as it holds more objects; a real outage still
 //! marks them `status-stale` (the guard that the quiet is not deafness).
@@ -470,7 +470,7 @@ async fn a_leader_hand_over_writes_none_of_the_synced_objects() {
     );
 }
 
-/// Issue #25's request budget of a new object: once the provider cache has listed, the copy
+/// The request budget of a new object: once the provider cache has listed, the copy
 /// costs the provider one write, an apply that can only create (it carries a resourceVersion
 /// no object has), and no classifying read, since the cache already says nothing is there. The
 /// copy carries only our Apply entry, so no apply hands the fields over and no patch drops a
@@ -516,7 +516,7 @@ fn konnector_requests_on(log: &[fakeapi::RequestRecord], name: &str) -> BTreeMap
     counts
 }
 
-/// Issue #16's request budget of a spec change: the copy is known to be ours (the cache holds
+/// The request budget of a spec change: the copy is known to be ours (the cache holds
 /// it, or our own latest write), so the change costs the provider one apply, guarded by that
 /// copy's resourceVersion, and no read; a copy that changed unseen answers the guard with a
 /// Conflict and is read then (`write_races.rs`).
@@ -541,7 +541,7 @@ async fn a_spec_change_costs_the_provider_one_apply_and_no_read() {
     );
 }
 
-/// Issue #16's request budget on the consumer: a new object whose provider controller answers
+/// The request budget on the consumer: a new object whose provider controller answers
 /// at once costs the consumer two writes, the finalizer and one status. (The race that wrote
 /// the status twice, a reconcile started by our finalizer patch's echo reading a store without
 /// our status, depends on timing this world does not reproduce; the unit test

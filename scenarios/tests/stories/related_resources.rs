@@ -306,7 +306,7 @@ fn log_positions(world: &World) -> (usize, usize) {
     )
 }
 
-/// Issue #25: related resources are converged by watches, not by a pass that lists sources
+/// Related resources are converged by watches, not by a pass that lists sources
 /// and copies on both sides every few seconds. Ten idle minutes of a ClusterBinding whose
 /// copies are in place (up and down) list no Secret, ConfigMap or instance (for the namespaces
 /// in use) on either cluster, and a changed source on either side is still copied within a few
@@ -425,7 +425,7 @@ async fn copied_both_ways(world: &mut World, what: &str) {
         .await;
 }
 
-/// Issue 38 item 2 for related resources: a provider ConfigMap watch that keeps failing turns
+/// For related resources: a provider ConfigMap watch that keeps failing turns
 /// the binding not Ready with `WatchFailed` naming the kind, the side and the answer; once the
 /// provider answers again the binding is Ready and the related copy arrives.
 #[tokio::test(start_paused = true)]

@@ -1,4 +1,4 @@
-//! Issue 24 item 18: the provider credential is revoked (every request answers 401) or may not
+//! The provider credential is revoked (every request answers 401) or may not
 //! delete (403), then the bundle is unbound. The drain cannot proceed, and says so: the binding
 //! is `Ready=False` with `DeletionBlocked` (`Forbidden` and `PermissionDenied=True` for a 403)
 //! and a message carrying the HTTP cause, the Connection's `Connected`/`Ready` name the refused

@@ -4,9 +4,8 @@
 //! copy while some binding serves its namespace, and everything converges at the end.
 //!
 //! `KBIND_SEEDS=N` runs N seeds (default 20); `KBIND_SEED=S` replays seed S. A failure names the
-//! seed, the step and the action sequence so far. Cost (debug build, measured): about 0.5 s of
-//! CPU per seed, 1,000 seeds in 8 min of CPU; most of it is the world's set-up (~0.2 s) and
-//! its per-step invariant checks (~20 steps a seed), not this schedule.
+//! seed, the step and the action sequence so far. Most of a seed's cost is the world's set-up
+//! and its per-step invariant checks, not this schedule.
 
 use std::collections::{BTreeMap, BTreeSet};
 

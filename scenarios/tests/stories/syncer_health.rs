@@ -1,4 +1,4 @@
-//! Issue 38 item 2, Ready never hides a failing syncer: a binding is Ready only once its syncer
+//! Ready never hides a failing syncer: a binding is Ready only once its syncer
 //! has listed both sides, and a list the provider keeps failing turns the API's `Synced` to
 //! `WatchFailed` naming the verb, the API, the side and the provider's answer — until the list
 //! works again, when the binding turns Ready and the object created meanwhile is synced.

@@ -1,6 +1,6 @@
-//! Issue 34 item 10, events not timers: an API that waits for something (here, under
-//! `pullPolicy: None`, the consumer CRD a user must install) is woken by the event it waits
-//! for, the CRD's own change; it used to look again every 2 s meanwhile. `--resync` stays the
+//! Events, not timers: an API that waits for something (here, under `pullPolicy: None`, the
+//! consumer CRD a user must install) is woken by the event it waits for, the CRD's own change,
+//! not by looking again every few seconds. `--resync` stays the
 //! only backstop of a healthy binding; a waiting one backs off to it.
 
 use futures::FutureExt;

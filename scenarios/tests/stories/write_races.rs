@@ -136,8 +136,8 @@ async fn an_object_that_replaced_a_copy_just_before_its_delete_is_left_alone() {
 /// A copy of ours by its markers appears just before our first write of it (a second konnector
 /// of this consumer cluster, a restore): our creating apply is refused. The copy is ours, so
 /// the syncer reads it and applies at once, instead of taking the refusal for a failure and
-/// retrying seconds later (issue #16 met the same with the apply after a create: nearly every
-/// new object of the initial-sync benchmark waited five seconds).
+/// retrying seconds later (which, with a provider controller that writes status at once, would
+/// hold back nearly every new object).
 #[tokio::test(start_paused = true)]
 async fn a_copy_of_ours_that_appeared_just_before_our_first_write_is_applied_without_a_failed_pass() {
     let (mut world, _cred) = bound_world(
@@ -193,7 +193,7 @@ async fn a_copy_of_ours_that_appeared_just_before_our_first_write_is_applied_wit
 }
 
 /// A spec change is applied with the copy the syncer already knows (its cache, or its own
-/// latest write) as the precondition, without reading the copy first (issue #16). A copy
+/// latest write) as the precondition, without reading the copy first. A copy
 /// replaced unseen by someone else's object answers that precondition with a Conflict; the
 /// next pass reads it, finds it foreign and reports the conflict. Their object is never
 /// written.
@@ -214,10 +214,9 @@ async fn an_object_that_replaced_a_copy_just_before_a_spec_change_is_never_taken
     foreign_w1_stays_untouched(&mut world).await;
 }
 
-/// The first write of a new copy is an apply that can only create (issue #25; a create, then an
-/// apply naming the created copy's UID, before): someone else's object that lands just before
-/// it makes the apply's resourceVersion precondition fail, and it is read, found foreign and
-/// reported; it is never written.
+/// The first write of a new copy is an apply that can only create: someone else's object that
+/// lands just before it makes the apply's resourceVersion precondition fail, and it is read,
+/// found foreign and reported; it is never written.
 #[tokio::test(start_paused = true)]
 async fn an_object_made_just_before_our_creating_apply_is_never_taken_over() {
     let (mut world, _cred) =
