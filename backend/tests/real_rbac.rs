@@ -23,7 +23,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessR
 use kbind_api::consts::backend::{LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT};
 use kbind_api::{
     BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
-    RelatedResourceKind, grant_name,
+    grant_name,
 };
 use kbind_backend::issuer::{Issuer, KubernetesIssuer, Options, run_controller};
 use kbind_cluster::{
@@ -592,15 +592,19 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
             related_resources: vec![
                 RelatedResource {
                     group: String::new(),
-                    resource: RelatedResourceKind::Secrets,
+                    resource: "secrets".into(),
+                    version: None,
                     direction: RelatedResourceDirection::FromProvider,
                     selector: Default::default(),
+                    sync_status: false,
                 },
                 RelatedResource {
                     group: String::new(),
-                    resource: RelatedResourceKind::ConfigMaps,
+                    resource: "configmaps".into(),
+                    version: None,
                     direction: RelatedResourceDirection::FromConsumer,
                     selector: Default::default(),
+                    sync_status: false,
                 },
             ],
             cluster_scoped_sharing: true,
