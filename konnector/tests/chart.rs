@@ -387,9 +387,17 @@ fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bou
 #[test]
 fn related_kinds_render_one_rule_each_and_nothing_more() {
     let Some(helm) = helm() else { return };
-    let rules = |sets: &[&str]| the(&render(&helm, sets), "ClusterRole")["rules"].as_array().unwrap().clone();
+    let rules = |sets: &[&str]| {
+        the(&render(&helm, sets), "ClusterRole")["rules"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
     let without = rules(&["relatedResources.kinds=null"]);
-    let defaults = [related_rule("", "secrets", &RELATED_VERBS), related_rule("", "configmaps", &RELATED_VERBS)];
+    let defaults = [
+        related_rule("", "secrets", &RELATED_VERBS),
+        related_rule("", "configmaps", &RELATED_VERBS),
+    ];
     let with = |added: &[Value]| [without.clone(), added.to_vec()].concat();
     assert_eq!(rules(&[]), with(&defaults), "Secrets and ConfigMaps by default");
     let extra = [
@@ -397,7 +405,10 @@ fn related_kinds_render_one_rule_each_and_nothing_more() {
         related_rule("networking.k8s.io", "ingresses/status", &RELATED_VERBS),
         related_rule("net.example.com", "subnets", &READ_VERBS),
     ];
-    assert_eq!(rules(&[EXTRA_KINDS]), with(&[defaults.to_vec(), extra.to_vec()].concat()));
+    assert_eq!(
+        rules(&[EXTRA_KINDS]),
+        with(&[defaults.to_vec(), extra.to_vec()].concat())
+    );
     assert_eq!(
         rules(&["relatedResources.kinds=null", EXTRA_KINDS]),
         with(&extra),
@@ -417,7 +428,10 @@ fn related_kinds_render_one_rule_each_and_nothing_more() {
             .unwrap();
         assert!(!output.status.success(), "{bad} rendered");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("relatedResources.extraKinds[0] needs a group"), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("relatedResources.extraKinds[0] needs a group"),
+            "{bad}: {stderr}"
+        );
     }
 }
 
@@ -498,7 +512,11 @@ async fn every_rendered_object_is_accepted_with_default_values() {
 #[tokio::test(start_paused = true)]
 async fn konnector_service_account_can_do_its_job_and_no_more() {
     let Some(helm) = helm() else { return };
-    let cluster = install(&render(&helm, &["boundGroups={example.org}", "relatedResources.kinds=null"])).await;
+    let cluster = install(&render(
+        &helm,
+        &["boundGroups={example.org}", "relatedResources.kinds=null"],
+    ))
+    .await;
     let admin = cluster.admin_client();
     let konnector = konnector(&cluster);
     let params = PostParams::default();
@@ -620,11 +638,20 @@ async fn related_kinds_let_the_konnector_read_and_write_exactly_those_kinds_in_e
     let admin = cluster.admin_client();
     let konnector = konnector(&cluster);
     let params = PostParams::default();
-    for (group, plural, kind) in [("networking.k8s.io", "ingresses", "Ingress"), ("net.example.com", "subnets", "Subnet")] {
+    for (group, plural, kind) in [
+        ("networking.k8s.io", "ingresses", "Ingress"),
+        ("net.example.com", "subnets", "Subnet"),
+    ] {
         create(&admin, &crd(group, plural, kind)).await.unwrap();
         let name = format!("{plural}.{group}");
         eventually(&format!("{name} served"), Duration::from_secs(10), || async {
-            admin.discovery().await.unwrap().resources.iter().any(|r| r.plural == plural && r.group == group)
+            admin
+                .discovery()
+                .await
+                .unwrap()
+                .resources
+                .iter()
+                .any(|r| r.plural == plural && r.group == group)
         })
         .await;
     }
@@ -643,15 +670,22 @@ async fn related_kinds_let_the_konnector_read_and_write_exactly_those_kinds_in_e
     ] {
         let what = format!("{} {}", kind_of(&object), name_of(&object));
         let res = resource_of(&admin, &object).await;
-        create(&konnector, &object).await.unwrap_or_else(|e| panic!("create {what}: {e}"));
-        konnector.list(&res, None, &Default::default()).await.unwrap_or_else(|e| panic!("list every {what}: {e}"));
+        create(&konnector, &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {what}: {e}"));
+        konnector
+            .list(&res, None, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("list every {what}: {e}"));
         let current = konnector.get(&res, Some("team-a"), name_of(&object)).await.unwrap();
         konnector
             .patch(&res, Some("team-a"), name_of(&object), &label, &PatchParams::default())
             .await
             .unwrap_or_else(|e| panic!("patch {what}: {e}"));
         assert_forbidden(
-            konnector.replace(&res, Some("team-a"), name_of(&object), &current, &params).await,
+            konnector
+                .replace(&res, Some("team-a"), name_of(&object), &current, &params)
+                .await,
             &format!("update {what}"),
         );
         konnector
@@ -680,15 +714,23 @@ async fn related_kinds_let_the_konnector_read_and_write_exactly_those_kinds_in_e
     create(&admin, &subnet).await.unwrap();
     konnector.list(&subnets, None, &Default::default()).await.unwrap();
     konnector.get(&subnets, Some("team-a"), "s").await.unwrap();
-    assert_forbidden(create(&konnector, &typed("net.example.com/v1", "Subnet", "t")).await, "create a Subnet");
     assert_forbidden(
-        konnector.patch(&subnets, Some("team-a"), "s", &label, &PatchParams::default()).await,
+        create(&konnector, &typed("net.example.com/v1", "Subnet", "t")).await,
+        "create a Subnet",
+    );
+    assert_forbidden(
+        konnector
+            .patch(&subnets, Some("team-a"), "s", &label, &PatchParams::default())
+            .await,
         "patch a Subnet",
     );
 
     // A kind listed nowhere: nothing.
     let services = core_resource("Service", "services");
-    assert_forbidden(konnector.list(&services, None, &Default::default()).await, "list Services");
+    assert_forbidden(
+        konnector.list(&services, None, &Default::default()).await,
+        "list Services",
+    );
     assert_forbidden(
         konnector.list(&services, Some("team-a"), &Default::default()).await,
         "list Services in team-a",
