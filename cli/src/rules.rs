@@ -188,17 +188,26 @@ pub fn text(rules: &[PlacedRule]) -> String {
     out
 }
 
+/// What makes two rules one row: all they show but their namespace.
+#[derive(PartialEq)]
+struct RowKey {
+    kind: String,
+    selects: String,
+    status: bool,
+    in_use: bool,
+}
+
 /// One row per rule and place, rules that differ only in their namespace on one row.
 fn rows_table(rules: &[&PlacedRule], place: &str) -> String {
-    // (kind, selects, status, in use) -> namespaces, in the order first seen.
-    let mut rows: Vec<((String, String, bool, bool), Vec<String>)> = Vec::new();
+    // Each row with its namespaces, in the order first seen.
+    let mut rows: Vec<(RowKey, Vec<String>)> = Vec::new();
     for rule in rules {
-        let key = (
-            kind_text(&rule.rule),
-            selects(rule).text,
-            rule.rule.sync_status,
-            rule.namespace.is_none(),
-        );
+        let key = RowKey {
+            kind: kind_text(&rule.rule),
+            selects: selects(rule).text,
+            status: rule.rule.sync_status,
+            in_use: rule.namespace.is_none(),
+        };
         let namespace = rule.namespace.clone().unwrap_or_default();
         match rows.iter_mut().find(|(k, _)| *k == key) {
             Some((_, namespaces)) if !namespaces.contains(&namespace) => namespaces.push(namespace),
@@ -208,13 +217,18 @@ fn rows_table(rules: &[&PlacedRule], place: &str) -> String {
     }
     let rows = rows
         .into_iter()
-        .map(|((kind, selects, status, in_use), namespaces)| {
-            let place = match (in_use, namespaces.as_slice()) {
+        .map(|(key, namespaces)| {
+            let place = match (key.in_use, namespaces.as_slice()) {
                 (true, _) => ALL_IN_USE.to_string(),
                 (false, [one]) => format!("namespace {one}"),
                 (false, many) => format!("namespaces {}", many.join(", ")),
             };
-            vec![kind, place, selects, if status { "yes" } else { "no" }.to_string()]
+            vec![
+                key.kind,
+                place,
+                key.selects,
+                if key.status { "yes" } else { "no" }.to_string(),
+            ]
         })
         .collect();
     table(&["COPIES", place, "SELECTS", "STATUS BACK"], rows)
