@@ -153,12 +153,16 @@ pub fn text(rules: &[PlacedRule]) -> String {
     if !brought.is_empty() {
         out.push_str("These related-resource rules (FromProvider) copy objects of the PROVIDER into this cluster:\n");
         out.push_str(&rows_table(&brought, "INTO"));
-        let mut written: Vec<String> = brought
+        let mut written: Vec<String> = Vec::new();
+        for kind in brought
             .iter()
             .filter(|r| !plain_delivery(&r.rule))
             .map(|r| r.rule.kind().to_string())
-            .collect();
-        written.dedup();
+        {
+            if !written.contains(&kind) {
+                written.push(kind);
+            }
+        }
         if !written.is_empty() {
             out.push_str(&format!(
                 "NOTE: the konnector creates, changes and deletes {} objects in this cluster for the provider, not only Secrets and ConfigMaps.\n",
