@@ -56,7 +56,7 @@ pub struct BindingSpec {
     /// What to do with a provider object of the same name that kbind did not create.
     #[serde(default)]
     pub conflict_policy: ConflictPolicy,
-    /// Secrets and ConfigMaps copied alongside the instances.
+    /// Objects of other kinds copied alongside the instances (Secrets, ConfigMaps or any namespaced kind).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub related_resources: Vec<RelatedResource>,
@@ -145,32 +145,87 @@ pub enum ConflictPolicy {
     Adopt,
 }
 
-/// Secrets or ConfigMaps synced next to the bound instances.
+/// Objects of another namespaced kind synced next to the bound instances: Secrets and
+/// ConfigMaps, or any namespaced resource the side they come from serves.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RelatedResource {
-    /// API group; only the core group `""`.
+    /// API group; `""` is the core group.
     #[serde(default)]
-    #[schemars(extend("enum" = [""]))]
+    #[schemars(length(max = 253))]
+    #[schemars(pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"))]
     pub group: String,
-    /// `secrets` or `configmaps`.
-    pub resource: RelatedResourceKind,
+    /// Plural resource name, e.g. `secrets`, `configmaps`, `ingresses`.
+    #[schemars(length(min = 1, max = 63))]
+    #[schemars(pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub resource: String,
+    /// API version; the version the source side prefers when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub version: Option<String>,
     /// Which side owns the originals.
     pub direction: RelatedResourceDirection,
-    /// Which objects are copied. Both parts must match when both are set; an empty selector
-    /// selects nothing, an empty `labelSelector: {}` selects every object.
+    /// Which objects are copied: those the label and name parts select (both must match when
+    /// both are set), plus those named by `references`. An empty selector selects nothing, an
+    /// empty `labelSelector: {}` selects every object.
     #[serde(default)]
     pub selector: RelatedResourceSelector,
+    /// Also copy the status of the copy back onto the original.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sync_status: bool,
 }
 
-/// Kinds of related resources.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RelatedResourceKind {
+impl RelatedResource {
+    /// The rule's kind as group and resource.
+    pub fn kind(&self) -> RelatedKind {
+        RelatedKind {
+            group: self.group.clone(),
+            resource: self.resource.clone(),
+        }
+    }
+}
+
+/// A related kind: API group and plural resource, without a version.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RelatedKind {
+    /// API group; `""` is the core group.
+    pub group: String,
+    /// Plural resource name.
+    pub resource: String,
+}
+
+impl RelatedKind {
     /// Core `v1` Secrets.
-    Secrets,
+    pub fn secrets() -> Self {
+        Self {
+            group: String::new(),
+            resource: "secrets".into(),
+        }
+    }
+
     /// Core `v1` ConfigMaps.
-    ConfigMaps,
+    pub fn config_maps() -> Self {
+        Self {
+            group: String::new(),
+            resource: "configmaps".into(),
+        }
+    }
+
+    /// Whether this is core Secrets (their content is never shown or logged).
+    pub fn is_secrets(&self) -> bool {
+        self.group.is_empty() && self.resource == "secrets"
+    }
+}
+
+impl std::fmt::Display for RelatedKind {
+    /// `resource` for the core group, `resource.group` otherwise (as kubectl names them).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            f.write_str(&self.resource)
+        } else {
+            write!(f, "{}.{}", self.resource, self.group)
+        }
+    }
 }
 
 /// Direction of a related-resource copy.
@@ -182,7 +237,7 @@ pub enum RelatedResourceDirection {
     FromConsumer,
 }
 
-/// Selects related objects by labels and/or names.
+/// Selects related objects by labels and/or names, and by references from the bound objects.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RelatedResourceSelector {
@@ -192,6 +247,20 @@ pub struct RelatedResourceSelector {
     /// Objects with exactly these names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
+    /// Objects whose names appear at these paths of the bound objects, in the bound object's
+    /// namespace (a union with the label and name parts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<RelatedReference>,
+}
+
+/// Where in a bound object the name of a related object is found.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct RelatedReference {
+    /// A dotted path into the bound object, `[]` after a list field to look into each item,
+    /// e.g. `spec.passwordSecretRef.name` or `spec.tls[].secretName`.
+    #[schemars(length(min = 1, max = 512))]
+    #[schemars(pattern(r"^[A-Za-z0-9_-]+(\[\])?(\.[A-Za-z0-9_-]+(\[\])?)*$"))]
+    pub path: String,
 }
 
 /// Observed state of a ClusterBinding or Binding.
@@ -329,7 +398,8 @@ spec:
         assert_eq!(binding.spec.conflict_policy, ConflictPolicy::Fail);
         let related = &binding.spec.related_resources[0];
         assert_eq!(related.group, "");
-        assert_eq!(related.resource, RelatedResourceKind::Secrets);
+        assert_eq!(related.resource, "secrets");
+        assert!(related.kind().is_secrets());
         assert_eq!(related.direction, RelatedResourceDirection::FromProvider);
         assert_eq!(related.selector.names, ["creds"]);
         assert!(related.selector.label_selector.is_none());
@@ -347,19 +417,70 @@ spec:
     }
 
     #[test]
-    fn related_resources_admit_only_core_secrets_and_configmaps() {
+    fn related_resources_admit_any_group_and_plural_resource_with_dotted_reference_paths() {
         let schema = schema_of(NAMESPACED_CRD);
         let related = node(&schema, "spec/relatedResources/items");
-        assert_eq!(node(related, "group")["enum"], json!([""]));
-        assert_eq!(node(related, "resource")["enum"], json!(["secrets", "configmaps"]));
         assert_eq!(
             node(related, "direction")["enum"],
             json!(["FromProvider", "FromConsumer"])
         );
+        let matcher = |field: &str| regex::Regex::new(node(related, field)["pattern"].as_str().unwrap()).unwrap();
+        let group = matcher("group");
+        for valid in ["", "networking.k8s.io", "db.example.org", "apps"] {
+            assert!(group.is_match(valid), "group {valid:?} should be accepted");
+        }
+        for invalid in ["Networking.k8s.io", ".org", "a..b", "a/b"] {
+            assert!(!group.is_match(invalid), "group {invalid:?} should be refused");
+        }
+        let resource = matcher("resource");
+        for invalid in ["", "Ingresses", "ingresses.networking.k8s.io", "a/b"] {
+            assert!(!resource.is_match(invalid), "resource {invalid:?} should be refused");
+        }
+        let path = regex::Regex::new(
+            node(related, "selector/references/items/path")["pattern"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        for valid in [
+            "spec.passwordSecretRef.name",
+            "spec.tls[].secretName",
+            "spec.a_b-c",
+            "spec",
+        ] {
+            assert!(path.is_match(valid), "path {valid:?} should be accepted");
+        }
+        for invalid in [
+            "",
+            ".spec",
+            "spec.",
+            "spec..name",
+            "spec.tls[0].name",
+            "spec[*]",
+            "$.spec",
+        ] {
+            assert!(!path.is_match(invalid), "path {invalid:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn a_rule_without_the_new_fields_reads_and_writes_as_before() {
+        let rule: RelatedResource = serde_json::from_value(json!({
+            "resource": "configmaps", "direction": "FromConsumer", "selector": {"names": ["a"]}
+        }))
+        .unwrap();
+        assert_eq!(rule.kind(), RelatedKind::config_maps());
+        assert_eq!(rule.kind().to_string(), "configmaps");
+        assert!(!rule.sync_status && rule.version.is_none() && rule.selector.references.is_empty());
         assert_eq!(
-            serde_json::to_value(RelatedResourceKind::ConfigMaps).unwrap(),
-            "configmaps"
+            serde_json::to_value(&rule).unwrap(),
+            json!({"group": "", "resource": "configmaps", "direction": "FromConsumer", "selector": {"names": ["a"]}})
         );
+        let ingress = RelatedKind {
+            group: "networking.k8s.io".into(),
+            resource: "ingresses".into(),
+        };
+        assert_eq!(ingress.to_string(), "ingresses.networking.k8s.io");
     }
 
     #[test]

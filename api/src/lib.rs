@@ -18,7 +18,7 @@ pub mod service;
 
 pub use binding::{
     Binding, BindingSpec, BindingStatus, BoundApiRef, BoundApiStatus, ClusterBinding, ClusterBindingSpec,
-    ConflictPolicy, ConnectionRef, RelatedResource, RelatedResourceDirection, RelatedResourceKind,
+    ConflictPolicy, ConnectionRef, RelatedKind, RelatedReference, RelatedResource, RelatedResourceDirection,
     RelatedResourceSelector,
 };
 pub use catalog::{Collection, CollectionSpec, Export, ExportApiStatus, ExportRef, ExportSpec, ExportStatus};

@@ -136,7 +136,7 @@ pub struct CatalogExport {
     /// Why not, when not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// The Secrets and ConfigMaps its bindings copy (a `FromConsumer` rule copies the consumer's).
+    /// The related-resource rules its bindings carry (a `FromConsumer` rule copies the consumer's objects).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related_resources: Vec<crate::RelatedResource>,
     /// Set when the Export shares cluster-scoped APIs (`spec.clusterScopedSharing`): what that

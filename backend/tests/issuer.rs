@@ -9,7 +9,7 @@ use fakeapi::{FakeCluster, UserInfo};
 use kbind_api::consts::backend::{ISSUER_FINALIZER, LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT};
 use kbind_api::{
     BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
-    RelatedResourceKind, grant_name,
+    grant_name,
 };
 use kbind_backend::issuer::{
     IssueError, Issuer, KubernetesIssuer, Metrics, Options, run_controller, run_controller_with_metrics,
@@ -168,15 +168,19 @@ fn widgets_export() -> Export {
         vec![
             RelatedResource {
                 group: String::new(),
-                resource: RelatedResourceKind::Secrets,
+                resource: "secrets".into(),
+                version: None,
                 direction: RelatedResourceDirection::FromProvider,
                 selector: Default::default(),
+                sync_status: false,
             },
             RelatedResource {
                 group: String::new(),
-                resource: RelatedResourceKind::ConfigMaps,
+                resource: "configmaps".into(),
+                version: None,
                 direction: RelatedResourceDirection::FromConsumer,
                 selector: Default::default(),
+                sync_status: false,
             },
         ],
     ))

@@ -42,6 +42,52 @@ fn the_chart_renders_exactly_the_issuer_rbac_the_tests_exercise() {
     assert_eq!(rules(&held, "ClusterRole", ISSUER), expected);
 }
 
+/// With `held`, the issuer can grant a related kind only by holding it: the chart renders one
+/// rule per `issuer.relatedKinds` entry (Secrets and ConfigMaps by default), nothing more, and
+/// refuses an entry that is not `{group, resource}`.
+#[test]
+fn held_delegation_holds_exactly_the_related_kinds_listed() {
+    let Some(helm) = helm() else { return };
+    let held = ["issuer.rbacDelegation=held", "issuer.delegatedGroups={example.org}"];
+    let cluster_role = |extra: &[&str]| {
+        let mut args = set_args(&held);
+        args.extend_from_slice(extra);
+        let rendered = template(&helm, &args).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+        rules(&rendered, "ClusterRole", ISSUER)
+    };
+    let verbs = ["get", "list", "watch", "create", "update", "patch", "delete"];
+    let kind = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    };
+    let without = cluster_role(&[]);
+    assert_eq!(
+        cluster_role(&["--set", "issuer.delegateRelatedResources=true"]),
+        [without.clone(), vec![kind("", "secrets"), kind("", "configmaps")]].concat()
+    );
+    let ingresses = r#"issuer.relatedKinds=[{"group": "networking.k8s.io", "resource": "ingresses"}]"#;
+    assert_eq!(
+        cluster_role(&["--set", "issuer.delegateRelatedResources=true", "--set-json", ingresses]),
+        [without.clone(), vec![kind("networking.k8s.io", "ingresses")]].concat()
+    );
+    assert_eq!(
+        cluster_role(&["--set-json", ingresses]),
+        without,
+        "only with delegateRelatedResources"
+    );
+    let mut args = set_args(&held);
+    args.extend([
+        "--set",
+        "issuer.delegateRelatedResources=true",
+        "--set-json",
+        r#"issuer.relatedKinds=[{"resource": "ingresses"}]"#,
+    ]);
+    let refused = template(&helm, &args).expect_err("an entry without a group");
+    assert!(refused.contains("issuer.relatedKinds[0] needs a group"), "{refused}");
+}
+
 #[test]
 fn the_chart_passes_the_claim_rules_to_the_gateway_and_the_issuer() {
     use clap::Parser;

@@ -14,7 +14,7 @@ use kbind_api::conditions;
 use kbind_api::consts::condition;
 use kbind_api::{
     Binding, BoundApiRef, ClusterBinding, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource,
-    RelatedResourceDirection, RelatedResourceKind, RelatedResourceSelector, grant_name,
+    RelatedResourceDirection, RelatedResourceSelector, grant_name,
 };
 use kbind_backend::issuer::{Issuer, KubernetesIssuer, Options};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Patch, PatchParams};
@@ -215,10 +215,11 @@ async fn the_konnector_works_on_exactly_what_the_issuer_granted() {
     );
 }
 
-fn shared(kind: RelatedResourceKind, direction: RelatedResourceDirection) -> RelatedResource {
+fn shared(resource: &str, direction: RelatedResourceDirection) -> RelatedResource {
     RelatedResource {
         group: String::new(),
-        resource: kind,
+        resource: resource.into(),
+        version: None,
         direction,
         selector: RelatedResourceSelector {
             label_selector: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
@@ -226,7 +227,9 @@ fn shared(kind: RelatedResourceKind, direction: RelatedResourceDirection) -> Rel
                 match_expressions: None,
             }),
             names: vec![],
+            references: vec![],
         },
+        sync_status: false,
     }
 }
 
@@ -253,8 +256,8 @@ async fn a_namespaced_binding_with_related_resources_syncs_and_unbinds_on_the_is
     let admin: Arc<dyn ClusterClient> = Arc::new(world.provider("acme").admin_client());
     let consumer_uid = world.consumer().identity_uid();
     let related = vec![
-        shared(RelatedResourceKind::Secrets, RelatedResourceDirection::FromProvider),
-        shared(RelatedResourceKind::ConfigMaps, RelatedResourceDirection::FromConsumer),
+        shared("secrets", RelatedResourceDirection::FromProvider),
+        shared("configmaps", RelatedResourceDirection::FromConsumer),
     ];
     let export = Export::new(
         "widgets",

@@ -22,8 +22,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kbind_api::consts::backend::{LABEL_CONSUMER_CLUSTER_UID, LABEL_EXPORT, LABEL_GRANT};
 use kbind_api::{
-    BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedResource, RelatedResourceDirection,
-    RelatedResourceKind, grant_name,
+    BoundApiRef, Export, ExportSpec, Grant, GrantIdentity, GrantSpec, RelatedReference, RelatedResource,
+    RelatedResourceDirection, RelatedResourceSelector, grant_name,
 };
 use kbind_backend::issuer::{Issuer, KubernetesIssuer, Options, run_controller};
 use kbind_cluster::{
@@ -206,6 +206,11 @@ fn expected_by_grant(lease: &str) -> BTreeSet<(Row, &'static str)> {
         &["get", "list", "watch"],
     );
     add(row("", "configmaps", "", Scope::In(CLAIMED), None), &sync);
+    // A related kind of another group (FromConsumer): read and write, in the claimed namespace.
+    add(
+        row("networking.k8s.io", "ingresses", "", Scope::In(CLAIMED), None),
+        &sync,
+    );
     add(row("example.org", "gadgets", "", Scope::All, None), &sync);
     add(row("example.org", "gadgets", "status", Scope::All, None), &["get"]);
     for name in ["widgets.example.org", "gadgets.example.org"] {
@@ -241,6 +246,7 @@ async fn try_for_real(
         ("example.org", "gadgets") => res("example.org", "Gadget", "gadgets"),
         ("", "secrets") => res("", "Secret", "secrets"),
         ("", "configmaps") => res("", "ConfigMap", "configmaps"),
+        ("networking.k8s.io", "ingresses") => res("networking.k8s.io", "Ingress", "ingresses"),
         ("", "namespaces") => res("", "Namespace", "namespaces"),
         ("coordination.k8s.io", "leases") => res("coordination.k8s.io", "Lease", "leases"),
         ("apiextensions.k8s.io", _) => {
@@ -592,15 +598,32 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
             related_resources: vec![
                 RelatedResource {
                     group: String::new(),
-                    resource: RelatedResourceKind::Secrets,
+                    resource: "secrets".into(),
+                    version: None,
                     direction: RelatedResourceDirection::FromProvider,
                     selector: Default::default(),
+                    sync_status: false,
                 },
                 RelatedResource {
                     group: String::new(),
-                    resource: RelatedResourceKind::ConfigMaps,
+                    resource: "configmaps".into(),
+                    version: None,
                     direction: RelatedResourceDirection::FromConsumer,
                     selector: Default::default(),
+                    sync_status: false,
+                },
+                RelatedResource {
+                    group: "networking.k8s.io".into(),
+                    resource: "ingresses".into(),
+                    version: None,
+                    direction: RelatedResourceDirection::FromConsumer,
+                    selector: RelatedResourceSelector {
+                        references: vec![RelatedReference {
+                            path: "spec.ingressRef.name".into(),
+                        }],
+                        ..Default::default()
+                    },
+                    sync_status: true,
                 },
             ],
             cluster_scoped_sharing: true,
@@ -831,14 +854,40 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
             panic!("{verb} {row}: SelfSubjectAccessReview allowed it but the request was refused: {e}");
         }
     }
+    // The Export's Ingress rule: a real Ingress created and changed in the claimed namespace.
+    let ingresses = res("networking.k8s.io", "Ingress", "ingresses");
+    let ingress = |ns: &str| {
+        obj(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "shop", "namespace": ns},
+            "spec": {"defaultBackend": {"service": {"name": "shop", "port": {"number": 80}}}}}))
+    };
+    granted_seam
+        .create(&ingresses, Some(CLAIMED), &ingress(CLAIMED), &PostParams::default())
+        .await
+        .expect("the Grant creates an Ingress in its namespace");
+    granted_seam
+        .patch(
+            &ingresses,
+            Some(CLAIMED),
+            "shop",
+            &Patch::Merge(json!({"metadata": {"labels": {"copied": "yes"}}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("the Grant changes an Ingress in its namespace");
     // And a few the Grant must not reach, for real.
     let widgets = res("example.org", "Widget", "widgets");
+    let services = res("", "Service", "services");
     for (what, answer) in [
         ("create a widget in the unclaimed namespace", granted_seam.create(&widgets, Some(UNCLAIMED), &obj(json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": UNCLAIMED}})), &PostParams::default()).await.map(|_| ())),
         ("list widgets in all namespaces", granted_seam.list(&widgets, None, &ListParams::default()).await.map(|_| ())),
         ("get another consumer's Lease", granted_seam.get(&res("coordination.k8s.io", "Lease", "leases"), Some("kbind"), &other_lease).await.map(|_| ())),
         ("list CRDs", granted_seam.list(&erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(), None, &ListParams::default()).await.map(|_| ())),
         ("read a Secret in the unclaimed namespace", granted_seam.list(&res("", "Secret", "secrets"), Some(UNCLAIMED), &ListParams::default()).await.map(|_| ())),
+        ("create an Ingress in the unclaimed namespace", granted_seam.create(&ingresses, Some(UNCLAIMED), &ingress(UNCLAIMED), &PostParams::default()).await.map(|_| ())),
+        ("list Ingresses in all namespaces", granted_seam.list(&ingresses, None, &ListParams::default()).await.map(|_| ())),
+        ("list Services in the claimed namespace", granted_seam.list(&services, Some(CLAIMED), &ListParams::default()).await.map(|_| ())),
+        ("create a Service in the claimed namespace", granted_seam.create(&services, Some(CLAIMED), &obj(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shop", "namespace": CLAIMED}, "spec": {"ports": [{"port": 80}]}})), &PostParams::default()).await.map(|_| ())),
         ("mint another token", granted_seam.create_subresource(&sa, Some("kbind-grants"), &name, "token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.map(|_| ())),
     ] {
         assert!(matches!(answer, Err(Error::Forbidden { .. })), "{what}: {answer:?}");

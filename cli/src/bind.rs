@@ -1,5 +1,6 @@
 //! `kbind bind` and `kbind redeem`: get a bundle, check it against what was asked for, show it
-//! (and ask before it copies anything of this cluster to the provider), refuse it when another
+//! (and ask before it copies anything of this cluster to the provider or has the provider write
+//! anything but Secrets and ConfigMaps into it), refuse it when another
 //! Connection already serves one of its namespaces of an API, apply it, say which Connection
 //! serves which namespace when the API is shared, wait for Ready.
 
@@ -9,7 +10,7 @@ use serde_json::{Value, json};
 use crate::Context;
 use crate::apply;
 use crate::args::{ApplyArgs, BindArgs, Format, RedeemArgs};
-use crate::bundle::{self, BundleObject, CheckedBundle, ConsumerCopy, Expected};
+use crate::bundle::{self, BundleObject, CheckedBundle, Expected};
 use crate::commands::{confirm, session};
 use crate::consumer::Progress;
 use crate::consumer::{self, Awaited, Target};
@@ -18,6 +19,7 @@ use crate::gateway;
 use crate::origin;
 use crate::output::{Reporter, emit, render, table};
 use crate::placement::{self, Planned};
+use crate::rules;
 use crate::status;
 
 /// How far an interrupted `bind` got, for what it prints on Ctrl-C.
@@ -153,28 +155,6 @@ async fn bind_steps(
         Some(connection) => Planned::of_export(&connection, export, &namespaces).check(&existing)?,
         None => Vec::new(),
     };
-    let rules = serde_json::to_value(&export.related_resources)
-        .map(|r| bundle::from_consumer(&r))
-        .unwrap_or_default();
-    let from = if export.namespaced {
-        namespaces.iter().map(|n| format!("namespace {n}")).collect()
-    } else {
-        vec![bundle::ALL_IN_USE.to_string()]
-    };
-    let shown: Vec<ConsumerCopy> = rules
-        .iter()
-        .flat_map(|r| from.iter().map(|f| bundle::describe(r, f)))
-        .collect();
-    let provider_rules = serde_json::to_value(&export.related_resources)
-        .map(|r| bundle::from_provider(&r))
-        .unwrap_or_default();
-    let brought = deliveries_text(
-        &provider_rules
-            .iter()
-            .flat_map(|r| from.iter().map(|f| bundle::describe(r, f)))
-            .collect::<Vec<_>>(),
-    );
-
     // The Grant this cluster already holds for the Export, if any: a bind adds to its namespaces
     // (and a failed bind must never revoke it).
     let held_grant = session
@@ -188,6 +168,9 @@ async fn bind_steps(
     after.extend(namespaces.iter().cloned());
     after.sort();
     after.dedup();
+    // What the bundle's bindings will carry: every rule of the Export in every namespace the
+    // Grant will cover (held ones included: the bundle binds them all again).
+    let shown = rules::of_export(export, &after);
 
     if args.dry_run {
         let base = format!("{}-{}", provider.name, export.name);
@@ -209,7 +192,7 @@ async fn bind_steps(
             }
         }
         let text = format!(
-            "Dry run: would bind Export {} for consumer cluster {uid}{}.\n{}\nIt would apply:\n{}{}{brought}{}Nothing was bound or applied.\n",
+            "Dry run: would bind Export {} for consumer cluster {uid}{}.\n{}\nIt would apply:\n{}{}{}Nothing was bound or applied.\n",
             export.name,
             if namespaces.is_empty() {
                 String::new()
@@ -218,21 +201,16 @@ async fn bind_steps(
             },
             grant_change(held_grant.as_ref().map(|g| g.name.as_str()), &before, &after),
             table(&["KIND", "NAMESPACE", "NAME"], rows),
-            copies_text(&shown),
+            rules::text(&shown),
             placement::notice(&shared),
         );
         return emit(&mut ctx.stdout, &text);
     }
     if applying {
-        emit(&mut ctx.stdout, &brought)?;
-    }
-    if applying && !shown.is_empty() {
-        emit(&mut ctx.stdout, &copies_text(&shown))?;
-        confirm(
-            &format!("Bind {} and copy these from this cluster to the provider?", export.name),
-            args.yes,
-            ctx,
-        )?;
+        emit(&mut ctx.stdout, &rules::text(&shown))?;
+        if let Some(what) = rules::consent(&shown) {
+            confirm(&format!("Bind {} and {what}?", export.name), args.yes, ctx)?;
+        }
     }
 
     let held = held_grant.is_some();
@@ -336,11 +314,31 @@ async fn bind_steps(
                 objects: checked.objects.len(),
             },
         );
-        if checked.consumer_rules.iter().any(|r| !rules.contains(r)) {
-            emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
+        // What is shown now is the bundle's own rules: those are what the konnector obeys.
+        let new = rules::unshown(&checked.related, &shown).len();
+        if new > 0 {
+            emit(
+                &mut ctx.stdout,
+                &format!(
+                    "The bundle's related-resource rules are not the ones shown before the Grant ({new} not shown); the bundle's rules:\n{}",
+                    rules::text(&checked.related)
+                ),
+            )?;
+            // --yes agreed to what was shown, not to what the gateway added since.
+            if args.yes || !ctx.interactive {
+                return Err(CliError::ConsumerRefused(format!(
+                    "refusing the bundle, nothing was applied: its related-resource rules (above) differ from those shown \
+                     before the Grant{}; bind again to see the Export's rules as the catalog gives them now",
+                    if args.yes {
+                        ", and --yes agreed only to those"
+                    } else {
+                        ", and there is no terminal to ask on (--yes agrees only to what was shown before the Grant)"
+                    }
+                )));
+            }
             confirm(
-                "The bundle copies more from this cluster than the catalog said; apply it?",
-                args.yes,
+                "Apply the bundle with these rules, which the catalog did not show?",
+                false,
                 ctx,
             )?;
         }
@@ -470,23 +468,15 @@ pub async fn redeem(args: &RedeemArgs, target: &Target, ctx: &mut Context) -> Re
     };
     let ask = async |checked: &CheckedBundle, ctx: &mut Context| {
         let unconfirmed = given.is_empty() && !checked.namespaces.is_empty();
-        if !checked.consumer_copies.is_empty() {
-            emit(&mut ctx.stdout, &copies_text(&checked.consumer_copies))?;
-        }
-        if unconfirmed || !checked.consumer_copies.is_empty() {
-            let question = if unconfirmed {
-                format!(
-                    "Bind in namespace(s) {} of this cluster{}?",
-                    checked.namespaces.join(","),
-                    if checked.consumer_copies.is_empty() {
-                        ""
-                    } else {
-                        " and copy the above to the provider"
-                    }
-                )
-            } else {
-                "Copy the above from this cluster to the provider?".to_string()
-            };
+        emit(&mut ctx.stdout, &rules::text(&checked.related))?;
+        let namespaces = checked.namespaces.join(",");
+        let question = match (unconfirmed, rules::consent(&checked.related)) {
+            (true, Some(what)) => Some(format!("Bind in namespace(s) {namespaces} of this cluster and {what}?")),
+            (true, None) => Some(format!("Bind in namespace(s) {namespaces} of this cluster?")),
+            (false, Some(what)) => Some(format!("Apply the bundle and {what}?")),
+            (false, None) => None,
+        };
+        if let Some(question) = question {
             confirm(&question, args.yes, ctx)?;
         }
         apply::require_namespaces(&client, &checked.namespaces).await
@@ -549,45 +539,6 @@ async fn apply_bundle(
         Ok(checked) => wait(&checked, args, client, ctx).await,
         Err(e) => Err(undo(e).await),
     }
-}
-
-/// The `FromConsumer` rules as a table under a warning, or nothing when there are none.
-fn copies_text(copies: &[ConsumerCopy]) -> String {
-    let everything = if copies.iter().any(|c| c.everything) {
-        "WARNING: a rule selects every object of its kind: all those Secrets or ConfigMaps of the namespace go to the provider.\n"
-    } else {
-        ""
-    };
-    rules_text(
-        copies,
-        "These related-resource rules (FromConsumer) copy objects of THIS cluster to the provider:",
-        "FROM",
-        everything,
-    )
-}
-
-/// The `FromProvider` rules as a table: what the provider writes into this cluster (its
-/// Secrets and ConfigMaps land in the bound namespaces); nothing when there are none.
-fn deliveries_text(copies: &[ConsumerCopy]) -> String {
-    rules_text(
-        copies,
-        "These related-resource rules (FromProvider) copy objects of the PROVIDER into this cluster:",
-        "INTO",
-        "",
-    )
-}
-
-/// Related-resource rules under `heading` as COPIES / `place` / SELECTS rows, then `after`;
-/// nothing when there are none.
-fn rules_text(copies: &[ConsumerCopy], heading: &str, place: &str, after: &str) -> String {
-    if copies.is_empty() {
-        return String::new();
-    }
-    let rows = copies
-        .iter()
-        .map(|c| vec![c.resource.clone(), c.namespaces.clone(), c.selects.clone()])
-        .collect();
-    format!("{heading}\n{}{after}", table(&["COPIES", place, "SELECTS"], rows))
 }
 
 /// The name the gateway gives the Connection (and bindings) of `export`: `<provider>-<export>`,

@@ -10,6 +10,8 @@ use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_api::consts::{API_VERSION, DEFAULT_KUBECONFIG_KEY, annotation};
 use serde_json::Value;
 
+use crate::rules::{self, PlacedRule};
+
 /// An object of a checked bundle.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BundleObject {
@@ -35,19 +37,6 @@ pub struct Expected<'a> {
     pub grant: Option<&'a str>,
 }
 
-/// A `FromConsumer` related-resource rule: what it copies from this cluster to the provider.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConsumerCopy {
-    /// `secrets` or `configmaps`.
-    pub resource: String,
-    /// Where the sources are looked for (`namespace team-a`, or every namespace in use).
-    pub namespaces: String,
-    /// The selector in words.
-    pub selects: String,
-    /// Whether it selects every object of its kind (`labelSelector: {}`).
-    pub everything: bool,
-}
-
 /// A bundle that passed [`check`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckedBundle {
@@ -59,10 +48,9 @@ pub struct CheckedBundle {
     pub connection: String,
     /// The Bindings' namespaces, sorted.
     pub namespaces: Vec<String>,
-    /// The rules that copy consumer objects to the provider, in words.
-    pub consumer_copies: Vec<ConsumerCopy>,
-    /// The same rules as the bundle states them (deduplicated), to compare with what was shown.
-    pub consumer_rules: Vec<Value>,
+    /// Every related-resource rule of every binding, read from the bundle as the konnector
+    /// reads it: what is shown and compared with what the catalog said.
+    pub related: Vec<PlacedRule>,
 }
 
 /// Why a bundle was refused.
@@ -173,29 +161,19 @@ pub fn check(objects: &[Value], expected: Expected<'_>) -> Result<CheckedBundle,
         }
     }
     let namespaces = check_namespaces(&checked, connection, expected)?;
-    let mut consumer_copies = Vec::new();
-    let mut consumer_rules: Vec<Value> = Vec::new();
+    let mut related = Vec::new();
     for binding in &bindings {
-        let from = match &binding.namespace {
-            Some(ns) => format!("namespace {ns}"),
-            None => ALL_IN_USE.to_string(),
+        let what = match &binding.namespace {
+            Some(ns) => format!("{} {ns}/{}", binding.kind, binding.name),
+            None => format!("{} {}", binding.kind, binding.name),
         };
-        for rule in from_consumer(&binding.body["spec"]["relatedResources"]) {
-            let copy = describe(&rule, &from);
-            if !consumer_copies.contains(&copy) {
-                consumer_copies.push(copy);
-            }
-            if !consumer_rules.contains(&rule) {
-                consumer_rules.push(rule);
-            }
-        }
+        related.extend(rules::of_binding(&binding.body, &what).map_err(BundleRefused)?);
     }
     Ok(CheckedBundle {
         grant,
         connection: connection.name.clone(),
         namespaces,
-        consumer_copies,
-        consumer_rules,
+        related,
         objects: checked,
     })
 }
@@ -267,100 +245,6 @@ fn check_namespaces(
     Ok(in_bindings.into_iter().collect())
 }
 
-/// Where a ClusterBinding's related sources are looked for.
-pub const ALL_IN_USE: &str = "every namespace holding objects of the bound APIs";
-
-/// The `FromConsumer` rules of a `relatedResources` list (anything not `FromProvider` counts,
-/// so a misspelt direction is shown rather than hidden).
-pub fn from_consumer(rules: &Value) -> Vec<Value> {
-    rules
-        .as_array()
-        .map(|rules| {
-            rules
-                .iter()
-                .filter(|r| r["direction"] != "FromProvider")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The `FromProvider` rules of a `relatedResources` list.
-pub fn from_provider(rules: &Value) -> Vec<Value> {
-    rules
-        .as_array()
-        .map(|rules| {
-            rules
-                .iter()
-                .filter(|r| r["direction"] == "FromProvider")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether a label selector matches every object that lacks some labels: no `matchLabels` and
-/// only `NotIn`/`DoesNotExist` expressions (`{}` is the plain case). Such a selector takes every
-/// object of its kind a namespace holds unless someone labelled it to be left out.
-fn selects_everything(selector: &Value) -> bool {
-    let empty = |v: &Value| {
-        v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
-    };
-    let negative_only = selector["matchExpressions"].as_array().is_none_or(|expressions| {
-        expressions
-            .iter()
-            .all(|e| matches!(e["operator"].as_str(), Some("NotIn" | "DoesNotExist")))
-    });
-    empty(&selector["matchLabels"]) && negative_only
-}
-
-/// A `FromConsumer` rule in words, its sources looked for in `from`.
-pub fn describe(rule: &Value, from: &str) -> ConsumerCopy {
-    let selector = &rule["selector"];
-    let label_selector = selector.get("labelSelector").filter(|s| !s.is_null());
-    let names: Vec<&str> = selector["names"]
-        .as_array()
-        .map(|n| n.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let labels_empty = label_selector.is_some_and(|s| {
-        let none = |k: &str| {
-            s[k].is_null()
-                || s[k].as_object().is_some_and(|o| o.is_empty())
-                || s[k].as_array().is_some_and(|a| a.is_empty())
-        };
-        none("matchLabels") && none("matchExpressions")
-    });
-    let everything_but = !labels_empty && label_selector.is_some_and(selects_everything);
-    let mut parts = Vec::new();
-    if let Some(s) = label_selector
-        && !labels_empty
-    {
-        parts.push(format!("labels {s}"));
-    }
-    if !names.is_empty() {
-        parts.push(format!("names {}", names.join(",")));
-    }
-    let everything = (labels_empty || everything_but) && names.is_empty();
-    let selects = if everything && everything_but {
-        format!(
-            "EVERY one not excluded by label (labels {})",
-            label_selector.cloned().unwrap_or_default()
-        )
-    } else if everything {
-        "EVERY one (labelSelector: {})".to_string()
-    } else if parts.is_empty() {
-        "none (empty selector)".to_string()
-    } else {
-        parts.join(" and ")
-    };
-    ConsumerCopy {
-        resource: rule["resource"].as_str().unwrap_or("?").to_string(),
-        namespaces: from.to_string(),
-        selects,
-        everything,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,7 +291,7 @@ mod tests {
         assert_eq!(kinds, ["Secret", "Connection", "ClusterBinding", "Binding"]);
         assert_eq!(checked.grant, "g-1");
         assert_eq!(checked.namespaces, ["team-a"]);
-        assert!(checked.consumer_copies.is_empty());
+        assert!(checked.related.is_empty());
     }
 
     #[test]
@@ -515,51 +399,30 @@ mod tests {
     }
 
     #[test]
-    fn a_selector_of_exclusions_only_counts_as_everything() {
-        let rule = |selector: Value| json!({"resource": "secrets", "selector": {"labelSelector": selector}});
-        for everything in [
-            json!({}),
-            json!({"matchExpressions": [{"key": "private", "operator": "DoesNotExist"}]}),
-            json!({"matchLabels": {}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}),
-        ] {
-            let copy = describe(&rule(everything.clone()), "namespace team-a");
-            assert!(
-                copy.everything && copy.selects.starts_with("EVERY"),
-                "{everything}: {copy:?}"
-            );
-        }
-        for narrow in [
-            json!({"matchLabels": {"app": "db"}}),
-            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]}),
-            json!({"matchExpressions": [{"key": "app", "operator": "Exists"}, {"key": "x", "operator": "DoesNotExist"}]}),
-        ] {
-            assert!(
-                !describe(&rule(narrow.clone()), "namespace team-a").everything,
-                "{narrow}"
-            );
-        }
-        let rules = json!([{"resource": "secrets", "direction": "FromProvider"}, {"resource": "configmaps"}]);
-        assert_eq!(from_provider(&rules).len(), 1);
-        assert_eq!(from_consumer(&rules).len(), 1);
-    }
-
-    #[test]
-    fn from_consumer_rules_are_reported_and_an_empty_label_selector_means_everything() {
+    fn related_rules_are_read_from_every_binding_and_an_unreadable_one_refuses_the_bundle() {
         let ns = team_a();
         let mut objects = bundle();
+        objects[2]["spec"]["apis"] = json!([{"name": "gadgets.example.org"}]);
+        objects[2]["spec"]["relatedResources"] =
+            json!([{"resource": "configmaps", "direction": "FromProvider", "selector": {"names": ["x"]}}]);
         objects[3]["spec"]["relatedResources"] = json!([
-            {"group": "", "resource": "secrets", "direction": "FromConsumer", "selector": {"labelSelector": {}}},
-            {"group": "", "resource": "configmaps", "direction": "FromConsumer",
-             "selector": {"labelSelector": {"matchLabels": {"app": "shop"}}}},
-            {"group": "", "resource": "secrets", "direction": "FromProvider", "selector": {"names": ["x"]}},
+            {"group": "networking.k8s.io", "resource": "ingresses", "direction": "FromConsumer",
+             "selector": {"references": [{"path": "spec.ingressRef.name"}]}},
         ]);
-        let copies = check(&objects, asked(&ns)).expect("accepted").consumer_copies;
-        assert_eq!(copies.len(), 2, "{copies:?}");
-        assert!(copies[0].everything && copies[0].resource == "secrets", "{copies:?}");
-        assert_eq!(copies[0].namespaces, "namespace team-a");
+        let related = check(&objects, asked(&ns)).expect("accepted").related;
+        assert_eq!(related.len(), 2, "{related:?}");
+        assert_eq!(
+            (related[0].namespace.as_deref(), related[0].apis.as_slice()),
+            (None, &["gadgets.example.org".to_string()][..])
+        );
+        assert_eq!(related[1].namespace.as_deref(), Some("team-a"));
+        assert_eq!(related[1].rule.kind().to_string(), "ingresses.networking.k8s.io");
+
+        objects[3]["spec"]["relatedResources"][0]["selector"]["template"] = json!("{{ .spec }}");
+        let err = check(&objects, asked(&ns)).expect_err("a field kbind does not know");
         assert!(
-            !copies[1].everything && copies[1].selects.contains("shop"),
-            "{copies:?}"
+            err.0.contains("Binding team-a/c's relatedResources[0]") && err.0.contains("selector.template"),
+            "{err}"
         );
     }
 }

@@ -22,6 +22,7 @@ pub mod login;
 mod origin;
 mod output;
 mod placement;
+pub mod rules;
 mod status;
 mod unbind;
 

@@ -15,7 +15,7 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header(header.to_vec());
     for row in rows {
-        table.add_row(row);
+        table.add_row(row.iter().map(|cell| clean(cell)).collect::<Vec<_>>());
     }
     for column in table.column_iter_mut() {
         column.set_padding((0, 3));
@@ -26,6 +26,20 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `text` with every control character escaped, so strings a gateway or a cluster chose cannot
+/// move the cursor or rewrite what the terminal already shows.
+pub fn clean(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `value` as YAML or JSON.
@@ -110,6 +124,12 @@ mod tests {
     fn tables_look_like_kubectl() {
         let text = table(&["NAME", "READY"], vec![vec!["a-long-name".into(), "True".into()]]);
         assert_eq!(text, "NAME          READY\na-long-name   True\n");
+    }
+
+    #[test]
+    fn table_cells_cannot_carry_terminal_controls() {
+        let text = table(&["NAME"], vec![vec!["a\u{1b}[2Kb\nc\u{9b}".into()]]);
+        assert_eq!(text, "NAME\na\\u{1b}[2Kb\\u{a}c\\u{9b}\n");
     }
 
     #[test]

@@ -22,6 +22,15 @@ const NAMESPACE: &str = "kbind";
 const FULLNAME: &str = "konnector";
 /// What the bound-API rule grants; the konnector's other rules are narrower.
 const BOUND_VERBS: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];
+/// What a related-kind rule grants: read FromConsumer sources, write FromProvider copies (server-side
+/// apply creates and patches), delete them; never update (PUT).
+const RELATED_VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
+/// What a `readOnly` related-kind rule grants.
+const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+/// Extra related kinds: Ingresses read and written, with their status, and a read-only custom kind.
+const EXTRA_KINDS: &str = r#"relatedResources.extraKinds=[{"group": "networking.k8s.io", "resource": "ingresses"},
+    {"group": "networking.k8s.io", "resource": "ingresses/status"},
+    {"group": "net.example.com", "resource": "subnets", "readOnly": true}]"#;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -40,7 +49,9 @@ fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
         .arg(chart_dir())
         .args(["--namespace", NAMESPACE, "--include-crds"]);
     for set in sets {
-        command.args(["--set", set]);
+        // A value that holds a JSON list of objects goes through --set-json.
+        let flag = if set.contains("=[{") { "--set-json" } else { "--set" };
+        command.args([flag, set]);
     }
     let output = command.output().unwrap();
     assert!(
@@ -336,9 +347,15 @@ fn values_reach_the_image_and_the_flags() {
     assert_eq!(lease_rules.count(), 0, "no Lease access without leader election");
 }
 
+/// The rule a related kind renders.
+fn related_rule(group: &str, resource: &str, verbs: &[&str]) -> Value {
+    json!({"apiGroups": [group], "resources": [resource], "verbs": verbs})
+}
+
 #[test]
-fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bound_groups() {
+fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bound_groups_or_the_related_kinds() {
     let Some(helm) = helm() else { return };
+    let secrets_rule = related_rule("", "secrets", &RELATED_VERBS);
     for sets in [&[][..], &["boundGroups={example.org}"][..]] {
         let objects = render(&helm, sets);
         let cluster_role = the(&objects, "ClusterRole");
@@ -348,7 +365,7 @@ fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bou
                 !strings(&rule["verbs"]).contains(&"*"),
                 "{sets:?}: wildcard verb in {rule}"
             );
-            if rule != bound {
+            if rule != bound && *rule != secrets_rule {
                 assert!(
                     !reaches_secrets(rule),
                     "{sets:?}: cluster-wide Secrets access in {rule}"
@@ -358,12 +375,63 @@ fn cluster_role_grants_no_wildcard_verb_and_reaches_secrets_only_through_the_bou
         assert_eq!(strings(&bound["verbs"]), BOUND_VERBS, "{sets:?}");
     }
     // The default `*` is every group, the core one included: RBAC cannot subtract, which is why the README says to
-    // narrow it. Narrowed, nothing in the ClusterRole reaches Secrets.
-    let narrowed = render(&helm, &["boundGroups={example.org}"]);
+    // narrow it. Narrowed, and without related kinds, nothing in the ClusterRole reaches Secrets.
+    let narrowed = render(&helm, &["boundGroups={example.org}", "relatedResources.kinds=null"]);
     let cluster_role = the(&narrowed, "ClusterRole");
     assert_eq!(strings(&bound_api_rule(cluster_role)["apiGroups"]), ["example.org"]);
     for rule in cluster_role["rules"].as_array().unwrap() {
         assert!(!reaches_secrets(rule), "cluster-wide Secrets access in {rule}");
+    }
+}
+
+#[test]
+fn related_kinds_render_one_rule_each_and_nothing_more() {
+    let Some(helm) = helm() else { return };
+    let rules = |sets: &[&str]| {
+        the(&render(&helm, sets), "ClusterRole")["rules"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let without = rules(&["relatedResources.kinds=null"]);
+    let defaults = [
+        related_rule("", "secrets", &RELATED_VERBS),
+        related_rule("", "configmaps", &RELATED_VERBS),
+    ];
+    let with = |added: &[Value]| [without.clone(), added.to_vec()].concat();
+    assert_eq!(rules(&[]), with(&defaults), "Secrets and ConfigMaps by default");
+    let extra = [
+        related_rule("networking.k8s.io", "ingresses", &RELATED_VERBS),
+        related_rule("networking.k8s.io", "ingresses/status", &RELATED_VERBS),
+        related_rule("net.example.com", "subnets", &READ_VERBS),
+    ];
+    assert_eq!(
+        rules(&[EXTRA_KINDS]),
+        with(&[defaults.to_vec(), extra.to_vec()].concat())
+    );
+    assert_eq!(
+        rules(&["relatedResources.kinds=null", EXTRA_KINDS]),
+        with(&extra),
+        "extraKinds without the defaults"
+    );
+    // An entry that is not {group, resource} fails to render, naming it.
+    for bad in [
+        r#"relatedResources.extraKinds=[{"resource": "ingresses"}]"#,
+        r#"relatedResources.extraKinds=[{"group": "networking.k8s.io"}]"#,
+    ] {
+        let output = Command::new(&helm)
+            .arg("template")
+            .arg(RELEASE)
+            .arg(chart_dir())
+            .args(["--namespace", NAMESPACE, "--set-json", bad])
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{bad} rendered");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("relatedResources.extraKinds[0] needs a group"),
+            "{bad}: {stderr}"
+        );
     }
 }
 
@@ -444,7 +512,11 @@ async fn every_rendered_object_is_accepted_with_default_values() {
 #[tokio::test(start_paused = true)]
 async fn konnector_service_account_can_do_its_job_and_no_more() {
     let Some(helm) = helm() else { return };
-    let cluster = install(&render(&helm, &["boundGroups={example.org}"])).await;
+    let cluster = install(&render(
+        &helm,
+        &["boundGroups={example.org}", "relatedResources.kinds=null"],
+    ))
+    .await;
     let admin = cluster.admin_client();
     let konnector = konnector(&cluster);
     let params = PostParams::default();
@@ -546,5 +618,121 @@ async fn konnector_service_account_can_do_its_job_and_no_more() {
     assert_forbidden(
         konnector.list(&configmaps, None, &Default::default()).await,
         "listing ConfigMaps",
+    );
+}
+
+/// A namespaced CRD of `plural.group`, served at v1.
+fn crd(group: &str, plural: &str, kind: &str) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+}
+
+#[tokio::test(start_paused = true)]
+async fn related_kinds_let_the_konnector_read_and_write_exactly_those_kinds_in_every_namespace() {
+    let Some(helm) = helm() else { return };
+    let cluster = install(&render(&helm, &["boundGroups={example.org}", EXTRA_KINDS])).await;
+    let admin = cluster.admin_client();
+    let konnector = konnector(&cluster);
+    let params = PostParams::default();
+    for (group, plural, kind) in [
+        ("networking.k8s.io", "ingresses", "Ingress"),
+        ("net.example.com", "subnets", "Subnet"),
+    ] {
+        create(&admin, &crd(group, plural, kind)).await.unwrap();
+        let name = format!("{plural}.{group}");
+        eventually(&format!("{name} served"), Duration::from_secs(10), || async {
+            admin
+                .discovery()
+                .await
+                .unwrap()
+                .resources
+                .iter()
+                .any(|r| r.plural == plural && r.group == group)
+        })
+        .await;
+    }
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+    create(&admin, &namespace).await.unwrap();
+    let typed = |api_version: &str, kind: &str, name: &str| -> Value {
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": "team-a", "name": name}})
+    };
+    let label = Patch::Merge(json!({"metadata": {"labels": {"kbind": "copy"}}}));
+
+    // The default kinds and Ingresses: read everywhere, create, patch and delete; never update (PUT).
+    for object in [
+        typed("v1", "Secret", "db-password"),
+        typed("v1", "ConfigMap", "endpoints"),
+        typed("networking.k8s.io/v1", "Ingress", "shop"),
+    ] {
+        let what = format!("{} {}", kind_of(&object), name_of(&object));
+        let res = resource_of(&admin, &object).await;
+        create(&konnector, &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {what}: {e}"));
+        konnector
+            .list(&res, None, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("list every {what}: {e}"));
+        let current = konnector.get(&res, Some("team-a"), name_of(&object)).await.unwrap();
+        konnector
+            .patch(&res, Some("team-a"), name_of(&object), &label, &PatchParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("patch {what}: {e}"));
+        assert_forbidden(
+            konnector
+                .replace(&res, Some("team-a"), name_of(&object), &current, &params)
+                .await,
+            &format!("update {what}"),
+        );
+        konnector
+            .delete(&res, Some("team-a"), name_of(&object), &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {what}: {e}"));
+    }
+    // Ingress status, listed as its own kind: the provider's status can be written back.
+    let ingress = typed("networking.k8s.io/v1", "Ingress", "shop");
+    let ingresses = resource_of(&admin, &ingress).await;
+    create(&admin, &ingress).await.unwrap();
+    konnector
+        .patch_status(
+            &ingresses,
+            Some("team-a"),
+            "shop",
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap();
+
+    // A read-only kind: read, never written.
+    let subnet = typed("net.example.com/v1", "Subnet", "s");
+    let subnets = resource_of(&admin, &subnet).await;
+    create(&admin, &subnet).await.unwrap();
+    konnector.list(&subnets, None, &Default::default()).await.unwrap();
+    konnector.get(&subnets, Some("team-a"), "s").await.unwrap();
+    assert_forbidden(
+        create(&konnector, &typed("net.example.com/v1", "Subnet", "t")).await,
+        "create a Subnet",
+    );
+    assert_forbidden(
+        konnector
+            .patch(&subnets, Some("team-a"), "s", &label, &PatchParams::default())
+            .await,
+        "patch a Subnet",
+    );
+
+    // A kind listed nowhere: nothing.
+    let services = core_resource("Service", "services");
+    assert_forbidden(
+        konnector.list(&services, None, &Default::default()).await,
+        "list Services",
+    );
+    assert_forbidden(
+        konnector.list(&services, Some("team-a"), &Default::default()).await,
+        "list Services in team-a",
     );
 }

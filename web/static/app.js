@@ -307,7 +307,7 @@ function parseNamespaces(text) {
   return text.split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
 }
 
-/** Which consumer objects a related-resource rule selects, in words. */
+/** Which objects a related-resource rule selects, in words: its labels and names, and the names found at each reference path of the bound objects. */
 function selectorText(selector) {
   const parts = [];
   const names = selector?.names ?? [];
@@ -320,14 +320,28 @@ function selectorText(selector) {
     ];
     parts.push(terms.length ? `labelled ${terms.join(', ')}` : 'all of them (an empty label selector)');
   }
-  return parts.length ? parts.join(' and ') : 'none (an empty selector selects nothing)';
+  const selected = parts.length ? [parts.join(' and ')] : [];
+  const paths = (selector?.references ?? []).map((r) => r.path);
+  if (paths.length) selected.push(`named at ${paths.join(' or ')} of each bound object`);
+  return selected.length ? selected.join(', or ') : 'none (an empty selector selects nothing)';
+}
+
+/** A rule's kind as kubectl names a resource: `secrets`, `ingresses.networking.k8s.io`. */
+function relatedKind(rule) {
+  const kind = rule.group ? `${rule.resource}.${rule.group}` : rule.resource;
+  return rule.version ? `${kind} (${rule.version})` : kind;
 }
 
 function relatedRule(rule) {
-  const kind = rule.resource === 'configmaps' ? 'ConfigMaps' : 'Secrets';
+  const kind = h('code', { class: 'related-kind' }, relatedKind(rule));
+  const status = rule.syncStatus
+    ? rule.direction === 'FromConsumer'
+      ? ' Their status is set from the provider\'s copy.'
+      : ' The status of the copies in your cluster goes back to the provider.'
+    : '';
   return rule.direction === 'FromConsumer'
-    ? h('li', { class: 'warning' }, h('strong', {}, `${kind} of your cluster are copied to the provider: `), selectorText(rule.selector))
-    : h('li', {}, `${kind} of the provider are copied to your cluster: `, selectorText(rule.selector));
+    ? h('li', { class: 'warning', 'data-related': relatedKind(rule) }, h('strong', {}, kind, ' objects of your cluster are copied to the provider: '), selectorText(rule.selector), '.', status)
+    : h('li', { 'data-related': relatedKind(rule) }, kind, ' objects of the provider are copied to your cluster: ', selectorText(rule.selector), '.', status);
 }
 
 /** One API of an Export: where it comes from and the fields its objects have. */

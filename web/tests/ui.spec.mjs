@@ -118,6 +118,35 @@ async function assertHostileUrlsInert(page) {
   await page.unroute('**/api/v1/catalog');
 }
 
+/**
+ * An Export's related-resource rules on its bind page: each rule's kind with its group, its
+ * selector with every reference path, and whether status flows back.
+ */
+async function assertRelatedRulesShown(page) {
+  const api = [{ name: 'widgets.example.org', exported: true, scope: 'Namespaced', group: 'example.org', resource: 'widgets', kind: 'Widget', versions: ['v1'] }];
+  const relatedResources = [
+    { group: 'networking.k8s.io', resource: 'ingresses', direction: 'FromConsumer', syncStatus: true, selector: { references: [{ path: 'spec.ingressRef.name' }, { path: 'spec.tls[].ingress' }] } },
+    { group: '', resource: 'secrets', direction: 'FromProvider', selector: { names: ['widget-credentials'] } },
+  ];
+  await page.route('**/api/v1/catalog', async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    body.exports.push({ name: 'with-related', title: 'With related', apis: api, namespaced: true, ready: true, relatedResources });
+    await route.fulfill({ response, json: body });
+  });
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Catalog' }).click();
+  await heading(page, 'Catalog');
+  await page.getByRole('link', { name: 'Bind With related' }).click();
+  await heading(page, 'Bind With related');
+  const rules = page.getByRole('region', { name: 'What you bind' }).locator('[data-related]');
+  const text = async (kind) => (await rules.and(page.locator(`[data-related="${kind}"]`)).innerText()).replace(/\s+/g, ' ').trim();
+  assert.equal(await text('ingresses.networking.k8s.io'),
+    'ingresses.networking.k8s.io objects of your cluster are copied to the provider: named at spec.ingressRef.name or spec.tls[].ingress of each bound object. Their status is set from the provider\'s copy.');
+  assert.equal(await text('secrets'), 'secrets objects of the provider are copied to your cluster: named widget-credentials.');
+  await checkPage(page, 'bind-related');
+  await page.unroute('**/api/v1/catalog');
+}
+
 async function heading(page, text) {
   await page.getByRole('heading', { level: 1, name: text }).waitFor({ timeout: STEP_TIMEOUT });
 }
@@ -229,6 +258,7 @@ async function pointerPass(browser) {
   // The catalog says what is bound already; hostile Export URLs are never links.
   await assertHostileUrlsInert(page);
   assert.match(await page.locator('[data-export="widgets"] .bound-count').textContent(), /You have 1 grant of it/);
+  await assertRelatedRulesShown(page);
 
   // Grants with the consumer's heartbeat age.
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'My grants' }).click();

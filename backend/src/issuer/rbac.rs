@@ -1,10 +1,10 @@
 //! The RBAC a Grant's ServiceAccount gets: exactly what the konnector does on a provider
 //! (engine/src, see docs/decisions.md "issuer"), for exactly the Export's APIs.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use kbind_api::{Export, RelatedResourceDirection, RelatedResourceKind, ResourceScope};
+use kbind_api::{Export, RelatedKind, RelatedResourceDirection, ResourceScope};
 
 /// Verbs on an exported resource: the syncer reads and watches (cluster-wide when allowed,
 /// else per namespace), creates, server-side applies or JSON-patches, and deletes copies.
@@ -66,27 +66,15 @@ fn api_rules(api: &ResolvedApi) -> [PolicyRule; 2] {
 /// (read for `FromProvider`, read + write for `FromConsumer`). Empty when the Export has neither.
 pub fn namespace_rules(apis: &[ResolvedApi], export: &Export) -> Vec<PolicyRule> {
     let mut rules: Vec<PolicyRule> = apis.iter().filter(|a| a.namespaced).flat_map(api_rules).collect();
-    for kind in [RelatedResourceKind::Secrets, RelatedResourceKind::ConfigMaps] {
-        let directions: BTreeSet<bool> = export
-            .spec
-            .related_resources
-            .iter()
-            .filter(|r| r.resource == kind && r.group.is_empty())
-            .map(|r| r.direction == RelatedResourceDirection::FromConsumer)
-            .collect();
-        if directions.is_empty() {
-            continue;
-        }
-        let verbs = if directions.contains(&true) {
-            SYNC_VERBS
-        } else {
-            READ_VERBS
-        };
-        let plural = match kind {
-            RelatedResourceKind::Secrets => "secrets",
-            RelatedResourceKind::ConfigMaps => "configmaps",
-        };
-        rules.push(rule(&[""], &[plural.to_string()], verbs, &[]));
+    // One rule per related kind the Export names (any group), read for `FromProvider`, read +
+    // write when any rule of that kind is `FromConsumer`.
+    let mut kinds: BTreeMap<RelatedKind, bool> = BTreeMap::new();
+    for related in &export.spec.related_resources {
+        *kinds.entry(related.kind()).or_default() |= related.direction == RelatedResourceDirection::FromConsumer;
+    }
+    for (kind, writes) in kinds {
+        let verbs = if writes { SYNC_VERBS } else { READ_VERBS };
+        rules.push(rule(&[&kind.group], &[kind.resource], verbs, &[]));
     }
     rules
 }
@@ -227,12 +215,14 @@ mod tests {
         )
     }
 
-    fn related(kind: RelatedResourceKind, direction: RelatedResourceDirection) -> RelatedResource {
+    fn related(group: &str, resource: &str, direction: RelatedResourceDirection) -> RelatedResource {
         RelatedResource {
-            group: String::new(),
-            resource: kind,
+            group: group.into(),
+            resource: resource.into(),
+            version: None,
             direction,
             selector: Default::default(),
+            sync_status: false,
         }
     }
 
@@ -260,21 +250,47 @@ mod tests {
     #[test]
     fn related_resources_are_read_only_from_the_provider_and_writable_from_the_consumer() {
         use RelatedResourceDirection::*;
-        use RelatedResourceKind::*;
         let rules = namespace_rules(
             &[],
-            &export(vec![related(Secrets, FromProvider), related(ConfigMaps, FromConsumer)]),
+            &export(vec![
+                related("", "secrets", FromProvider),
+                related("", "configmaps", FromConsumer),
+                related("networking.k8s.io", "ingresses", FromConsumer),
+            ]),
         );
-        assert_eq!(rules.len(), 2);
-        assert_eq!(rules[0].resources.as_deref(), Some(&["secrets".to_string()][..]));
-        assert_eq!(rules[0].verbs, READ_VERBS);
-        assert_eq!(rules[1].verbs, SYNC_VERBS);
+        let verbs_of = |group: &str, resource: &str| {
+            let found: Vec<_> = rules
+                .iter()
+                .filter(|r| {
+                    r.api_groups.as_deref() == Some(&[group.to_string()][..])
+                        && r.resources.as_deref() == Some(&[resource.to_string()][..])
+                })
+                .collect();
+            assert_eq!(found.len(), 1, "one rule for {resource}.{group}: {rules:?}");
+            found[0].verbs.clone()
+        };
+        assert_eq!(rules.len(), 3);
+        assert_eq!(verbs_of("", "secrets"), READ_VERBS);
+        assert_eq!(verbs_of("", "configmaps"), SYNC_VERBS);
+        assert_eq!(verbs_of("networking.k8s.io", "ingresses"), SYNC_VERBS);
         // Both directions over one kind: the union.
         let both = namespace_rules(
             &[],
-            &export(vec![related(Secrets, FromProvider), related(Secrets, FromConsumer)]),
+            &export(vec![
+                related("", "secrets", FromProvider),
+                related("", "secrets", FromConsumer),
+            ]),
         );
         assert_eq!(both.len(), 1);
         assert_eq!(both[0].verbs, SYNC_VERBS);
+        // The same resource name in another group is another kind.
+        let two = namespace_rules(
+            &[],
+            &export(vec![
+                related("", "secrets", FromProvider),
+                related("example.org", "secrets", FromProvider),
+            ]),
+        );
+        assert_eq!(two.len(), 2);
     }
 }

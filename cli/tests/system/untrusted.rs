@@ -193,9 +193,9 @@ async fn from_consumer_related_resources_are_shown_and_asked_for() {
     let world = Consumer::new(bundle).await;
 
     // The catalog did not say: the bundle's rule is shown after the pickup, and without a
-    // terminal nor --yes nothing is applied and the Grant goes again.
+    // terminal to ask on nothing is applied and the Grant goes again.
     let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
-    check(&run, 2, "an unannounced FromConsumer rule without --yes");
+    check(&run, 6, "an unannounced FromConsumer rule without a terminal");
     assert!(
         run.stdout.contains("FromConsumer") && run.stdout.contains("EVERY one"),
         "{}",
@@ -1025,4 +1025,126 @@ async fn a_gateway_that_widens_a_grant_beyond_the_request_is_refused() {
     );
     assert!(world.untouched().await);
     assert!(world.revoked(), "the Grant this run created goes again");
+}
+
+/// The rules that copy an Ingress of this cluster by reference (status synced back) and bring
+/// the provider's credentials Secret: `bind` and `redeem` show each with its kind, its selector
+/// with the reference path and whether status comes back, and apply nothing without consent
+/// (no terminal here, so `--yes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_taken_by_reference_is_shown_with_its_path_and_needs_consent() {
+    let ingress = json!({"group": "networking.k8s.io", "resource": "ingresses", "direction": "FromConsumer",
+        "syncStatus": true, "selector": {"references": [{"path": "spec.ingressRef.name"}]}});
+    let credentials = json!({"group": "", "resource": "secrets", "direction": "FromProvider",
+        "selector": {"names": ["widget-credentials"]}});
+    let mut bundle = honest_bundle(&["team-a"]);
+    bundle[2]["spec"]["relatedResources"] = json!([ingress.clone(), credentials.clone()]);
+    let world = Consumer::new(bundle).await;
+    world.gateway.announce_related(vec![ingress.clone(), credentials]);
+    let shown = |run: &Run, what: &str| {
+        let row = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("ingresses.networking.k8s.io "))
+            .unwrap_or_else(|| panic!("{what}: no Ingress row in\n{}", run.stdout));
+        assert!(
+            row.contains("namespace team-a")
+                && row.contains("names at spec.ingressRef.name of each widgets.example.org")
+                && row.trim_end().ends_with("yes"),
+            "{what}: {row}"
+        );
+        assert!(
+            run.stdout.contains("(FromConsumer) copy objects of THIS cluster")
+                && run.stdout.contains("STATUS BACK yes: the provider writes the status")
+                && run.stdout.contains("(FromProvider) copy objects of the PROVIDER")
+                && run.stdout.contains("names widget-credentials"),
+            "{what}: {}",
+            run.stdout
+        );
+    };
+
+    let run = world.kbind(&["bind", "widgets", "-n", "team-a", "--wait=false"]).await;
+    check(&run, 2, "bind without --yes");
+    shown(&run, "bind");
+    assert!(run.stderr.contains("--yes"), "{}", run.stderr);
+    assert!(
+        !world.asked_for_a_grant(),
+        "asked before binding: {:?}",
+        world.gateway.seen()
+    );
+
+    let url = world.gateway.pickup_url();
+    let run = world.kbind(&["redeem", &url, "-n", "team-a", "--wait=false"]).await;
+    check(&run, 2, "redeem without --yes");
+    shown(&run, "redeem");
+    assert!(
+        run.stderr
+            .contains("Apply the bundle and copy the above from this cluster to the provider?"),
+        "{}",
+        run.stderr
+    );
+    assert!(world.untouched().await);
+    insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!("system__redeem_ingress_by_reference", run.stdout);
+    });
+
+    let run = world
+        .kbind(&["redeem", &url, "-n", "team-a", "--wait=false", "--yes"])
+        .await;
+    check(&run, 0, "redeem with --yes");
+    let binding = world
+        .get("Binding", Some("team-a"), CONNECTION)
+        .await
+        .expect("the Binding");
+    assert_eq!(binding["spec"]["relatedResources"][0], ingress, "the rule as shown");
+}
+
+/// A hostile gateway: the catalog names one Secret (or nothing), and the bundle's rule also takes
+/// every Secret whose name a widget holds at a path the Export never named. What is shown after
+/// the pickup is the bundle's own rule, path included; `--yes` agreed only to the catalog's
+/// rules, so the bundle is refused, nothing applied, the Grant revoked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_that_adds_a_secret_reference_the_export_did_not_name_is_shown_and_refused() {
+    let named = json!({"group": "", "resource": "secrets", "direction": "FromConsumer",
+        "selector": {"names": ["db-password"]}});
+    let mut widened = named.clone();
+    widened["selector"]["references"] = json!([{"path": "spec.passwordSecretRef.name"}]);
+    let mut bundle = honest_bundle(&["team-a"]);
+    bundle[2]["spec"]["relatedResources"] = json!([widened]);
+    let world = Consumer::new(bundle).await;
+    for (what, announced) in [
+        ("the catalog names the Secret", vec![named]),
+        ("the catalog names nothing", vec![]),
+    ] {
+        world.gateway.announce_related(announced);
+        world.gateway.forget();
+        let run = world
+            .kbind(&["bind", "widgets", "-n", "team-a", "--wait=false", "--yes"])
+            .await;
+        check(&run, 6, what);
+        let (told, rule) = (
+            run.stdout
+                .find("not the ones shown before the Grant")
+                .unwrap_or_else(|| panic!("{what}: not told\n{}", run.stdout)),
+            run.stdout
+                .rfind("names db-password or names at spec.passwordSecretRef.name of each widgets.example.org")
+                .unwrap_or_else(|| panic!("{what}: the bundle's rule not shown\n{}", run.stdout)),
+        );
+        assert!(
+            told < rule,
+            "{what}: the bundle's rules follow the notice\n{}",
+            run.stdout
+        );
+        assert!(
+            run.stderr.contains("nothing was applied") && run.stderr.contains("--yes agreed only to those"),
+            "{what}: {}",
+            run.stderr
+        );
+        assert!(world.untouched().await, "{what}: something was applied");
+        assert!(
+            world.revoked(),
+            "{what}: the Grant goes again: {:?}",
+            world.gateway.seen()
+        );
+    }
 }

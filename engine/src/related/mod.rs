@@ -69,9 +69,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::{TRUE, field_manager, label};
-use kbind_api::{
-    ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind, RelatedResourceSelector,
-};
+use kbind_api::{ConflictPolicy, RelatedKind, RelatedResource, RelatedResourceDirection, RelatedResourceSelector};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, ListParams};
 
 pub use select::{label_selector_matches, selects};
@@ -189,14 +187,17 @@ impl RelatedError {
 }
 
 /// The resource of a related kind.
-fn resource_of(kind: RelatedResourceKind) -> ApiResource {
-    match kind {
-        RelatedResourceKind::Secrets => ApiResource::erase::<Secret>(&()),
-        RelatedResourceKind::ConfigMaps => ApiResource::erase::<ConfigMap>(&()),
+fn resource_of(kind: &RelatedKind) -> ApiResource {
+    if kind.is_secrets() {
+        ApiResource::erase::<Secret>(&())
+    } else {
+        ApiResource::erase::<ConfigMap>(&())
     }
 }
 
-const KINDS: [RelatedResourceKind; 2] = [RelatedResourceKind::Secrets, RelatedResourceKind::ConfigMaps];
+fn kinds() -> [RelatedKind; 2] {
+    [RelatedKind::secrets(), RelatedKind::config_maps()]
+}
 const DIRECTIONS: [RelatedResourceDirection; 2] = [
     RelatedResourceDirection::FromConsumer,
     RelatedResourceDirection::FromProvider,
@@ -303,14 +304,14 @@ pub async fn reconcile(
         report: RelatedReport::default(),
         denied: BTreeSet::new(),
     };
-    for kind in KINDS {
+    for kind in kinds() {
         for direction in DIRECTIONS {
             let selectors: Vec<&RelatedResourceSelector> = rules
                 .iter()
-                .filter(|r| r.group.is_empty() && r.resource == kind && r.direction == direction)
+                .filter(|r| r.kind() == kind && r.direction == direction)
                 .map(|r| &r.selector)
                 .collect();
-            pass.converge(kind, direction, &selectors).await?;
+            pass.converge(kind.clone(), direction, &selectors).await?;
         }
     }
     pass.report.denied = pass.denied.into_iter().collect();
@@ -320,11 +321,11 @@ pub async fn reconcile(
 impl Pass<'_> {
     async fn converge(
         &mut self,
-        kind: RelatedResourceKind,
+        kind: RelatedKind,
         direction: RelatedResourceDirection,
         selectors: &[&RelatedResourceSelector],
     ) -> Result<(), RelatedError> {
-        let res = resource_of(kind);
+        let res = resource_of(&kind);
         let (source_side, target_side) = sides_of(direction);
         let Some(sources) = self.sources(&res, source_side, selectors).await? else {
             // Never collect on a partial picture of the sources.
@@ -628,8 +629,8 @@ pub async fn remove_copies(
             Side::Provider if binding.kind == BindingKind::Cluster => consumer_namespaces(ctx).await?,
             _ => BTreeSet::new(),
         };
-        for kind in KINDS {
-            let res = resource_of(kind);
+        for kind in kinds() {
+            let res = resource_of(&kind);
             for copy in list_copies(reader, &res, side, binding, &fallback, &owner).await? {
                 if copy.metadata.deletion_timestamp.is_some()
                     || !delete_copy(writer, &res, side, &key_of(&copy)).await?

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_api::{RelatedResourceDirection, RelatedResourceKind, RelatedResourceSelector};
+use kbind_api::{RelatedKind, RelatedResourceDirection, RelatedResourceSelector};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -39,7 +39,7 @@ pub(crate) struct SyncerSpec {
     /// The binding.
     pub binding: BindingRef,
     /// Secrets or ConfigMaps.
-    pub kind: RelatedResourceKind,
+    pub kind: RelatedKind,
     /// Up or down.
     pub direction: RelatedResourceDirection,
     /// The rules' selectors of this kind and direction (at least one).
@@ -270,7 +270,7 @@ impl Syncer {
         poke: Arc<Notify>,
     ) -> Self {
         Self {
-            res: resource_of(spec.kind),
+            res: resource_of(&spec.kind),
             spec,
             env,
             provider,

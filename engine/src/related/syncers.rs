@@ -8,9 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_api::{
-    Binding, ClusterBinding, ConflictPolicy, RelatedResource, RelatedResourceDirection, RelatedResourceKind,
-};
+use kbind_api::{Binding, ClusterBinding, ConflictPolicy, RelatedKind, RelatedResource, RelatedResourceDirection};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -20,7 +18,7 @@ use super::copy::Owner;
 use super::namespaces::InstanceNamespaces;
 use super::syncer::{self, ChangeHook, Environment, SharedTally, Syncer, SyncerSpec};
 use super::{
-    DIRECTIONS, KINDS, RelatedError, RelatedReport, Sides, delete_copy, key_of, list_copies, resource_of, sides_of,
+    DIRECTIONS, RelatedError, RelatedReport, Sides, delete_copy, key_of, kinds, list_copies, resource_of, sides_of,
 };
 use crate::context::Context;
 use crate::provider::{EngagedProvider, ProviderCache};
@@ -46,18 +44,14 @@ pub struct RelatedSpec {
 }
 
 /// A kind and a direction, as a map key.
-type Lane = (&'static str, &'static str);
+type Lane = (RelatedKind, &'static str);
 
-fn lane(kind: RelatedResourceKind, direction: RelatedResourceDirection) -> Lane {
-    let kind = match kind {
-        RelatedResourceKind::Secrets => "secrets",
-        RelatedResourceKind::ConfigMaps => "configmaps",
-    };
+fn lane(kind: &RelatedKind, direction: RelatedResourceDirection) -> Lane {
     let direction = match direction {
         RelatedResourceDirection::FromConsumer => "FromConsumer",
         RelatedResourceDirection::FromProvider => "FromProvider",
     };
-    (kind, direction)
+    (kind.clone(), direction)
 }
 
 /// One running syncer; dropping it stops the task.
@@ -237,24 +231,24 @@ impl RelatedSyncers {
             binding_uid: binding.uid.clone(),
             consumer_cluster_uid: spec.consumer_cluster_uid.clone(),
         };
-        for kind in KINDS {
+        for kind in kinds() {
             for direction in DIRECTIONS {
-                let key = (binding.clone(), lane(kind, direction));
+                let key = (binding.clone(), lane(&kind, direction));
                 let selectors: Vec<_> = spec
                     .rules
                     .iter()
-                    .filter(|r| r.group.is_empty() && r.resource == kind && r.direction == direction)
+                    .filter(|r| r.kind() == kind && r.direction == direction)
                     .map(|r| r.selector.clone())
                     .collect();
                 if selectors.is_empty() {
                     let stopped = lock(&self.inner.running).remove(&key).is_some();
-                    self.ensure_sweep(key, &owner, kind, direction, &provider, first || stopped);
+                    self.ensure_sweep(key, &owner, kind.clone(), direction, &provider, first || stopped);
                     continue;
                 }
                 lock(&self.inner.sweeps).remove(&key);
                 let syncer_spec = SyncerSpec {
                     binding: binding.clone(),
-                    kind,
+                    kind: kind.clone(),
                     direction,
                     selectors,
                     adopt: spec.policy == ConflictPolicy::Adopt,
@@ -318,7 +312,7 @@ impl RelatedSyncers {
         &self,
         key: (BindingRef, Lane),
         owner: &Owner,
-        kind: RelatedResourceKind,
+        kind: RelatedKind,
         direction: RelatedResourceDirection,
         provider: &Arc<EngagedProvider>,
         needed: bool,
@@ -376,7 +370,7 @@ impl RelatedSyncers {
         let mut denied = BTreeSet::new();
         for ((b, _), running) in lock(&self.inner.running).iter() {
             if b == binding {
-                syncer::lock(&running.tally).add_to(&resource_of(running.spec.kind), &mut report, &mut denied);
+                syncer::lock(&running.tally).add_to(&resource_of(&running.spec.kind), &mut report, &mut denied);
             }
         }
         for ((b, _), sweep) in lock(&self.inner.sweeps).iter() {
@@ -409,11 +403,11 @@ async fn sweep(
     provider: Arc<EngagedProvider>,
     binding: BindingRef,
     owner: Owner,
-    kind: RelatedResourceKind,
+    kind: RelatedKind,
     direction: RelatedResourceDirection,
     state: Arc<Mutex<SweepState>>,
 ) {
-    let res = resource_of(kind);
+    let res = resource_of(&kind);
     let (_, side) = sides_of(direction);
     let sides = Sides {
         consumer: env.ctx.consumer.as_ref(),
