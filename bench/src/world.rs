@@ -145,7 +145,7 @@ fn erase<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
 }
 
 /// What the provider grants each Connection's identity: the benchmark's group, CRD reads for
-/// discovery, its heartbeat Lease and namespaces (as `konnector::demo::provider_rbac` does).
+/// discovery, its heartbeat Lease and namespaces (as `fakeapi::sample::provider_rbac` does).
 fn provider_rbac(subjects: Vec<Value>) -> [(ApiResource, Value); 2] {
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",

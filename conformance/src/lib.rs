@@ -29,6 +29,7 @@ macro_rules! __with_cases {
             replace_without_resource_version,
             uid_and_creation_timestamp_are_immutable,
             generation_tracks_spec_changes,
+            empty_labels_annotations_and_finalizers_are_omitted,
             watch_delivers_events_in_order,
             watch_resumes_from_any_resource_version,
             watch_from_compacted_version_is_gone_and_relist_recovers,

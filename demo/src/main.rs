@@ -3,10 +3,13 @@
 //! (gateway with static-token sign-in and the embedded UI, issuer, reaper) and the konnector on
 //! the consumer. Interactive by default (prints the UI URL, the token and the `kbind` commands to
 //! try, then runs until Ctrl-C); `--once` drives the CLI path in process and exits 0 only if every
-//! step was observed.
+//! step was observed. `--konnector-only` runs the konnector alone on the two clusters, without
+//! the service layer.
 
 mod cli;
+mod konnector_only;
 mod once;
+mod support;
 mod world;
 
 use std::path::PathBuf;
@@ -33,8 +36,12 @@ struct Args {
     dir: Option<PathBuf>,
     /// The gateway's port on 127.0.0.1; 0 picks any free port. Default: 8080, or any free port
     /// when 8080 is taken.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "konnector_only")]
     port: Option<u16>,
+    /// The konnector alone: export the sample API, apply the one-apply bundle by hand, sync an
+    /// object both ways and print what to try with kubectl (no kbind-backend, no CLI).
+    #[arg(long)]
+    konnector_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -83,6 +90,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             (temporary.path().to_path_buf(), Some(temporary))
         }
     };
+    if args.konnector_only {
+        return konnector_only::run(&dir, args.once).await;
+    }
     println!("kbind-demo: the whole system in this process");
     // `--once` runs the CLI in process; only the printed commands need its binaries.
     let cli = match args.once {

@@ -5,12 +5,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, ensure};
+use fakeapi::sample::widgets;
 use kbind_api::conditions;
 use kbind_api::consts::condition;
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
-use konnector::demo::{wait_for, widgets};
 use serde_json::{Value, json};
 
+use crate::support::wait_for;
 use crate::world::{EXPORT, PROVIDER_NAME, TEAM, World, erase, object, step};
 
 /// A writer the CLI's output is captured into: its own stream, and both streams in the order

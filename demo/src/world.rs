@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, anyhow, bail};
 use clap::Parser;
 use fakeapi::FakeCluster;
+use fakeapi::sample::{widgets, widgets_crd};
 use fakeapi::serve::{ClusterServeOptions, RunningServer, serve_cluster};
 use kbind_api::service::path;
 use kbind_backend::modules::{self, GatewayModule, Modules};
@@ -16,13 +17,13 @@ use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject,
 use kbind_engine::context::Context;
 use kbind_engine::engine::Engine;
 use kbind_engine::remote::KubeConnector;
-use konnector::demo::{kube_client, wait_for, widgets, widgets_crd, write_file};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::DEFAULT_PORT;
 use crate::cli::Binaries;
+use crate::support::{kube_client, provider_controller, wait_for, write_file};
 
 /// The provider's name, as the gateway shows it; the bundle's Connection is named after it.
 pub const PROVIDER_NAME: &str = "demo-provider";
@@ -176,7 +177,7 @@ impl World {
         tasks.spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = konnector::demo::provider_controller(controller) => {}
+                () = provider_controller(controller) => {}
             }
             Ok(())
         });

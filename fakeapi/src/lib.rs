@@ -17,6 +17,7 @@ pub mod ops;
 pub mod patch;
 pub mod rbac;
 pub mod registry;
+pub mod sample;
 pub mod schema;
 pub mod selector;
 pub mod serve;

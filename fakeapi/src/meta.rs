@@ -80,6 +80,28 @@ pub fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
     set(obj, "finalizers", value);
 }
 
+/// The metadata lists and maps kube-apiserver never stores empty (`omitempty` on ObjectMeta).
+const OMITTED_WHEN_EMPTY: [&str; 3] = ["labels", "annotations", "finalizers"];
+
+/// Removes the metadata fields kube-apiserver omits when empty or null, whichever write (create,
+/// update, patch, apply) emptied them.
+pub fn omit_empty(obj: &mut Value) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in OMITTED_WHEN_EMPTY {
+        let empty = match meta.get(field) {
+            Some(Value::Null) => true,
+            Some(Value::Object(map)) => map.is_empty(),
+            Some(Value::Array(list)) => list.is_empty(),
+            _ => false,
+        };
+        if empty {
+            meta.remove(field);
+        }
+    }
+}
+
 /// The object without what a write never compares: its resourceVersion and the times of its
 /// managedFields entries. As kube-apiserver does, a write that changes nothing but those times
 /// is a no-op, while one that changes who owns what (an apply adding its entry to fields

@@ -806,6 +806,7 @@ impl Inner {
         let now = self.now();
         prepare_for_create(info, &mut obj);
         admit_schema(info, &mut obj, None)?;
+        meta::omit_empty(&mut obj);
         check_rbac_escalation(state, user, &gr, &obj, None)?;
         let uid = state.new_uid();
         meta::set(&mut obj, "uid", Some(json!(uid)));
@@ -931,6 +932,7 @@ impl Inner {
             }
         }
         admit_schema(info, &mut new, Some(old))?;
+        meta::omit_empty(&mut new);
         check_rbac_escalation(state, user, &gr, &new, Some(old))?;
         let now = self.now();
         if tracks_generation(info) && spec_changed(info, old, &new) {

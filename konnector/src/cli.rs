@@ -27,22 +27,6 @@ pub enum Command {
     Crds,
     /// Run the konnector against the consumer cluster until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
-    /// Start a provider and a consumer fake cluster in this process, bind a sample API, sync an
-    /// object both ways, print what to try with kubectl, and run until Ctrl-C.
-    #[cfg(feature = "demo")]
-    Demo(DemoArgs),
-}
-
-/// Flags of `konnector demo`.
-#[cfg(feature = "demo")]
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct DemoArgs {
-    /// Where to write the clusters' kubeconfigs (default: a new folder under the temp dir).
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<std::path::PathBuf>,
-    /// Run the scripted steps and exit: 0 only if every step was observed.
-    #[arg(long)]
-    pub once: bool,
 }
 
 /// How log lines are written to stderr.
@@ -238,24 +222,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "demo")]
-    fn demo_takes_a_folder_and_once() {
-        let parsed = Cli::try_parse_from(["konnector", "demo", "--once", "--dir", "/tmp/x"]).unwrap();
-        let Command::Demo(args) = parsed.command else {
-            panic!("not parsed as demo")
-        };
-        assert!(args.once);
-        assert_eq!(args.dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
-        let plain = Cli::try_parse_from(["konnector", "demo"]).unwrap();
-        assert!(matches!(
-            plain.command,
-            Command::Demo(DemoArgs { once: false, dir: None })
-        ));
-    }
-
-    #[test]
-    #[cfg(not(feature = "demo"))]
-    fn demo_is_no_subcommand_without_the_demo_feature() {
+    fn the_demo_is_no_subcommand_of_the_product() {
         let err = Cli::try_parse_from(["konnector", "demo"]).expect_err("demo must not parse");
         assert_eq!(err.kind(), clap::error::ErrorKind::InvalidSubcommand);
     }

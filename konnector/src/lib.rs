@@ -25,8 +25,6 @@
 
 pub mod cli;
 pub mod consumer;
-#[cfg(feature = "demo")]
-pub mod demo;
 pub mod http;
 pub mod logging;
 pub mod metrics;
@@ -88,10 +86,6 @@ pub enum Error {
     /// The signal handlers could not be installed.
     #[error("failed to install the SIGTERM handler")]
     SignalFailed(#[source] std::io::Error),
-    /// A step of `konnector demo` was not observed.
-    #[cfg(feature = "demo")]
-    #[error("the demo failed: {0:#}")]
-    Demo(anyhow::Error),
 }
 
 impl Error {
@@ -100,8 +94,6 @@ impl Error {
         match self {
             Error::NoKubeconfig | Error::ConsumerConfig { .. } | Error::InvalidFlags(_) => 2,
             Error::ConsumerClientFailed(_) | Error::Bind { .. } | Error::SignalFailed(_) => 1,
-            #[cfg(feature = "demo")]
-            Error::Demo(_) => 1,
         }
     }
 }
@@ -147,8 +139,7 @@ impl Konnector {
         self
     }
 
-    /// Runs `konnector crds`, `konnector run` or (feature `demo`) `konnector demo` until
-    /// shutdown; bad flags on the command line print clap's message and exit with code 2.
+    /// Runs `konnector crds`, or `konnector run` until shutdown; bad flags on the command line print clap's message and exit with code 2.
     pub async fn run(self) -> Result<(), Error> {
         let args = match self.args.clone() {
             Some(args) => args,
@@ -158,16 +149,6 @@ impl Konnector {
                     return Ok(());
                 }
                 Command::Run(args) => *args,
-                #[cfg(feature = "demo")]
-                Command::Demo(args) => {
-                    // The demo narrates on stdout; kube's per-request errors during a cut would drown it.
-                    logging::init(LogFormat::Text, "warn,kube_client=off")?;
-                    let options = demo::DemoOptions {
-                        dir: args.dir,
-                        once: args.once,
-                    };
-                    return demo::run(options).await.map_err(Error::Demo);
-                }
             },
         };
         self.run_with(args).await

@@ -1,5 +1,4 @@
-//! The kbind konnector binary: `konnector crds`, `konnector run` and, with the default feature
-//! `demo`, `konnector demo` (see the library).
+//! The kbind konnector binary: `konnector crds` and `konnector run` (see the library).
 
 use std::process::ExitCode;
 

@@ -10,7 +10,7 @@
 mod child;
 
 use child::*;
-use konnector::demo::{provider_rbac, widgets, widgets_crd};
+use fakeapi::sample::{provider_rbac, widgets, widgets_crd};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

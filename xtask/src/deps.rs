@@ -1,6 +1,6 @@
-//! The dependency rule of DESIGN.md §6 over the workspace's crate graph (normal and build
-//! dependencies; dev-dependencies are test scaffolding and may reach anything), and what a
-//! production build may not carry (`cargo tree` of its features).
+//! The dependency rule of DESIGN.md §6 over the workspace's crate graph: normal and build
+//! dependencies, optional ones included whatever features enable them (dev-dependencies are test
+//! scaffolding and may reach anything).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,16 +9,43 @@ use serde_json::Value;
 /// Workspace crate → the workspace crates it depends on directly.
 pub type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// (crate, crates it must never reach, transitively).
-const FORBIDDEN: &[(&str, &[&str])] = &[
-    ("kbind-engine", &["kbind-backend", "kbind-cli"]),
-    ("konnector", &["kbind-backend", "kbind-cli"]),
-    ("kbind-cli", &["kbind-engine", "fakeapi"]),
-    ("kbind-backend", &["kbind-engine", "fakeapi", "kbind-cli"]),
-    // The seam and the API types sit below everything.
-    (
-        "kbind-api",
-        &[
+/// A crate, the crates it must never reach (transitively), and why.
+struct Rule {
+    krate: &'static str,
+    never: &'static [&'static str],
+    why: &'static str,
+}
+
+const FORBIDDEN: &[Rule] = &[
+    Rule {
+        krate: "kbind-engine",
+        never: &["kbind-backend", "kbind-cli"],
+        why: "the engine knows nothing of the service layer",
+    },
+    Rule {
+        krate: "konnector",
+        never: &["kbind-backend", "kbind-cli"],
+        why: "the konnector knows nothing of the service layer",
+    },
+    Rule {
+        krate: "konnector",
+        never: &["fakeapi"],
+        why: "the konnector binary ships, so no test machinery is linked into it under any feature \
+              (the demo lives in kbind-demo; tests reach fakeapi as a dev-dependency)",
+    },
+    Rule {
+        krate: "kbind-cli",
+        never: &["kbind-engine", "fakeapi"],
+        why: "the CLI talks to clusters and the gateway, never through the engine or a fake",
+    },
+    Rule {
+        krate: "kbind-backend",
+        never: &["kbind-engine", "fakeapi", "kbind-cli"],
+        why: "the backend ships and stands apart from the konnector and the CLI",
+    },
+    Rule {
+        krate: "kbind-api",
+        never: &[
             "kbind-engine",
             "kbind-cluster",
             "fakeapi",
@@ -26,44 +53,17 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "kbind-cli",
             "konnector",
         ],
-    ),
-    (
-        "kbind-cluster",
-        &["kbind-engine", "fakeapi", "kbind-backend", "kbind-cli", "konnector"],
-    ),
+        why: "the API types sit below everything",
+    },
+    Rule {
+        krate: "kbind-cluster",
+        never: &["kbind-engine", "fakeapi", "kbind-backend", "kbind-cli", "konnector"],
+        why: "the seam sits below everything but the API types",
+    },
 ];
 
 /// Crates above everything: they may depend on any crate, and no crate may depend on them.
 const TOP: &[&str] = &["kbind-demo", "kbind-bench"];
-
-/// A production build and the crates it must never carry.
-pub struct ProductionBuild {
-    /// The package built.
-    pub package: &'static str,
-    /// The cargo feature flags it is built with.
-    pub flags: &'static [&'static str],
-    /// Crates that must not be in its normal dependency tree.
-    pub forbidden: &'static [&'static str],
-}
-
-/// The konnector's image and chart binary are built without the demo, so without the fake.
-pub const PRODUCTION_BUILDS: &[ProductionBuild] = &[ProductionBuild {
-    package: "konnector",
-    flags: &["--no-default-features"],
-    forbidden: &["fakeapi"],
-}];
-
-/// The forbidden crates named in `cargo tree --prefix none` output (`name vX.Y.Z (…)` lines),
-/// each once, as `package (flags) carries crate`.
-pub fn carried(build: &ProductionBuild, tree: &str) -> Vec<String> {
-    let names: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    build
-        .forbidden
-        .iter()
-        .filter(|f| names.contains(**f))
-        .map(|f| format!("{} ({}) carries {f}", build.package, build.flags.join(" ")))
-        .collect()
-}
 
 /// The graph among workspace members, from `cargo metadata` output.
 pub fn workspace_graph(metadata: &Value) -> Graph {
@@ -96,34 +96,49 @@ pub fn workspace_graph(metadata: &Value) -> Graph {
     graph
 }
 
-/// Every crate reachable from `start` (excluding itself).
-fn reachable(graph: &Graph, start: &str) -> BTreeSet<String> {
-    let mut seen = BTreeSet::new();
-    let mut todo: Vec<&str> = graph.get(start).into_iter().flatten().map(String::as_str).collect();
-    while let Some(next) = todo.pop() {
-        if seen.insert(next.to_string()) {
-            todo.extend(graph.get(next).into_iter().flatten().map(String::as_str));
+/// Every crate reachable from `start` (excluding itself), each with one path to it
+/// (`start -> … -> crate`), the shortest in crate name order.
+fn reachable(graph: &Graph, start: &str) -> BTreeMap<String, Vec<String>> {
+    let mut paths = BTreeMap::new();
+    let mut todo = std::collections::VecDeque::from([vec![start.to_string()]]);
+    while let Some(path) = todo.pop_front() {
+        let last = path.last().map(String::as_str).unwrap_or(start);
+        for next in graph.get(last).into_iter().flatten() {
+            if next != start && !paths.contains_key(next) {
+                let mut longer = path.clone();
+                longer.push(next.clone());
+                paths.insert(next.clone(), longer.clone());
+                todo.push_back(longer);
+            }
         }
     }
-    seen
+    paths
 }
 
-/// Each broken rule, as `a -> b`.
+/// Each broken rule, as `a depends on b (a -> … -> b): why`.
 pub fn violations(graph: &Graph) -> Vec<String> {
     let mut out = Vec::new();
-    for (krate, forbidden) in FORBIDDEN {
-        if !graph.contains_key(*krate) {
+    for rule in FORBIDDEN {
+        if !graph.contains_key(rule.krate) {
             continue;
         }
-        let reach = reachable(graph, krate);
-        for f in forbidden.iter().filter(|f| reach.contains(**f)) {
-            out.push(format!("{krate} depends on {f}"));
+        let reach = reachable(graph, rule.krate);
+        for (f, path) in rule.never.iter().filter_map(|f| reach.get(*f).map(|p| (f, p))) {
+            out.push(format!(
+                "{} depends on {f} ({}): {}",
+                rule.krate,
+                path.join(" -> "),
+                rule.why
+            ));
         }
     }
     for krate in graph.keys() {
         let reach = reachable(graph, krate);
-        for top in TOP.iter().filter(|top| **top != krate && reach.contains(**top)) {
-            out.push(format!("{krate} depends on {top}"));
+        for (top, path) in TOP.iter().filter_map(|top| reach.get(*top).map(|p| (top, p))) {
+            out.push(format!(
+                "{krate} depends on {top} ({}): {top} sits above everything, nothing may depend on it",
+                path.join(" -> ")
+            ));
         }
     }
     out
@@ -140,6 +155,14 @@ mod tests {
             .collect()
     }
 
+    /// The violations with their reasons cut off, for comparisons.
+    fn broken(graph: &Graph) -> Vec<String> {
+        violations(graph)
+            .into_iter()
+            .map(|v| v.split_once(": ").map_or(v.clone(), |(head, _)| head.to_string()))
+            .collect()
+    }
+
     #[test]
     fn a_clean_graph_has_no_violations() {
         let g = graph(&[
@@ -149,26 +172,30 @@ mod tests {
             ("konnector", &["kbind-engine"]),
             ("kbind-backend", &["kbind-api"]),
             ("kbind-cli", &["kbind-api"]),
+            ("fakeapi", &["kbind-cluster"]),
         ]);
-        assert!(violations(&g).is_empty());
+        assert!(violations(&g).is_empty(), "{:?}", violations(&g));
     }
 
     #[test]
-    fn a_transitive_path_from_cli_to_engine_is_caught() {
+    fn a_transitive_path_from_cli_to_engine_is_caught_with_its_path() {
         let g = graph(&[
             ("kbind-cli", &["helper"]),
             ("helper", &["kbind-engine"]),
             ("kbind-engine", &[]),
         ]);
-        assert_eq!(violations(&g), vec!["kbind-cli depends on kbind-engine".to_string()]);
+        assert_eq!(
+            broken(&g),
+            vec!["kbind-cli depends on kbind-engine (kbind-cli -> helper -> kbind-engine)".to_string()]
+        );
     }
 
     #[test]
     fn backend_reaching_the_engine_is_caught() {
         let g = graph(&[("kbind-backend", &["kbind-engine"]), ("kbind-engine", &[])]);
         assert_eq!(
-            violations(&g),
-            vec!["kbind-backend depends on kbind-engine".to_string()]
+            broken(&g),
+            vec!["kbind-backend depends on kbind-engine (kbind-backend -> kbind-engine)".to_string()]
         );
     }
 
@@ -192,23 +219,58 @@ mod tests {
             ("helper", &["kbind-demo"]),
         ]);
         assert_eq!(
-            violations(&g),
+            broken(&g),
             vec![
-                "helper depends on kbind-demo".to_string(),
-                "konnector depends on kbind-demo".to_string(),
+                "helper depends on kbind-demo (helper -> kbind-demo)".to_string(),
+                "konnector depends on kbind-demo (konnector -> helper -> kbind-demo)".to_string(),
             ]
         );
     }
 
+    /// `cargo metadata` lists a crate's optional dependencies whatever features are on, so a
+    /// feature that would link the fake is refused before anyone builds with it.
     #[test]
-    fn a_production_build_carrying_the_fake_is_caught() {
-        let build = &PRODUCTION_BUILDS[0];
-        let clean = "konnector v0.1.0 (/w/konnector)\nkbind-engine v0.1.0 (/w/engine)\nfakeapi-like v1.0.0\n";
-        assert!(carried(build, clean).is_empty());
-        let dirty = format!("{clean}fakeapi v0.1.0 (/w/fakeapi)\nfakeapi v0.1.0 (/w/fakeapi)\n");
+    fn the_konnector_linking_fakeapi_is_caught_under_any_feature() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "konnector", "source": null, "dependencies": [
+                {"name": "kbind-engine", "kind": null},
+                {"name": "fakeapi", "kind": null, "optional": true},
+            ]},
+            {"name": "kbind-engine", "source": null, "dependencies": []},
+            {"name": "fakeapi", "source": null, "dependencies": []},
+        ]});
+        let found = violations(&workspace_graph(&metadata));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("konnector depends on fakeapi (konnector -> fakeapi): the konnector binary ships"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[0].contains("kbind-demo"),
+            "the message says where the demo lives: {}",
+            found[0]
+        );
+    }
+
+    #[test]
+    fn the_konnector_reaching_fakeapi_through_another_crate_is_caught() {
+        let via_engine = graph(&[
+            ("konnector", &["kbind-engine"]),
+            ("kbind-engine", &["fakeapi"]),
+            ("fakeapi", &[]),
+        ]);
         assert_eq!(
-            carried(build, &dirty),
-            vec!["konnector (--no-default-features) carries fakeapi".to_string()]
+            broken(&via_engine),
+            vec!["konnector depends on fakeapi (konnector -> kbind-engine -> fakeapi)".to_string()]
+        );
+        let metadata = serde_json::json!({"packages": [
+            {"name": "konnector", "source": null, "dependencies": [{"name": "fakeapi", "kind": "build"}]},
+            {"name": "fakeapi", "source": null, "dependencies": []},
+        ]});
+        assert_eq!(
+            broken(&workspace_graph(&metadata)),
+            vec!["konnector depends on fakeapi (konnector -> fakeapi)".to_string()]
         );
     }
 
@@ -216,6 +278,7 @@ mod tests {
     fn dev_dependencies_do_not_count() {
         let metadata = serde_json::json!({"packages": [
             {"name": "kbind-cli", "source": null, "dependencies": [{"name": "fakeapi", "kind": "dev"}]},
+            {"name": "konnector", "source": null, "dependencies": [{"name": "fakeapi", "kind": "dev"}]},
             {"name": "fakeapi", "source": null, "dependencies": []},
         ]});
         assert!(violations(&workspace_graph(&metadata)).is_empty());

@@ -9,6 +9,7 @@ pub use std::collections::BTreeMap;
 pub use std::net::SocketAddr;
 pub use std::path::{Path, PathBuf};
 
+pub use fakeapi::sample::{provider_rbac, widgets, widgets_crd};
 pub use k8s_openapi::ByteString;
 pub use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 pub use k8s_openapi::api::core::v1::ServiceAccount;
@@ -19,7 +20,6 @@ pub use kbind_cluster::{
     PostParams,
 };
 pub use kbind_testenv::{Cluster, TestEnv, User};
-pub use konnector::demo::{provider_rbac, widgets, widgets_crd};
 pub use serde_json::{Value, json};
 
 /// The chart's release name and namespace; the release's full name names its ServiceAccount.

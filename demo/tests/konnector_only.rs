@@ -1,27 +1,18 @@
-//! `konnector demo` as a new user runs it: `--once` observes every scripted step and exits 0;
-//! left running, cutting the provider through the fault API marks the consumer object
+//! `kbind-demo --konnector-only` as a new user runs it: `--once` observes every scripted step and
+//! exits 0; left running, cutting the provider through the fault API marks the consumer object
 //! `status-stale`, healing clears it, and Ctrl-C stops the demo cleanly.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_cluster::{ApiResource, ClusterClientExt, KubeClusterClient};
+use fakeapi::sample::widgets;
+use kbind_cluster::{ClusterClientExt, KubeClusterClient};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 /// Generous: the Connection reconciler notices a cut at its next heartbeat (30 s).
 const DEADLINE: Duration = Duration::from_secs(150);
-
-fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
 
 async fn client(path: &std::path::Path) -> (kube::Client, KubeClusterClient) {
     let text = std::fs::read_to_string(path).expect("the demo wrote its kubeconfig");
@@ -50,8 +41,8 @@ async fn demo_once_observes_every_step_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
     let out = tokio::time::timeout(
         DEADLINE,
-        Command::new(env!("CARGO_BIN_EXE_konnector"))
-            .args(["demo", "--once", "--dir"])
+        Command::new(env!("CARGO_BIN_EXE_kbind-demo"))
+            .args(["--konnector-only", "--once", "--dir"])
             .arg(dir.path())
             .kill_on_drop(true)
             .output(),
@@ -89,8 +80,8 @@ async fn demo_once_observes_every_step_and_exits_0() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_marks_status_stale_healing_clears_it_and_ctrl_c_stops_the_demo() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_konnector"))
-        .args(["demo", "--dir"])
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kbind-demo"))
+        .args(["--konnector-only", "--dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

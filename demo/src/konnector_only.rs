@@ -1,50 +1,25 @@
-//! `konnector demo`: the main job on an embedded default. A provider and a consumer fakeapi are
-//! served over HTTPS in this process, a sample API is exported, the one-apply bundle is applied,
-//! the konnector engine runs against them through the same clients a real deployment uses, and
-//! a sample object goes up and its status comes back. Then it prints what to try with kubectl.
+//! `kbind-demo --konnector-only`: the konnector alone, without the service layer. A provider and
+//! a consumer fakeapi are served over HTTPS in this process, the sample API is exported, the
+//! one-apply bundle is applied, the konnector engine runs against them through the same clients a
+//! real deployment uses, and a sample object goes up and its status comes back. Then it prints
+//! what to try with kubectl, including cutting the provider off through fakeapi's fault API.
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
 use fakeapi::FakeCluster;
+use fakeapi::sample::{provider_rbac, widgets, widgets_crd};
 use fakeapi::serve::{ClusterServeOptions, RunningServer, Token, UserSpec, serve_cluster};
 use kbind_api::conditions;
 use kbind_api::consts::condition;
-use kbind_cluster::{
-    ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient, Patch, PatchParams,
-};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
 use kbind_engine::context::{Context, EngineConfig};
 use kbind_engine::engine::Engine;
 use kbind_engine::remote::KubeConnector;
 use serde_json::{Value, json};
 
-/// How long each scripted step may take before the demo gives up.
-const STEP_DEADLINE: Duration = Duration::from_secs(60);
-/// How often a step's condition is polled.
-const POLL: Duration = Duration::from_millis(200);
-
-/// What `konnector demo` is asked to do.
-#[derive(Debug, Clone)]
-pub struct DemoOptions {
-    /// Where the kubeconfigs go (`None`: a fresh temporary folder that is kept).
-    pub dir: Option<PathBuf>,
-    /// Run the scripted part, then exit (0 only if every step was observed).
-    pub once: bool,
-}
-
-/// The sample API the provider exports.
-pub fn widgets() -> ApiResource {
-    ApiResource {
-        group: "example.org".into(),
-        version: "v1".into(),
-        api_version: "example.org/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    }
-}
+use crate::support::{kube_client, provider_controller, wait_for, write_file};
 
 fn crd_resource() -> ApiResource {
     ApiResource::erase::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
@@ -56,132 +31,12 @@ fn object(value: Value) -> anyhow::Result<DynamicObject> {
     serde_json::from_value(value).context("building a demo object")
 }
 
-/// The provider's sample CRD, labelled exported.
-pub fn widgets_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.org", "labels": {"core.kbind.io/exported": "true"}},
-        "spec": {
-            "group": "example.org", "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                ],
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}, "color": {"type": "string"}}},
-                    "status": {"type": "object", "properties": {
-                        "phase": {"type": "string"}, "observedGeneration": {"type": "integer"}}},
-                }}},
-            }],
-        },
-    })
-}
-
-/// What the provider grants the konnector: the exported API, CRD reads for discovery, its
-/// heartbeat Lease and namespaces (least privilege, as a provider's platform team would).
-pub fn provider_rbac() -> Vec<(ApiResource, Value)> {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "kbind-konnector"},
-        "rules": [
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["example.org"], "resources": ["widgets", "widgets/status"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
-            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "create"]},
-        ],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "kbind-konnector"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kbind-konnector"},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "kbind-konnector"}],
-    });
-    vec![
-        (ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&()), role),
-        (
-            ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&()),
-            binding,
-        ),
-    ]
-}
-
 fn namespace(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 }
 
-/// Polls `check` until it yields a value, or fails naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + STEP_DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return Ok(value);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("not observed within {}s: {what}", STEP_DEADLINE.as_secs());
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
 fn step(text: &str) {
     println!("  ✓ {text}");
-}
-
-/// Writes `text` to `path`, readable by its owner only (kubeconfigs, tokens).
-pub fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("restricting {}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// A cluster client from kubeconfig text.
-pub async fn kube_client(kubeconfig: &str) -> anyhow::Result<Arc<dyn ClusterClient>> {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).context("reading a demo kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .context("loading a demo kubeconfig")?;
-    Ok(Arc::new(
-        KubeClusterClient::from_config(config).map_err(|e| anyhow!("building a client: {e}"))?,
-    ))
-}
-
-/// Plays the provider's own controller: every widget gets `phase: Ready` for its generation.
-pub async fn provider_controller(provider: Arc<dyn ClusterClient>) {
-    loop {
-        if let Ok(list) = provider.list(&widgets(), None, &Default::default()).await {
-            for w in list.items {
-                let generation = w.metadata.generation.unwrap_or(0);
-                let observed = w.data.pointer("/status/observedGeneration").and_then(Value::as_i64);
-                if observed == Some(generation) {
-                    continue;
-                }
-                let status = json!({"status": {"phase": "Ready", "observedGeneration": generation}});
-                let _ = provider
-                    .patch_status(
-                        &widgets(),
-                        w.metadata.namespace.as_deref(),
-                        &w.metadata.name.clone().unwrap_or_default(),
-                        &Patch::Merge(status),
-                        &PatchParams::default(),
-                    )
-                    .await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// The two clusters, served over HTTPS in this process.
@@ -214,17 +69,12 @@ async fn start_clusters() -> anyhow::Result<Clusters> {
     })
 }
 
-/// Runs the demo.
-pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
-    let dir = match options.dir {
-        Some(dir) => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            dir
-        }
-        None => std::env::temp_dir().join(format!("kbind-demo-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    println!("kbind demo: a provider and a consumer cluster (fakeapi over HTTPS) in this process");
+/// Runs the konnector-only demo with its files in `dir`: the scripted steps, then (unless
+/// `once`) until Ctrl-C.
+pub async fn run(dir: &Path, once: bool) -> anyhow::Result<()> {
+    println!(
+        "kbind-demo --konnector-only: a provider and a consumer cluster (fakeapi over HTTPS) and the konnector in this process"
+    );
 
     let clusters = start_clusters().await?;
     let provider_admin = clusters
@@ -334,14 +184,12 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
     });
     let controller = tokio::spawn(provider_controller(provider.clone()));
 
-    let result = scripted(&consumer, &provider).await;
-    match &result {
-        Ok(()) => print_next_steps(&dir, &clusters, &provider_admin),
-        Err(e) => eprintln!("  ✗ {e:#}"),
-    }
-    if !options.once && result.is_ok() {
-        println!("\nRunning until Ctrl-C.");
-        let _ = tokio::signal::ctrl_c().await;
+    let mut result = scripted(&consumer, &provider).await;
+    if result.is_ok() {
+        print_next_steps(dir, &clusters, &provider_admin);
+        if !once {
+            result = until_interrupted().await;
+        }
     }
     let _ = stop_tx.send(());
     let _ = konnector.await;
@@ -349,6 +197,14 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
     clusters.provider.shutdown().await;
     clusters.consumer.shutdown().await;
     result
+}
+
+async fn until_interrupted() -> anyhow::Result<()> {
+    // Why before printing: a Ctrl-C right after "Running until Ctrl-C" must find the handler.
+    let interrupted = crate::interrupt().context("cannot wait for Ctrl-C; stop the process another way")?;
+    println!("\nRunning until Ctrl-C.");
+    interrupted.await;
+    Ok(())
 }
 
 async fn ready(client: &dyn ClusterClient, res: &ApiResource, name: &str) -> Option<()> {
