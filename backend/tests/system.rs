@@ -9,6 +9,8 @@
 
 #[path = "../../tests/support/children.rs"]
 mod children;
+#[path = "system/images.rs"]
+mod images;
 
 use std::time::Duration;
 
@@ -100,8 +102,8 @@ impl World {
         (status, body)
     }
 
-    /// Binds the widgets Export for `TEAM` and returns the pickup URL.
-    async fn bind(&self, backend: &Backend) -> BindResponse {
+    /// Binds the widgets Export for `TEAM` through the gateway at `url` and returns the pickup URL.
+    async fn bind(&self, url: &str) -> BindResponse {
         let request = BindRequest {
             export: "widgets".into(),
             consumer_cluster_uid: self.consumer_uid().await,
@@ -111,7 +113,7 @@ impl World {
         let (status, body) = self
             .call(
                 self.http
-                    .post(format!("{}{}", backend.url, path::BIND))
+                    .post(format!("{url}{}", path::BIND))
                     .bearer_auth(TOKEN)
                     .json(&request),
             )
@@ -190,7 +192,7 @@ async fn authenticate_catalog_bind_pickup_sync_replay_restart_revoke_and_reap() 
     assert_eq!(catalog.collections[0].exports, ["widgets"]);
 
     // Bind and pick the bundle up; apply it on the consumer; start the konnector.
-    let bound = world.bind(&backend).await;
+    let bound = world.bind(&backend.url).await;
     let documents = world.pickup_and_apply(&bound.pickup_url).await;
     let connection = named(&documents, "Connection")[0]["metadata"]["name"]
         .as_str()
@@ -324,7 +326,7 @@ async fn authenticate_catalog_bind_pickup_sync_replay_restart_revoke_and_reap() 
     assert!(p.get_opt(&widgets(), Some(TEAM), "w1").await.expect("read").is_some());
 
     // Bind again, heartbeat, then stop heartbeating: the reaper deletes the Grant.
-    let bound = world.bind(&backend).await;
+    let bound = world.bind(&backend.url).await;
     world.pickup_and_apply(&bound.pickup_url).await;
     let lease = format!("consumer-{}", world.consumer_uid().await);
     let first_renewal = eventually("the konnector renewing its heartbeat Lease", &lines, async || {
