@@ -14,6 +14,7 @@ pub mod connection;
 pub mod consts;
 pub mod crds;
 pub mod iam;
+pub mod placement;
 pub mod service;
 
 pub use binding::{

@@ -4,14 +4,16 @@
 //! bindings the konnector would refuse as `BoundThroughAnotherConnection` before anything is
 //! applied, and say who serves what after a bind that shares an API with another Connection.
 //!
-//! The rules mirror the engine's (DESIGN.md §4 "Connections per API"): a binding that recorded
-//! a claim on an API (`status.boundAPIs[].claimedAt`) keeps its namespaces whatever its
-//! conditions say now (never a takeover); one without a claim that is refused for the API
-//! claims nothing; one being deleted hands its namespaces over once it has drained.
+//! The rules are the engine's (DESIGN.md §4 "Connections per API"), from
+//! [`kbind_api::placement`]: a binding that recorded a claim on an API
+//! (`status.boundAPIs[].claimedAt`) keeps its namespaces whatever its conditions say now (never
+//! a takeover); one without a claim that is refused for the API claims nothing; one being
+//! deleted hands its namespaces over once it has drained.
 
 use std::collections::BTreeSet;
 
 use kbind_api::consts::{condition, reason};
+use kbind_api::placement;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -30,11 +32,6 @@ pub fn connection_label(connection: &str) -> String {
 pub const SERVING: &str = "Serving";
 /// The namespace column of a ClusterBinding: every namespace.
 pub const EVERY_NAMESPACE: &str = "*";
-
-/// Per-API `Synced` reasons of a binding that is refused for the API: it serves and claims no
-/// namespace of it. Every other state (serving, Pending, SchemaUpdateBlocked, no status yet)
-/// claims its namespaces.
-const REFUSED: [&str; 7] = reason::REFUSALS;
 
 /// One API of one binding: where it serves (or would serve) it, through which Connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,17 +82,16 @@ impl Served {
     }
 
     /// Whether it is refused for its API (claims nothing): no recorded claim, and a refusal
-    /// reason.
+    /// reason ([`placement::claims`]). Every other state (serving, Pending,
+    /// SchemaUpdateBlocked, no status yet) claims its namespaces.
     pub fn refused(&self) -> bool {
-        !self.claimed && REFUSED.contains(&self.state.as_str())
+        let failing = (self.state != SERVING).then_some(self.state.as_str());
+        !placement::claims(self.claimed, failing)
     }
 
     /// Whether the two cover a common namespace.
     fn overlaps(&self, other: &Served) -> bool {
-        match (&self.namespace, &other.namespace) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        }
+        placement::common(self.namespace.as_deref(), other.namespace.as_deref()).is_some()
     }
 
     /// The machine form `status -o json|yaml` shows.

@@ -10,9 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use fakeapi::{EventType, FakeCluster, HistoryEvent, RequestRecord, WriteRecord};
-use kbind_api::consts::{
-    BINDING_NAMESPACES_ALL, DELETION_POLICY_ORPHAN, GROUP, annotation, connection_label_value, label,
-};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, GROUP, annotation, connection_label_value, label};
 use serde_json::Value;
 
 /// A broken invariant, with enough context to read the failure.
@@ -114,7 +112,7 @@ fn refused_for(binding: &Value, api: &str) -> bool {
                 && c.get("status").and_then(Value::as_str) == Some("False")
                 && c.get("reason")
                     .and_then(Value::as_str)
-                    .is_some_and(|r| kbind_api::consts::reason::REFUSALS.contains(&r))
+                    .is_some_and(kbind_api::placement::is_refusal)
         })
 }
 
@@ -158,13 +156,8 @@ fn last_events_until(
 
 /// Whether `connection` (its last event) lets Bindings in `namespace` use it.
 fn allows_namespace(connection: Option<&&HistoryEvent>, namespace: &str) -> bool {
-    connection
-        .and_then(|c| annotation_of(&c.object, annotation::BINDING_NAMESPACES))
-        .is_some_and(|list| {
-            list.split(',')
-                .map(str::trim)
-                .any(|n| n == BINDING_NAMESPACES_ALL || n == namespace)
-        })
+    let allowed = connection.and_then(|c| annotation_of(&c.object, annotation::BINDING_NAMESPACES));
+    kbind_api::placement::allows_namespace(allowed, namespace)
 }
 
 /// The consumer's bindings and Connections as they stood at one resourceVersion.
@@ -192,8 +185,9 @@ impl<'a> BindingsAt<'a> {
             .filter(|b| apis_of(&b.object).any(|a| a == api) && connection_of(&b.object) == connection)
             .filter(|b| !refused_for(&b.object, api))
             .find(|b| {
-                b.gr.resource == "clusterbindings"
-                    || (b.namespace() == namespace && allows_namespace(self.connections.get(connection), namespace))
+                let scope = (b.gr.resource != "clusterbindings").then(|| b.namespace());
+                kbind_api::placement::covers(scope, Some(namespace))
+                    && (scope.is_none() || allows_namespace(self.connections.get(connection), namespace))
             })
             .copied()
     }

@@ -11,14 +11,17 @@
 //! never a takeover. A namespace is handed over only when its binding is deleted (or stops
 //! naming the API), and the next Connection waits until that binding has drained its provider
 //! copies as an unbind does.
+//!
+//! The pure rule (what a binding covers, whether it claims, how two rank) is
+//! [`kbind_api::placement`], which the CLI and the scenario invariants read too; this module
+//! applies it to the binding caches.
 
 use kbind_api::conditions;
 use kbind_api::consts::condition;
-use kbind_api::consts::reason;
+use kbind_api::placement::{self, Standing};
 
 use super::reconcile::Shared;
 use super::view::BindingView;
-use crate::sync::BindingKind;
 
 /// Where one binding's API stands among the Connections that bind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,22 +56,14 @@ pub(crate) fn claim(b: &BindingView, api: &str) -> Option<jiff::Timestamp> {
     b.status.as_ref().and_then(|s| s.claim(api)).map(|t| t.0)
 }
 
-/// Whether `b`'s status says it cannot serve `api` for a reason of its own that no rival and
-/// no blink changes (its schema, a CRD kbind did not create, a cluster-scoped API in a
-/// Binding). Refusals that only say who else serves (`BoundThroughAnotherConnection`) or what
-/// is missing now (`Pending`) are not looked at: a status any blink rewrites decides nothing.
+/// Whether `b`'s status says it cannot serve `api` for a reason of its own
+/// ([`placement::is_own_refusal`]).
 fn unservable(b: &BindingView, api: &str) -> bool {
-    const OWN: [&str; 4] = [
-        reason::INCOMPATIBLE_SCHEMA,
-        reason::CRD_NOT_MANAGED,
-        reason::SCHEMA_TOO_COMPLEX,
-        reason::CLUSTER_SCOPED_API_IN_BINDING,
-    ];
     b.status
         .as_ref()
         .and_then(|s| s.bound_api(api))
         .and_then(|a| conditions::find(&a.conditions, condition::SYNCED))
-        .is_some_and(|c| c.status == "False" && OWN.contains(&c.reason.as_str()))
+        .is_some_and(|c| c.status == "False" && placement::is_own_refusal(&c.reason))
 }
 
 /// Whether `b`'s Connection exports `api` (its `status.exportedAPIs`, which keep their last
@@ -89,44 +84,20 @@ fn blocked(all: &[BindingView], b: &BindingView, api: &str) -> bool {
             .iter()
             .filter(|o| o.spec.connection_ref.name != b.spec.connection_ref.name && !o.is_deleting())
             .filter(|o| o.spec.binds(api) && claim(o, api).is_some())
-            .any(|o| match (b.kind, o.kind) {
-                (BindingKind::Cluster, _) | (_, BindingKind::Cluster) => true,
-                (BindingKind::Namespaced, BindingKind::Namespaced) => b.namespace() == o.namespace(),
-            })
+            .any(|o| placement::common(b.namespace().as_deref(), o.namespace().as_deref()).is_some())
 }
 
-/// Rank of a binding's claim: lower wins. A recorded claim first (the earliest, should two
-/// ever meet); then, without one, what no blink changes: exported by its Connection before not,
-/// servable before not, then the oldest. The Connection's name comes last so two bindings
-/// created in the same second with the same namespace and name still rank apart.
-type Rank = (
-    bool,
-    Option<jiff::Timestamp>,
-    bool,
-    bool,
-    Option<jiff::Timestamp>,
-    Option<String>,
-    String,
-    String,
-);
-
-fn rank(shared: &Shared, b: &BindingView, api: &str) -> Rank {
-    let claimed = claim(b, api);
-    (
-        claimed.is_none(),
-        claimed,
-        !exported(shared, b, api),
-        unservable(b, api),
-        b.meta.creation_timestamp.as_ref().map(|t| t.0),
-        b.namespace(),
-        b.name(),
-        b.spec.connection_ref.name.clone(),
-    )
-}
-
-/// Whether `b` covers `namespace` (`None`: the whole API, which only a ClusterBinding covers).
-fn covers(b: &BindingView, namespace: Option<&str>) -> bool {
-    b.kind == BindingKind::Cluster || (namespace.is_some() && b.namespace().as_deref() == namespace)
+/// Where `b` stands in the contest for a part of `api` ([`Standing`]: lower wins).
+fn rank(shared: &Shared, b: &BindingView, api: &str) -> Standing {
+    Standing {
+        claimed_at: claim(b, api),
+        exported: exported(shared, b, api),
+        servable: !unservable(b, api),
+        created: b.meta.creation_timestamp.as_ref().map(|t| t.0),
+        namespace: b.namespace(),
+        name: b.name(),
+        connection: b.spec.connection_ref.name.clone(),
+    }
 }
 
 /// The live (not deleting) bindings of `connection` that name `api` and that the Connection
@@ -153,12 +124,12 @@ fn best_claim(
     connection: &str,
     namespace: Option<&str>,
     api: &str,
-) -> Option<(Rank, String)> {
+) -> Option<(Standing, String)> {
     all.iter()
         .filter(|b| !b.is_deleting() && b.spec.connection_ref.name == connection)
         .filter(|b| b.spec.apis.iter().any(|a| a.name == api))
         .filter(|b| claim(b, api).is_some() || (shared.may_serve(b) && !blocked(all, b, api)))
-        .filter(|b| covers(b, namespace))
+        .filter(|b| placement::covers(b.namespace().as_deref(), namespace))
         .map(|b| (rank(shared, b, api), b.display()))
         .min()
 }
@@ -177,15 +148,12 @@ pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView
         if !other.spec.binds(api) && !leaving {
             continue;
         }
-        // The namespace both cover: the Binding's, or the whole API for two ClusterBindings.
-        let namespace = match (view.kind, other.kind) {
-            (BindingKind::Namespaced, _) => view.namespace(),
-            (BindingKind::Cluster, BindingKind::Namespaced) => other.namespace(),
-            (BindingKind::Cluster, BindingKind::Cluster) => None,
-        };
-        if !covers(other, namespace.as_deref()) {
+        // The part both cover: the Binding's namespace, or the whole API for two ClusterBindings.
+        let (view_ns, other_ns) = (view.namespace(), other.namespace());
+        let Some(namespace) = placement::common(view_ns.as_deref(), other_ns.as_deref()).map(|p| p.map(str::to_string))
+        else {
             continue;
-        }
+        };
         if other.is_deleting() || leaving {
             // Only a binding that claimed the namespace has copies there to drain first.
             if claim(other, api).is_some() && handing_over.is_none() {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kbind_api::conditions::ConditionStatus;
-use kbind_api::consts::{BINDING_NAMESPACES_ALL, DELETION_POLICY_ORPHAN, annotation, condition, reason};
+use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation, condition, reason};
+use kbind_api::placement::{allows_namespace, covers, precedence};
 use kbind_api::{Binding, ClusterBinding, Connection, ExportedApi, ResourceScope, conditions};
 use kbind_cluster::Error;
 use kube::runtime::controller::Action;
@@ -133,17 +134,12 @@ impl Shared {
 
 /// Whether the Connection lets Bindings of namespace `ns` use it (DESIGN.md §2).
 pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
-    let Some(list) = conn
+    let allowed = conn
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(annotation::BINDING_NAMESPACES))
-    else {
-        return false;
-    };
-    list.split(',')
-        .map(str::trim)
-        .any(|n| n == BINDING_NAMESPACES_ALL || n == ns)
+        .and_then(|a| a.get(annotation::BINDING_NAMESPACES));
+    allows_namespace(allowed.map(String::as_str), ns)
 }
 
 /// The binding that serves `api` through `connection` for objects `view` covers, when it is
@@ -153,15 +149,15 @@ pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
 pub(crate) fn served_by_other(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Option<String> {
     let connection = &view.spec.connection_ref.name;
     let rank = |b: &BindingView| {
-        (
-            b.kind != BindingKind::Cluster,
-            b.meta.creation_timestamp.clone().map(|t| t.0),
-            b.namespace(),
-            b.name(),
+        precedence(
+            b.namespace().as_deref(),
+            b.meta.creation_timestamp.as_ref().map(|t| t.0),
+            &b.name(),
         )
     };
+    let covered = view.namespace();
     live(shared, all, connection, api)
-        .filter(|b| b.kind == BindingKind::Cluster || b.namespace() == view.namespace())
+        .filter(|b| covers(b.namespace().as_deref(), covered.as_deref()))
         // A binding another Connection keeps out of the API serves nothing of it.
         .filter(|b| b.reference() == view.reference() || placement(shared, all, b, api) == Placement::Ours)
         .min_by_key(|b| rank(b))

@@ -183,7 +183,7 @@ fn key_of(res: &ApiResource, namespace: Option<&str>) -> String {
 /// object itself) and `kubectl apply`'s last-applied annotation (a whole second copy). Ownership
 /// is decided by kbind's marker annotations, which stay. The one managedFields fact the syncer
 /// needs, whether our create left an `Update` entry that an apply must still remove (see
-/// `drop_create_entry` in `sync/syncer.rs`), is kept as that entry without its field set.
+/// `drop_create_entry` in `sync/syncer/spec_up.rs`), is kept as that entry without its field set.
 pub fn lean(obj: &mut DynamicObject) {
     let leftover: Vec<_> = obj
         .metadata

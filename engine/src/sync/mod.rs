@@ -13,7 +13,6 @@ mod drain;
 mod meta;
 mod observe;
 mod provider_events;
-mod status;
 mod syncer;
 
 use std::collections::{BTreeMap, BTreeSet};

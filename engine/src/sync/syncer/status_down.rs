@@ -1,5 +1,6 @@
 //! Status down: the provider copy's `.status` with `observedGeneration` translated to the
-//! consumer generation it answers (DESIGN.md §4 "status down").
+//! consumer generation it answers (DESIGN.md §4 "status down"), written to the consumer
+//! object's status subresource.
 //!
 //! The rule: the copy's `core.kbind.io/consumer-generation` annotation is written in the same
 //! apply as its spec, so it names the consumer generation that the copy's current
@@ -13,11 +14,79 @@
 //!   answered is not known, and a wrong number would claim an answer that was never given).
 
 use kbind_api::consts::annotation;
-use kbind_cluster::DynamicObject;
-use serde_json::Value;
+use kbind_cluster::{DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::shared::Shared;
+use crate::mapper::ObjectKey;
+use crate::sync::SyncError;
+
+/// The step of a failed status write (its retry must not measure the spec-up again).
+pub(super) const STATUS_STEP: &str = "write the status of";
+
+impl Shared {
+    /// Provider status down, translated; skipped without a consumer status subresource.
+    /// Returns whether the consumer status was written.
+    pub(super) async fn status_down(
+        &self,
+        obj: &DynamicObject,
+        key: &ObjectKey,
+        copy: &DynamicObject,
+    ) -> Result<bool, SyncError> {
+        if !self.spec.status_subresource {
+            return Ok(false);
+        }
+        let Some(status) = translated_status(copy) else {
+            return Ok(false);
+        };
+        // The store may not have caught up with our own last write of this very status.
+        if obj.data.get("status") == Some(&status) || self.pending.status_in_flight(key, &status) {
+            return Ok(false);
+        }
+        // The whole status in one JSON patch, guarded by the object's UID and not by its
+        // resourceVersion: the konnector is the status's only writer and runs one reconcile per
+        // object at a time, so a replace guarded by a version the store may not have caught up
+        // with (our own finalizer patch, a user's spec change) only failed and cost another
+        // round trip and another pass.
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/status", "value": &status},
+        ]))
+        .map_err(|e| SyncError::ConsumerWriteFailed {
+            step: STATUS_STEP,
+            object: key.clone(),
+            source: kbind_cluster::Error::Decode(e.to_string()),
+        })?;
+        match self
+            .consumer
+            .patch_status(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &Patch::Json(patch),
+                &PatchParams::default(),
+            )
+            .await
+        {
+            Ok(written) => {
+                self.pending
+                    .own_status(key.clone(), written.metadata.resource_version, status);
+                Ok(true)
+            }
+            // The object moved on; its own change event brings a fresh reconcile.
+            Err(kbind_cluster::Error::Conflict { .. }) => Ok(false),
+            Err(source) => Err(SyncError::ConsumerWriteFailed {
+                step: STATUS_STEP,
+                object: key.clone(),
+                source,
+            }),
+        }
+    }
+}
 
 /// The consumer `.status` for this provider copy, or `None` to leave the consumer alone.
-pub(crate) fn translated_status(copy: &DynamicObject) -> Option<Value> {
+fn translated_status(copy: &DynamicObject) -> Option<Value> {
     let mut status = copy.data.get("status")?.clone();
     if crate::planted::planted(crate::planted::Plant::SkipObservedGenerationTranslation) {
         return Some(status);
