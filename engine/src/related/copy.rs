@@ -63,11 +63,27 @@ pub(crate) fn copied_metadata(map: Option<&BTreeMap<String, String>>) -> BTreeMa
 }
 
 /// The content fields of a Secret or ConfigMap (everything but metadata that a copy carries).
-fn content_fields(res: &ApiResource) -> &'static [&'static str] {
-    if res.kind == "Secret" {
-        &["type", "data", "immutable"]
-    } else {
-        &["data", "binaryData", "immutable"]
+fn builtin_fields(res: &ApiResource) -> Option<&'static [&'static str]> {
+    match (res.group.as_str(), res.kind.as_str()) {
+        ("", "Secret") => Some(&["type", "data", "immutable"]),
+        ("", "ConfigMap") => Some(&["data", "binaryData", "immutable"]),
+        _ => None,
+    }
+}
+
+/// What of an object a copy carries besides metadata: a Secret's or ConfigMap's content fields;
+/// of any other kind every top-level field but `status` (which is the other side's to write).
+fn content(res: &ApiResource, data: &Value) -> Map<String, Value> {
+    let fields = data.as_object().into_iter().flatten();
+    match builtin_fields(res) {
+        Some(wanted) => fields
+            .filter(|(k, v)| wanted.contains(&k.as_str()) && !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        None => fields
+            .filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 
@@ -105,10 +121,8 @@ pub(crate) fn apply_body(
         metadata["resourceVersion"] = json!(rv);
     }
     let mut body = json!({"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata});
-    for field in content_fields(res) {
-        if let Some(v) = source.data.get(*field) {
-            body[*field] = v.clone();
-        }
+    for (field, value) in content(res, &source.data) {
+        body[field] = value;
     }
     body
 }
@@ -116,9 +130,7 @@ pub(crate) fn apply_body(
 /// Whether `live` already is what `body` asks for: same content, and every label and
 /// annotation of the body present with its value (others may have added their own).
 pub(crate) fn up_to_date(res: &ApiResource, live: &DynamicObject, body: &Value) -> bool {
-    let content_same = content_fields(res)
-        .iter()
-        .all(|f| live.data.get(*f) == body.get(*f).filter(|v| !v.is_null()));
+    let content_same = content(res, &live.data) == content(res, body);
     let contains = |live: Option<&BTreeMap<String, String>>, wanted: Option<&Value>| {
         wanted
             .and_then(Value::as_object)
