@@ -197,12 +197,15 @@ fn builtin_kinds() -> [RelatedKind; 2] {
     [RelatedKind::secrets(), RelatedKind::config_maps()]
 }
 
-/// The kinds `rules` name and the built-in ones, each once.
-fn kinds_of(rules: &[RelatedResource]) -> BTreeSet<RelatedKind> {
-    builtin_kinds()
-        .into_iter()
-        .chain(rules.iter().map(RelatedResource::kind))
-        .collect()
+/// The built-in kinds, then the other kinds `rules` name, each once.
+fn kinds_of(rules: &[RelatedResource]) -> Vec<RelatedKind> {
+    let mut kinds = builtin_kinds().to_vec();
+    for kind in rules.iter().map(RelatedResource::kind) {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
 }
 
 type Key = (String, String);

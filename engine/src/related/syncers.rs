@@ -233,7 +233,7 @@ impl RelatedSyncers {
         };
         // The kinds of the rules, the built-in ones, and those this binding ran or swept before
         // (a removed rule's copies are collected).
-        let mut all_kinds = kinds_of(&spec.rules);
+        let mut all_kinds: BTreeSet<RelatedKind> = kinds_of(&spec.rules).into_iter().collect();
         all_kinds.extend(
             lock(&self.inner.running)
                 .keys()
