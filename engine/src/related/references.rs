@@ -114,11 +114,14 @@ impl ApiReferences {
     }
 }
 
+/// The running indexes by (API, paths).
+type Indexes = BTreeMap<(String, Vec<String>), Weak<ApiReferences>>;
+
 /// The reference indexes of the engine, by (API, paths); shared by every related syncer.
 pub(crate) struct ReferenceIndexes {
     consumer: Arc<dyn ClusterClient>,
     watcher_config: kbind_cluster::watcher::WatcherConfig,
-    indexes: Mutex<BTreeMap<(String, Vec<String>), Weak<ApiReferences>>>,
+    indexes: Mutex<Indexes>,
 }
 
 impl ReferenceIndexes {
