@@ -285,6 +285,47 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_any_other_kind_carries_every_field_but_status_and_foreign_metadata() {
+        let ingresses = ApiResource {
+            group: "networking.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "networking.k8s.io/v1".into(),
+            kind: "Ingress".into(),
+            plural: "ingresses".into(),
+        };
+        let source: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "shop", "namespace": "team", "uid": "u-1", "resourceVersion": "3",
+                "finalizers": ["x/y"], "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "s", "uid": "o"}],
+                "labels": {"app": "shop"}},
+            "spec": {"defaultBackend": {"service": {"name": "shop"}}},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}},
+        }))
+        .unwrap();
+        let body = apply_body(&ingresses, &source, &owner(), None);
+        assert_eq!(body["spec"], source.data["spec"]);
+        assert!(body.get("status").is_none(), "status is the other side's");
+        let metadata = body["metadata"].as_object().unwrap();
+        for absent in [
+            "finalizers",
+            "ownerReferences",
+            "uid",
+            "resourceVersion",
+            "managedFields",
+        ] {
+            assert!(!metadata.contains_key(absent), "{absent} is not copied");
+        }
+        let mut live: DynamicObject = serde_json::from_value(body.clone()).unwrap();
+        live.data["status"] = json!({"loadBalancer": {}});
+        assert!(
+            up_to_date(&ingresses, &live, &body),
+            "the copy's own status is no difference"
+        );
+        live.data["spec"]["rules"] = json!([]);
+        assert!(!up_to_date(&ingresses, &live, &body), "a field the original lacks is");
+    }
+
+    #[test]
     fn a_copy_is_up_to_date_only_with_the_same_content_and_markers() {
         let source = secret(json!({}));
         let body = apply_body(&secrets(), &source, &owner(), None);

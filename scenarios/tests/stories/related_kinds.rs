@@ -6,7 +6,7 @@
 use kbind_api::consts::{condition, reason};
 use kbind_api::{ClusterBinding, conditions};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams};
-use kbind_scenarios::{FakeStage, Stage, apis::ingresses, seed_from_env};
+use kbind_scenarios::{FakeStage, Stage, World, apis::ingresses, seed_from_env};
 use serde_json::{Value, json};
 
 fn secrets() -> ApiResource {
@@ -212,4 +212,99 @@ async fn a_kind_the_konnector_may_not_read_on_the_consumer_is_permission_denied_
             (status == "False").then_some(())
         })
         .await;
+}
+
+/// Issue 37: a namespace moves from provider acme to provider beta; the Secret its widget names
+/// goes with it: beta's Binding copies it (with its own marker), acme's copy is collected with
+/// acme's Binding, and the consumer's Secret stays.
+#[tokio::test(start_paused = true)]
+async fn a_related_copy_moves_with_its_namespace_to_the_other_provider() {
+    use crate::several_providers::{bind, partitioned};
+
+    let story = "related_kinds::a_related_copy_moves_with_its_namespace_to_the_other_provider";
+    let mut world = partitioned(story, 3705).await;
+    let consumer = world.consumer().admin_client();
+    let bindings = ApiResource::erase::<kbind_api::Binding>(&());
+    let rules = json!([{"group": "", "resource": "secrets", "direction": "FromConsumer",
+        "selector": {"references": [{"path": "spec.config.secretName"}]}}]);
+    let secret = object(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pw", "namespace": "team-a"}, "stringData": {"password": "p"}}));
+    consumer
+        .create(&secrets(), Some("team-a"), &secret, &Default::default())
+        .await
+        .expect("creating the Secret");
+    consumer
+        .patch(
+            &bindings,
+            Some("team-a"),
+            "widgets",
+            &Patch::Merge(json!({"spec": {"relatedResources": rules}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("acme's Binding copies what widgets name");
+    let widget = kbind_scenarios::apis::widget("team-a", "w1", json!({"size": 1, "config": {"secretName": "pw"}}));
+    consumer
+        .create(
+            &kbind_scenarios::apis::widgets(),
+            Some("team-a"),
+            &widget,
+            &Default::default(),
+        )
+        .await
+        .expect("creating a widget");
+    world
+        .run_until_async("acme has the Secret", 60, copy_on("acme", true))
+        .await;
+
+    bind(&world, "beta", "team-a", "widgets-beta").await;
+    consumer
+        .patch(
+            &bindings,
+            Some("team-a"),
+            "widgets-beta",
+            &Patch::Merge(json!({"spec": {"relatedResources": rules}})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("beta's Binding copies what widgets name");
+    world.delete_on_consumer(&bindings, Some("team-a"), "widgets").await;
+    world
+        .run_until_async("acme's copy goes with acme's Binding", 120, copy_on("acme", false))
+        .await;
+    world
+        .run_until_async("beta has the Secret", 120, copy_on("beta", true))
+        .await;
+    let beta_uid = world
+        .consumer_get(&bindings, Some("team-a"), "widgets-beta")
+        .await
+        .and_then(|b| b.metadata.uid);
+    let copy = world.provider_get("beta", &secrets(), Some("team-a"), "pw").await;
+    assert_eq!(
+        copy.and_then(|c| c.metadata.annotations)
+            .and_then(|a| a.get(kbind_api::consts::annotation::RELATED_BINDING).cloned()),
+        beta_uid,
+        "beta's copy is beta's Binding's"
+    );
+    assert!(
+        world.consumer_get(&secrets(), Some("team-a"), "pw").await.is_some(),
+        "the consumer's Secret stays"
+    );
+}
+
+/// Whether provider `provider` holds a copy of Secret `team-a/pw` (`present`) or none.
+fn copy_on(
+    provider: &'static str,
+    present: bool,
+) -> impl for<'w> Fn(&'w World) -> futures::future::BoxFuture<'w, bool> + use<> {
+    use futures::FutureExt;
+    move |w| {
+        async move {
+            w.provider_get(provider, &secrets(), Some("team-a"), "pw")
+                .await
+                .is_some()
+                == present
+        }
+        .boxed()
+    }
 }
