@@ -1,13 +1,23 @@
-//! Related resources (DESIGN.md §2, §4): Secrets and ConfigMaps a binding copies next to its
-//! instances, `FromConsumer` up to the provider and `FromProvider` down to the consumer, with
-//! server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
+//! Related resources (DESIGN.md §2, §4): objects of any namespaced kind a binding copies next
+//! to its instances, `FromConsumer` up to the provider and `FromProvider` down to the consumer,
+//! with server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
 //! garbage collection of only the copies that carry this binding's markers.
+//!
+//! Kinds (`kinds.rs`): Secrets and ConfigMaps are core `v1`; any other kind is resolved by
+//! discovery on the side of the originals (the rule's version or the preferred one) and must be
+//! served, namespaced, on the other side too; otherwise the syncer of that kind reports why
+//! (`RelatedKindNotServed`) and asks again later, and the other kinds sync on. A copy of a
+//! Secret or ConfigMap carries its content, one of any other kind every top-level field but
+//! `status`. Selection: labels and names (`select.rs`), and references (`references.rs`): the
+//! names at dotted paths of the consumer's bound objects, from one shared consumer watch per
+//! (API, paths) that keeps only those names and wakes the syncers when the set changes. With
+//! `syncStatus` the copy's status is written onto the original's status subresource.
 //!
 //! Machinery (issue #25, "everything by watches"): [`RelatedSyncers`] runs one syncer per
 //! (binding, kind, direction) with rules, over shared watch caches on both sides: the engaged
 //! provider's cache (one watch per GVR per Connection, per namespace in use when a cluster-wide
-//! list is refused) and one engine-wide consumer cache of Secrets and ConfigMaps, started when
-//! the first rule of a kind needs it. A change of a source or a copy converges just that
+//! list is refused) and one engine-wide consumer cache, whose watch of a kind starts when the
+//! first rule of that kind needs it. A change of a source or a copy converges just that
 //! object; a relist, a missed event or a change of the namespaces in use converges the
 //! binding's set for the kind. A ClusterBinding's namespaces in use come from one shared
 //! consumer watch of each bound API's instances that keeps keys only (`namespaces.rs`), never
@@ -24,9 +34,9 @@
 //! It re-reads the stores, not the servers: a watch relists on its own when the server says
 //! its version is too old, and a syncer that falls behind its events looks at everything. An
 //! object that could not be written is looked at again after 10 s (30 s after a refusal).
-//! Memory: the consumer cache holds every Secret (or ConfigMap) of the consumer once a rule of
+//! Memory: the consumer cache holds every object of a kind of the consumer once a rule of
 //! that kind exists, lean (no managedFields, no last-applied copy); the instance index holds
-//! `namespace/name` keys.
+//! `namespace/name` keys, a reference index the referenced names of each bound object.
 //!
 //! Choices recorded here (see also docs/decisions.md):
 //! - Keys are not mapped: a copy has the source's namespace and name (the `Mapper` is for
@@ -143,7 +153,7 @@ pub enum RelatedError {
     ReadFailed {
         /// Where.
         side: Side,
-        /// `secrets` or `configmaps`.
+        /// The resource (plural).
         resource: String,
         /// `<namespace>/<name>`.
         object: String,
@@ -158,7 +168,7 @@ pub enum RelatedError {
         side: Side,
         /// `apply` or `delete`.
         step: &'static str,
-        /// `secrets` or `configmaps`.
+        /// The resource (plural).
         resource: String,
         /// `<namespace>/<name>`.
         object: String,

@@ -1,7 +1,7 @@
 //! The stores one related syncer reads on one side: the shared cluster-wide watch of its kind,
 //! or, when the credentials may not list the kind cluster-wide, one shared watch per namespace
 //! in use (DESIGN.md §4 "RBAC"). Both come from a [`ProviderCache`]: the engaged provider's, or
-//! the engine's consumer cache of Secrets and ConfigMaps.
+//! the engine's consumer cache.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
