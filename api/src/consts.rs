@@ -141,6 +141,9 @@ pub mod reason {
     pub const OWNED_BY_ANOTHER: &str = "OwnedByAnother";
     /// The provider credentials may not perform a needed verb.
     pub const FORBIDDEN: &str = "Forbidden";
+    /// *(ours)* Ready=False: a related-resources rule names a kind a side does not serve, or a
+    /// cluster-scoped one (the message names the kind and the side).
+    pub const RELATED_KIND_NOT_SERVED: &str = "RelatedKindNotServed";
     /// A deleted Connection waits for its bindings to drain.
     pub const DRAINING_BINDINGS: &str = "DrainingBindings";
     /// *(ours)* The Secret is outside the konnector's namespace.

@@ -47,11 +47,13 @@ pub enum Plant {
     /// Placement ignores the claims recorded in binding statuses and ranks by what the
     /// conditions say now: a serving binding whose Connection blinks loses its namespace.
     IgnoreRecordedClaims,
+    /// A changed reference of a bound object keeps following the name it held before.
+    FollowStaleReference,
 }
 
 impl Plant {
     /// Every planted bug, in the order the gate runs them.
-    pub const ALL: [Plant; 20] = [
+    pub const ALL: [Plant; 21] = [
         Plant::SkipIdentityCheck,
         Plant::ReuseClientAfterDisengage,
         Plant::DeleteOnDisengage,
@@ -72,6 +74,7 @@ impl Plant {
         Plant::NonStatus404IsAbsent,
         Plant::SecondConnectionInServedNamespace,
         Plant::IgnoreRecordedClaims,
+        Plant::FollowStaleReference,
     ];
 
     /// The value of `KBIND_PLANT` that switches this bug on.
@@ -97,6 +100,7 @@ impl Plant {
             Plant::NonStatus404IsAbsent => "non-status-404-is-absent",
             Plant::SecondConnectionInServedNamespace => "second-connection-in-served-namespace",
             Plant::IgnoreRecordedClaims => "ignore-recorded-claims",
+            Plant::FollowStaleReference => "follow-stale-reference",
         }
     }
 }

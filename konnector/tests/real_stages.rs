@@ -143,6 +143,28 @@ impl Stage for RealStage {
         }
     }
 
+    async fn allow_related(&mut self, group: &str, resource: &str) {
+        // The consumer admin's consent: the konnector reads the kind (and writes its status back);
+        // the provider admin lets the consumer's credential write its copies.
+        let read = json!([
+            {"apiGroups": [group], "resources": [resource], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [group], "resources": [format!("{resource}/status")], "verbs": ["get", "patch", "update"]},
+        ]);
+        let name = format!("kbind-related-{resource}");
+        for rbac in grant(&name, None, konnector_subject(), read) {
+            create(&self.world.consumer().admin, rbac).await;
+        }
+        let write = json!([{"apiGroups": [group], "resources": [resource, format!("{resource}/status")],
+                            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]);
+        for rbac in grant(&name, None, provider_subject(1), write) {
+            create(&self.world.provider, rbac).await;
+        }
+    }
+
+    async fn serve_ingresses(&mut self) {
+        // kube-apiserver serves networking.k8s.io/v1 Ingresses.
+    }
+
     async fn refuse_widget_watches(&mut self) {
         self.set_widget_verbs(&["get", "create", "update", "patch", "delete"])
             .await;
@@ -285,4 +307,22 @@ async fn a_syncer_that_cannot_watch_says_so() {
         return;
     };
     told::a_syncer_that_cannot_watch_says_so(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_password_found_by_reference_follows_the_reference() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_related_by_reference").await else {
+        return;
+    };
+    told::a_database_password_found_by_reference_follows_the_reference(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_for_a_certificate_has_its_status_synced_back() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_related_ingress_status").await else {
+        return;
+    };
+    told::an_ingress_for_a_certificate_has_its_status_synced_back(&mut stage).await;
 }

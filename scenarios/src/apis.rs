@@ -82,3 +82,26 @@ pub fn widget(namespace: &str, name: &str, spec: Value) -> kbind_cluster::Dynami
     }))
     .unwrap_or_else(|e| panic!("a widget is a valid object: {e}"))
 }
+
+/// `networking.k8s.io/v1` Ingresses.
+pub fn ingresses() -> kbind_cluster::ApiResource {
+    kbind_cluster::ApiResource::erase::<k8s_openapi::api::networking::v1::Ingress>(&())
+}
+
+/// A CRD that serves `ingresses.networking.k8s.io/v1` with a status subresource and any
+/// fields, for fake clusters (which have no built-in Ingress).
+pub fn ingresses_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "ingresses.networking.k8s.io"},
+        "spec": {
+            "group": "networking.k8s.io", "scope": "Namespaced",
+            "names": {"plural": "ingresses", "singular": "ingress", "kind": "Ingress", "listKind": "IngressList"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    })
+}

@@ -471,6 +471,43 @@ pub fn no_write_to_foreign_copies(
     })
 }
 
+/// §8.3 for related copies of any kind, on `cluster` (the consumer or a provider): no konnector
+/// write moved an object's `core.kbind.io/related-binding` marker from one binding to another
+/// (a copy of one binding is never taken over by another), and on the consumer no konnector
+/// write put the marker on an object that existed without it (`Adopt` never applies there).
+pub fn related_copies_keep_their_owner(
+    name: &str,
+    cluster: &Logs,
+    konnector_users: &BTreeSet<String>,
+    is_consumer: bool,
+) -> Option<Violation> {
+    let writes = konnector_writes(cluster, konnector_users);
+    if writes.is_empty() {
+        return None;
+    }
+    cluster.events.iter().find_map(|ev| {
+        let w = writes.get(&ev.rv)?;
+        if w.verb == "delete" {
+            return None;
+        }
+        let old = ev.old.as_deref()?;
+        let before = annotation_of(old, annotation::RELATED_BINDING);
+        let after = annotation_of(&ev.object, annotation::RELATED_BINDING);
+        let taken = match (before, after) {
+            (Some(b), Some(a)) => b != a,
+            (None, Some(_)) => is_consumer,
+            _ => false,
+        };
+        taken.then(|| Violation {
+            invariant: "§8.3",
+            detail: format!(
+                "{} wrote {} {}/{} on {name} at rv {}: its related-binding marker went from {before:?} to {after:?}",
+                w.user, w.resource, w.namespace, w.name, w.rv
+            ),
+        })
+    })
+}
+
 /// §8.3 (consumer side): no konnector write changed or deleted a consumer CRD that kbind did not
 /// create.
 pub fn no_overwrite_of_foreign_crds(consumer: &Logs, konnector_users: &BTreeSet<String>) -> Option<Violation> {

@@ -68,6 +68,15 @@ pub trait Stage {
     /// takes (read every namespaced resource, delete namespaces); least privilege leaves it out.
     fn allow_namespace_removal(&mut self) -> impl Future<Output = ()>;
 
+    /// Lets the konnector read `resource` of `group` on the consumer (and write its status) and
+    /// write it on the provider, as admins who consent to a related kind do (the fake stage's
+    /// konnector is an admin already).
+    fn allow_related(&mut self, group: &str, resource: &str) -> impl Future<Output = ()>;
+
+    /// Makes both clusters serve `networking.k8s.io/v1` Ingresses with a status subresource
+    /// (real servers do; the fake stage installs a CRD of that name on both).
+    fn serve_ingresses(&mut self) -> impl Future<Output = ()>;
+
     /// The provider refuses the konnector's lists and watches of widgets from now on (RBAC on
     /// real servers) and drops the watches it has open, so they must be opened again.
     fn refuse_widget_watches(&mut self) -> impl Future<Output = ()>;
@@ -174,6 +183,33 @@ impl Stage for FakeStage {
 
     async fn allow_namespace_removal(&mut self) {
         // The fake stage's credential is the provider's admin token already.
+    }
+
+    async fn allow_related(&mut self, _group: &str, _resource: &str) {
+        // The fake stage's konnector is an admin on both clusters.
+    }
+
+    async fn serve_ingresses(&mut self) {
+        let crd = crate::apis::ingresses_crd();
+        let crds = ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&());
+        let body: kbind_cluster::DynamicObject = serde_json::from_value(crd).expect("a CRD");
+        for client in [self.consumer(), self.provider()] {
+            client
+                .create(&crds, None, &body, &Default::default())
+                .await
+                .expect("the Ingress CRD is created");
+        }
+        let ingresses = crate::apis::ingresses();
+        let (consumer, provider) = (self.consumer(), self.provider());
+        let (c, p, r) = (&consumer, &provider, &ingresses);
+        self.eventually("Ingresses are served on both clusters", || async move {
+            let served = c.list(r, None, &Default::default()).await.is_ok()
+                && p.list(r, None, &Default::default()).await.is_ok();
+            served.then_some(())
+        })
+        .await;
     }
 
     async fn refuse_widget_watches(&mut self) {

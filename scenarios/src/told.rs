@@ -3,8 +3,13 @@
 //! two clusters. The fake world runs them in scenarios/tests/stories/on_any_stage.rs, real
 //! clusters in konnector/tests/real_stages.rs.
 
+mod related;
 mod unbind;
 
+pub use related::{
+    a_database_password_found_by_reference_follows_the_reference,
+    an_ingress_for_a_certificate_has_its_status_synced_back,
+};
 pub use unbind::{
     binding_naming_a_cluster_scoped_api, hand_over_binding_to_binding, hand_over_binding_to_cluster_binding,
     hand_over_cluster_binding_to_binding, orphan_deletes_nothing, provider_namespace_removal,

@@ -910,6 +910,15 @@ impl World {
         if let Some(v) = invariants::no_overwrite_of_foreign_crds(&consumer, &konnector_users) {
             return Some(v);
         }
+        if let Some(v) = invariants::related_copies_keep_their_owner("the consumer", &consumer, &konnector_users, true)
+        {
+            return Some(v);
+        }
+        for (name, logs) in self.providers.keys().zip(&providers) {
+            if let Some(v) = invariants::related_copies_keep_their_owner(name, logs, &provider_users, false) {
+                return Some(v);
+            }
+        }
         if let Some(v) = invariants::deleted_objects_leave_no_copies(&consumer, &providers, &consumer_uid) {
             return Some(v);
         }

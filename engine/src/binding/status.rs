@@ -114,7 +114,7 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
         set(
             &mut conds,
             condition::PERMISSION_DENIED,
-            &denied_observed(&api.denied),
+            &denied_observed(&api.denied, &[]),
             generation,
             now,
         );
@@ -135,7 +135,7 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
         .flat_map(|a| a.denied.iter().cloned())
         .chain(report.related.denied.iter().cloned())
         .collect();
-    let denied = denied_observed(&denied);
+    let denied = denied_observed(&denied, &report.related.consumer_denied);
     let ready = if !report.connected.holds() {
         Observed::not(report.connected.reason, report.connected.message.clone())
     } else if !synced.holds() {
@@ -148,6 +148,11 @@ pub(crate) fn desired_status(view: &BindingView, report: &Report, now: &Time) ->
             reason::WATCH_FAILED,
             format!("related resources are not followed: {}; retried", failing.join("; ")),
         )
+    } else if !report.related.unserved.is_empty() {
+        let mut unserved = report.related.unserved.clone();
+        unserved.sort();
+        unserved.dedup();
+        Observed::not(reason::RELATED_KIND_NOT_SERVED, unserved.join("; "))
     } else if denied.holds() {
         Observed::not(reason::FORBIDDEN, denied.message.clone())
     } else {
@@ -201,18 +206,29 @@ fn conflicts_observed(count: usize) -> Observed {
     }
 }
 
-fn denied_observed(denied: &[String]) -> Observed {
-    if denied.is_empty() {
-        Observed::not(reason::AS_EXPECTED, "no provider request was refused")
-    } else {
-        let mut list = denied.to_vec();
+/// `PermissionDenied` from refused provider requests and the konnector's refused consumer
+/// requests (related kinds its RBAC on the consumer does not grant).
+fn denied_observed(denied: &[String], consumer_denied: &[String]) -> Observed {
+    let sorted = |l: &[String]| {
+        let mut list = l.to_vec();
         list.sort();
         list.dedup();
-        Observed::new(
-            ConditionStatus::True,
-            reason::FORBIDDEN,
-            format!("the provider credentials may not: {}", list.join(", ")),
-        )
+        list.join(", ")
+    };
+    let mut parts = Vec::new();
+    if !denied.is_empty() {
+        parts.push(format!("the provider credentials may not: {}", sorted(denied)));
+    }
+    if !consumer_denied.is_empty() {
+        parts.push(format!(
+            "the konnector's RBAC on the consumer may not: {}",
+            sorted(consumer_denied)
+        ));
+    }
+    if parts.is_empty() {
+        Observed::not(reason::AS_EXPECTED, "no provider request was refused")
+    } else {
+        Observed::new(ConditionStatus::True, reason::FORBIDDEN, parts.join("; "))
     }
 }
 

@@ -21,7 +21,7 @@ use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, is_orphan as connection_is_orphan, remove_cleanup};
 use crate::crdpull::{crd_resource, is_managed};
-use crate::related::{RelatedError, Side, remove_copies};
+use crate::related::{RelatedError, Side, remove_copies_of};
 use crate::sync::{BindingKind, SyncError, SyncerSpec};
 
 /// What happened to one API of a binding being deleted.
@@ -130,7 +130,17 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
     let skip_provider = provider.is_none() && !from_consumer;
     // The binding's related syncers stop first, so no write of theirs races the removal.
     shared.related.stop(&view.reference());
-    let removed = match remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), skip_provider).await {
+    let rules = &view.spec.related_resources;
+    let removed = match remove_copies_of(
+        &shared.ctx,
+        &view.reference(),
+        &uid,
+        provider.as_deref(),
+        skip_provider,
+        rules,
+    )
+    .await
+    {
         // Provider credentials that may not list Secrets or ConfigMaps (the usual least privilege)
         // never held a copy of ours: without FromConsumer rules there is nothing to look for, so
         // the refusal must not block the unbind.
@@ -139,7 +149,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             source,
             ..
         }) if source.is_forbidden() && !from_consumer => {
-            remove_copies(&shared.ctx, &view.reference(), &uid, provider.as_deref(), true).await?
+            remove_copies_of(&shared.ctx, &view.reference(), &uid, provider.as_deref(), true, rules).await?
         }
         // Likewise on the consumer: the chart lets the konnector read Secrets only in its own
         // namespace, and a binding without related rules holds no copy (removing a rule collects

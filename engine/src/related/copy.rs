@@ -63,11 +63,27 @@ pub(crate) fn copied_metadata(map: Option<&BTreeMap<String, String>>) -> BTreeMa
 }
 
 /// The content fields of a Secret or ConfigMap (everything but metadata that a copy carries).
-fn content_fields(res: &ApiResource) -> &'static [&'static str] {
-    if res.kind == "Secret" {
-        &["type", "data", "immutable"]
-    } else {
-        &["data", "binaryData", "immutable"]
+fn builtin_fields(res: &ApiResource) -> Option<&'static [&'static str]> {
+    match (res.group.as_str(), res.kind.as_str()) {
+        ("", "Secret") => Some(&["type", "data", "immutable"]),
+        ("", "ConfigMap") => Some(&["data", "binaryData", "immutable"]),
+        _ => None,
+    }
+}
+
+/// What of an object a copy carries besides metadata: a Secret's or ConfigMap's content fields;
+/// of any other kind every top-level field but `status` (which is the other side's to write).
+fn content(res: &ApiResource, data: &Value) -> Map<String, Value> {
+    let fields = data.as_object().into_iter().flatten();
+    match builtin_fields(res) {
+        Some(wanted) => fields
+            .filter(|(k, v)| wanted.contains(&k.as_str()) && !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        None => fields
+            .filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 
@@ -105,10 +121,8 @@ pub(crate) fn apply_body(
         metadata["resourceVersion"] = json!(rv);
     }
     let mut body = json!({"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata});
-    for field in content_fields(res) {
-        if let Some(v) = source.data.get(*field) {
-            body[*field] = v.clone();
-        }
+    for (field, value) in content(res, &source.data) {
+        body[field] = value;
     }
     body
 }
@@ -116,9 +130,7 @@ pub(crate) fn apply_body(
 /// Whether `live` already is what `body` asks for: same content, and every label and
 /// annotation of the body present with its value (others may have added their own).
 pub(crate) fn up_to_date(res: &ApiResource, live: &DynamicObject, body: &Value) -> bool {
-    let content_same = content_fields(res)
-        .iter()
-        .all(|f| live.data.get(*f) == body.get(*f).filter(|v| !v.is_null()));
+    let content_same = content(res, &live.data) == content(res, body);
     let contains = |live: Option<&BTreeMap<String, String>>, wanted: Option<&Value>| {
         wanted
             .and_then(Value::as_object)
@@ -270,6 +282,47 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["app", "app.kubernetes.io/name"]
         );
+    }
+
+    #[test]
+    fn a_copy_of_any_other_kind_carries_every_field_but_status_and_foreign_metadata() {
+        let ingresses = ApiResource {
+            group: "networking.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "networking.k8s.io/v1".into(),
+            kind: "Ingress".into(),
+            plural: "ingresses".into(),
+        };
+        let source: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "shop", "namespace": "team", "uid": "u-1", "resourceVersion": "3",
+                "finalizers": ["x/y"], "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "s", "uid": "o"}],
+                "labels": {"app": "shop"}},
+            "spec": {"defaultBackend": {"service": {"name": "shop"}}},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}},
+        }))
+        .unwrap();
+        let body = apply_body(&ingresses, &source, &owner(), None);
+        assert_eq!(body["spec"], source.data["spec"]);
+        assert!(body.get("status").is_none(), "status is the other side's");
+        let metadata = body["metadata"].as_object().unwrap();
+        for absent in [
+            "finalizers",
+            "ownerReferences",
+            "uid",
+            "resourceVersion",
+            "managedFields",
+        ] {
+            assert!(!metadata.contains_key(absent), "{absent} is not copied");
+        }
+        let mut live: DynamicObject = serde_json::from_value(body.clone()).unwrap();
+        live.data["status"] = json!({"loadBalancer": {}});
+        assert!(
+            up_to_date(&ingresses, &live, &body),
+            "the copy's own status is no difference"
+        );
+        live.data["spec"]["rules"] = json!([]);
+        assert!(!up_to_date(&ingresses, &live, &body), "a field the original lacks is");
     }
 
     #[test]

@@ -1,13 +1,23 @@
-//! Related resources (DESIGN.md §2, §4): Secrets and ConfigMaps a binding copies next to its
-//! instances, `FromConsumer` up to the provider and `FromProvider` down to the consumer, with
-//! server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
+//! Related resources (DESIGN.md §2, §4): objects of any namespaced kind a binding copies next
+//! to its instances, `FromConsumer` up to the provider and `FromProvider` down to the consumer,
+//! with server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
 //! garbage collection of only the copies that carry this binding's markers.
+//!
+//! Kinds (`kinds.rs`): Secrets and ConfigMaps are core `v1`; any other kind is resolved by
+//! discovery on the side of the originals (the rule's version or the preferred one) and must be
+//! served, namespaced, on the other side too; otherwise the syncer of that kind reports why
+//! (`RelatedKindNotServed`) and asks again later, and the other kinds sync on. A copy of a
+//! Secret or ConfigMap carries its content, one of any other kind every top-level field but
+//! `status`. Selection: labels and names (`select.rs`), and references (`references.rs`): the
+//! names at dotted paths of the consumer's bound objects, from one shared consumer watch per
+//! (API, paths) that keeps only those names and wakes the syncers when the set changes. With
+//! `syncStatus` the copy's status is written onto the original's status subresource.
 //!
 //! Machinery (issue #25, "everything by watches"): [`RelatedSyncers`] runs one syncer per
 //! (binding, kind, direction) with rules, over shared watch caches on both sides: the engaged
 //! provider's cache (one watch per GVR per Connection, per namespace in use when a cluster-wide
-//! list is refused) and one engine-wide consumer cache of Secrets and ConfigMaps, started when
-//! the first rule of a kind needs it. A change of a source or a copy converges just that
+//! list is refused) and one engine-wide consumer cache, whose watch of a kind starts when the
+//! first rule of that kind needs it. A change of a source or a copy converges just that
 //! object; a relist, a missed event or a change of the namespaces in use converges the
 //! binding's set for the kind. A ClusterBinding's namespaces in use come from one shared
 //! consumer watch of each bound API's instances that keeps keys only (`namespaces.rs`), never
@@ -24,9 +34,9 @@
 //! It re-reads the stores, not the servers: a watch relists on its own when the server says
 //! its version is too old, and a syncer that falls behind its events looks at everything. An
 //! object that could not be written is looked at again after 10 s (30 s after a refusal).
-//! Memory: the consumer cache holds every Secret (or ConfigMap) of the consumer once a rule of
+//! Memory: the consumer cache holds every object of a kind of the consumer once a rule of
 //! that kind exists, lean (no managedFields, no last-applied copy); the instance index holds
-//! `namespace/name` keys.
+//! `namespace/name` keys, a reference index the referenced names of each bound object.
 //!
 //! Choices recorded here (see also docs/decisions.md):
 //! - Keys are not mapped: a copy has the source's namespace and name (the `Mapper` is for
@@ -58,7 +68,9 @@
 //!   with neither rules nor copies and skips it until a rule comes back.
 
 mod copy;
+mod kinds;
 mod namespaces;
+mod references;
 mod select;
 mod syncer;
 mod syncers;
@@ -66,12 +78,12 @@ mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_api::consts::{TRUE, field_manager, label};
 use kbind_api::{ConflictPolicy, RelatedKind, RelatedResource, RelatedResourceDirection, RelatedResourceSelector};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DeleteParams, DynamicObject, ListParams};
 
+pub use references::names_at;
 pub use select::{label_selector_matches, selects};
 pub use syncer::ChangeHook;
 pub use syncers::{RelatedSpec, RelatedSyncers};
@@ -116,6 +128,10 @@ pub struct RelatedReport {
     pub owned: usize,
     /// Lists or watches of related kinds that keep failing, in words (sorted, unique).
     pub failing: Vec<String>,
+    /// Rules whose kind a side does not serve (or is cluster-scoped), in words naming the kind.
+    pub unserved: Vec<String>,
+    /// Consumer requests the konnector's own RBAC refused, as `"<verb> <resource>"`.
+    pub consumer_denied: Vec<String>,
 }
 
 /// Errors of related-resource copying; they name objects, never their content.
@@ -137,7 +153,7 @@ pub enum RelatedError {
     ReadFailed {
         /// Where.
         side: Side,
-        /// `secrets` or `configmaps`.
+        /// The resource (plural).
         resource: String,
         /// `<namespace>/<name>`.
         object: String,
@@ -152,7 +168,7 @@ pub enum RelatedError {
         side: Side,
         /// `apply` or `delete`.
         step: &'static str,
-        /// `secrets` or `configmaps`.
+        /// The resource (plural).
         resource: String,
         /// `<namespace>/<name>`.
         object: String,
@@ -186,18 +202,24 @@ impl RelatedError {
     }
 }
 
-/// The resource of a related kind.
-fn resource_of(kind: &RelatedKind) -> ApiResource {
-    if kind.is_secrets() {
-        ApiResource::erase::<Secret>(&())
-    } else {
-        ApiResource::erase::<ConfigMap>(&())
-    }
-}
-
-fn kinds() -> [RelatedKind; 2] {
+/// The kinds every binding may have copies of (swept without discovery).
+fn builtin_kinds() -> [RelatedKind; 2] {
     [RelatedKind::secrets(), RelatedKind::config_maps()]
 }
+
+/// The built-in kinds, then the other kinds `rules` name, each once.
+fn kinds_of(rules: &[RelatedResource]) -> Vec<RelatedKind> {
+    let mut kinds = builtin_kinds().to_vec();
+    for kind in rules.iter().map(RelatedResource::kind) {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
+}
+
+type Key = (String, String);
+
 const DIRECTIONS: [RelatedResourceDirection; 2] = [
     RelatedResourceDirection::FromConsumer,
     RelatedResourceDirection::FromProvider,
@@ -304,14 +326,30 @@ pub async fn reconcile(
         report: RelatedReport::default(),
         denied: BTreeSet::new(),
     };
-    for kind in kinds() {
+    for kind in kinds_of(rules) {
         for direction in DIRECTIONS {
-            let selectors: Vec<&RelatedResourceSelector> = rules
+            let lane: Vec<&RelatedResource> = rules
                 .iter()
                 .filter(|r| r.kind() == kind && r.direction == direction)
-                .map(|r| &r.selector)
                 .collect();
-            pass.converge(kind.clone(), direction, &selectors).await?;
+            let selectors: Vec<&RelatedResourceSelector> = lane.iter().map(|r| &r.selector).collect();
+            let version = lane.iter().find_map(|r| r.version.as_deref());
+            let res = if lane.is_empty() {
+                kinds::builtin(&kind, None)
+            } else {
+                let (source, target) = sides_of(direction);
+                let side = |s: Side| (s, pass.sides.reader(s).expect("a reconcile pass has both sides"));
+                match kinds::resolve(&kind, version, side(source), side(target)).await {
+                    Ok(resolved) => Some(resolved.res),
+                    Err(kinds::Unresolved::NotServed(why) | kinds::Unresolved::Failed(why)) => {
+                        pass.report.unserved.push(why);
+                        None
+                    }
+                }
+            };
+            if let Some(res) = res {
+                pass.converge(&res, direction, &selectors).await?;
+            }
         }
     }
     pass.report.denied = pass.denied.into_iter().collect();
@@ -321,11 +359,11 @@ pub async fn reconcile(
 impl Pass<'_> {
     async fn converge(
         &mut self,
-        kind: RelatedKind,
+        res: &ApiResource,
         direction: RelatedResourceDirection,
         selectors: &[&RelatedResourceSelector],
     ) -> Result<(), RelatedError> {
-        let res = resource_of(&kind);
+        let res = res.clone();
         let (source_side, target_side) = sides_of(direction);
         let Some(sources) = self.sources(&res, source_side, selectors).await? else {
             // Never collect on a partial picture of the sources.
@@ -344,7 +382,7 @@ impl Pass<'_> {
                 continue;
             }
             // A consumer copy stays while the binding still selects it (§8.1).
-            if target_side == Side::Consumer && still_selected(&self.namespaces, &copy, selectors) {
+            if target_side == Side::Consumer && still_selected(&self.namespaces, &copy, selectors, &BTreeSet::new()) {
                 continue;
             }
             let writer = self.sides.writer(target_side).expect("a reconcile pass has both sides");
@@ -386,7 +424,7 @@ impl Pass<'_> {
                 }
             };
             for obj in list.items {
-                if !is_source(&obj, selectors) {
+                if !is_source(&obj, selectors, &BTreeSet::new()) {
                     continue;
                 }
                 sources.insert(key_of(&obj), obj);
@@ -439,19 +477,26 @@ impl Pass<'_> {
 }
 
 /// Whether the binding selects `copy` as it is (its namespace is in use and a rule picks its
-/// name and copied labels): a consumer copy that is stays (§8.1).
-fn still_selected(namespaces: &BTreeSet<String>, copy: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
-    let (ns, name) = key_of(copy);
+/// name and copied labels, or a bound object references it): a consumer copy that is stays
+/// (§8.1).
+fn still_selected(
+    namespaces: &BTreeSet<String>,
+    copy: &DynamicObject,
+    selectors: &[&RelatedResourceSelector],
+    referenced: &BTreeSet<Key>,
+) -> bool {
+    let key = key_of(copy);
     let labels = copy::copied_metadata(copy.metadata.labels.as_ref());
-    namespaces.contains(&ns) && selectors.iter().any(|s| selects(s, &name, &labels))
+    namespaces.contains(&key.0) && (referenced.contains(&key) || selectors.iter().any(|s| selects(s, &key.1, &labels)))
 }
 
-/// Whether `obj` is a source the selectors pick (some binding's copy never is).
-fn is_source(obj: &DynamicObject, selectors: &[&RelatedResourceSelector]) -> bool {
-    let (_, name) = key_of(obj);
+/// Whether `obj` is a source the selectors pick by labels and names, or a bound object
+/// references (`referenced`); some binding's copy never is.
+fn is_source(obj: &DynamicObject, selectors: &[&RelatedResourceSelector], referenced: &BTreeSet<Key>) -> bool {
+    let key = key_of(obj);
     let empty = BTreeMap::new();
     let labels = obj.metadata.labels.as_ref().unwrap_or(&empty);
-    !copy::is_related_copy(obj) && selectors.iter().any(|s| selects(s, &name, labels))
+    !copy::is_related_copy(obj) && (referenced.contains(&key) || selectors.iter().any(|s| selects(s, &key.1, labels)))
 }
 
 /// What one attempt to write a copy came to.
@@ -607,6 +652,19 @@ pub async fn remove_copies(
     provider: Option<&EngagedProvider>,
     skip_provider: bool,
 ) -> Result<bool, RelatedError> {
+    remove_copies_of(ctx, binding, consumer_cluster_uid, provider, skip_provider, &[]).await
+}
+
+/// [`remove_copies`], looking also for copies of the kinds `rules` name (resolved by discovery
+/// on each side; a side that does not serve a kind holds no copy of it).
+pub async fn remove_copies_of(
+    ctx: &Context,
+    binding: &BindingRef,
+    consumer_cluster_uid: &str,
+    provider: Option<&EngagedProvider>,
+    skip_provider: bool,
+    rules: &[RelatedResource],
+) -> Result<bool, RelatedError> {
     let owner = Owner {
         binding_uid: binding.uid.clone(),
         consumer_cluster_uid: consumer_cluster_uid.to_string(),
@@ -629,8 +687,16 @@ pub async fn remove_copies(
             Side::Provider if binding.kind == BindingKind::Cluster => consumer_namespaces(ctx).await?,
             _ => BTreeSet::new(),
         };
-        for kind in kinds() {
-            let res = resource_of(&kind);
+        for kind in kinds_of(rules) {
+            let res = match kinds::resolve_on(&kind, reader).await {
+                Ok(Some(res)) => res,
+                Ok(None) => continue,
+                Err(why) => {
+                    tracing::warn!(binding = %binding.name, %side, reason = %why, "related copies of a kind not looked for yet");
+                    complete = false;
+                    continue;
+                }
+            };
             for copy in list_copies(reader, &res, side, binding, &fallback, &owner).await? {
                 if copy.metadata.deletion_timestamp.is_some()
                     || !delete_copy(writer, &res, side, &key_of(&copy)).await?

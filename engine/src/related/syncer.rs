@@ -9,16 +9,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kbind_api::{RelatedKind, RelatedResourceDirection, RelatedResourceSelector};
-use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::copy::{self, Owner, Verdict};
+use super::kinds::{self, Unresolved};
 use super::namespaces::{ApiNamespaces, InUse, InstanceNamespaces};
+use super::references::{ApiReferences, ReferenceIndexes, Referenced};
 use super::watches::{Change, SideStores};
 use super::{
-    Outcome, RelatedReport, Side, Sides, copy_to, delete_copy, describe, is_source, key_of, resource_of, sides_of,
-    still_selected,
+    Outcome, RelatedReport, Side, Sides, copy_to, delete_copy, describe, is_source, key_of, sides_of, still_selected,
 };
 use crate::context::Context;
 use crate::provider::{EngagedProvider, ProviderCache};
@@ -38,8 +40,10 @@ type Key = (String, String);
 pub(crate) struct SyncerSpec {
     /// The binding.
     pub binding: BindingRef,
-    /// Secrets or ConfigMaps.
+    /// The kind, as group and resource.
     pub kind: RelatedKind,
+    /// The version the rules ask for (the source side's preferred one when `None`).
+    pub version: Option<String>,
     /// Up or down.
     pub direction: RelatedResourceDirection,
     /// The rules' selectors of this kind and direction (at least one).
@@ -50,6 +54,13 @@ pub(crate) struct SyncerSpec {
     pub owner: Owner,
     /// A ClusterBinding's bound APIs, whose instances put namespaces in use.
     pub apis: Vec<String>,
+    /// The bound APIs whose consumer objects hold references (every API of the binding when
+    /// some rule has `references`, none otherwise).
+    pub reference_apis: Vec<String>,
+    /// The reference paths of the rules, sorted and unique.
+    pub references: Vec<String>,
+    /// Some rule asks for the copy's status to come back onto the original.
+    pub sync_status: bool,
 }
 
 /// What a syncer's latest state says, for the binding's status.
@@ -62,6 +73,12 @@ pub(crate) struct Tally {
     denied: BTreeMap<Key, String>,
     /// Refused lists (per-namespace watches the credentials may not open).
     refused: BTreeSet<String>,
+    /// Consumer requests the konnector's own RBAC refused (lists, status writes).
+    consumer_refused: BTreeSet<String>,
+    /// Why the kind cannot be synced now (not served, cluster-scoped).
+    unserved: Option<String>,
+    /// How the binding names the kind in conflicts (`resource` or `resource.group`).
+    pub(crate) name: String,
     /// Lists or watches that keep failing, in words.
     failing: BTreeSet<String>,
     /// Copies of this binding in the target stores.
@@ -93,6 +110,7 @@ impl Tally {
             self.conflicts.iter().map(|(k, r)| (k.clone(), *r)).collect(),
             self.denied_set(),
             self.failing.clone(),
+            (self.unserved.clone(), self.consumer_refused.clone()),
         )
     }
 
@@ -101,11 +119,15 @@ impl Tally {
     }
 
     /// Adds this syncer's part to `report`.
-    pub(crate) fn add_to(&self, res: &ApiResource, report: &mut RelatedReport, denied: &mut BTreeSet<String>) {
+    pub(crate) fn add_to(&self, report: &mut RelatedReport, denied: &mut BTreeSet<String>) {
         report.copied += self.copied.len();
-        report
-            .conflicts
-            .extend(self.conflicts.iter().map(|(k, r)| (describe(res, k), r.to_string())));
+        report.conflicts.extend(
+            self.conflicts
+                .iter()
+                .map(|(k, r)| (format!("{} {}/{}", self.name, k.0, k.1), r.to_string())),
+        );
+        report.unserved.extend(self.unserved.iter().cloned());
+        report.consumer_denied.extend(self.consumer_refused.iter().cloned());
         denied.extend(self.denied_set());
         report.removed += self.removed;
         report.failing.extend(self.failing.iter().cloned());
@@ -115,7 +137,13 @@ impl Tally {
 }
 
 /// What of a tally the binding's status shows: copies, conflicts, refusals, failing watches.
-type Visible = (usize, Vec<(Key, &'static str)>, BTreeSet<String>, BTreeSet<String>);
+type Visible = (
+    usize,
+    Vec<(Key, &'static str)>,
+    BTreeSet<String>,
+    BTreeSet<String>,
+    (Option<String>, BTreeSet<String>),
+);
 
 /// The tally a syncer and the registry share.
 pub(crate) type SharedTally = Arc<Mutex<Tally>>;
@@ -132,6 +160,7 @@ pub(crate) struct Environment {
     pub ctx: Context,
     pub consumer_cache: Arc<ProviderCache>,
     pub instances: Arc<InstanceNamespaces>,
+    pub references: Arc<ReferenceIndexes>,
     /// Whether the binding still exists with this UID and is not being deleted.
     pub live: Arc<dyn Fn(&BindingRef) -> bool + Send + Sync>,
     /// Called when what the binding's status shows of this syncer changed.
@@ -154,9 +183,11 @@ enum Scope {
     },
 }
 
-/// The namespaces of a syncer now, and whether the set is complete.
+/// The namespaces of a syncer now and the objects the bound objects reference, and whether
+/// both are complete.
 struct Namespaces {
     set: BTreeSet<String>,
+    referenced: BTreeSet<Key>,
     complete: bool,
 }
 
@@ -176,7 +207,11 @@ impl Scope {
         };
         // The konnector's own namespace holds provider credentials: never a source or a target.
         let set = set.into_iter().filter(|ns| ns != own_namespace).collect();
-        Namespaces { set, complete }
+        Namespaces {
+            set,
+            referenced: BTreeSet::new(),
+            complete,
+        }
     }
 
     /// Starts the indexes of APIs not resolved yet; whether one started.
@@ -226,6 +261,74 @@ impl Scope {
     }
 }
 
+/// The reference indexes a syncer follows: one per bound API over the rules' paths.
+struct Refs {
+    paths: Vec<String>,
+    indexes: BTreeMap<String, Arc<ApiReferences>>,
+    receivers: Vec<watch::Receiver<Referenced>>,
+    /// APIs without an index yet: `false` when the consumer has no CRD of it, `true` when
+    /// reading it failed (the references are unknown, so nothing is collected).
+    unresolved: BTreeMap<String, bool>,
+}
+
+impl Refs {
+    fn new(apis: &[String], paths: &[String]) -> Self {
+        Self {
+            paths: paths.to_vec(),
+            indexes: BTreeMap::new(),
+            receivers: Vec::new(),
+            unresolved: if paths.is_empty() {
+                BTreeMap::new()
+            } else {
+                apis.iter().map(|api| (api.clone(), true)).collect()
+            },
+        }
+    }
+
+    /// Every referenced object now, and whether every index has listed.
+    fn current(&self) -> (BTreeSet<Key>, bool) {
+        let states: Vec<Referenced> = self.indexes.values().map(|i| i.current()).collect();
+        (
+            states.iter().flat_map(|s| s.keys.iter().cloned()).collect(),
+            states.iter().all(|s| s.synced) && !self.unresolved.values().any(|failed| *failed),
+        )
+    }
+
+    /// Starts the indexes of APIs not resolved yet; whether one started.
+    async fn resolve(&mut self, indexes: &ReferenceIndexes) -> bool {
+        let mut started = false;
+        for (api, _) in std::mem::take(&mut self.unresolved) {
+            match indexes.index(&api, &self.paths).await {
+                Ok(Some(index)) => {
+                    self.receivers.push(index.subscribe());
+                    self.indexes.insert(api, index);
+                    started = true;
+                }
+                Ok(None) => {
+                    self.unresolved.insert(api, false);
+                }
+                Err(e) => {
+                    tracing::warn!(api = %api, error = %e, "references not known yet; asking again later");
+                    self.unresolved.insert(api, true);
+                }
+            }
+        }
+        started
+    }
+
+    /// Resolves when what some index references changed.
+    async fn changed(&mut self) {
+        if self.receivers.is_empty() {
+            return std::future::pending().await;
+        }
+        let changes = self.receivers.iter_mut().map(|rx| Box::pin(rx.changed()));
+        let (result, _, _) = futures::future::select_all(changes).await;
+        if result.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// What the next converge step covers.
 #[derive(Debug, Default)]
 struct Todo {
@@ -259,6 +362,11 @@ pub(crate) struct Syncer {
     res: ApiResource,
     /// Objects to look at again, and when.
     retries: Mutex<BTreeMap<Key, Instant>>,
+    /// Statuses written onto originals that the source store may not show yet (echo
+    /// suppression: the same status is not written twice while the store catches up).
+    statuses: Mutex<BTreeMap<Key, Value>>,
+    /// Whether the kind serves `status` on the side of the originals and of the copies.
+    status_served: (bool, bool),
 }
 
 impl Syncer {
@@ -269,14 +377,90 @@ impl Syncer {
         tally: SharedTally,
         poke: Arc<Notify>,
     ) -> Self {
+        lock(&tally).name = spec.kind.to_string();
+        // Until [`Syncer::resolve`] knows the version: named for jitter keys and messages only.
+        let res = kinds::builtin(&spec.kind, None).unwrap_or_else(|| ApiResource {
+            group: spec.kind.group.clone(),
+            version: String::new(),
+            api_version: String::new(),
+            kind: String::new(),
+            plural: spec.kind.resource.clone(),
+        });
         Self {
-            res: resource_of(&spec.kind),
+            res,
             spec,
             env,
             provider,
             tally,
             poke,
             retries: Mutex::new(BTreeMap::new()),
+            statuses: Mutex::new(BTreeMap::new()),
+            status_served: (false, false),
+        }
+    }
+
+    /// Resolves the kind until both sides serve it (reporting why not meanwhile); `false` when
+    /// the syncer should stop (the binding went, the provider was disengaged).
+    async fn resolve(&mut self) -> bool {
+        let (source_side, target_side) = sides_of(self.spec.direction);
+        let interval = self.env.ctx.config.rediscovery_interval.max(Duration::from_secs(1));
+        loop {
+            if !(self.env.live)(&self.spec.binding) || self.provider.is_disengaged() {
+                return false;
+            }
+            let found = kinds::resolve(
+                &self.spec.kind,
+                self.spec.version.as_deref(),
+                (source_side, self.reader(source_side)),
+                (target_side, self.reader(target_side)),
+            )
+            .await;
+            let why = match found {
+                Ok(resolved) if self.spec.sync_status && !(resolved.source_status && resolved.target_status) => {
+                    Unresolved::NotServed(format!(
+                        "{} has no status subresource on both sides; syncStatus needs one",
+                        self.spec.kind
+                    ))
+                }
+                Ok(resolved) => {
+                    self.res = resolved.res;
+                    self.status_served = (resolved.source_status, resolved.target_status);
+                    let changed = lock(&self.tally).unserved.take().is_some();
+                    if changed {
+                        (self.env.changed)(&self.spec.binding);
+                    }
+                    return true;
+                }
+                Err(why) => why,
+            };
+            let wait = match &why {
+                Unresolved::NotServed(message) | Unresolved::Failed(message) => {
+                    let changed = {
+                        let mut tally = lock(&self.tally);
+                        let changed = tally.unserved.as_ref() != Some(message);
+                        tally.unserved = Some(message.clone());
+                        tally.converged = true;
+                        changed
+                    };
+                    if changed {
+                        tracing::info!(binding = %self.spec.binding.name, reason = %message, "related kind not synced");
+                        (self.env.changed)(&self.spec.binding);
+                    }
+                    match why {
+                        Unresolved::NotServed(_) => interval,
+                        Unresolved::Failed(_) => RETRY,
+                    }
+                }
+            };
+            // A CRD may come: look again on the binding's next pass (at most every RETRY) or
+            // on the backstop.
+            let deadline = Instant::now() + self.env.ctx.jitter(&self.label(None), wait);
+            tokio::select! {
+                biased;
+                () = self.poke.notified() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+            tokio::time::sleep(self.env.ctx.jitter(&self.label(None), RETRY).min(RETRY)).await;
         }
     }
 
@@ -316,8 +500,14 @@ impl Syncer {
     }
 
     /// Runs until the binding goes, the provider is disengaged or the future is dropped.
-    pub(crate) async fn run(self) {
+    pub(crate) async fn run(mut self) {
+        if !self.resolve().await {
+            return;
+        }
         let (source_side, target_side) = sides_of(self.spec.direction);
+        let mut refs = Refs::new(&self.spec.reference_apis, &self.spec.references);
+        refs.resolve(&self.env.references).await;
+        let mut last_refs: (BTreeSet<Key>, bool) = (BTreeSet::new(), false);
         let mut scope = match (&self.spec.binding.kind, &self.spec.binding.namespace) {
             (BindingKind::Namespaced, Some(ns)) => Scope::Own(ns.clone()),
             _ => Scope::InUse {
@@ -352,7 +542,16 @@ impl Syncer {
             if !(self.env.live)(&self.spec.binding) || self.provider.is_disengaged() {
                 return;
             }
-            let namespaces = scope.current(&self.env.ctx.config.namespace);
+            let mut namespaces = scope.current(&self.env.ctx.config.namespace);
+            let (referenced, refs_complete) = refs.current();
+            if refs_complete && !last_refs.1 {
+                // Copies left alone while the references were unknown may go now.
+                todo.everything = true;
+            }
+            todo.keys.extend(referenced.symmetric_difference(&last_refs.0).cloned());
+            last_refs = (referenced.clone(), refs_complete);
+            namespaces.referenced = referenced;
+            namespaces.complete &= refs_complete;
             source
                 .follow(self.cache(source_side), self.reader(source_side), &namespaces.set)
                 .await;
@@ -364,11 +563,19 @@ impl Syncer {
                 .await;
             let after = {
                 let mut tally = lock(&self.tally);
-                tally.refused = if source_side == Side::Provider {
-                    source.denied()
+                let (provider_stores, consumer_stores) = if source_side == Side::Provider {
+                    (&source, &target)
                 } else {
-                    target.denied()
+                    (&target, &source)
                 };
+                tally.refused = provider_stores.denied();
+                let status_refused = tally
+                    .consumer_refused
+                    .iter()
+                    .filter(|d| d.ends_with("/status"))
+                    .cloned()
+                    .collect::<BTreeSet<_>>();
+                tally.consumer_refused = consumer_stores.denied().into_iter().chain(status_refused).collect();
                 let grace = crate::link::window(self.env.ctx.config.heartbeat_interval);
                 tally.failing = source.failing(grace).into_iter().chain(target.failing(grace)).collect();
                 tally.visible()
@@ -384,14 +591,17 @@ impl Syncer {
                 change = source.next() => if !todo.add(change) { return },
                 change = target.next() => if !todo.add(change) { return },
                 () = scope.changed() => todo.everything = true,
+                () = refs.changed() => {}
                 () = self.poke.notified() => {
                     todo.everything = scope.resolve(&self.env.instances).await;
+                    todo.everything |= refs.resolve(&self.env.references).await;
                 }
                 () = tokio::time::sleep_until(backstop) => {
                     backstop = Instant::now() + self.env.ctx.jitter(&self.label(None), interval);
                     source.retry_refused();
                     target.retry_refused();
                     scope.resolve(&self.env.instances).await;
+                    refs.resolve(&self.env.references).await;
                     todo.everything = true;
                 }
                 () = sleep_until_opt(retry_at) => {
@@ -456,7 +666,7 @@ impl Syncer {
                     .set
                     .contains(o.metadata.namespace.as_deref().unwrap_or_default())
             })
-            .filter(|o| is_source(o, &selectors))
+            .filter(|o| is_source(o, &selectors, &namespaces.referenced))
             .map(|o| key_of(o))
             .collect();
         keys.extend(
@@ -488,7 +698,7 @@ impl Syncer {
         let selected = in_use
             .then(|| source.get(key))
             .flatten()
-            .filter(|o| is_source(o, &selectors));
+            .filter(|o| is_source(o, &selectors, &namespaces.referenced));
         let cached = target.get(key).filter(|_| self.in_reach(&key.0));
         let ours = cached.as_ref().filter(|t| copy::is_ours(t, &self.spec.owner));
         {
@@ -500,7 +710,14 @@ impl Syncer {
             }
         }
         match selected {
-            Some(src) => self.copy(target, key, &src, cached.as_deref()).await,
+            Some(src) => {
+                self.copy(target, key, &src, cached.as_deref()).await;
+                if self.spec.sync_status
+                    && let Some(copy) = ours
+                {
+                    self.status_back(source.side(), key, &src, copy).await;
+                }
+            }
             None => {
                 lock(&self.tally).forget(key);
                 let Some(copy) = ours else {
@@ -516,7 +733,9 @@ impl Syncer {
                     return;
                 }
                 // A consumer copy stays while the binding still selects it (§8.1).
-                if target.side() == Side::Consumer && still_selected(&namespaces.set, copy, &selectors) {
+                if target.side() == Side::Consumer
+                    && still_selected(&namespaces.set, copy, &selectors, &namespaces.referenced)
+                {
                     return;
                 }
                 self.collect(target.side(), key).await;
@@ -554,6 +773,90 @@ impl Syncer {
                 );
             }
         }
+    }
+
+    /// `syncStatus`: writes the status of our copy onto the original (on `side`), when the copy
+    /// has one and the original shows another. The original's status subresource is ours to
+    /// write then; what we wrote is remembered until the source store shows it, so an event of
+    /// the original that only echoes our write writes nothing.
+    async fn status_back(&self, side: Side, key: &Key, original: &DynamicObject, copy: &DynamicObject) {
+        let Some(status) = copy.data.get("status").filter(|s| !s.is_null()) else {
+            return;
+        };
+        {
+            let mut written = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+            if original.data.get("status") == Some(status) {
+                written.remove(key);
+                return;
+            }
+            if written.get(key) == Some(status) {
+                return;
+            }
+        }
+        let Some(writer) = self.sides().writer(side) else {
+            return;
+        };
+        let uid = original.metadata.uid.clone().unwrap_or_default();
+        let patch = json!([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/status", "value": status},
+        ]);
+        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else {
+            return;
+        };
+        let refused = format!("patch {}/status", self.tally_name());
+        match writer
+            .patch_status(
+                &self.res,
+                Some(&key.0),
+                &key.1,
+                &Patch::Json(patch),
+                &PatchParams::default(),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.statuses
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone(), status.clone());
+                if side == Side::Consumer && lock(&self.tally).consumer_refused.remove(&refused) {
+                    (self.env.changed)(&self.spec.binding);
+                }
+            }
+            Err(e) if e.is_forbidden() => {
+                let newly = if side == Side::Consumer {
+                    lock(&self.tally).consumer_refused.insert(refused)
+                } else {
+                    lock(&self.tally).denied.insert(key.clone(), refused).is_none()
+                };
+                if newly {
+                    (self.env.changed)(&self.spec.binding);
+                }
+                self.retries().insert(
+                    key.clone(),
+                    Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), DENIED_RETRY),
+                );
+            }
+            // The original went or was re-created: its own event brings it back here.
+            Err(e)
+                if e.is_not_found()
+                    || matches!(
+                        e,
+                        kbind_cluster::Error::Invalid { .. } | kbind_cluster::Error::Conflict { .. }
+                    ) => {}
+            Err(e) => {
+                tracing::warn!(binding = %self.spec.binding.name, object = %describe(&self.res, key), %side, error = %crate::cause::http_cause(&e), "status of a related copy not written back; retrying");
+                self.retries().insert(
+                    key.clone(),
+                    Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
+                );
+            }
+        }
+    }
+
+    fn tally_name(&self) -> String {
+        self.spec.kind.to_string()
     }
 
     fn record(&self, key: &Key, outcome: Outcome) {

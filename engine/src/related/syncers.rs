@@ -16,10 +16,9 @@ use tokio::time::Instant;
 
 use super::copy::Owner;
 use super::namespaces::InstanceNamespaces;
+use super::references::ReferenceIndexes;
 use super::syncer::{self, ChangeHook, Environment, SharedTally, Syncer, SyncerSpec};
-use super::{
-    DIRECTIONS, RelatedError, RelatedReport, Sides, delete_copy, key_of, kinds, list_copies, resource_of, sides_of,
-};
+use super::{DIRECTIONS, RelatedError, RelatedReport, Sides, delete_copy, key_of, kinds_of, list_copies, sides_of};
 use crate::context::Context;
 use crate::provider::{EngagedProvider, ProviderCache};
 use crate::sync::{BindingKind, BindingRef};
@@ -199,6 +198,7 @@ impl RelatedSyncers {
         let env = Environment {
             consumer_cache: Arc::new(ProviderCache::new(ctx.consumer.clone(), &ctx.randomness)),
             instances: Arc::new(InstanceNamespaces::new(ctx.consumer.clone(), ctx.watcher_config())),
+            references: Arc::new(ReferenceIndexes::new(ctx.consumer.clone(), ctx.watcher_config())),
             live: Arc::new(move |b: &BindingRef| liveness.live(b)),
             changed,
             ctx,
@@ -231,14 +231,28 @@ impl RelatedSyncers {
             binding_uid: binding.uid.clone(),
             consumer_cluster_uid: spec.consumer_cluster_uid.clone(),
         };
-        for kind in kinds() {
+        // The kinds of the rules, the built-in ones, and those this binding ran or swept before
+        // (a removed rule's copies are collected).
+        let mut all_kinds: BTreeSet<RelatedKind> = kinds_of(&spec.rules).into_iter().collect();
+        all_kinds.extend(
+            lock(&self.inner.running)
+                .keys()
+                .chain(lock(&self.inner.sweeps).keys())
+                .filter(|(b, _)| *b == binding)
+                .map(|(_, (kind, _))| kind.clone()),
+        );
+        for kind in all_kinds {
             for direction in DIRECTIONS {
                 let key = (binding.clone(), lane(&kind, direction));
-                let selectors: Vec<_> = spec
+                let rules: Vec<&RelatedResource> = spec
                     .rules
                     .iter()
                     .filter(|r| r.kind() == kind && r.direction == direction)
-                    .map(|r| r.selector.clone())
+                    .collect();
+                let selectors: Vec<_> = rules.iter().map(|r| r.selector.clone()).collect();
+                let references: BTreeSet<String> = rules
+                    .iter()
+                    .flat_map(|r| r.selector.references.iter().map(|p| p.path.clone()))
                     .collect();
                 if selectors.is_empty() {
                     let stopped = lock(&self.inner.running).remove(&key).is_some();
@@ -258,6 +272,14 @@ impl RelatedSyncers {
                     } else {
                         Vec::new()
                     },
+                    reference_apis: if references.is_empty() {
+                        Vec::new()
+                    } else {
+                        spec.apis.clone()
+                    },
+                    references: references.into_iter().collect(),
+                    version: rules.iter().find_map(|r| r.version.clone()),
+                    sync_status: rules.iter().any(|r| r.sync_status),
                 };
                 self.ensure_syncer(key, syncer_spec, &provider);
             }
@@ -370,7 +392,7 @@ impl RelatedSyncers {
         let mut denied = BTreeSet::new();
         for ((b, _), running) in lock(&self.inner.running).iter() {
             if b == binding {
-                syncer::lock(&running.tally).add_to(&resource_of(&running.spec.kind), &mut report, &mut denied);
+                syncer::lock(&running.tally).add_to(&mut report, &mut denied);
             }
         }
         for ((b, _), sweep) in lock(&self.inner.sweeps).iter() {
@@ -407,7 +429,6 @@ async fn sweep(
     direction: RelatedResourceDirection,
     state: Arc<Mutex<SweepState>>,
 ) {
-    let res = resource_of(&kind);
     let (_, side) = sides_of(direction);
     let sides = Sides {
         consumer: env.ctx.consumer.as_ref(),
@@ -415,6 +436,23 @@ async fn sweep(
     };
     let (Some(reader), Some(writer)) = (sides.reader(side), sides.writer(side)) else {
         return;
+    };
+    let res = loop {
+        if !(env.live)(&binding) || provider.is_disengaged() {
+            return;
+        }
+        match super::kinds::resolve_on(&kind, reader).await {
+            Ok(Some(res)) => break res,
+            // Not served there: no copy of it can exist.
+            Ok(None) => {
+                lock(&state).done = true;
+                return;
+            }
+            Err(why) => {
+                tracing::warn!(binding = %binding.name, reason = %why, "related copies of removed rules not collected; retrying");
+                tokio::time::sleep(env.ctx.jitter(&format!("related-sweep/{}", binding.uid), syncer::RETRY)).await;
+            }
+        }
     };
     loop {
         if !(env.live)(&binding) || provider.is_disengaged() {

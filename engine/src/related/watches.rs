@@ -1,7 +1,7 @@
 //! The stores one related syncer reads on one side: the shared cluster-wide watch of its kind,
 //! or, when the credentials may not list the kind cluster-wide, one shared watch per namespace
 //! in use (DESIGN.md §4 "RBAC"). Both come from a [`ProviderCache`]: the engaged provider's, or
-//! the engine's consumer cache of Secrets and ConfigMaps.
+//! the engine's consumer cache.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -11,7 +11,7 @@ use futures::{Stream, StreamExt};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, ListParams};
 use tokio::sync::broadcast;
 
-use super::{Side, denial};
+use super::Side;
 use crate::provider::{CacheEvent, CachedStore, ProviderCache};
 
 /// What a syncer must look at after an event of one of its stores.
@@ -27,10 +27,19 @@ pub(crate) enum Change {
     Health,
 }
 
+/// A resource as kubectl names it: `resource` in the core group, `resource.group` otherwise.
+fn named(res: &ApiResource) -> String {
+    if res.group.is_empty() {
+        res.plural.clone()
+    } else {
+        format!("{}.{}", res.plural, res.group)
+    }
+}
+
 /// Whether a list of a kind is allowed: cluster-wide (`namespace` `None`) or in one namespace.
 async fn probe(reader: &dyn ClusterClient, res: &ApiResource, namespace: Option<&str>) -> Result<(), String> {
     match reader.list(res, namespace, &ListParams::default().limit(1)).await {
-        Err(e) if e.is_forbidden() => Err(denial(&e).unwrap_or_else(|| format!("list {}", res.plural))),
+        Err(kbind_cluster::Error::Forbidden { verb, .. }) => Err(format!("{verb} {}", named(res))),
         // Anything else (a transport error, a 5xx) is no refusal: the watch retries on its own.
         _ => Ok(()),
     }

@@ -71,3 +71,17 @@ async fn a_syncer_that_cannot_watch_says_so() {
     let mut stage = FakeStage::bound("on_any_stage::a_syncer_that_cannot_watch_says_so", seed_from_env(3802)).await;
     told::a_syncer_that_cannot_watch_says_so(&mut stage).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_database_password_found_by_reference_follows_the_reference() {
+    let story = "on_any_stage::a_database_password_found_by_reference_follows_the_reference";
+    let mut stage = FakeStage::bound(story, seed_from_env(3701)).await;
+    told::a_database_password_found_by_reference_follows_the_reference(&mut stage).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ingress_for_a_certificate_has_its_status_synced_back() {
+    let story = "on_any_stage::an_ingress_for_a_certificate_has_its_status_synced_back";
+    let mut stage = FakeStage::bound(story, seed_from_env(3702)).await;
+    told::an_ingress_for_a_certificate_has_its_status_synced_back(&mut stage).await;
+}

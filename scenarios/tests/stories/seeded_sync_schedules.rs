@@ -4,7 +4,9 @@
 //! the §8 invariants after every step (the world checks 1, 2, 3, 5, 7, 8 and 9), and once the faults
 //! stop everything converges (§8.4): every live consumer widget has its copy on the provider
 //! with the latest spec, every provider status is on the consumer, and no copy of a deleted
-//! widget is left.
+//! widget is left. Widgets name a consumer Secret at `spec.config.secretName` (set, changed and
+//! dropped as they churn) that a related rule copies up by reference: once converged, exactly
+//! the Secrets the live widgets name have a copy on the provider.
 //!
 //! `KBIND_SEEDS=N` runs N seeds (default 200; CI runs 1,000, `.ci/run`); `KBIND_SEED=S` runs only seed S.
 
@@ -23,9 +25,29 @@ use serde_json::json;
 
 const STEPS: u64 = 25;
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+/// The consumer Secrets widgets may name.
+const SECRETS: [&str; 3] = ["pw-1", "pw-2", "pw-3"];
 
-/// What the consumer should end with: name → size (absent: deleted or never created).
-type Expected = BTreeMap<String, i64>;
+/// What the consumer should end with: name → (size, the Secret it names) (absent: deleted or
+/// never created).
+type Expected = BTreeMap<String, (i64, Option<String>)>;
+
+fn secrets() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+}
+
+/// A Secret to name, or none.
+fn reference(rng: &mut ChaCha8Rng) -> Option<String> {
+    let pick = rng.random_range(0..=SECRETS.len());
+    SECRETS.get(pick).map(|s| s.to_string())
+}
+
+/// The binding spec of every binding of the property: widgets, and the Secrets they name.
+fn binding_spec() -> serde_json::Value {
+    json!({"connectionRef": {"name": "acme"}, "apis": [{"name": story::WIDGETS}],
+        "relatedResources": [{"group": "", "resource": "secrets", "direction": "FromConsumer",
+            "selector": {"references": [{"path": "spec.config.secretName"}]}}]})
+}
 
 async fn churn(world: &mut World, rng: &mut ChaCha8Rng, expected: &mut Expected, step: u64) {
     let name = NAMES[rng.random_range(0..NAMES.len())];
@@ -33,28 +55,35 @@ async fn churn(world: &mut World, rng: &mut ChaCha8Rng, expected: &mut Expected,
     match rng.random_range(0..10) {
         0..=2 if !expected.contains_key(name) => {
             let size = i64::from(rng.random_range(1..100u8));
+            let named = reference(rng);
             if consumer
                 .create(
                     &widgets(),
                     Some("default"),
-                    &widget("default", name, json!({"size": size})),
+                    &widget("default", name, json!({"size": size, "config": {"secretName": named}})),
                     &Default::default(),
                 )
                 .await
                 .is_ok()
             {
-                expected.insert(name.to_string(), size);
+                expected.insert(name.to_string(), (size, named));
             }
         }
         3..=4 if expected.contains_key(name) => {
             let size = i64::from(rng.random_range(1..100u8));
-            let patch = Patch::Merge(json!({"spec": {"size": size}}));
+            // Half the updates also change (or drop) the Secret the widget names.
+            let named = if rng.random_bool(0.5) {
+                reference(rng)
+            } else {
+                expected.get(name).and_then(|(_, n)| n.clone())
+            };
+            let patch = Patch::Merge(json!({"spec": {"size": size, "config": {"secretName": named}}}));
             if consumer
                 .patch(&widgets(), Some("default"), name, &patch, &PatchParams::default())
                 .await
                 .is_ok()
             {
-                expected.insert(name.to_string(), size);
+                expected.insert(name.to_string(), (size, named));
             }
         }
         5 if expected.contains_key(name) => {
@@ -90,7 +119,7 @@ async fn hand_over(world: &mut World) {
     let consumer = world.consumer().admin_client();
     let cluster_binding = world.consumer_get(&story::cluster_bindings(), None, "acme").await;
     let binding = world.consumer_get(&bindings(), Some("default"), "acme").await;
-    let spec = json!({"connectionRef": {"name": "acme"}, "apis": [{"name": story::WIDGETS}]});
+    let spec = binding_spec();
     match (cluster_binding, binding) {
         (Some(_), None) => {
             let obj = json!({
@@ -132,7 +161,7 @@ async fn converged(world: &World, expected: &Expected) -> bool {
         let copy = world.provider_get("acme", &widgets(), Some("default"), name).await;
         let mine = world.consumer_get(&widgets(), Some("default"), name).await;
         match expected.get(name) {
-            Some(size) => {
+            Some((size, _)) => {
                 let copy_size = copy
                     .as_ref()
                     .and_then(|c| c.data.pointer("/spec/size"))
@@ -155,6 +184,19 @@ async fn converged(world: &World, expected: &Expected) -> bool {
             }
         }
     }
+    // Exactly the Secrets the live widgets name have a related copy on the provider.
+    let named: std::collections::BTreeSet<&str> = expected.values().filter_map(|(_, n)| n.as_deref()).collect();
+    for secret in SECRETS {
+        let copy = world.provider_get("acme", &secrets(), Some("default"), secret).await;
+        let copied = copy.is_some_and(|c| {
+            c.metadata
+                .annotations
+                .is_some_and(|a| a.contains_key(annotation::RELATED_BINDING))
+        });
+        if copied != named.contains(secret) {
+            return false;
+        }
+    }
     true
 }
 
@@ -164,6 +206,25 @@ async fn run_schedule(seed: u64) {
         objects[1]["metadata"]["annotations"] = json!({annotation::BINDING_NAMESPACES: "default"});
     })
     .await;
+    let consumer = world.consumer().admin_client();
+    for secret in SECRETS {
+        let body = object(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "namespace": "default"}, "stringData": {"password": secret}}));
+        consumer
+            .create(&secrets(), Some("default"), &body, &Default::default())
+            .await
+            .expect("creating a Secret to name");
+    }
+    consumer
+        .patch(
+            &story::cluster_bindings(),
+            None,
+            "acme",
+            &Patch::Merge(json!({"spec": binding_spec()})),
+            &PatchParams::default(),
+        )
+        .await
+        .expect("adding the related rule");
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5cc5);
     let mut expected = Expected::new();
     for step in 0..STEPS {
