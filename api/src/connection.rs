@@ -146,6 +146,11 @@ pub struct ConnectionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// *(ours)* When the credential in the kubeconfig Secret expires (RFC 3339), for an issued
+    /// token (a ServiceAccount token with an expiry), which the konnector renews before then;
+    /// absent for credentials that are not issued tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_expires_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// One API the provider exports.

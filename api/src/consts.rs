@@ -185,6 +185,9 @@ pub mod reason {
     /// *(ours)* The provider answered 401: it refuses the Connection's credentials (revoked or
     /// expired).
     pub const UNAUTHORIZED: &str = "Unauthorized";
+    /// *(ours)* The provider answered 401 and the issued token in the Secret is past its
+    /// expiry (it could not be renewed in time): bind or redeem again for a new one.
+    pub const CREDENTIAL_EXPIRED: &str = "CredentialExpired";
 }
 
 /// kcp's LogicalCluster: its presence marks a CRD-less provider and its UID is the identity.

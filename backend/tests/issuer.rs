@@ -253,6 +253,7 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
     let name = g.metadata.name.clone().unwrap();
     let rbac = format!("kbind:{name}");
     let lease_rbac = format!("kbind:{name}:lease");
+    let token_rbac = format!("kbind:{name}:token");
     let lease = format!("consumer-{CONSUMER}");
 
     let expected: BTreeSet<(String, String, String)> = [
@@ -261,6 +262,8 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
         ("RoleBinding", "team-a", rbac.as_str()),
         ("Role", "kbind", lease_rbac.as_str()),
         ("RoleBinding", "kbind", lease_rbac.as_str()),
+        ("Role", "kbind-grants", token_rbac.as_str()),
+        ("RoleBinding", "kbind-grants", token_rbac.as_str()),
         ("ClusterRole", "", rbac.as_str()),
         ("ClusterRoleBinding", "", rbac.as_str()),
     ]
@@ -270,7 +273,7 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
     assert_eq!(kinds(&issued_objects(&p, &name).await), kinds(&expected));
     assert_eq!(issued.namespaces, ["team-a"]);
     assert_eq!(issued.issuer, "kubernetes");
-    assert_eq!(issued.objects.len(), 7, "{:?}", issued.objects);
+    assert_eq!(issued.objects.len(), 9, "{:?}", issued.objects);
 
     // The claimed namespace, the lease and grants namespaces, and the pre-created Lease.
     let ns = p.admin.get(&namespaces(), None, "team-a").await.expect("claimed");
@@ -375,6 +378,38 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
         as_grant
             .get(&leases(), Some("kbind"), &format!("consumer-{OTHER_CONSUMER}"))
             .await,
+        Err(Error::Forbidden { .. })
+    ));
+    // Its own token, renewed by itself (a TokenRequest on its own ServiceAccount, by name),
+    // and no other account's.
+    let service_accounts = res("", "v1", "ServiceAccount", "serviceaccounts");
+    let token_request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}});
+    let renewed = as_grant
+        .create_subresource(&service_accounts, Some("kbind-grants"), &name, "token", &token_request)
+        .await
+        .expect("the Grant's ServiceAccount renews its own token");
+    let renewed = renewed["status"]["token"].as_str().expect("a token");
+    assert_eq!(
+        p.cluster.authenticate(renewed).map(|u| u.name),
+        Some(format!("system:serviceaccount:kbind-grants:{name}"))
+    );
+    p.admin
+        .create(
+            &service_accounts,
+            Some("kbind-grants"),
+            &obj(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "other", "namespace": "kbind-grants"}})),
+            &PostParams::default(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        as_grant
+            .create_subresource(&service_accounts, Some("kbind-grants"), "other", "token", &token_request)
+            .await,
+        Err(Error::Forbidden { .. })
+    ));
+    assert!(matches!(
+        as_grant.get(&service_accounts, Some("kbind-grants"), &name).await,
         Err(Error::Forbidden { .. })
     ));
     // Related: secrets read-only, configmaps writable, in the claimed namespace only.
@@ -921,7 +956,7 @@ fn options_defaults_and_flags() {
     }
     let d = Cli::parse_from(["x"]).issuer;
     assert_eq!(d, Options::default());
-    assert_eq!(d.token_ttl, Duration::from_secs(8760 * 3600));
+    assert_eq!(d.token_ttl, Duration::from_secs(24 * 3600));
     let o = Cli::parse_from([
         "x",
         "--grants-namespace",

@@ -1,12 +1,14 @@
 //! The credential the Kubernetes issuer mints, tried on a real kube-apiserver (kbind-testenv):
 //! every verb × every resource and subresource from discovery × {a claimed namespace, an
 //! unclaimed namespace, all namespaces / cluster scope}, plus named objects (the exported CRDs,
-//! `kube-system`, our Lease and another consumer's), through SelfSubjectAccessReview; every
-//! allowed answer is then tried for real. The allowed set must be exactly the Grant's, on top of
-//! what any authenticated caller may do (measured with a bare ServiceAccount, not assumed).
-//! The Grant controller provisions (finalizer, status, the Export's status) and, when the Grant
-//! is deleted, revokes: the token stops working. The issuer and its controller run as a
-//! ServiceAccount holding exactly the issuer RBAC the chart renders with its default values.
+//! `kube-system`, our Lease and another consumer's, the tokens of our ServiceAccount and of
+//! another), through SelfSubjectAccessReview; every allowed answer is then tried for real. The
+//! allowed set must be exactly the Grant's, on top of what any authenticated caller may do
+//! (measured with a bare ServiceAccount, not assumed): among it, minting a token of its own
+//! ServiceAccount (the konnector's renewal) and of no other. The Grant controller provisions
+//! (finalizer, status, the Export's status) and, when the Grant is deleted, revokes: the token
+//! stops working, and so does the one it minted for itself. The issuer and its controller run
+//! as a ServiceAccount holding exactly the issuer RBAC the chart renders with its default values.
 //! Tenant isolation on the same apiserver: an Export with cluster-scoped APIs and no
 //! `spec.clusterScopedSharing` issues nothing; namespaces the operator's rules refuse, one that
 //! existed before, and more than a bind may claim are refused with nothing created; a consumer
@@ -181,7 +183,7 @@ fn res(group: &str, kind: &str, plural: &str) -> ApiResource {
 }
 
 /// What the Grant below should allow, written out by hand (not derived from the issuer's code).
-fn expected_by_grant(lease: &str) -> BTreeSet<(Row, &'static str)> {
+fn expected_by_grant(lease: &str, service_account: &str) -> BTreeSet<(Row, &'static str)> {
     let row = |group: &str, resource: &str, sub: &str, scope: Scope, name: Option<&str>| Row {
         group: group.into(),
         resource: resource.into(),
@@ -230,6 +232,17 @@ fn expected_by_grant(lease: &str) -> BTreeSet<(Row, &'static str)> {
         row("coordination.k8s.io", "leases", "", Scope::In("kbind"), Some(lease)),
         &["get", "update"],
     );
+    // The konnector renews its own token: a TokenRequest on its own ServiceAccount only.
+    add(
+        row(
+            "",
+            "serviceaccounts",
+            "token",
+            Scope::In("kbind-grants"),
+            Some(service_account),
+        ),
+        &["create"],
+    );
     set
 }
 
@@ -260,6 +273,13 @@ async fn try_for_real(
     };
     let name = row.name.clone().unwrap_or_else(|| "probe".into());
     let answer = match (verb, row.subresource.as_str()) {
+        ("create", "token") => {
+            let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}});
+            client
+                .create_subresource(&erase::<k8s_openapi::api::core::v1::ServiceAccount>(), ns, &name, "token", &request)
+                .await
+                .map(|_| ())
+        }
         ("get", "") => client.get(&r, ns, &name).await.map(|_| ()),
         ("get", "status") => {
             let api: kube::Api<DynamicObject> = match ns {
@@ -802,13 +822,20 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
     }
     rows.push(named("coordination.k8s.io", "leases", Scope::In("kbind"), &lease));
     rows.push(named("coordination.k8s.io", "leases", Scope::In("kbind"), &other_lease));
+    // Tokens of its own ServiceAccount and of another one in the same namespace.
+    for account in [name.as_str(), "bare"] {
+        rows.push(Row {
+            subresource: "token".into(),
+            ..named("", "serviceaccounts", Scope::In("kbind-grants"), account)
+        });
+    }
 
     let began = Instant::now();
     let by_grant = allowed_set(&granted, &rows).await;
     let baseline = allowed_set(&bare, &rows).await;
     let review_time = began.elapsed();
     let beyond: BTreeSet<(Row, &'static str)> = by_grant.difference(&baseline).cloned().collect();
-    let expected = expected_by_grant(&lease);
+    let expected = expected_by_grant(&lease, &name);
 
     // The table for the closing note.
     let mut table: BTreeMap<Row, BTreeSet<&'static str>> = BTreeMap::new();
@@ -888,10 +915,33 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         ("list Ingresses in all namespaces", granted_seam.list(&ingresses, None, &ListParams::default()).await.map(|_| ())),
         ("list Services in the claimed namespace", granted_seam.list(&services, Some(CLAIMED), &ListParams::default()).await.map(|_| ())),
         ("create a Service in the claimed namespace", granted_seam.create(&services, Some(CLAIMED), &obj(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shop", "namespace": CLAIMED}, "spec": {"ports": [{"port": 80}]}})), &PostParams::default()).await.map(|_| ())),
-        ("mint another token", granted_seam.create_subresource(&sa, Some("kbind-grants"), &name, "token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.map(|_| ())),
+        ("mint a token of another ServiceAccount", granted_seam.create_subresource(&sa, Some("kbind-grants"), "bare", "token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})).await.map(|_| ())),
+        ("read its own ServiceAccount", granted_seam.get(&sa, Some("kbind-grants"), &name).await.map(|_| ())),
     ] {
         assert!(matches!(answer, Err(Error::Forbidden { .. })), "{what}: {answer:?}");
     }
+    // Its own token it renews itself, as the konnector does: a new token of the same
+    // ServiceAccount, for the lifetime asked, that works on its own.
+    let renewed = granted_seam
+        .create_subresource(
+            &sa,
+            Some("kbind-grants"),
+            &name,
+            "token",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}),
+        )
+        .await
+        .expect("the issued credential renews itself")["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    let renewed_seam = KubeClusterClient::from_config(token_config(&admin_config, &renewed)).expect("renewed client");
+    renewed_seam
+        .get(&widgets, Some(CLAIMED), "anything")
+        .await
+        .map(|_| ())
+        .or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) })
+        .expect("the renewed token reaches what the Grant allows");
     // The identity the konnector pins reads through the credential.
     assert_eq!(
         granted_seam.identity().await.expect("identity").uid,
@@ -930,16 +980,19 @@ async fn the_issued_credential_reaches_exactly_what_the_grant_allows() {
         assert!(Instant::now() < deadline, "the deleted Grant stays");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match granted_seam.get(&widgets, Some(CLAIMED), "anything").await {
-            Err(Error::Unauthorized { .. }) => break,
-            other => assert!(
-                Instant::now() < deadline,
-                "the token still works after revoke: {other:?}"
-            ),
+    // Every token of the ServiceAccount ends with it, the renewed one too.
+    for (which, client) in [("issued", &granted_seam), ("renewed", &renewed_seam)] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match client.get(&widgets, Some(CLAIMED), "anything").await {
+                Err(Error::Unauthorized { .. }) => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "the {which} token still works after revoke: {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let began = Instant::now();
     round_two(admin.as_ref(), &lease).await;

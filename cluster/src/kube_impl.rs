@@ -83,6 +83,33 @@ impl KubeClusterClient {
         Ok(Self::new(client))
     }
 
+    /// [`from_config_with_limit`](Self::from_config_with_limit), authenticating with `bearer`
+    /// instead of `config`'s credentials: the token is read on every request, so one renewed
+    /// with [`BearerToken::set`](crate::BearerToken::set) is used at once, on the same
+    /// connections and without restarting a watch. Only for configs [`supports`](crate::transport::supports)
+    /// covers (no proxy, TLS server name or exec plugin).
+    pub fn from_config_with_bearer(
+        mut config: kube::Config,
+        max_response_bytes: u64,
+        bearer: crate::BearerToken,
+    ) -> Result<Self, Error> {
+        if !crate::transport::supports(&config) {
+            return Err(Error::BadRequest {
+                message: "a renewable bearer token needs a direct connection (no proxy, TLS server name or exec plugin)"
+                    .into(),
+            });
+        }
+        bearer.header().map_err(|e| Error::BadRequest { message: e.to_string() })?;
+        config.default_retry = false;
+        config.auth_info = kube::config::AuthInfo::default();
+        let limit = crate::limit::ResponseLimitLayer::new(max_response_bytes);
+        let client = crate::transport::client_builder_with_bearer(&config, &TransportOptions::default(), Some(bearer))
+            .map_err(|e| Error::Transport(e.to_string()))?
+            .with_layer(&limit)
+            .build();
+        Ok(Self::new(client))
+    }
+
     /// The underlying `kube::Client`.
     pub fn client(&self) -> &Client {
         &self.client

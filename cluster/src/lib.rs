@@ -14,6 +14,7 @@ pub mod layer;
 pub mod limit;
 pub mod planted;
 pub mod timeout;
+pub mod token;
 pub mod transport;
 pub mod watcher;
 
@@ -25,6 +26,7 @@ pub use identity::{ClusterIdentity, IdentitySource};
 pub use kube_impl::KubeClusterClient;
 pub use layer::{Layer, Request};
 pub use timeout::{REQUEST_TIMEOUT, RequestTimeout, with_request_timeout};
+pub use token::BearerToken;
 pub use watcher::{BackoffPolicy, WatcherConfig, into_seam_error, watcher};
 
 pub use kube::api::{

@@ -25,6 +25,8 @@ use kube::client::{Body, ClientBuilder, ConfigExt as _, DynBody};
 use tower::util::BoxService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 
+use crate::token::BearerToken;
+
 /// The boxed service every client of ours is built over.
 pub type Transport = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
@@ -111,6 +113,16 @@ pub fn client_builder_with(
     config: &kube::Config,
     options: &TransportOptions,
 ) -> Result<ClientBuilder<Transport>, kube::Error> {
+    client_builder_with_bearer(config, options, None)
+}
+
+/// [`client_builder_with`], authenticating with `bearer` (read on every request, so a renewed
+/// token is sent from the next request on) instead of `config`'s credentials when given.
+pub fn client_builder_with_bearer(
+    config: &kube::Config,
+    options: &TransportOptions,
+    bearer: Option<BearerToken>,
+) -> Result<ClientBuilder<Transport>, kube::Error> {
     let http = tcp_connector(options);
     let tls = config.rustls_client_config()?;
     let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -133,14 +145,66 @@ pub fn client_builder_with(
         builder,
         connector,
     };
+    let auth = match &bearer {
+        Some(_) => None,
+        None => config.auth_layer()?,
+    };
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
+        .option_layer(auth)
+        .option_layer(bearer.map(BearerLayer))
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(client)
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace.clone()))
+}
+
+/// Sets `Authorization` from a [`BearerToken`] on every request (kube's own auth layer reads a
+/// token fixed when the client was built).
+#[derive(Clone)]
+struct BearerLayer(BearerToken);
+
+impl<S> tower::Layer<S> for BearerLayer {
+    type Service = Bearer<S>;
+
+    fn layer(&self, inner: S) -> Bearer<S> {
+        Bearer {
+            inner,
+            token: self.0.clone(),
+        }
+    }
+}
+
+/// The service of [`BearerLayer`].
+#[derive(Clone)]
+struct Bearer<S> {
+    inner: S,
+    token: BearerToken,
+}
+
+impl<S, B> Service<Request<B>> for Bearer<S>
+where
+    S: Service<Request<B>, Error = BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = futures::future::Either<S::Future, futures::future::Ready<Result<S::Response, BoxError>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        match self.token.header() {
+            Ok(value) => {
+                request.headers_mut().insert(http::header::AUTHORIZATION, value);
+                futures::future::Either::Left(self.inner.call(request))
+            }
+            Err(e) => futures::future::Either::Right(futures::future::ready(Err(BoxError::from(e)))),
+        }
+    }
 }
 
 /// The most requests one connection carries at once. kube-apiserver allows 100 concurrent

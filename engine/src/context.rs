@@ -26,7 +26,14 @@ pub struct EngineConfig {
     pub allow_insecure_providers: bool,
     /// Reconciles each syncer (one per binding and API) runs at once.
     pub sync_workers: u16,
+    /// When in its lifetime an issued token is renewed, as a fraction in `(0, 1)` (moved
+    /// earlier by up to `link::renew::RENEW_JITTER` of that).
+    pub credential_renew_fraction: f64,
 }
+
+/// The default of [`EngineConfig::credential_renew_fraction`]: two thirds, so a day-long token
+/// leaves at least eight hours to renew it in (a konnector restarted, a provider down).
+pub const DEFAULT_CREDENTIAL_RENEW_FRACTION: f64 = 2.0 / 3.0;
 
 /// The watches the engine runs: client-go's reflector backoff (800 ms doubling to 30 s) with
 /// jitter from `randomness`, so a herd of konnectors that lost one provider spreads its
@@ -56,6 +63,7 @@ impl Default for EngineConfig {
             rediscovery_interval: Duration::from_secs(60),
             allow_insecure_providers: false,
             sync_workers: DEFAULT_SYNC_WORKERS,
+            credential_renew_fraction: DEFAULT_CREDENTIAL_RENEW_FRACTION,
         }
     }
 }

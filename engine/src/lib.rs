@@ -68,7 +68,7 @@ pub use crdpull::SchemaError as CrdSchemaError;
 pub use engine::{Engine, EngineBuilder};
 pub use events::EventError;
 pub use leader::LeaderConfig;
-pub use link::{LinkState, Links};
+pub use link::{CredentialReport, LinkState, Links};
 pub use mapper::{Identity, Mapper, ObjectKey};
 pub use openapi::SchemaError as OpenApiSchemaError;
 pub use related::RelatedError;

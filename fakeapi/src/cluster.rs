@@ -107,6 +107,17 @@ impl FakeClusterBuilder {
     }
 }
 
+/// A bearer token the cluster accepts.
+#[derive(Debug, Clone)]
+pub(crate) struct Token {
+    /// Who it authenticates.
+    pub user: UserInfo,
+    /// For a ServiceAccount token: the account's uid (the token dies with the account).
+    pub service_account: Option<String>,
+    /// For a TokenRequest token: when it stops being accepted.
+    pub expires: Option<jiff::Timestamp>,
+}
+
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) state: Mutex<State>,
@@ -118,8 +129,8 @@ pub(crate) struct Inner {
     pub(crate) root_ca_publisher: bool,
     pub(crate) kcp_like: bool,
     pub(crate) bookmark_interval: Duration,
-    /// Bearer tokens: the user they authenticate and, for ServiceAccount tokens, the SA uid.
-    pub(crate) tokens: Mutex<BTreeMap<String, (UserInfo, Option<String>)>>,
+    /// Bearer tokens: who each authenticates, for how long, and whose ServiceAccount it is.
+    pub(crate) tokens: Mutex<BTreeMap<String, Token>>,
     /// Bumped by `replace_with_fresh`: a request sent to an earlier incarnation never lands
     /// on the fresh cluster (its connection is reset, as with a rebuilt server).
     pub(crate) incarnation: std::sync::atomic::AtomicU64,
@@ -266,22 +277,46 @@ impl FakeCluster {
             .tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(token.to_string(), (user, None));
+            .insert(
+                token.to_string(),
+                Token {
+                    user,
+                    service_account: None,
+                    expires: None,
+                },
+            );
     }
 
-    /// The user a bearer token authenticates, if any (ServiceAccount tokens die with their SA).
+    /// The user a bearer token authenticates, if any: ServiceAccount tokens die with their SA,
+    /// and a TokenRequest token at its expiry (on the cluster's clock).
     pub fn authenticate(&self, token: &str) -> Option<UserInfo> {
-        let (user, sa_uid) = self
+        let found = self
             .inner
             .tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(token)
             .cloned()?;
-        match sa_uid {
-            Some(uid) => self.inner.lock().find_uid(&uid).map(|_| user),
-            None => Some(user),
+        if found.expires.is_some_and(|at| self.inner.clock.now() >= at) {
+            return None;
         }
+        match found.service_account {
+            Some(uid) => self.inner.lock().find_uid(&uid).map(|_| found.user),
+            None => Some(found.user),
+        }
+    }
+
+    /// Every TokenRequest token this cluster issued and still remembers (expired ones are
+    /// forgotten when the next is issued): what a story checks never leaks.
+    pub fn issued_tokens(&self) -> Vec<String> {
+        self.inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, t)| t.expires.is_some())
+            .map(|(token, _)| token.clone())
+            .collect()
     }
 
     // ---- faults ----
@@ -407,7 +442,7 @@ impl FakeCluster {
             .tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, (_, sa)| sa.is_none());
+            .retain(|_, token| token.service_account.is_none());
         self.bootstrap();
     }
 

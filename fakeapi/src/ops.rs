@@ -581,15 +581,42 @@ impl FakeCluster {
             });
         }
         let ns = namespace.unwrap_or("");
+        let seconds = body
+            .pointer("/spec/expirationSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(DEFAULT_TOKEN_SECONDS);
+        if seconds < MIN_TOKEN_SECONDS {
+            // kube-apiserver's ValidateTokenRequest, as a 422.
+            return Err(Error::Invalid {
+                message: format!(
+                    "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: {seconds}: \
+                     may not specify a duration less than 10 minutes"
+                ),
+                causes: vec![kbind_cluster::error::Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "may not specify a duration less than 10 minutes".into(),
+                    field: "spec.expirationSeconds".into(),
+                }],
+            });
+        }
+        let issued = self.inner.clock.now();
+        let expires = issued
+            .checked_add(jiff::SignedDuration::from_secs(seconds))
+            .map_err(|_| Error::BadRequest {
+                message: "spec.expirationSeconds is out of range".into(),
+            })?;
+        let audiences = match body.pointer("/spec/audiences").and_then(Value::as_array) {
+            Some(list) if !list.is_empty() => Value::Array(list.clone()),
+            _ => json!([DEFAULT_AUDIENCE]),
+        };
         let (token, sa_uid, user) = {
             let mut state = self.inner.lock();
             let sa = state
                 .get(&info.group_resource(), &(ns.to_string(), name.to_string()))
                 .cloned()
                 .ok_or_else(|| Error::not_found("serviceaccounts", name))?;
-            let mut raw = [0u8; 24];
+            let mut raw = [0u8; 32];
             rand::RngCore::fill_bytes(&mut state.rng, &mut raw);
-            let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
             let user = UserInfo {
                 name: format!("system:serviceaccount:{ns}:{name}"),
                 groups: vec![
@@ -598,28 +625,36 @@ impl FakeCluster {
                     "system:authenticated".into(),
                 ],
             };
-            (format!("fake-sa.{token}"), meta::uid(&sa).map(str::to_string), user)
+            let uid = meta::uid(&sa).map(str::to_string);
+            let claims = json!({
+                "aud": audiences,
+                "exp": expires.as_second(),
+                "iat": issued.as_second(),
+                "nbf": issued.as_second(),
+                "iss": DEFAULT_AUDIENCE,
+                "jti": raw[..16].iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": uid}},
+                "sub": user.name,
+            });
+            (service_account_jwt(&claims, &raw[16..]), uid, user)
         };
-        self.inner
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(token.clone(), (user, sa_uid));
-        let seconds = body
-            .pointer("/spec/expirationSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(3600);
-        let expires = self
-            .inner
-            .clock
-            .now()
-            .checked_add(jiff::SignedDuration::from_secs(seconds))
-            .map(kbind_cluster::clock::format_time)
-            .unwrap_or_default();
+        {
+            let mut tokens = self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner());
+            // Expired tokens are never accepted again: forgetting them keeps a long run's map small.
+            tokens.retain(|_, t| t.expires.is_none_or(|at| at > issued));
+            tokens.insert(
+                token.clone(),
+                crate::cluster::Token {
+                    user,
+                    service_account: sa_uid,
+                    expires: Some(expires),
+                },
+            );
+        }
         let mut answer = body.clone();
         answer["apiVersion"] = json!("authentication.k8s.io/v1");
         answer["kind"] = json!("TokenRequest");
-        answer["status"] = json!({"token": token, "expirationTimestamp": expires});
+        answer["status"] = json!({"token": token, "expirationTimestamp": kbind_cluster::clock::format_time(expires)});
         Ok(answer)
     }
 
@@ -667,6 +702,28 @@ impl FakeCluster {
         }
         Ok(crate::openapi::group_version_document(group, version, &resources))
     }
+}
+
+/// A TokenRequest's lifetime when it asks for none (kube-apiserver's default).
+const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+
+/// The shortest lifetime a TokenRequest may ask for (kube-apiserver refuses less).
+const MIN_TOKEN_SECONDS: i64 = 600;
+
+/// The issuer and default audience of the tokens (kube-apiserver's in-cluster default).
+const DEFAULT_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// A token shaped as kube-apiserver's: a JWT with these claims, signed with `signature` (random
+/// bytes nobody verifies: the cluster looks tokens up, and the randomness makes them unguessable).
+fn service_account_jwt(claims: &Value, signature: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.{}",
+        b64.encode(br#"{"alg":"RS256","kid":"fakeapi"}"#),
+        b64.encode(claims.to_string()),
+        b64.encode(signature)
+    )
 }
 
 /// How an update came about (what managedFields must record).
@@ -1186,21 +1243,36 @@ fn forbidden(user: &UserInfo, attrs: &Attributes) -> Error {
     }
 }
 
-/// The RBAC objects of a cluster, for one authorization decision.
-pub(crate) fn rbac_snapshot(state: &State) -> RbacSnapshot {
-    let list = |plural: &str| -> Vec<Value> {
-        state
-            .list(&GroupResource::new("rbac.authorization.k8s.io", plural), None)
-            .iter()
-            .map(|o| (**o).clone())
-            .collect()
-    };
-    RbacSnapshot {
-        roles: list("roles"),
-        cluster_roles: list("clusterroles"),
-        role_bindings: list("rolebindings"),
-        cluster_role_bindings: list("clusterrolebindings"),
+/// The RBAC objects of a cluster, for one authorization decision: copied once per change of
+/// the policy, not per request (the bootstrap policy alone is dozens of ClusterRoles).
+pub(crate) fn rbac_snapshot(state: &State) -> Arc<RbacSnapshot> {
+    let list = |plural: &str| state.list(&GroupResource::new("rbac.authorization.k8s.io", plural), None);
+    let sources = [
+        list("roles"),
+        list("clusterroles"),
+        list("rolebindings"),
+        list("clusterrolebindings"),
+    ];
+    let mut cache = state.rbac_cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(cached) = cache.as_ref()
+        && cached.sources.iter().zip(&sources).all(|(was, is)| {
+            was.len() == is.len() && was.iter().zip(is).all(|(a, b)| Arc::ptr_eq(a, b))
+        })
+    {
+        return cached.snapshot.clone();
     }
+    let copy = |objects: &[Arc<Value>]| objects.iter().map(|o| (**o).clone()).collect::<Vec<Value>>();
+    let snapshot = Arc::new(RbacSnapshot {
+        roles: copy(&sources[0]),
+        cluster_roles: copy(&sources[1]),
+        role_bindings: copy(&sources[2]),
+        cluster_role_bindings: copy(&sources[3]),
+    });
+    *cache = Some(crate::store::RbacCache {
+        sources,
+        snapshot: snapshot.clone(),
+    });
+    snapshot
 }
 
 /// The resourceVersion a list without a continue token reads at.

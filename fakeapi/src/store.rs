@@ -101,6 +101,19 @@ pub struct State {
     /// Indexes the controllers read after every write, kept by `put` so a pass costs what it
     /// finds, not the size of the store.
     pub index: Index,
+    /// The last RBAC snapshot and the stored objects it was copied from
+    /// (`ops::rbac_snapshot`): every authorization reads it, and the policy rarely changes.
+    pub rbac_cache: std::sync::Mutex<Option<RbacCache>>,
+}
+
+/// An RBAC snapshot and the stored Roles, ClusterRoles and bindings it was made from: it stands
+/// while the store holds exactly those objects (every write stores a new one).
+#[derive(Debug)]
+pub struct RbacCache {
+    /// The objects, by kind in the snapshot's order.
+    pub sources: [Vec<Arc<Value>>; 4],
+    /// The snapshot made from them.
+    pub snapshot: Arc<crate::rbac::RbacSnapshot>,
 }
 
 /// An object's place in the store: group-resource, then key (the store's own order).
@@ -165,6 +178,7 @@ impl State {
             write_log: Vec::new(),
             watch_epoch: 0,
             index: Index::default(),
+            rbac_cache: std::sync::Mutex::new(None),
         }
     }
 

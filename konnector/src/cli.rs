@@ -113,6 +113,23 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = kbind_engine::context::DEFAULT_SYNC_WORKERS,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub sync_workers: u16,
+    /// When an issued provider token (a ServiceAccount token with an expiry) is renewed, as a
+    /// fraction of its lifetime between 0 and 1 (each renewal comes up to 15 % of that earlier,
+    /// spread by jitter). The default leaves a third of the lifetime to retry in.
+    #[arg(long, value_name = "FRACTION", default_value_t = kbind_engine::context::DEFAULT_CREDENTIAL_RENEW_FRACTION,
+          value_parser = parse_fraction)]
+    pub credential_renew_fraction: f64,
+}
+
+/// Parses a fraction strictly between 0 and 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let value: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (expected a fraction such as 0.66)"))?;
+    if !(value > 0.0 && value < 1.0) {
+        return Err(format!("{value} is not between 0 and 1 (exclusive)"));
+    }
+    Ok(value)
 }
 
 /// The heartbeat interval must stay under the heartbeat Lease's duration, or the Lease lapses
@@ -178,6 +195,7 @@ impl RunArgs {
             rediscovery_interval: self.resync,
             allow_insecure_providers: self.allow_insecure_providers,
             sync_workers: self.sync_workers,
+            credential_renew_fraction: self.credential_renew_fraction,
         }
     }
 
@@ -276,5 +294,18 @@ mod tests {
         assert_eq!(run(&["--sync-workers", "64"]).engine_config().sync_workers, 64);
         let argv = ["konnector", "run", "--sync-workers", "0"];
         assert!(Cli::try_parse_from(argv).is_err(), "no worker would sync nothing");
+    }
+
+    #[test]
+    fn credentials_are_renewed_at_two_thirds_of_their_life_unless_told_otherwise() {
+        let fraction = RunArgs::defaults().engine_config().credential_renew_fraction;
+        assert!((fraction - 2.0 / 3.0).abs() < 1e-9, "{fraction}");
+        let fast = run(&["--credential-renew-fraction", "0.01"]);
+        assert_eq!(fast.engine_config().credential_renew_fraction, 0.01);
+        for refused in ["0", "1", "1.5", "-0.2", "NaN", "two thirds"] {
+            let argv = ["konnector", "run", "--credential-renew-fraction", refused];
+            let err = Cli::try_parse_from(argv).expect_err(refused).to_string();
+            assert!(err.contains("--credential-renew-fraction"), "{refused}: {err}");
+        }
     }
 }

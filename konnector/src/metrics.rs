@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use kbind_api::consts::{condition, status};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, ListParams};
-use kbind_engine::{Links, Syncers};
+use kbind_engine::{CredentialReport, Links, Syncers};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 use tokio::sync::watch;
 
 use crate::telemetry::Telemetry;
@@ -52,6 +53,8 @@ pub struct Snapshot {
     pub apis: BTreeMap<String, ApiCounts>,
     /// Whether this replica leads.
     pub leader: bool,
+    /// Each Connection's credential: when an issued token expires, how its renewals went.
+    pub credentials: Vec<CredentialReport>,
 }
 
 /// Where a scrape reads from: handles onto the running engine and the consumer.
@@ -122,6 +125,7 @@ impl MetricsSource {
             syncers: keys.len() as u64,
             apis,
             leader: *self.leading.borrow(),
+            credentials: self.providers.credentials(),
         }
     }
 }
@@ -227,10 +231,43 @@ impl Snapshot {
             "Objects triggered by a change and not yet picked up by a reconcile",
             |c| c.queued,
         );
+        self.credentials(&mut registry);
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &registry);
         text
+    }
+
+    /// `kbind_credential_expiry_timestamp_seconds{connection}` (issued tokens only) and
+    /// `kbind_credential_renewals_total{connection,result}`. The engine counts renewals for the
+    /// life of the process, so the counter is rebuilt from its totals on every scrape.
+    fn credentials(&self, registry: &mut Registry) {
+        let expiry = Family::<Labels, Gauge>::default();
+        let renewals = Family::<Labels, Counter>::default();
+        for credential in &self.credentials {
+            let connection = credential.connection.clone();
+            if let Some(at) = credential.expires_at {
+                expiry
+                    .get_or_create(&vec![("connection", connection.clone())])
+                    .set(at.as_second());
+            }
+            for (result, count) in [("renewed", credential.renewed), ("failed", credential.failed)] {
+                renewals
+                    .get_or_create(&vec![("connection", connection.clone()), ("result", result.into())])
+                    .inc_by(count);
+            }
+        }
+        registry.register_with_unit(
+            "kbind_credential_expiry_timestamp",
+            "Unix time the Connection's issued provider token expires (absent for a credential that is not an issued token)",
+            Unit::Seconds,
+            expiry,
+        );
+        registry.register(
+            "kbind_credential_renewals",
+            "Renewals of a Connection's issued provider token, by result (renewed or failed)",
+            renewals,
+        );
     }
 
     fn per_api(&self, registry: &mut Registry, name: &str, help: &str, value: impl Fn(&ApiCounts) -> u64) {
@@ -292,6 +329,20 @@ mod tests {
                 },
             )]),
             leader: true,
+            credentials: vec![
+                CredentialReport {
+                    connection: "acme".into(),
+                    expires_at: Some(jiff::Timestamp::from_second(1_798_761_600).unwrap()),
+                    renewed: 5,
+                    failed: 1,
+                },
+                CredentialReport {
+                    connection: "platform-owned".into(),
+                    expires_at: None,
+                    renewed: 0,
+                    failed: 0,
+                },
+            ],
         };
         let telemetry = Telemetry::default();
         telemetry.api_error(crate::telemetry::PROVIDER, &kbind_cluster::Error::Timeout("t".into()));
@@ -313,9 +364,18 @@ mod tests {
             "kbind_queue_depth{api=\"widgets.example.org\"} 4",
             "kbind_api_errors_total{cluster=\"provider\",code=\"0\"} 1",
             "# TYPE kbind_leader gauge",
+            "kbind_credential_expiry_timestamp_seconds{connection=\"acme\"} 1798761600",
+            "# UNIT kbind_credential_expiry_timestamp_seconds seconds",
+            "kbind_credential_renewals_total{connection=\"acme\",result=\"renewed\"} 5",
+            "kbind_credential_renewals_total{connection=\"acme\",result=\"failed\"} 1",
+            "kbind_credential_renewals_total{connection=\"platform-owned\",result=\"renewed\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+        assert!(
+            !text.contains("kbind_credential_expiry_timestamp_seconds{connection=\"platform-owned\"}"),
+            "a credential that is not an issued token has no expiry: {text}"
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 

@@ -138,8 +138,12 @@ impl CountingConnector {
 
 #[async_trait]
 impl Connector for CountingConnector {
-    async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
-        let client = self.inner.connect(kubeconfig).await?;
+    async fn connect(
+        &self,
+        kubeconfig: &ProviderKubeconfig,
+        bearer: &kbind_cluster::BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, Error> {
+        let client = self.inner.connect(kubeconfig, bearer).await?;
         Ok(Arc::new(CountErrors::new(client, PROVIDER, self.telemetry.clone())))
     }
 }

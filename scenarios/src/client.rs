@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use fakeapi::{FakeClient, FakeCluster};
-use kbind_cluster::{ClusterClient, Error, Layer, Request, Result, WatchStream};
+use kbind_cluster::{BearerToken, ClusterClient, Error, Layer, Request, Result, WatchStream};
 
 /// Who the client acts as.
 #[derive(Debug, Clone)]
@@ -17,7 +17,8 @@ enum Principal {
     /// Whoever the bearer token authenticates as, at the time of each request.
     Token {
         cluster: FakeCluster,
-        token: String,
+        /// Read on every request: a renewal sets a new one on the running client.
+        token: BearerToken,
         /// The server's generation (bumped when the server behind the URL is rebuilt).
         server_generation: Arc<AtomicU64>,
         /// The generation this client's connection was made to.
@@ -42,12 +43,17 @@ impl WorldClient {
     }
 
     /// A client authenticating with a bearer token to a server of generation `server_generation`.
-    pub fn token(cluster: FakeCluster, token: &str, server_generation: Arc<AtomicU64>, cut: Arc<AtomicBool>) -> Self {
+    pub fn token(
+        cluster: FakeCluster,
+        token: BearerToken,
+        server_generation: Arc<AtomicU64>,
+        cut: Arc<AtomicBool>,
+    ) -> Self {
         let connected_to = Arc::new(AtomicU64::new(server_generation.load(Ordering::SeqCst)));
         Self {
             principal: Principal::Token {
                 cluster,
-                token: token.to_string(),
+                token,
                 server_generation,
                 connected_to,
             },
@@ -72,7 +78,7 @@ impl WorldClient {
                 if connected_to.swap(now, Ordering::SeqCst) != now {
                     return Err(Error::Transport("read tcp: connection reset by peer".into()));
                 }
-                Self::authenticated(cluster, token)
+                Self::authenticated(cluster, &token.get())
             }
         }
     }

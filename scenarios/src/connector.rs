@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fakeapi::FakeCluster;
-use kbind_cluster::{ClusterClient, Error, REQUEST_TIMEOUT, with_request_timeout};
+use kbind_cluster::{BearerToken, ClusterClient, Error, REQUEST_TIMEOUT, with_request_timeout};
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
 
 use crate::client::WorldClient;
@@ -65,7 +65,7 @@ impl FakeConnector {
 
 #[async_trait]
 impl Connector for FakeConnector {
-    async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(&self, kubeconfig: &ProviderKubeconfig, bearer: &BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
         let host = kubeconfig
             .server
             .strip_prefix("https://")
@@ -83,7 +83,7 @@ impl Connector for FakeConnector {
                 "tls: failed to verify certificate: x509: certificate verify failed: unknown authority".into(),
             ));
         }
-        let Credentials::Token(token) = &kubeconfig.credentials else {
+        let Credentials::Token(_) = &kubeconfig.credentials else {
             return Err(Error::Unauthorized {
                 message: "Unauthorized".into(),
             });
@@ -96,7 +96,7 @@ impl Connector for FakeConnector {
             .or_default() += 1;
         let client = WorldClient::token(
             server.cluster,
-            token,
+            bearer.clone(),
             server.generation,
             Arc::new(AtomicBool::new(false)),
         );

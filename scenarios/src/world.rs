@@ -212,6 +212,9 @@ impl WorldBuilder {
     }
 }
 
+/// The lifetime of a ServiceAccount token a story mints without asking for renewals.
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Salt of the world's jitter stream: a seed of its own, derived from the world's.
 const JITTER_STREAM: u64 = 0x6a09_e667_f3bc_c908;
 
@@ -399,8 +402,33 @@ impl World {
         cred
     }
 
-    /// A revocable ServiceAccount token on `provider`, bound to ClusterRole `cluster_role`.
+    /// A revocable ServiceAccount token on `provider`, bound to ClusterRole `cluster_role`, for a
+    /// year (longer than any story) and without the right to renew itself.
     pub async fn mint_service_account(&mut self, provider: &str, name: &str, cluster_role: &str) -> Credential {
+        self.service_account_token(provider, name, cluster_role, YEAR, false).await
+    }
+
+    /// An issued token as kbind's issuer makes it: a ServiceAccount token on `provider` for
+    /// `lifetime`, bound to ClusterRole `cluster_role`, whose Role in its namespace lets it
+    /// create tokens for itself (by name) and nothing else, so the konnector renews it.
+    pub async fn mint_issued_token(
+        &mut self,
+        provider: &str,
+        name: &str,
+        cluster_role: &str,
+        lifetime: Duration,
+    ) -> Credential {
+        self.service_account_token(provider, name, cluster_role, lifetime, true).await
+    }
+
+    async fn service_account_token(
+        &mut self,
+        provider: &str,
+        name: &str,
+        cluster_role: &str,
+        lifetime: Duration,
+        renews_itself: bool,
+    ) -> Credential {
         let admin = self.provider(provider).admin_client();
         let _ = admin
             .create(
@@ -435,8 +463,34 @@ impl World {
             )
             .await
             .expect("binding the konnector's ClusterRole");
+        if renews_itself {
+            let self_token = format!("{name}-self-token");
+            for obj in [
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": self_token, "namespace": NAMESPACE},
+                    "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"], "resourceNames": [name]}],
+                }),
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": self_token, "namespace": NAMESPACE},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": self_token},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+                }),
+            ] {
+                let res = match obj["kind"].as_str() {
+                    Some("Role") => ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&()),
+                    _ => ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&()),
+                };
+                admin
+                    .create(&res, Some(NAMESPACE), &object(obj), &Default::default())
+                    .await
+                    .expect("letting the ServiceAccount renew its own token");
+            }
+        }
+        let request = json!({"spec": {"expirationSeconds": lifetime.as_secs()}});
         let answer = admin
-            .create_subresource(&sa_res, Some(NAMESPACE), name, "token", &json!({"spec": {}}))
+            .create_subresource(&sa_res, Some(NAMESPACE), name, "token", &request)
             .await
             .expect("minting a ServiceAccount token");
         let token = answer
@@ -748,6 +802,20 @@ impl World {
         }
     }
 
+    /// Lets `span` of virtual time pass as one step (every timer due within it fires in order,
+    /// as the paused clock advances from one to the next), then checks the invariants. For
+    /// stories of months, where a step of [`TICK`] at a time would take forever.
+    pub async fn let_pass(&mut self, span: Duration) {
+        tokio::time::sleep(span).await;
+        for _ in 0..32 {
+            tokio::task::yield_now().await;
+        }
+        self.step += 1;
+        if let Some(violation) = self.check_invariants().await {
+            self.fail(&violation);
+        }
+    }
+
     /// Steps `n` times.
     pub async fn steps_for(&mut self, n: u64) {
         for _ in 0..n {
@@ -957,8 +1025,17 @@ impl World {
             checked.log_scanned = len;
             checked.log_secrets = secrets.len();
         }
+        // Tokens the providers issued (the konnector's own renewals among them) exist only since
+        // they were minted, within the text scanned since the previous check.
+        let issued: Vec<String> = self
+            .providers
+            .values()
+            .flat_map(|p| p.cluster.issued_tokens())
+            .collect();
         invariants::no_credentials_in("consumer events or Connection or binding status", &surfaces, &secrets)
             .or_else(|| invariants::no_credentials_in("the konnector log", &text, &secrets))
+            .or_else(|| invariants::no_credentials_in("consumer events or Connection or binding status", &surfaces, &issued))
+            .or_else(|| invariants::no_credentials_in("the konnector log", &text, &issued))
     }
 
     /// The `remoteClusterUID`s the consumer's Connections are pinned to.

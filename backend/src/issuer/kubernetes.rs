@@ -46,8 +46,9 @@ pub struct Options {
     #[arg(long = "lease-namespace", env = "KBIND_LEASE_NAMESPACE", default_value = kbind_api::consts::lease::NAMESPACE)]
     pub lease_namespace: String,
     /// Lifetime asked for each issued token (TokenRequest `expirationSeconds`; the apiserver
-    /// may cap it with --service-account-max-token-expiration).
-    #[arg(long = "token-ttl", env = "KBIND_TOKEN_TTL", default_value = "8760h", value_parser = parse_duration)]
+    /// may cap it with --service-account-max-token-expiration). The konnector renews its token
+    /// itself before it expires, so this bounds how long a leaked token works, not a binding.
+    #[arg(long = "token-ttl", env = "KBIND_TOKEN_TTL", default_value = "24h", value_parser = parse_duration)]
     pub token_ttl: Duration,
     /// Provider namespaces an identity may claim: comma-separated patterns where `*` matches
     /// any run of characters and `{identity}` stands for the identity's short id (8 hex digits
@@ -90,6 +91,9 @@ pub struct Options {
     pub namespace_quota: u16,
 }
 
+/// The default of `--token-ttl`: a day (see docs/decisions.md, "Issued tokens renew themselves").
+pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// The default of `--claimable-namespaces`: a prefix of each identity's own.
 pub const DEFAULT_CLAIMABLE: &str = "{identity}-*";
 
@@ -101,7 +105,7 @@ impl Default for Options {
         Self {
             grants_namespace: "kbind-grants".into(),
             lease_namespace: kbind_api::consts::lease::NAMESPACE.into(),
-            token_ttl: Duration::from_secs(8760 * 3600),
+            token_ttl: DEFAULT_TOKEN_TTL,
             claimable_namespaces: vec![DEFAULT_CLAIMABLE.into()],
             unclaimable_namespaces: DEFAULT_UNCLAIMABLE.split(',').map(str::to_string).collect(),
             max_namespaces_per_bind: 10,
@@ -110,7 +114,7 @@ impl Default for Options {
     }
 }
 
-/// Parses a humantime duration (`8760h`, `30d`) of at least ten minutes (the TokenRequest minimum).
+/// Parses a humantime duration (`24h`, `30d`) of at least ten minutes (the TokenRequest minimum).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (expected a duration such as 720h or 30d)"))?;
     if d < Duration::from_secs(600) {
@@ -169,6 +173,9 @@ struct Names {
     rbac: String,
     /// The Role and RoleBinding on the Lease.
     lease_rbac: String,
+    /// The Role and RoleBinding, in the grants namespace, that let the ServiceAccount renew its
+    /// own token.
+    token_rbac: String,
     lease: String,
 }
 
@@ -183,6 +190,7 @@ impl Names {
         Ok(Names {
             rbac: format!("kbind:{name}"),
             lease_rbac: format!("kbind:{name}:lease"),
+            token_rbac: format!("kbind:{name}:token"),
             lease: lease_name(&grant.spec.consumer_cluster_uid),
             grant: name,
         })
@@ -706,7 +714,10 @@ impl Issuer for KubernetesIssuer {
         let mut objects = Vec::new();
 
         let ns_rules = rbac::namespace_rules(&apis, export);
-        let mut keep = BTreeSet::from([(lease_ns.clone(), names.lease_rbac.clone())]);
+        let mut keep = BTreeSet::from([
+            (lease_ns.clone(), names.lease_rbac.clone()),
+            (grants_ns.clone(), names.token_rbac.clone()),
+        ]);
         let mut namespaces: Vec<String> = states.iter().map(|(ns, _)| ns.clone()).collect();
         namespaces.sort();
         if !ns_rules.is_empty() {
@@ -743,6 +754,13 @@ impl Issuer for KubernetesIssuer {
         objects.push(issued("Lease", Some(&lease_ns), &names.lease));
         objects.push(issued("Role", Some(&lease_ns), &names.lease_rbac));
         objects.push(issued("RoleBinding", Some(&lease_ns), &names.lease_rbac));
+
+        // The konnector renews its token itself (a TokenRequest for this ServiceAccount, by
+        // name); no gateway or issuer is needed for that, and revoking deletes the account.
+        self.apply_role(&names, &grants_ns, &names.token_rbac, rbac::token_rules(&names.grant))
+            .await?;
+        objects.push(issued("Role", Some(&grants_ns), &names.token_rbac));
+        objects.push(issued("RoleBinding", Some(&grants_ns), &names.token_rbac));
 
         // A namespace dropped from the Grant loses its Role; the namespace itself stays claimed.
         self.sweep_roles(&names, &keep).await?;

@@ -111,6 +111,21 @@ pub fn lease_rules(lease: &str) -> Vec<PolicyRule> {
     )]
 }
 
+/// The rule that lets a Grant's ServiceAccount `name` renew its own token (a TokenRequest on
+/// itself, by name; the Role is in the grants namespace, where the account lives), and nothing
+/// else: no other account's token, no reading of ServiceAccounts.
+pub fn token_rules(name: &str) -> Vec<PolicyRule> {
+    vec![rule(
+        &[""],
+        &["serviceaccounts/token".to_string()],
+        TOKEN_VERBS,
+        &[name.to_string()],
+    )]
+}
+
+/// Verbs on the Grant's own `serviceaccounts/token`: the konnector renews with a create.
+pub const TOKEN_VERBS: &[&str] = &["create"];
+
 /// What the issuer module itself (the Kubernetes issuer and its controllers) needs on the
 /// provider: the chart renders exactly this (`backend/tests/issuer_chart.rs` compares) and
 /// `backend/tests/real_rbac.rs` runs the issuer on the chart's rendering.
@@ -245,6 +260,16 @@ mod tests {
         );
         assert_eq!(cluster[2].resources.as_deref(), Some(&["gadgets".to_string()][..]));
         assert_eq!(cluster.len(), 4);
+    }
+
+    #[test]
+    fn a_grant_may_mint_tokens_for_its_own_service_account_only() {
+        let rules = token_rules("g-1");
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
+        assert_eq!(rules[0].resources.as_deref(), Some(&["serviceaccounts/token".to_string()][..]));
+        assert_eq!(rules[0].verbs, ["create"]);
+        assert_eq!(rules[0].resource_names.as_deref(), Some(&["g-1".to_string()][..]));
     }
 
     #[test]

@@ -15,6 +15,9 @@ use kube::ResourceExt;
 use super::status::Report;
 use crate::events::EventType;
 
+/// The reason of the Warning Event of a failed credential renewal.
+pub(crate) const CREDENTIAL_RENEWAL_FAILED: &str = "CredentialRenewalFailed";
+
 /// A bad state of a Connection that deserves a Warning Event.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum BadState {
@@ -28,6 +31,10 @@ pub(crate) enum BadState {
     Unauthorized,
     /// `PermissionDenied=True`.
     Denied,
+    /// `Connected=False`, reason `CredentialExpired`.
+    CredentialExpired,
+    /// Renewing the credential failed (the Connection stays connected on the current token).
+    RenewalFailed,
 }
 
 /// What the Events of a Connection have announced so far.
@@ -37,6 +44,8 @@ pub(crate) struct Announced {
     ready: bool,
     /// What the link said of an unreachable provider (where and why), for the Warning's note.
     unreachable: Option<String>,
+    /// What the failed renewal met (verb, resource, HTTP cause), for the Warning's note.
+    renewal_failed: Option<String>,
 }
 
 /// One Event to publish.
@@ -74,6 +83,7 @@ impl Announced {
             bad,
             ready: is(condition::READY, status::TRUE),
             unreachable: None,
+            renewal_failed: None,
         }
     }
 
@@ -92,10 +102,14 @@ impl Announced {
         let unreachable = (report.connected.status == ConditionStatus::False
             && report.connected.reason == reason::PROVIDER_UNREACHABLE)
             .then(|| report.connected.message.clone());
+        if report.renewal_failed.is_some() {
+            bad.insert(BadState::RenewalFailed);
+        }
         Self {
             bad,
             ready: report.ready().holds(),
             unreachable,
+            renewal_failed: report.renewal_failed.clone(),
         }
     }
 
@@ -106,7 +120,7 @@ impl Announced {
         let mut events: Vec<Announcement> = next
             .bad
             .difference(&self.bad)
-            .map(|state| warning(state, &name, conn, next.unreachable.as_deref()))
+            .map(|state| warning(state, &name, conn, next))
             .collect();
         if next.ready && !self.ready {
             events.push(Announcement {
@@ -124,11 +138,13 @@ fn connected_bad(why: Option<&str>) -> Option<BadState> {
         reason::CLUSTER_IDENTITY_CHANGED => Some(BadState::IdentityChanged),
         reason::PROVIDER_UNREACHABLE => Some(BadState::Unreachable),
         reason::UNAUTHORIZED => Some(BadState::Unauthorized),
+        reason::CREDENTIAL_EXPIRED => Some(BadState::CredentialExpired),
         _ => None,
     }
 }
 
-fn warning(state: &BadState, name: &str, conn: &Connection, unreachable: Option<&str>) -> Announcement {
+fn warning(state: &BadState, name: &str, conn: &Connection, next: &Announced) -> Announcement {
+    let unreachable = next.unreachable.as_deref();
     let (reason, note) = match state {
         BadState::SecretInvalid(why) => {
             let secret = &conn.spec.kubeconfig_secret_ref;
@@ -162,6 +178,21 @@ fn warning(state: &BadState, name: &str, conn: &Connection, unreachable: Option<
                 "the provider refuses the credentials of Connection {name} (HTTP 401): revoked or expired? Nothing \
                  is deleted because of it (see the Connected condition)"
             ),
+        ),
+        BadState::CredentialExpired => (
+            reason::CREDENTIAL_EXPIRED.to_string(),
+            format!(
+                "the issued token of Connection {name} expired before it could be renewed and the provider refuses \
+                 it: run `kbind bind` again or `kbind redeem` a new pickup. Nothing is deleted because of it (see \
+                 the Connected condition)"
+            ),
+        ),
+        BadState::RenewalFailed => (
+            CREDENTIAL_RENEWAL_FAILED.to_string(),
+            match next.renewal_failed.as_deref() {
+                Some(why) => format!("renewing the credential of Connection {name} failed: {why}; retrying"),
+                None => format!("renewing the credential of Connection {name} failed; retrying"),
+            },
         ),
         BadState::Denied => (
             condition::PERMISSION_DENIED.to_string(),

@@ -202,6 +202,7 @@ async fn observe(
         }
     };
     report.secret_valid = Observed::ok("the Secret holds an accepted kubeconfig with inline credentials");
+    report.credential_expires_at = kubeconfig.issued().map(|t| t.expires_at);
 
     let local_uid = match shared.local_uid().await {
         Ok(uid) => uid,
@@ -219,11 +220,15 @@ async fn observe(
     };
     let link = shared.links.step(&shared.ctx, input).await;
     let (holds, reason, message) = connected_condition(&link.health);
-    report.connected = if holds {
-        Observed::ok(message)
-    } else {
-        Observed::not(reason, message)
+    report.connected = match (holds, &link.renewal_failed) {
+        // The renewal failing is no reason to stop: the token works until it expires.
+        (true, Some(renewal)) => Observed::ok(format!("{message}; renewing the credential failed: {renewal}; retrying")),
+        (true, None) => Observed::ok(message),
+        (false, _) => Observed::not(reason, message),
     };
+    // The link's token is the newest: the Secret store may not show its own renewal yet.
+    report.credential_expires_at = link.credential_expires_at.or(report.credential_expires_at);
+    report.renewal_failed = link.renewal_failed.clone();
     report.permission_denied = link.permission_denied.clone();
     report.remote_uid = link.remote_uid.clone();
     if let Some((apis, source)) = link.exported {

@@ -25,6 +25,10 @@ pub(crate) struct Report {
     pub local_uid: Option<String>,
     /// Fresh discovery results; `None` keeps what the status has.
     pub exported: Option<(Vec<ExportedApi>, SchemaSource)>,
+    /// When the issued token in use expires (`None`: not an issued token, or none accepted).
+    pub credential_expires_at: Option<jiff::Timestamp>,
+    /// What the last failed renewal of the credential met, while renewals fail.
+    pub renewal_failed: Option<String>,
 }
 
 impl Report {
@@ -42,6 +46,8 @@ impl Report {
             remote_uid: None,
             local_uid: None,
             exported: None,
+            credential_expires_at: None,
+            renewal_failed: None,
         }
     }
 
@@ -73,6 +79,7 @@ pub(crate) fn desired_status(conn: &Connection, report: &Report, now: &Time) -> 
         status.exported_apis = apis.clone();
         status.active_schema_source = Some(*source);
     }
+    status.credential_expires_at = report.credential_expires_at.map(Time);
     let generation = conn.metadata.generation;
     let denied = match &report.permission_denied {
         Some(message) => Observed::new(ConditionStatus::True, reason::FORBIDDEN, message.clone()),
@@ -165,7 +172,7 @@ pub(crate) async fn write_status(
     let mut body = serde_json::to_value(&status).map_err(|e| kbind_cluster::Error::Decode(e.to_string()))?;
     // A merge patch leaves absent keys alone: emptied fields must be sent as null to clear.
     if let Some(map) = body.as_object_mut() {
-        for key in ["exportedAPIs", "activeSchemaSource"] {
+        for key in ["exportedAPIs", "activeSchemaSource", "credentialExpiresAt"] {
             map.entry(key).or_insert(Value::Null);
         }
     }

@@ -18,7 +18,11 @@ struct NoProviders;
 
 #[async_trait]
 impl Connector for NoProviders {
-    async fn connect(&self, _: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error> {
+    async fn connect(
+        &self,
+        _: &ProviderKubeconfig,
+        _: &kbind_cluster::BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error> {
         Err(kbind_cluster::Error::Transport("no providers in this test".into()))
     }
 }

@@ -13,6 +13,7 @@
 mod discovery;
 mod exports;
 pub(crate) mod heartbeat;
+pub(crate) mod renew;
 mod state;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ use kbind_api::consts::{lease, reason};
 use kbind_api::{Connection, ExportedApi, SchemaSource};
 use kbind_cluster::backoff::Backoff;
 use kbind_cluster::identity::ClusterIdentity;
-use kbind_cluster::{ClusterClient, Error, IdentitySource};
+use kbind_cluster::{BearerToken, ClusterClient, Error, IdentitySource};
 use kube::ResourceExt;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -33,7 +34,7 @@ pub use state::LinkState;
 use crate::context::Context;
 use crate::planted::{Plant, planted};
 use crate::provider::EngagedProvider;
-use crate::remote::{ProviderKubeconfig, provider_identity};
+use crate::remote::{Credentials, ProviderKubeconfig, provider_identity};
 use discovery::{Discovered, discover};
 use exports::ExportsWatch;
 use state::{Effect, Event};
@@ -61,6 +62,9 @@ const RETRY_MAX: Duration = Duration::from_secs(15);
 const RETRY_JITTER: f64 = 0.5;
 /// How long the last try of a faltering link, at the window's end, may take.
 const LAST_TRY: Duration = Duration::from_secs(1);
+/// How long a renewal whose Secret was replaced meanwhile waits for the new content to arrive
+/// before it looks again.
+const RETRY_INITIAL_RENEWAL_WAIT: Duration = Duration::from_secs(10);
 /// Shortest requeue of a healthy link (a heartbeat due "now" after a slow pass).
 const MIN_REQUEUE: Duration = Duration::from_millis(100);
 
@@ -73,6 +77,8 @@ pub(crate) enum Failure {
     Unauthorized(String),
     /// Transport, timeout, throttling or server trouble: reason `ProviderUnreachable`.
     Unreachable(String),
+    /// A 401 for an issued token past its expiry: `Connected=False`, reason `CredentialExpired`.
+    Expired(String),
 }
 
 /// Classifies a provider error; messages name verb, resource and HTTP status, never credentials
@@ -164,6 +170,10 @@ pub(crate) struct LinkReport {
     pub exported: Option<(Vec<ExportedApi>, SchemaSource)>,
     /// When to look again.
     pub next: Duration,
+    /// When the issued token the link runs on expires (`None`: not an issued token).
+    pub credential_expires_at: Option<jiff::Timestamp>,
+    /// What the last failed renewal of that token met, while it failed.
+    pub renewal_failed: Option<String>,
 }
 
 impl LinkReport {
@@ -177,6 +187,8 @@ impl LinkReport {
             remote_uid: None,
             exported: None,
             next,
+            credential_expires_at: None,
+            renewal_failed: None,
         }
     }
 }
@@ -210,6 +222,20 @@ struct Published {
     state: LinkState,
     failed: bool,
     engaged: Option<Arc<EngagedProvider>>,
+    credential_expires_at: Option<jiff::Timestamp>,
+}
+
+/// What the metrics say of one Connection's credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialReport {
+    /// The Connection.
+    pub connection: String,
+    /// When its issued token expires (`None`: not an issued token, or no link now).
+    pub expires_at: Option<jiff::Timestamp>,
+    /// Renewals that went through since the konnector started.
+    pub renewed: u64,
+    /// Renewal attempts that failed since the konnector started.
+    pub failed: u64,
 }
 
 /// Everything the links of one engine share.
@@ -218,6 +244,8 @@ struct Inner {
     published: RwLock<BTreeMap<String, Published>>,
     /// The heartbeat Leases, one per consumer–provider pair, shared by its Connections.
     pairs: heartbeat::Pairs,
+    /// Credential renewals per Connection.
+    renewals: renew::Counts,
     changes: watch::Sender<u64>,
     wakes: broadcast::Sender<String>,
 }
@@ -248,6 +276,7 @@ impl Links {
                 links: Mutex::new(BTreeMap::new()),
                 published: RwLock::new(BTreeMap::new()),
                 pairs: heartbeat::Pairs::default(),
+                renewals: renew::Counts::default(),
                 changes: watch::channel(0).0,
                 wakes: broadcast::channel(256).0,
             }),
@@ -282,6 +311,35 @@ impl Links {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Every Connection's credential as its link knows it: when an issued token expires and how
+    /// its renewals went, sorted by Connection.
+    pub fn credentials(&self) -> Vec<CredentialReport> {
+        let mut reports: BTreeMap<String, CredentialReport> = self
+            .read()
+            .iter()
+            .map(|(name, p)| {
+                let report = CredentialReport {
+                    connection: name.clone(),
+                    expires_at: p.credential_expires_at,
+                    renewed: 0,
+                    failed: 0,
+                };
+                (name.clone(), report)
+            })
+            .collect();
+        for (name, (renewed, failed)) in self.inner.renewals.all() {
+            let report = reports.entry(name.clone()).or_insert_with(|| CredentialReport {
+                connection: name,
+                expires_at: None,
+                renewed: 0,
+                failed: 0,
+            });
+            report.renewed = renewed;
+            report.failed = failed;
+        }
+        reports.into_values().collect()
     }
 
     /// Whether the provider of Connection `name` is known to be down or another cluster (not
@@ -325,8 +383,11 @@ impl Links {
             ctx,
             pairs: &self.inner.pairs,
             wakes: &self.inner.wakes,
+            renewals: &self.inner.renewals,
         };
-        let report = link.pass(&env, input).await;
+        let mut report = link.pass(&env, input).await;
+        report.credential_expires_at = link.credential_expires_at();
+        report.renewal_failed = link.renewal.as_ref().and_then(|r| r.failure.clone());
         self.publish(&link);
         report
     }
@@ -344,6 +405,7 @@ impl Links {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
+        self.inner.renewals.forget(name);
         if removed.is_some_and(|p| p.engaged.is_some()) {
             self.inner.changes.send_modify(|n| *n += 1);
         }
@@ -369,6 +431,7 @@ impl Links {
             state: link.state.clone(),
             failed: link.failed,
             engaged: link.engagement.clone(),
+            credential_expires_at: link.credential_expires_at(),
         };
         let mut published = self.inner.published.write().unwrap_or_else(|p| p.into_inner());
         let before = published.insert(link.name.clone(), next);
@@ -392,6 +455,7 @@ struct Env<'a> {
     ctx: &'a Context,
     pairs: &'a heartbeat::Pairs,
     wakes: &'a broadcast::Sender<String>,
+    renewals: &'a renew::Counts,
 }
 
 /// One Connection's provider link.
@@ -402,6 +466,14 @@ struct Link {
     failed: bool,
     kubeconfig: Option<ProviderKubeconfig>,
     client: Option<Arc<dyn ClusterClient>>,
+    /// The token `client` sends, replaced in place when the token is renewed.
+    bearer: BearerToken,
+    /// When the issued token the link runs on is renewed (`None`: not an issued token, or not
+    /// scheduled yet).
+    renewal: Option<renew::Renewal>,
+    /// The token a renewal of this link replaced, which the Secret store may still show until
+    /// it has seen the write.
+    superseded: Option<String>,
     /// The identity read through this client, standing while the Lease renewals are unbroken.
     identity: Option<ClusterIdentity>,
     /// UIDs pinned by this process, so a pass on a stale cached Connection (pin written,
@@ -434,6 +506,9 @@ impl Link {
             failed: false,
             kubeconfig: None,
             client: None,
+            bearer: BearerToken::default(),
+            renewal: None,
+            superseded: None,
             identity: None,
             pinned: None,
             lease: None,
@@ -448,6 +523,119 @@ impl Link {
             retry_at: None,
             trouble: None,
             last_failure: None,
+        }
+    }
+
+    /// Takes on the kubeconfig the Secret holds now; returns the one the link runs on. A newer
+    /// token of the same ServiceAccount for the same server and CA (a renewal, this link's own
+    /// or a new bind's) goes into the running client: the provider stays engaged and no syncer
+    /// restarts. Anything else different ends the link, which starts over on the new one.
+    async fn accept(&mut self, env: &Env<'_>, offered: ProviderKubeconfig) -> ProviderKubeconfig {
+        let Some(current) = self.kubeconfig.clone() else {
+            self.kubeconfig = Some(offered.clone());
+            return offered;
+        };
+        if current == offered {
+            self.superseded = None;
+            return offered;
+        }
+        let token = match &offered.credentials {
+            Credentials::Token(token) => Some(token.as_str()),
+            Credentials::ClientCertificate { .. } => None,
+        };
+        if token.is_some() && token == self.superseded.as_deref() && current.renews(&offered) {
+            // The store has not seen this link's own write of the renewed token yet.
+            return current;
+        }
+        self.superseded = None;
+        if self.client.is_some()
+            && current.renews(&offered)
+            && let Some(token) = token
+        {
+            self.bearer.set(token);
+            self.renewal = None;
+            self.kubeconfig = Some(offered.clone());
+            tracing::info!(connection = %self.name, "the Secret holds a newer token of the same ServiceAccount; the running client uses it, the provider stays engaged");
+            return offered;
+        }
+        // New credentials, a new server or CA: the old link is over, and so is the wait its
+        // failures earned.
+        self.apply(env, Event::Reset).await;
+        self.forget_failures();
+        self.renewal = None;
+        self.kubeconfig = Some(offered.clone());
+        offered
+    }
+
+    /// A bearer for a new client of `kubeconfig`, holding its token (empty for certificates).
+    fn fresh_bearer(&mut self, kubeconfig: &ProviderKubeconfig) -> BearerToken {
+        self.bearer = match &kubeconfig.credentials {
+            Credentials::Token(token) => BearerToken::new(token.clone()),
+            Credentials::ClientCertificate { .. } => BearerToken::default(),
+        };
+        self.bearer.clone()
+    }
+
+    /// When the issued token the link runs on expires.
+    fn credential_expires_at(&self) -> Option<jiff::Timestamp> {
+        self.kubeconfig.as_ref()?.issued().map(|t| t.expires_at)
+    }
+
+    /// Renews the issued token the link runs on when it is due (see [`renew`]). A failure is
+    /// reported and retried; it never fails the pass, and the current token is used until it
+    /// expires.
+    async fn renew_when_due(&mut self, env: &Env<'_>, input: &Input<'_>, client: &Arc<dyn ClusterClient>) {
+        let Some(current) = self.kubeconfig.clone() else { return };
+        let Some(issued) = current.issued() else {
+            self.renewal = None;
+            return;
+        };
+        if self.renewal.as_ref().is_none_or(|r| r.token != issued) {
+            self.renewal = Some(renew::Renewal::new(env.ctx, &self.name, issued.clone()));
+        }
+        if self.renewal.as_ref().is_some_and(|r| Instant::now() < r.due) {
+            return;
+        }
+        let renewed = match renew::request(client.as_ref(), &issued).await {
+            Ok(token) => {
+                renew::write_back(env.ctx, &input.conn.spec.kubeconfig_secret_ref, &current, &token)
+                    .await
+                    .map(|kubeconfig| (token, kubeconfig))
+            }
+            Err(e) => Err(e),
+        };
+        match renewed {
+            Ok((token, kubeconfig)) => {
+                env.renewals.add(&self.name, true);
+                self.bearer.set(token);
+                if let Credentials::Token(old) = current.credentials {
+                    self.superseded = Some(old);
+                }
+                let expires_at = kubeconfig.issued().map(|t| t.expires_at);
+                self.renewal = kubeconfig
+                    .issued()
+                    .map(|t| renew::Renewal::new(env.ctx, &self.name, t));
+                self.kubeconfig = Some(kubeconfig);
+                tracing::info!(connection = %self.name, expires_at = ?expires_at, "renewed the provider credential");
+            }
+            Err(renew::RenewError::Replaced { secret }) => {
+                // Not a failure: the Secret's new kubeconfig arrives by its watch and wins.
+                tracing::info!(connection = %self.name, %secret, "the kubeconfig Secret was replaced during a renewal; its new content is used");
+                if let Some(renewal) = self.renewal.as_mut() {
+                    renewal.due = Instant::now() + RETRY_INITIAL_RENEWAL_WAIT;
+                }
+            }
+            Err(e) => {
+                env.renewals.add(&self.name, false);
+                let message = format!(
+                    "{e}; the current token is used until it expires at {}",
+                    kbind_cluster::clock::format_time(issued.expires_at)
+                );
+                tracing::warn!(connection = %self.name, error = %e, "renewing the provider credential failed");
+                if let Some(renewal) = self.renewal.as_mut() {
+                    renewal.failed(env.ctx, &self.name, message, &e.cause());
+                }
+            }
         }
     }
 
@@ -511,23 +699,19 @@ impl Link {
             self.kubeconfig = None;
             self.failed = false;
             self.apply(env, Event::Reset).await;
+            self.renewal = None;
+            self.superseded = None;
             return LinkReport {
                 health: Health::Failed(Failure::Unreachable("waiting for a valid kubeconfig Secret".into())),
                 permission_denied: None,
                 remote_uid: None,
                 exported: None,
                 next: Duration::MAX,
+                credential_expires_at: None,
+                renewal_failed: None,
             };
         };
-        if self.kubeconfig.as_ref() != Some(&kubeconfig) {
-            if self.kubeconfig.is_some() {
-                // New credentials, a new server or CA: the old link is over, and so is the
-                // wait its failures earned.
-                self.apply(env, Event::Reset).await;
-                self.forget_failures();
-            }
-            self.kubeconfig = Some(kubeconfig.clone());
-        }
+        let kubeconfig = self.accept(env, kubeconfig).await;
         let window = window(env.ctx.config.heartbeat_interval);
         // A failed link waits out its backoff: a pass woken by anything else (its own status
         // write, a Secret label) sends nothing and says what the last attempt found.
@@ -547,7 +731,12 @@ impl Link {
         }
         let client = match &self.client {
             Some(client) => client.clone(),
-            None => match env.ctx.connector.connect(&kubeconfig).await {
+            None => match env
+                .ctx
+                .connector
+                .connect(&kubeconfig, &self.fresh_bearer(&kubeconfig))
+                .await
+            {
                 Ok(client) => {
                     self.client = Some(client.clone());
                     self.apply(env, Event::Connected).await;
@@ -624,7 +813,7 @@ impl Link {
                         self.identity = None;
                         self.last_renew = Some(now);
                     }
-                    Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
+                    Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => return Err(Stop::Failed(e)),
                 },
             }
         }
@@ -658,6 +847,8 @@ impl Link {
                 remote_uid: None,
                 exported: None,
                 next: config.rediscovery_interval.min(RETRY_MAX),
+                credential_expires_at: None,
+                renewal_failed: None,
             });
         }
         self.pinned
@@ -687,7 +878,7 @@ impl Link {
                         self.lease = None;
                         self.identity = None;
                     }
-                    Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
+                    Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => return Err(Stop::Failed(e)),
                 },
             }
             self.last_renew = Some(now);
@@ -718,9 +909,16 @@ impl Link {
         };
         self.apply(env, if wanted { Event::Wanted } else { Event::Unwanted })
             .await;
+        // The identity was proven in this pass: the TokenRequest reaches the pinned cluster.
+        self.renew_when_due(env, input, client).await;
+        let renewal_due = self
+            .renewal
+            .as_ref()
+            .map_or(Duration::MAX, |r| r.due.saturating_duration_since(Instant::now()));
         let next = [
             due_in(self.last_renew, config.heartbeat_interval, now),
             due_in(self.last_discovery, config.rediscovery_interval, now),
+            renewal_due,
         ]
         .into_iter()
         .min()
@@ -732,6 +930,8 @@ impl Link {
             remote_uid: Some(identity.uid.clone()),
             exported: self.discovered.as_ref().map(|d| (d.apis.clone(), d.source)),
             next,
+            credential_expires_at: None,
+            renewal_failed: None,
         })
     }
 
@@ -775,7 +975,7 @@ impl Link {
             Err(e) if e.is_forbidden() && self.state.is_engaged() => return Err(Stop::Failed(e)),
             Err(e) => match classify(&e) {
                 Failure::Denied(message) => self.discovery_denied = Some(message),
-                Failure::Unauthorized(_) | Failure::Unreachable(_) => return Err(Stop::Failed(e)),
+                Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => return Err(Stop::Failed(e)),
             },
         }
         self.last_discovery = Some(now);
@@ -825,7 +1025,10 @@ impl Link {
     /// link ends; retried on a jittered backoff that honours `Retry-After`.
     async fn failed(&mut self, env: &Env<'_>, e: &Error, started: Instant) -> LinkReport {
         let server = self.kubeconfig.as_ref().and_then(|k| server_address(&k.server));
-        let failure = classify_at(e, server.as_deref());
+        let failure = match classify_at(e, server.as_deref()) {
+            Failure::Unauthorized(_) if let Some(expired) = self.expired(env.ctx) => Failure::Expired(expired),
+            failure => failure,
+        };
         let server = server.unwrap_or_default();
         self.last_failure = Some(failure.clone());
         let now = Instant::now();
@@ -845,7 +1048,7 @@ impl Link {
                 self.retry_at = self.retry_at.map(|at| at.min(end));
                 tracing::info!(connection = %self.name, %server, failures, error = %crate::cause::http_cause(e), ?delay, "a provider request failed; the provider stays engaged");
                 let cause = match failure {
-                    Failure::Denied(m) | Failure::Unauthorized(m) | Failure::Unreachable(m) => m,
+                    Failure::Denied(m) | Failure::Unauthorized(m) | Failure::Unreachable(m) | Failure::Expired(m) => m,
                 };
                 let since = self
                     .trouble
@@ -861,6 +1064,24 @@ impl Link {
                 LinkReport::failed(failure, delay)
             }
         }
+    }
+
+    /// What a 401 means when the link's issued token is past its expiry (on this clock; the
+    /// provider's 401 is what says it is no longer accepted): where it came from and the way
+    /// out. `None` for any other credential, or a token not expired yet (then it was revoked).
+    fn expired(&self, ctx: &Context) -> Option<String> {
+        let token = self.kubeconfig.as_ref()?.issued()?;
+        (ctx.clock.now() >= token.expires_at).then(|| {
+            format!(
+                "the provider refuses the credentials (HTTP 401 Unauthorized): the issued token of ServiceAccount \
+                 {}/{} expired at {} and was not renewed in time (was the konnector down, or the provider \
+                 unreachable, for its last third of life?). Get a new one: run `kbind bind` again, or \
+                 `kbind redeem` a new pickup; nothing is deleted meanwhile",
+                token.namespace,
+                token.name,
+                kbind_cluster::clock::format_time(token.expires_at)
+            )
+        })
     }
 
     /// What a faltering link reports: the same until its cause changes, and when to look again
@@ -889,6 +1110,8 @@ impl Link {
             // What was discovered stands while the link is kept (SchemaInSync does not flap).
             exported: self.discovered.as_ref().map(|d| (d.apis.clone(), d.source)),
             next: retry_in.min(window_left).max(MIN_REQUEUE),
+            credential_expires_at: None,
+            renewal_failed: None,
         }
     }
 }
@@ -948,6 +1171,7 @@ pub(crate) fn connected_condition(health: &Health) -> (bool, &'static str, Strin
             format!("cannot verify the provider's identity: {message}"),
         ),
         Health::Failed(Failure::Unauthorized(message)) => (false, reason::UNAUTHORIZED, message.clone()),
+        Health::Failed(Failure::Expired(message)) => (false, reason::CREDENTIAL_EXPIRED, message.clone()),
         Health::Failed(Failure::Unreachable(message)) => (false, reason::PROVIDER_UNREACHABLE, message.clone()),
         Health::IdentityChanged(which) => (
             false,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use kbind_cluster::{ClusterClient, Error, KubeClusterClient, REQUEST_TIMEOUT, with_request_timeout};
+use kbind_cluster::{BearerToken, ClusterClient, Error, KubeClusterClient, REQUEST_TIMEOUT, with_request_timeout};
 use secrecy::SecretString;
 
 use super::{Connector, Credentials, ProviderKubeconfig};
@@ -36,11 +36,20 @@ impl Default for KubeConnector {
 
 #[async_trait]
 impl Connector for KubeConnector {
-    async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(&self, kubeconfig: &ProviderKubeconfig, bearer: &BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
         let config = self.config(kubeconfig)?;
-        // from_config turns kube's silent 429/503 retries off, so an unreachable provider shows.
-        let client = KubeClusterClient::from_config_with_limit(config, self.max_response_bytes)
-            .map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
+        let built = match kubeconfig.credentials {
+            // The token is read from `bearer` on every request, so a renewal needs no new client.
+            Credentials::Token(_) => {
+                KubeClusterClient::from_config_with_bearer(config, self.max_response_bytes, bearer.clone())
+            }
+            // from_config turns kube's silent 429/503 retries off, so an unreachable provider shows.
+            Credentials::ClientCertificate { .. } => {
+                KubeClusterClient::from_config_with_limit(config, self.max_response_bytes)
+            }
+        };
+        let client =
+            built.map_err(|_| Error::Transport("failed to build the provider client from the kubeconfig".into()))?;
         // A request on a connection that died silently (HTTP/1.1 has no pings) would otherwise
         // wait out the kernel's retransmissions, about 15 minutes, the heartbeat's included.
         Ok(with_request_timeout(Arc::new(client), self.request_timeout))
@@ -160,7 +169,10 @@ mod tests {
             credentials: Credentials::Token("konnector-token".into()),
             insecure_skip_tls_verify: false,
         };
-        let client = KubeConnector::default().connect(&kubeconfig).await.unwrap();
+        let client = KubeConnector::default()
+            .connect(&kubeconfig, &BearerToken::new("konnector-token"))
+            .await
+            .unwrap();
         let namespaces = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
         client
             .get(&namespaces, None, "default")
@@ -177,6 +189,47 @@ mod tests {
             "request timed out: get namespaces default: no answer within 30s"
         );
         assert!(sent.elapsed() >= REQUEST_TIMEOUT, "{:?}", sent.elapsed());
+    }
+
+    /// A renewed token set on the bearer is what the running client sends next: same client,
+    /// same connection, the new identity on the provider's side.
+    #[tokio::test]
+    async fn the_running_client_sends_the_token_its_bearer_holds_now() {
+        use fakeapi::serve::{ClusterServeOptions, serve_cluster};
+        use kbind_cluster::ApiResource;
+
+        let provider = fakeapi::FakeCluster::builder("provider").build();
+        let user = "konnector:first-token:system:masters".parse().unwrap();
+        let server = serve_cluster(provider.clone(), ClusterServeOptions::default().user(user))
+            .await
+            .unwrap();
+        provider.add_token(
+            "renewed-token",
+            fakeapi::UserInfo {
+                name: "renewed".into(),
+                groups: vec!["system:masters".into()],
+            },
+        );
+        let kubeconfig = ProviderKubeconfig {
+            server: server.url().into(),
+            ca_pem: server.ca_pem().map(|pem| pem.as_bytes().to_vec()),
+            credentials: Credentials::Token("first-token".into()),
+            insecure_skip_tls_verify: false,
+        };
+        let bearer = BearerToken::new("first-token");
+        let client = KubeConnector::default().connect(&kubeconfig, &bearer).await.unwrap();
+        let namespaces = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+        let last_user = || provider.request_log().last().map(|r| r.user.clone());
+        client.get(&namespaces, None, "default").await.expect("the first token works");
+        assert_eq!(last_user().as_deref(), Some("konnector"));
+
+        bearer.set("not-a-known-token");
+        let err = client.get(&namespaces, None, "default").await.unwrap_err();
+        assert!(matches!(err, Error::Unauthorized { .. }), "{err:?}");
+
+        bearer.set("renewed-token");
+        client.get(&namespaces, None, "default").await.expect("the renewed token works");
+        assert_eq!(last_user().as_deref(), Some("renewed"));
     }
 
     #[test]

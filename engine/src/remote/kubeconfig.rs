@@ -274,6 +274,39 @@ fn credentials(user: &AuthInfo) -> Result<Credentials, Refusal> {
     }
 }
 
+/// `bytes`, a kubeconfig [`parse_kubeconfig`] accepted with a token, with that token replaced
+/// by `token`; everything else is kept as it was (the YAML is written again, so comments and
+/// formatting are not). Refused when the selected user holds no inline token.
+pub fn with_token(bytes: &[u8], token: &str) -> Result<Vec<u8>, Refusal> {
+    use serde_json::Value;
+    let text = std::str::from_utf8(bytes).map_err(|_| invalid("the kubeconfig is not UTF-8 text"))?;
+    let mut doc: Value =
+        serde_saphyr::from_str(text).map_err(|_| invalid("the kubeconfig is not a valid kubeconfig YAML document"))?;
+    let named = |list: &Value, name: &str| {
+        list.as_array()
+            .and_then(|items| items.iter().position(|item| item["name"].as_str() == Some(name)))
+    };
+    let context = match doc["current-context"].as_str().filter(|c| !c.is_empty()) {
+        Some(current) => named(&doc["contexts"], current),
+        None if doc["contexts"].as_array().is_some_and(|c| c.len() == 1) => Some(0),
+        None => None,
+    }
+    .ok_or_else(|| invalid("the kubeconfig selects no context"))?;
+    let user = doc["contexts"][context]["context"]["user"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| invalid("the current context names no user"))?;
+    let index = named(&doc["users"], &user).ok_or_else(|| invalid("the current context names an undefined user"))?;
+    let slot = doc["users"][index]["user"]
+        .get_mut("token")
+        .filter(|t| t.is_string())
+        .ok_or_else(|| invalid("the user holds no inline `token`"))?;
+    *slot = Value::String(token.to_string());
+    serde_saphyr::to_string(&doc)
+        .map(String::into_bytes)
+        .map_err(|_| invalid("the kubeconfig could not be written again"))
+}
+
 fn decode_base64(data: &str, field: &str) -> Result<Vec<u8>, Refusal> {
     let compact: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     base64::engine::general_purpose::STANDARD
@@ -448,6 +481,27 @@ mod tests {
     fn ca_data_that_is_not_a_pem_bundle_is_invalid() {
         let text = kubeconfig("", "    token: t\n").replace(&b64(CA), &b64("garbage"));
         assert!(matches!(parse(&text), Err(Refusal::InvalidKubeconfig(_))));
+    }
+
+    #[test]
+    fn a_new_token_replaces_the_selected_users_token_and_nothing_else() {
+        let text = kubeconfig("", "    token: old-token\n").replace(
+            "users:\n",
+            "users:\n- name: other\n  user:\n    token: untouched\n",
+        );
+        let before = parse(&text).unwrap();
+        let rewritten = with_token(text.as_bytes(), "new-token").unwrap();
+        let after = parse_kubeconfig(&rewritten, false).unwrap();
+        assert_eq!(after.credentials, Credentials::Token("new-token".into()));
+        assert_eq!((after.server, after.ca_pem), (before.server, before.ca_pem));
+        let rewritten = String::from_utf8(rewritten).unwrap();
+        assert!(rewritten.contains("untouched") && !rewritten.contains("old-token"), "{rewritten}");
+        let cert = format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64("CERT"),
+            b64("KEY")
+        );
+        assert!(with_token(kubeconfig("", &cert).as_bytes(), "new-token").is_err());
     }
 
     #[test]

@@ -2,15 +2,19 @@
 //! accepted one into a `ClusterClient`.
 
 mod connector;
+mod issued;
 mod kubeconfig;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kbind_cluster::{ClusterClient, ClusterIdentity};
+use kbind_cluster::{BearerToken, ClusterClient, ClusterIdentity};
 
 pub use connector::KubeConnector;
-pub use kubeconfig::{Refusal, parse_kubeconfig};
+#[cfg(any(test, feature = "testing"))]
+pub use issued::unsigned_token;
+pub use issued::IssuedToken;
+pub use kubeconfig::{Refusal, parse_kubeconfig, with_token};
 
 /// Provider credentials, accepted under DESIGN.md §5. `Debug` never shows secrets.
 #[derive(Clone, PartialEq, Eq)]
@@ -66,7 +70,14 @@ impl std::fmt::Debug for Credentials {
 #[async_trait]
 pub trait Connector: Send + Sync {
     /// A fresh client (never a reused one: recovery must not inherit a dead cluster's state).
-    async fn connect(&self, kubeconfig: &ProviderKubeconfig) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error>;
+    /// With token credentials the client sends the token `bearer` holds on every request
+    /// (starting as the kubeconfig's): a renewed token set there is used from the next request
+    /// on, without a new connection or a restarted watch. Client certificates ignore it.
+    async fn connect(
+        &self,
+        kubeconfig: &ProviderKubeconfig,
+        bearer: &BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, kbind_cluster::Error>;
 }
 
 /// The provider's identity (LogicalCluster `cluster`, else Namespace `kube-system`).

@@ -15,6 +15,7 @@ mod connection_events;
 mod connection_loss;
 mod connection_released_with_its_last_binding;
 mod credential_refusals;
+mod credential_renewal;
 mod credentials_stay_secret;
 mod deletion;
 mod determinism;
