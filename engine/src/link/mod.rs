@@ -669,6 +669,7 @@ impl Link {
             client.clone(),
             uid,
             &ctx.randomness,
+            ctx.config.watch_timeout,
         )));
     }
 
@@ -949,7 +950,10 @@ impl Link {
         if !kcp_like && self.exports.is_none() {
             self.exports = Some(ExportsWatch::start(
                 client.clone(),
-                crate::context::watcher_config(&env.ctx.randomness.fork(&format!("link/{}", self.name))),
+                crate::context::watcher_config(
+                    &env.ctx.randomness.fork(&format!("link/{}", self.name)),
+                    env.ctx.config.watch_timeout,
+                ),
                 self.name.clone(),
                 env.wakes.clone(),
             ));

@@ -47,16 +47,18 @@ fn provider_role() -> serde_json::Value {
 /// `lifetime` (ServiceAccount `kbind-konnector` with [`PROVIDER_ROLE`] and the Role that lets
 /// it renew itself), its ClusterBinding Ready and widget `default/w1` copied.
 async fn renewing_world(story: &str, seed: u64, config: EngineConfig, lifetime: Duration, quiet: bool) -> (World, Credential) {
-    let mut world = World::builder()
+    let mut builder = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
         .provider("acme", ProviderOpts::default())
         .engine_config(config)
         // A year of leader-election renewals every few seconds would be most of the run.
         .leader_election(!quiet)
-        .log_level(if quiet { tracing::Level::WARN } else { tracing::Level::DEBUG })
-        .build()
-        .await;
+        .log_level(if quiet { tracing::Level::WARN } else { tracing::Level::DEBUG });
+    if quiet {
+        builder = builder.bookmark_interval(6 * HOUR);
+    }
+    let mut world = builder.build().await;
     world.install_provider_crd("acme", widgets_crd()).await;
     world
         .provider("acme")
@@ -142,11 +144,12 @@ fn requests_by(cluster: &fakeapi::FakeCluster, user: &str, from: usize, verb: &s
 #[tokio::test(start_paused = true)]
 async fn a_year_of_renewals_disengages_nothing_and_writes_only_the_secret() {
     let story = "a_year_of_renewals_disengages_nothing_and_writes_only_the_secret";
-    // A heartbeat every ten minutes and a six-hour resync keep a year of virtual time
-    // affordable; renewals do not depend on either.
+    // Heartbeats, resyncs, watch renewals and bookmarks every few hours keep a year of virtual
+    // time affordable; renewals depend on none of them.
     let config = EngineConfig {
-        heartbeat_interval: Duration::from_secs(6 * 3600),
+        heartbeat_interval: 3 * HOUR,
         rediscovery_interval: 6 * HOUR,
+        watch_timeout: 6 * HOUR,
         ..EngineConfig::default()
     };
     let (mut world, cred) = renewing_world(story, 39, config, DAY, true).await;
