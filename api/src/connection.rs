@@ -311,6 +311,7 @@ spec:
                 scope: ResourceScope::Namespaced,
                 versions: vec!["v1".into()],
             }],
+            credential_expires_at: None,
             conditions: vec![],
         };
         assert_eq!(

@@ -383,7 +383,8 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
     // Its own token, renewed by itself (a TokenRequest on its own ServiceAccount, by name),
     // and no other account's.
     let service_accounts = res("", "v1", "ServiceAccount", "serviceaccounts");
-    let token_request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}});
+    let token_request =
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}});
     let renewed = as_grant
         .create_subresource(&service_accounts, Some("kbind-grants"), &name, "token", &token_request)
         .await
@@ -404,7 +405,13 @@ async fn provision_creates_exactly_the_grants_objects_and_the_token_reaches_exac
         .unwrap();
     assert!(matches!(
         as_grant
-            .create_subresource(&service_accounts, Some("kbind-grants"), "other", "token", &token_request)
+            .create_subresource(
+                &service_accounts,
+                Some("kbind-grants"),
+                "other",
+                "token",
+                &token_request
+            )
             .await,
         Err(Error::Forbidden { .. })
     ));

@@ -276,7 +276,13 @@ async fn try_for_real(
         ("create", "token") => {
             let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}});
             client
-                .create_subresource(&erase::<k8s_openapi::api::core::v1::ServiceAccount>(), ns, &name, "token", &request)
+                .create_subresource(
+                    &erase::<k8s_openapi::api::core::v1::ServiceAccount>(),
+                    ns,
+                    &name,
+                    "token",
+                    &request,
+                )
                 .await
                 .map(|_| ())
         }

@@ -166,10 +166,12 @@ pub async fn status(target: &Target, output: Option<Format>, ctx: &mut Context) 
             "-".into(),
             "-".into(),
         ]);
-        machine.push(
-            json!({"kind": "Connection", "name": name, "ready": ready, "reason": reason,
-            "conditions": connection.pointer("/status/conditions").cloned().unwrap_or(json!([]))}),
-        );
+        let mut item = json!({"kind": "Connection", "name": name, "ready": ready, "reason": reason,
+            "conditions": connection.pointer("/status/conditions").cloned().unwrap_or(json!([]))});
+        if let Some(at) = credential_expires_at(connection) {
+            item["credentialExpiresAt"] = json!(at);
+        }
+        machine.push(item);
     }
     for (connection, binding) in &bindings {
         let (ready, reason) = ready_columns(&binding.object);
@@ -224,10 +226,44 @@ pub async fn status(target: &Target, output: Option<Format>, ctx: &mut Context) 
                 rows,
             );
             text.push_str(&served_by_text(&served));
+            text.push_str(&credentials_text(&connections, jiff::Timestamp::now()));
             text
         }
     };
     emit(&mut ctx.stdout, &text)
+}
+
+/// When a Connection's issued token expires (`status.credentialExpiresAt`), as written.
+fn credential_expires_at(connection: &Value) -> Option<&str> {
+    connection
+        .pointer("/status/credentialExpiresAt")
+        .and_then(Value::as_str)
+}
+
+/// The CREDENTIALS table: when each Connection's issued token expires, and what to do about an
+/// expired one; nothing when no Connection runs on an issued token.
+fn credentials_text(connections: &[Value], now: jiff::Timestamp) -> String {
+    let rows: Vec<Vec<String>> = connections
+        .iter()
+        .filter_map(|c| {
+            let at = credential_expires_at(c)?;
+            let expired = at.parse::<jiff::Timestamp>().is_ok_and(|t| t <= now);
+            let state = if expired {
+                "expired: run `kbind bind` or `kbind redeem` again"
+            } else {
+                "renewed by the konnector before then"
+            };
+            Some(vec![
+                c["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                at.to_string(),
+                state.to_string(),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!("\nCREDENTIALS\n{}", table(&["CONNECTION", "EXPIRES", "RENEWAL"], rows))
 }
 
 /// The SERVED BY table: per API and namespace, which Connection (and binding) serves it, and
@@ -291,6 +327,44 @@ mod tests {
             deleting: false,
             claimed: true,
         }
+    }
+
+    #[test]
+    fn credentials_show_each_issued_tokens_expiry_and_the_way_out_of_an_expired_one() {
+        let now: jiff::Timestamp = "2026-12-05T12:00:00Z".parse().unwrap();
+        let connection = |name: &str, expires: Option<&str>| {
+            let mut c = json!({"metadata": {"name": name}, "status": {}});
+            if let Some(at) = expires {
+                c["status"]["credentialExpiresAt"] = json!(at);
+            }
+            c
+        };
+        let text = credentials_text(
+            &[
+                connection("acme", Some("2026-12-06T08:00:00Z")),
+                connection("platform", None),
+                connection("stale", Some("2026-12-05T11:00:00Z")),
+            ],
+            now,
+        );
+        assert!(text.starts_with("\nCREDENTIALS\n"), "{text}");
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(line("acme").contains("2026-12-06T08:00:00Z") && line("acme").contains("renewed by the konnector"));
+        assert!(
+            line("stale").contains("expired: run `kbind bind` or `kbind redeem` again"),
+            "{text}"
+        );
+        assert_eq!(
+            line("platform"),
+            "",
+            "a credential that is not an issued token has no row"
+        );
+        assert_eq!(credentials_text(&[connection("platform", None)], now), "");
     }
 
     #[test]

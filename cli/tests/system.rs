@@ -133,7 +133,9 @@ impl World {
         let grant = regex::Regex::new(r"\bg-[0-9a-z-]+|grant-[0-9a-z]+").expect("regex");
         let text = grant.replace_all(&text, "<grant>");
         let port = regex::Regex::new(r"127\.0\.0\.1:\d+").expect("regex");
-        port.replace_all(&text, "127.0.0.1:<port>").into_owned()
+        let text = port.replace_all(&text, "127.0.0.1:<port>");
+        let time = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z").expect("regex");
+        time.replace_all(&text, "<time>").into_owned()
     }
 
     async fn consumer_uid(&self) -> String {
@@ -378,6 +380,16 @@ async fn login_catalog_bind_status_grants_unbind_redeem_orphan_and_exit_codes() 
     assert_eq!(status["items"][0]["ready"], "True", "{status}");
     assert_eq!(status["items"][1]["conflicts"], 0, "{status}");
     assert_eq!(status["items"][1]["staleObjects"], 0, "{status}");
+    // The bundle's credential is an issued token: its expiry shows, a day from now.
+    let expires: jiff::Timestamp = status["items"][0]["credentialExpiresAt"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("the issued token's expiry: {status}"));
+    let left = expires.duration_since(jiff::Timestamp::now());
+    assert!(
+        left > jiff::SignedDuration::from_hours(23) && left <= jiff::SignedDuration::from_hours(24),
+        "expires in {left:?}"
+    );
 
     let run = world.kbind(&["grants"]).await;
     assert_code(&run, 0, "grants", &lines);

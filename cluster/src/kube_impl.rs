@@ -95,11 +95,14 @@ impl KubeClusterClient {
     ) -> Result<Self, Error> {
         if !crate::transport::supports(&config) {
             return Err(Error::BadRequest {
-                message: "a renewable bearer token needs a direct connection (no proxy, TLS server name or exec plugin)"
-                    .into(),
+                message:
+                    "a renewable bearer token needs a direct connection (no proxy, TLS server name or exec plugin)"
+                        .into(),
             });
         }
-        bearer.header().map_err(|e| Error::BadRequest { message: e.to_string() })?;
+        bearer
+            .header()
+            .map_err(|e| Error::BadRequest { message: e.to_string() })?;
         config.default_retry = false;
         config.auth_info = kube::config::AuthInfo::default();
         let limit = crate::limit::ResponseLimitLayer::new(max_response_bytes);

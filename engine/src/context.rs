@@ -29,7 +29,14 @@ pub struct EngineConfig {
     /// When in its lifetime an issued token is renewed, as a fraction in `(0, 1)` (moved
     /// earlier by up to `link::renew::RENEW_JITTER` of that).
     pub credential_renew_fraction: f64,
+    /// How long each watch runs before it is renewed (its server-side `timeoutSeconds`, whole
+    /// seconds); [`DEFAULT_WATCH_TIMEOUT`] like kube-runtime. Deterministic stories of months
+    /// raise it so virtual time stays cheap; a konnector keeps the default.
+    pub watch_timeout: Duration,
 }
+
+/// The default of [`EngineConfig::watch_timeout`]: 290 s, as kube-runtime's watcher.
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(290);
 
 /// The default of [`EngineConfig::credential_renew_fraction`]: two thirds, so a day-long token
 /// leaves at least eight hours to renew it in (a konnector restarted, a provider down).
@@ -37,13 +44,15 @@ pub const DEFAULT_CREDENTIAL_RENEW_FRACTION: f64 = 2.0 / 3.0;
 
 /// The watches the engine runs: client-go's reflector backoff (800 ms doubling to 30 s) with
 /// jitter from `randomness`, so a herd of konnectors that lost one provider spreads its
-/// relists while a seeded world replays exactly.
-pub(crate) fn watcher_config(randomness: &SharedRandomness) -> WatcherConfig {
-    WatcherConfig::default().backoff(BackoffPolicy::Jittered {
-        initial: WATCH_BACKOFF_INITIAL,
-        max: WATCH_BACKOFF_MAX,
-        randomness: randomness.clone(),
-    })
+/// relists while a seeded world replays exactly; each renewed after `timeout`.
+pub(crate) fn watcher_config(randomness: &SharedRandomness, timeout: Duration) -> WatcherConfig {
+    WatcherConfig::default()
+        .backoff(BackoffPolicy::Jittered {
+            initial: WATCH_BACKOFF_INITIAL,
+            max: WATCH_BACKOFF_MAX,
+            randomness: randomness.clone(),
+        })
+        .timeout(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1))
 }
 
 /// First delay of a failed watch's retry.
@@ -64,6 +73,7 @@ impl Default for EngineConfig {
             allow_insecure_providers: false,
             sync_workers: DEFAULT_SYNC_WORKERS,
             credential_renew_fraction: DEFAULT_CREDENTIAL_RENEW_FRACTION,
+            watch_timeout: DEFAULT_WATCH_TIMEOUT,
         }
     }
 }
@@ -93,7 +103,7 @@ impl Context {
 
     /// How every watch of the engine lists, watches and backs off (see [`watcher_config`]).
     pub(crate) fn watcher_config(&self) -> WatcherConfig {
-        watcher_config(&self.randomness)
+        watcher_config(&self.randomness, self.config.watch_timeout)
     }
 
     /// A jittered exponential backoff from `initial` up to `max` for the actor `key` (its

@@ -44,7 +44,11 @@ struct ProxiedConnector {
 
 #[async_trait]
 impl Connector for ProxiedConnector {
-    async fn connect(&self, kc: &ProviderKubeconfig, _: &kbind_cluster::BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(
+        &self,
+        kc: &ProviderKubeconfig,
+        _: &kbind_cluster::BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, Error> {
         let Credentials::Token(token) = &kc.credentials else {
             return Err(Error::Unauthorized {
                 message: "Unauthorized".into(),

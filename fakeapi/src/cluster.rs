@@ -273,18 +273,14 @@ impl FakeCluster {
 
     /// Registers a bearer token for `user` (used by the HTTP surface).
     pub fn add_token(&self, token: &str, user: UserInfo) {
-        self.inner
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                token.to_string(),
-                Token {
-                    user,
-                    service_account: None,
-                    expires: None,
-                },
-            );
+        self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            token.to_string(),
+            Token {
+                user,
+                service_account: None,
+                expires: None,
+            },
+        );
     }
 
     /// The user a bearer token authenticates, if any: ServiceAccount tokens die with their SA,

@@ -1255,9 +1255,11 @@ pub(crate) fn rbac_snapshot(state: &State) -> Arc<RbacSnapshot> {
     ];
     let mut cache = state.rbac_cache.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(cached) = cache.as_ref()
-        && cached.sources.iter().zip(&sources).all(|(was, is)| {
-            was.len() == is.len() && was.iter().zip(is).all(|(a, b)| Arc::ptr_eq(a, b))
-        })
+        && cached
+            .sources
+            .iter()
+            .zip(&sources)
+            .all(|(was, is)| was.len() == is.len() && was.iter().zip(is).all(|(a, b)| Arc::ptr_eq(a, b)))
     {
         return cached.snapshot.clone();
     }

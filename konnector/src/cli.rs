@@ -196,6 +196,7 @@ impl RunArgs {
             allow_insecure_providers: self.allow_insecure_providers,
             sync_workers: self.sync_workers,
             credential_renew_fraction: self.credential_renew_fraction,
+            watch_timeout: kbind_engine::context::DEFAULT_WATCH_TIMEOUT,
         }
     }
 

@@ -65,7 +65,11 @@ impl FakeConnector {
 
 #[async_trait]
 impl Connector for FakeConnector {
-    async fn connect(&self, kubeconfig: &ProviderKubeconfig, bearer: &BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(
+        &self,
+        kubeconfig: &ProviderKubeconfig,
+        bearer: &BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, Error> {
         let host = kubeconfig
             .server
             .strip_prefix("https://")

@@ -89,6 +89,7 @@ pub struct WorldBuilder {
     leader_election: bool,
     config: EngineConfig,
     log_level: tracing::Level,
+    bookmark_interval: Option<Duration>,
 }
 
 impl WorldBuilder {
@@ -134,6 +135,13 @@ impl WorldBuilder {
         self
     }
 
+    /// How often every cluster of the world sends each open watch a bookmark (fakeapi's
+    /// default otherwise): stories of months raise it so virtual time stays cheap.
+    pub fn bookmark_interval(mut self, every: Duration) -> Self {
+        self.bookmark_interval = Some(every);
+        self
+    }
+
     /// The konnector's settings (default: the konnector's defaults).
     pub fn engine_config(mut self, config: EngineConfig) -> Self {
         self.config = config;
@@ -152,18 +160,26 @@ impl WorldBuilder {
         let log_guard = log.install_at(self.log_level);
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let clock: SharedClock = Arc::new(TokioClock::fixed());
-        let consumer = FakeCluster::builder(&self.consumer)
-            .seed(rng.next_u64())
-            .clock(clock.clone())
-            .build();
+        let bookmarks = |b: fakeapi::FakeClusterBuilder| match self.bookmark_interval {
+            Some(every) => b.bookmark_interval(every),
+            None => b,
+        };
+        let consumer = bookmarks(
+            FakeCluster::builder(&self.consumer)
+                .seed(rng.next_u64())
+                .clock(clock.clone()),
+        )
+        .build();
         let connector = Arc::new(FakeConnector::default());
         let mut providers = BTreeMap::new();
         for (name, opts) in &self.providers {
-            let cluster = FakeCluster::builder(name)
-                .seed(rng.next_u64())
-                .clock(clock.clone())
-                .kcp_like(opts.kcp_like)
-                .build();
+            let cluster = bookmarks(
+                FakeCluster::builder(name)
+                    .seed(rng.next_u64())
+                    .clock(clock.clone())
+                    .kcp_like(opts.kcp_like),
+            )
+            .build();
             let ca_pem = fake_ca_pem(name, rng.next_u64());
             connector.register(name, cluster.clone(), ca_pem.clone());
             providers.insert(
@@ -294,6 +310,7 @@ impl World {
             leader_election: true,
             config: EngineConfig::default(),
             log_level: tracing::Level::DEBUG,
+            bookmark_interval: None,
         }
     }
 
@@ -405,7 +422,8 @@ impl World {
     /// A revocable ServiceAccount token on `provider`, bound to ClusterRole `cluster_role`, for a
     /// year (longer than any story) and without the right to renew itself.
     pub async fn mint_service_account(&mut self, provider: &str, name: &str, cluster_role: &str) -> Credential {
-        self.service_account_token(provider, name, cluster_role, YEAR, false).await
+        self.service_account_token(provider, name, cluster_role, YEAR, false)
+            .await
     }
 
     /// An issued token as kbind's issuer makes it: a ServiceAccount token on `provider` for
@@ -418,7 +436,8 @@ impl World {
         cluster_role: &str,
         lifetime: Duration,
     ) -> Credential {
-        self.service_account_token(provider, name, cluster_role, lifetime, true).await
+        self.service_account_token(provider, name, cluster_role, lifetime, true)
+            .await
     }
 
     async fn service_account_token(
@@ -1034,7 +1053,9 @@ impl World {
             .collect();
         invariants::no_credentials_in("consumer events or Connection or binding status", &surfaces, &secrets)
             .or_else(|| invariants::no_credentials_in("the konnector log", &text, &secrets))
-            .or_else(|| invariants::no_credentials_in("consumer events or Connection or binding status", &surfaces, &issued))
+            .or_else(|| {
+                invariants::no_credentials_in("consumer events or Connection or binding status", &surfaces, &issued)
+            })
             .or_else(|| invariants::no_credentials_in("the konnector log", &text, &issued))
     }
 

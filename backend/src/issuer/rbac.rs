@@ -267,7 +267,10 @@ mod tests {
         let rules = token_rules("g-1");
         assert_eq!(rules.len(), 1);
         assert_eq!(rules[0].api_groups.as_deref(), Some(&[String::new()][..]));
-        assert_eq!(rules[0].resources.as_deref(), Some(&["serviceaccounts/token".to_string()][..]));
+        assert_eq!(
+            rules[0].resources.as_deref(),
+            Some(&["serviceaccounts/token".to_string()][..])
+        );
         assert_eq!(rules[0].verbs, ["create"]);
         assert_eq!(rules[0].resource_names.as_deref(), Some(&["g-1".to_string()][..]));
     }

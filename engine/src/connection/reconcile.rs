@@ -222,7 +222,9 @@ async fn observe(
     let (holds, reason, message) = connected_condition(&link.health);
     report.connected = match (holds, &link.renewal_failed) {
         // The renewal failing is no reason to stop: the token works until it expires.
-        (true, Some(renewal)) => Observed::ok(format!("{message}; renewing the credential failed: {renewal}; retrying")),
+        (true, Some(renewal)) => Observed::ok(format!(
+            "{message}; renewing the credential failed: {renewal}; retrying"
+        )),
         (true, None) => Observed::ok(message),
         (false, _) => Observed::not(reason, message),
     };

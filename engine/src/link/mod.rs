@@ -597,11 +597,9 @@ impl Link {
             return;
         }
         let renewed = match renew::request(client.as_ref(), &issued).await {
-            Ok(token) => {
-                renew::write_back(env.ctx, &input.conn.spec.kubeconfig_secret_ref, &current, &token)
-                    .await
-                    .map(|kubeconfig| (token, kubeconfig))
-            }
+            Ok(token) => renew::write_back(env.ctx, &input.conn.spec.kubeconfig_secret_ref, &current, &token)
+                .await
+                .map(|kubeconfig| (token, kubeconfig)),
             Err(e) => Err(e),
         };
         match renewed {
@@ -612,9 +610,7 @@ impl Link {
                     self.superseded = Some(old);
                 }
                 let expires_at = kubeconfig.issued().map(|t| t.expires_at);
-                self.renewal = kubeconfig
-                    .issued()
-                    .map(|t| renew::Renewal::new(env.ctx, &self.name, t));
+                self.renewal = kubeconfig.issued().map(|t| renew::Renewal::new(env.ctx, &self.name, t));
                 self.kubeconfig = Some(kubeconfig);
                 tracing::info!(connection = %self.name, expires_at = ?expires_at, "renewed the provider credential");
             }
@@ -669,6 +665,7 @@ impl Link {
             client.clone(),
             uid,
             &ctx.randomness,
+            ctx.config.watch_timeout,
         )));
     }
 
@@ -813,7 +810,9 @@ impl Link {
                         self.identity = None;
                         self.last_renew = Some(now);
                     }
-                    Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => return Err(Stop::Failed(e)),
+                    Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => {
+                        return Err(Stop::Failed(e));
+                    }
                 },
             }
         }
@@ -878,7 +877,9 @@ impl Link {
                         self.lease = None;
                         self.identity = None;
                     }
-                    Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => return Err(Stop::Failed(e)),
+                    Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => {
+                        return Err(Stop::Failed(e));
+                    }
                 },
             }
             self.last_renew = Some(now);
@@ -949,7 +950,10 @@ impl Link {
         if !kcp_like && self.exports.is_none() {
             self.exports = Some(ExportsWatch::start(
                 client.clone(),
-                crate::context::watcher_config(&env.ctx.randomness.fork(&format!("link/{}", self.name))),
+                crate::context::watcher_config(
+                    &env.ctx.randomness.fork(&format!("link/{}", self.name)),
+                    env.ctx.config.watch_timeout,
+                ),
                 self.name.clone(),
                 env.wakes.clone(),
             ));
@@ -975,7 +979,9 @@ impl Link {
             Err(e) if e.is_forbidden() && self.state.is_engaged() => return Err(Stop::Failed(e)),
             Err(e) => match classify(&e) {
                 Failure::Denied(message) => self.discovery_denied = Some(message),
-                Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => return Err(Stop::Failed(e)),
+                Failure::Unauthorized(_) | Failure::Unreachable(_) | Failure::Expired(_) => {
+                    return Err(Stop::Failed(e));
+                }
             },
         }
         self.last_discovery = Some(now);

@@ -234,7 +234,13 @@ pub(crate) async fn write_back(
         // 409, never overwritten.
         match ctx
             .consumer
-            .replace(&secrets(), Some(&secret_ref.namespace), &secret_ref.name, &secret, &params)
+            .replace(
+                &secrets(),
+                Some(&secret_ref.namespace),
+                &secret_ref.name,
+                &secret,
+                &params,
+            )
             .await
         {
             Ok(_) => return Ok(renewed),
@@ -314,14 +320,23 @@ mod tests {
         let clock: SharedClock = Arc::new(TokioClock::fixed());
         let cluster = FakeCluster::builder("consumer").seed(3).clock(clock.clone()).build();
         let admin = cluster.admin_client();
-        let ns = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}}))
-            .unwrap();
+        let ns =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kbind"}}))
+                .unwrap();
         admin
-            .create(&ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()), None, &ns, &PostParams::default())
+            .create(
+                &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+                None,
+                &ns,
+                &PostParams::default(),
+            )
             .await
             .unwrap();
         let obj = serde_json::from_value(secret(token, "kbind")).unwrap();
-        admin.create(&secrets(), Some("kbind"), &obj, &PostParams::default()).await.unwrap();
+        admin
+            .create(&secrets(), Some("kbind"), &obj, &PostParams::default())
+            .await
+            .unwrap();
         let ctx = Context {
             consumer: Arc::new(admin),
             connector: Arc::new(NoProviders),

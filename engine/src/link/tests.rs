@@ -31,7 +31,11 @@ struct TestConnector {
 
 #[async_trait]
 impl Connector for TestConnector {
-    async fn connect(&self, kc: &ProviderKubeconfig, _: &kbind_cluster::BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(
+        &self,
+        kc: &ProviderKubeconfig,
+        _: &kbind_cluster::BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, Error> {
         assert!(matches!(kc.credentials, Credentials::Token(_)));
         let host = kc.server.trim_start_matches("https://").trim_end_matches(".fake");
         let cluster = self

@@ -218,10 +218,17 @@ impl ProviderCache {
     pub fn new(client: Arc<dyn ClusterClient>, randomness: &kbind_cluster::backoff::SharedRandomness) -> Self {
         Self {
             client,
-            watcher_config: crate::context::watcher_config(randomness),
+            watcher_config: crate::context::watcher_config(randomness, crate::context::DEFAULT_WATCH_TIMEOUT),
             entries: Mutex::new(BTreeMap::new()),
             stopped: AtomicBool::new(false),
         }
+    }
+
+    /// Renews each watch after `timeout` instead of the default.
+    #[must_use]
+    pub fn with_watch_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.watcher_config.timeout_seconds = u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX).max(1);
+        self
     }
 
     /// The store of `res`, starting its (cluster-wide) watch the first time it is asked for.

@@ -39,15 +39,23 @@ impl std::fmt::Debug for EngagedProvider {
 
 impl EngagedProvider {
     /// An engagement of Connection `name` on `raw`, a client whose identity was just proven to
-    /// be `pinned`; its watches back off with the jitter of `randomness`.
-    pub(crate) fn new(name: &str, raw: Arc<dyn ClusterClient>, pinned: &str, randomness: &SharedRandomness) -> Self {
+    /// be `pinned`; its watches back off with the jitter of `randomness` and are renewed after
+    /// `watch_timeout`.
+    pub(crate) fn new(
+        name: &str,
+        raw: Arc<dyn ClusterClient>,
+        pinned: &str,
+        randomness: &SharedRandomness,
+        watch_timeout: std::time::Duration,
+    ) -> Self {
         let guarded = GuardedClient::new(raw, pinned);
         let client: Arc<dyn ClusterClient> = Arc::new(guarded.clone());
         Self {
             name: name.to_string(),
             identity: pinned.to_string(),
             reader: client.clone(),
-            cache: ProviderCache::new(client.clone(), &randomness.fork(&format!("provider/{name}"))),
+            cache: ProviderCache::new(client.clone(), &randomness.fork(&format!("provider/{name}")))
+                .with_watch_timeout(watch_timeout),
             client,
             guarded,
         }

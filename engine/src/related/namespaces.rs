@@ -257,7 +257,10 @@ mod tests {
         let task = tokio::spawn(follow(
             Arc::new(client.clone()),
             secrets(),
-            crate::context::watcher_config(&kbind_cluster::backoff::seeded(1)),
+            crate::context::watcher_config(
+                &kbind_cluster::backoff::seeded(1),
+                crate::context::DEFAULT_WATCH_TIMEOUT,
+            ),
             state,
         ));
         let first = until(&mut rx, |s| s.synced).await;

@@ -196,7 +196,9 @@ impl RelatedSyncers {
             Arc::new(move |b: &BindingRef| notify(&notifier, b))
         };
         let env = Environment {
-            consumer_cache: Arc::new(ProviderCache::new(ctx.consumer.clone(), &ctx.randomness)),
+            consumer_cache: Arc::new(
+                ProviderCache::new(ctx.consumer.clone(), &ctx.randomness).with_watch_timeout(ctx.config.watch_timeout),
+            ),
             instances: Arc::new(InstanceNamespaces::new(ctx.consumer.clone(), ctx.watcher_config())),
             references: Arc::new(ReferenceIndexes::new(ctx.consumer.clone(), ctx.watcher_config())),
             live: Arc::new(move |b: &BindingRef| liveness.live(b)),

@@ -36,7 +36,11 @@ impl Default for KubeConnector {
 
 #[async_trait]
 impl Connector for KubeConnector {
-    async fn connect(&self, kubeconfig: &ProviderKubeconfig, bearer: &BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(
+        &self,
+        kubeconfig: &ProviderKubeconfig,
+        bearer: &BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, Error> {
         let config = self.config(kubeconfig)?;
         let built = match kubeconfig.credentials {
             // The token is read from `bearer` on every request, so a renewal needs no new client.
@@ -220,7 +224,10 @@ mod tests {
         let client = KubeConnector::default().connect(&kubeconfig, &bearer).await.unwrap();
         let namespaces = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
         let last_user = || provider.request_log().last().map(|r| r.user.clone());
-        client.get(&namespaces, None, "default").await.expect("the first token works");
+        client
+            .get(&namespaces, None, "default")
+            .await
+            .expect("the first token works");
         assert_eq!(last_user().as_deref(), Some("konnector"));
 
         bearer.set("not-a-known-token");
@@ -228,7 +235,10 @@ mod tests {
         assert!(matches!(err, Error::Unauthorized { .. }), "{err:?}");
 
         bearer.set("renewed-token");
-        client.get(&namespaces, None, "default").await.expect("the renewed token works");
+        client
+            .get(&namespaces, None, "default")
+            .await
+            .expect("the renewed token works");
         assert_eq!(last_user().as_deref(), Some("renewed"));
     }
 

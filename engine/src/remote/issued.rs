@@ -68,9 +68,13 @@ impl IssuedToken {
             .decode(payload.trim_end_matches('='))
             .ok()?;
         let claims: Claims = serde_json::from_slice(&bytes).ok()?;
-        let (namespace, name) = claims.sub?.strip_prefix(SERVICE_ACCOUNT_PREFIX)?.split_once(':').and_then(
-            |(ns, name)| (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then(|| (ns.to_string(), name.to_string())),
-        )?;
+        let (namespace, name) = claims
+            .sub?
+            .strip_prefix(SERVICE_ACCOUNT_PREFIX)?
+            .split_once(':')
+            .and_then(|(ns, name)| {
+                (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then(|| (ns.to_string(), name.to_string()))
+            })?;
         let issued_at = Timestamp::from_second(claims.iat?).ok()?;
         let expires_at = Timestamp::from_second(claims.exp?).ok()?;
         if expires_at <= issued_at {
@@ -142,7 +146,10 @@ mod tests {
     fn a_service_account_jwt_names_its_account_and_expiry() {
         let token = unsigned_token("system:serviceaccount:kbind-grants:g-123", 1_700_000_000, 1_700_086_400);
         let issued = IssuedToken::parse(&token).expect("an issued token");
-        assert_eq!((issued.namespace.as_str(), issued.name.as_str()), ("kbind-grants", "g-123"));
+        assert_eq!(
+            (issued.namespace.as_str(), issued.name.as_str()),
+            ("kbind-grants", "g-123")
+        );
         assert_eq!(issued.expires_at.as_second(), 1_700_086_400);
         assert_eq!(issued.lifetime(), std::time::Duration::from_secs(86_400));
         assert_eq!(issued.audiences, ["https://kubernetes.default.svc.cluster.local"]);

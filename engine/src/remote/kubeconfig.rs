@@ -485,17 +485,18 @@ mod tests {
 
     #[test]
     fn a_new_token_replaces_the_selected_users_token_and_nothing_else() {
-        let text = kubeconfig("", "    token: old-token\n").replace(
-            "users:\n",
-            "users:\n- name: other\n  user:\n    token: untouched\n",
-        );
+        let text = kubeconfig("", "    token: old-token\n")
+            .replace("users:\n", "users:\n- name: other\n  user:\n    token: untouched\n");
         let before = parse(&text).unwrap();
         let rewritten = with_token(text.as_bytes(), "new-token").unwrap();
         let after = parse_kubeconfig(&rewritten, false).unwrap();
         assert_eq!(after.credentials, Credentials::Token("new-token".into()));
         assert_eq!((after.server, after.ca_pem), (before.server, before.ca_pem));
         let rewritten = String::from_utf8(rewritten).unwrap();
-        assert!(rewritten.contains("untouched") && !rewritten.contains("old-token"), "{rewritten}");
+        assert!(
+            rewritten.contains("untouched") && !rewritten.contains("old-token"),
+            "{rewritten}"
+        );
         let cert = format!(
             "    client-certificate-data: {}\n    client-key-data: {}\n",
             b64("CERT"),

@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use kbind_cluster::{BearerToken, ClusterClient, ClusterIdentity};
 
 pub use connector::KubeConnector;
+pub use issued::IssuedToken;
 #[cfg(any(test, feature = "testing"))]
 pub use issued::unsigned_token;
-pub use issued::IssuedToken;
 pub use kubeconfig::{Refusal, parse_kubeconfig, with_token};
 
 /// Provider credentials, accepted under DESIGN.md §5. `Debug` never shows secrets.

@@ -56,7 +56,11 @@ impl FakeConnector {
 
 #[async_trait]
 impl Connector for FakeConnector {
-    async fn connect(&self, kc: &ProviderKubeconfig, _: &kbind_cluster::BearerToken) -> Result<Arc<dyn ClusterClient>, Error> {
+    async fn connect(
+        &self,
+        kc: &ProviderKubeconfig,
+        _: &kbind_cluster::BearerToken,
+    ) -> Result<Arc<dyn ClusterClient>, Error> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let (cluster, ca) = self
             .routes

@@ -46,17 +46,29 @@ fn provider_role() -> serde_json::Value {
 /// A world with provider `acme` exporting widgets, the konnector running on an issued token of
 /// `lifetime` (ServiceAccount `kbind-konnector` with [`PROVIDER_ROLE`] and the Role that lets
 /// it renew itself), its ClusterBinding Ready and widget `default/w1` copied.
-async fn renewing_world(story: &str, seed: u64, config: EngineConfig, lifetime: Duration, quiet: bool) -> (World, Credential) {
-    let mut world = World::builder()
+async fn renewing_world(
+    story: &str,
+    seed: u64,
+    config: EngineConfig,
+    lifetime: Duration,
+    quiet: bool,
+) -> (World, Credential) {
+    let mut builder = World::builder()
         .seed(seed_from_env(seed))
         .story(story)
         .provider("acme", ProviderOpts::default())
         .engine_config(config)
         // A year of leader-election renewals every few seconds would be most of the run.
         .leader_election(!quiet)
-        .log_level(if quiet { tracing::Level::WARN } else { tracing::Level::DEBUG })
-        .build()
-        .await;
+        .log_level(if quiet {
+            tracing::Level::WARN
+        } else {
+            tracing::Level::DEBUG
+        });
+    if quiet {
+        builder = builder.bookmark_interval(6 * HOUR);
+    }
+    let mut world = builder.build().await;
     world.install_provider_crd("acme", widgets_crd()).await;
     world
         .provider("acme")
@@ -104,7 +116,9 @@ async fn secret_token(world: &World) -> String {
         .expect("the Secret");
     let encoded = secret.data["data"]["kubeconfig"].as_str().expect("the kubeconfig key");
     use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).expect("base64");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("base64");
     let kubeconfig = kbind_engine::remote::parse_kubeconfig(&bytes, false).expect("an accepted kubeconfig");
     match kubeconfig.credentials {
         kbind_engine::remote::Credentials::Token(token) => token,
@@ -142,11 +156,12 @@ fn requests_by(cluster: &fakeapi::FakeCluster, user: &str, from: usize, verb: &s
 #[tokio::test(start_paused = true)]
 async fn a_year_of_renewals_disengages_nothing_and_writes_only_the_secret() {
     let story = "a_year_of_renewals_disengages_nothing_and_writes_only_the_secret";
-    // A heartbeat every ten minutes and a six-hour resync keep a year of virtual time
-    // affordable; renewals do not depend on either.
+    // Heartbeats, resyncs, watch renewals and bookmarks every few hours keep a year of virtual
+    // time affordable; renewals depend on none of them.
     let config = EngineConfig {
-        heartbeat_interval: Duration::from_secs(6 * 3600),
+        heartbeat_interval: 3 * HOUR,
         rediscovery_interval: 6 * HOUR,
+        watch_timeout: 6 * HOUR,
         ..EngineConfig::default()
     };
     let (mut world, cred) = renewing_world(story, 39, config, DAY, true).await;
@@ -171,7 +186,11 @@ async fn a_year_of_renewals_disengages_nothing_and_writes_only_the_secret() {
         world.let_pass(DAY).await;
         patch_widget(&world, "default", "w1", json!({"spec": {"size": day}})).await;
         world
-            .run_until_async(&format!("day {day}'s change reaches the provider"), 30, copy_has("acme", "default", "w1", "/spec/size", json!(day)))
+            .run_until_async(
+                &format!("day {day}'s change reaches the provider"),
+                30,
+                copy_has("acme", "default", "w1", "/spec/size", json!(day)),
+            )
             .await;
         let conn = connection(&world).await;
         let (ready, why, message) = condition_of(&conn, condition::READY);
@@ -182,16 +201,27 @@ async fn a_year_of_renewals_disengages_nothing_and_writes_only_the_secret() {
         for (cluster, c) in [("consumer", world.consumer()), ("acme", world.provider("acme"))] {
             let mut counted: BTreeMap<String, usize> = BTreeMap::new();
             for r in c.request_log() {
-                *counted.entry(format!("{} {} {}", r.user, r.verb, r.resource)).or_default() += 1;
+                *counted
+                    .entry(format!("{} {} {}", r.user, r.verb, r.resource))
+                    .or_default() += 1;
             }
             println!("{cluster}: {counted:#?}");
         }
     }
 
     let renewals = world.providers().credentials();
-    let report = renewals.iter().find(|c| c.connection == "acme").expect("acme's credential");
+    let report = renewals
+        .iter()
+        .find(|c| c.connection == "acme")
+        .expect("acme's credential");
     let renewed = usize::try_from(report.renewed).unwrap();
-    let token_requests = requests_by(world.provider("acme"), &cred.user, requests_from, "create", "serviceaccounts.");
+    let token_requests = requests_by(
+        world.provider("acme"),
+        &cred.user,
+        requests_from,
+        "create",
+        "serviceaccounts.",
+    );
     let consumer_writes = writes_by(world.consumer(), &konnector, consumer_from);
     let provider_writes = writes_by(world.provider("acme"), &cred.user, provider_from);
     println!(
@@ -211,9 +241,16 @@ async fn a_year_of_renewals_disengages_nothing_and_writes_only_the_secret() {
     assert_eq!(token_requests, renewed, "one TokenRequest per renewal");
     // Nothing disengaged: the same engagement, one client, no engagement change announced.
     let now_engaged = world.providers().get("acme").expect("still engaged");
-    assert!(std::sync::Arc::ptr_eq(&engaged, &now_engaged), "the provider was engaged again");
+    assert!(
+        std::sync::Arc::ptr_eq(&engaged, &now_engaged),
+        "the provider was engaged again"
+    );
     assert!(!changes.has_changed().unwrap(), "an engagement changed during the year");
-    assert_eq!(world.connector().connects("acme"), connects, "a new provider client was built");
+    assert_eq!(
+        world.connector().connects("acme"),
+        connects,
+        "a new provider client was built"
+    );
     // On the consumer: the Secret and the Connection's status, once per renewal; nothing else.
     assert_eq!(
         consumer_writes,
@@ -238,7 +275,10 @@ async fn a_year_of_renewals_disengages_nothing_and_writes_only_the_secret() {
     );
     let conn = connection(&world).await;
     let expiry = expires_at(&conn).expect("the renewed token's expiry");
-    assert!(expiry > world.clock().now() && expiry > first_expiry, "{expiry} after {first_expiry}");
+    assert!(
+        expiry > world.clock().now() && expiry > first_expiry,
+        "{expiry} after {first_expiry}"
+    );
     assert_ne!(secret_token(&world).await, first_token);
 }
 
@@ -247,7 +287,11 @@ async fn connection_events(world: &World, why: &str) -> Vec<kbind_cluster::Dynam
     let events = world
         .consumer()
         .admin_client()
-        .list(&kbind_engine::events::event_resource(), Some("default"), &Default::default())
+        .list(
+            &kbind_engine::events::event_resource(),
+            Some("default"),
+            &Default::default(),
+        )
         .await
         .expect("listing events");
     events
@@ -262,7 +306,11 @@ async fn connection_events(world: &World, why: &str) -> Vec<kbind_cluster::Dynam
 }
 
 /// Whether Connection `acme`'s condition `type_` has `status` and `why`.
-fn connection_is(type_: &'static str, status: &'static str, why: &'static str) -> impl for<'w> Fn(&'w World) -> futures::future::BoxFuture<'w, bool> {
+fn connection_is(
+    type_: &'static str,
+    status: &'static str,
+    why: &'static str,
+) -> impl for<'w> Fn(&'w World) -> futures::future::BoxFuture<'w, bool> {
     move |w| {
         async move {
             let conn = connection(w).await;
@@ -303,7 +351,7 @@ async fn withdraw_self_renewal(world: &World) {
             &Default::default(),
         )
         .await
-    .expect("the self-renewal RoleBinding goes");
+        .expect("the self-renewal RoleBinding goes");
 }
 
 /// A renewal the provider refuses (403: the Role that allowed it was taken back) keeps the
@@ -324,23 +372,39 @@ async fn a_refused_renewal_keeps_the_token_until_it_expires_and_names_the_way_ou
     world.let_pass(Duration::from_secs(30 * 60)).await;
     world
         .run_until_async("a failed renewal is reported", 15 * 60, |w| {
-            async move { condition_of(&connection(w).await, condition::CONNECTED).2.contains("renewing the credential failed") }.boxed()
+            async move {
+                condition_of(&connection(w).await, condition::CONNECTED)
+                    .2
+                    .contains("renewing the credential failed")
+            }
+            .boxed()
         })
         .await;
     let conn = connection(&world).await;
     let (connected, _, message) = condition_of(&conn, condition::CONNECTED);
     assert_eq!(connected, "True", "{message}");
     assert_eq!(condition_of(&conn, condition::READY).0, "True");
-    for part in ["create serviceaccounts/token", "kbind/kbind-konnector", "HTTP 403 Forbidden", "expires at"] {
+    for part in [
+        "create serviceaccounts/token",
+        "kbind/kbind-konnector",
+        "HTTP 403 Forbidden",
+        "expires at",
+    ] {
         assert!(message.contains(part), "{part:?} in {message}");
     }
     let warnings = connection_events(&world, "CredentialRenewalFailed").await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let note = warnings[0].data["note"].as_str().unwrap_or_default().to_string();
-    assert!(note.contains("create serviceaccounts/token") && note.contains("403"), "{note}");
+    assert!(
+        note.contains("create serviceaccounts/token") && note.contains("403"),
+        "{note}"
+    );
     let report = world.providers().credentials();
     assert!(report[0].failed >= 1 && report[0].renewed == 0, "{report:?}");
-    assert!(std::sync::Arc::ptr_eq(&engaged, &world.providers().get("acme").unwrap()));
+    assert!(std::sync::Arc::ptr_eq(
+        &engaged,
+        &world.providers().get("acme").unwrap()
+    ));
     assert_eq!(expires_at(&conn), Some(first_expiry), "the same token, the same expiry");
 
     // The token expires: the provider refuses it; the Connection names the way out.
@@ -359,10 +423,21 @@ async fn a_refused_renewal_keeps_the_token_until_it_expires_and_names_the_way_ou
     }
     assert_eq!(condition_of(&conn, condition::READY).1, "CredentialExpired");
     assert_eq!(connection_events(&world, "CredentialExpired").await.len(), 1);
-    assert!(world.providers().get("acme").is_none(), "disengaged once the token is refused");
-    assert!(world.consumer_get(&kbind_scenarios::apis::widgets(), Some("default"), "w1").await.is_some());
     assert!(
-        world.provider_get("acme", &kbind_scenarios::apis::widgets(), Some("default"), "w1").await.is_some(),
+        world.providers().get("acme").is_none(),
+        "disengaged once the token is refused"
+    );
+    assert!(
+        world
+            .consumer_get(&kbind_scenarios::apis::widgets(), Some("default"), "w1")
+            .await
+            .is_some()
+    );
+    assert!(
+        world
+            .provider_get("acme", &kbind_scenarios::apis::widgets(), Some("default"), "w1")
+            .await
+            .is_some(),
         "the provider copy stays"
     );
 
@@ -371,7 +446,11 @@ async fn a_refused_renewal_keeps_the_token_until_it_expires_and_names_the_way_ou
     let renewed = Credential { token, ..cred };
     world.swap_secret("acme", &renewed, None).await;
     world
-        .run_until_async("Ready again", 300, connection_is(condition::READY, "True", "AsExpected"))
+        .run_until_async(
+            "Ready again",
+            300,
+            connection_is(condition::READY, "True", "AsExpected"),
+        )
         .await;
 }
 
@@ -393,14 +472,22 @@ async fn a_token_that_expired_while_the_konnector_was_down_names_the_way_out() {
         .await;
     let conn = connection(&world).await;
     let (_, _, message) = condition_of(&conn, condition::CONNECTED);
-    assert!(message.contains("kbind bind") && message.contains("kbind redeem"), "{message}");
+    assert!(
+        message.contains("kbind bind") && message.contains("kbind redeem"),
+        "{message}"
+    );
     assert!(expires_at(&conn).is_some_and(|at| at < world.clock().now()));
     let from = world.provider("acme").request_log().len();
     world.let_pass(Duration::from_secs(10 * 60)).await;
     let requests = world.provider("acme").request_log_from(from).len();
     // Retried on its backoff (at most every 15 s, jittered), not in a loop.
     assert!(requests <= 10 * 60 / 15 + 5, "{requests} requests in ten minutes");
-    assert!(world.consumer_get(&kbind_scenarios::apis::widgets(), Some("default"), "w1").await.is_some());
+    assert!(
+        world
+            .consumer_get(&kbind_scenarios::apis::widgets(), Some("default"), "w1")
+            .await
+            .is_some()
+    );
     let _ = cred;
 }
 
@@ -421,11 +508,18 @@ async fn a_redeemed_token_of_the_same_account_keeps_the_engagement() {
     world
         .run_until_async("Ready", 30, connection_is(condition::READY, "True", "AsExpected"))
         .await;
-    assert!(std::sync::Arc::ptr_eq(&engaged, &world.providers().get("acme").unwrap()), "engaged again");
+    assert!(
+        std::sync::Arc::ptr_eq(&engaged, &world.providers().get("acme").unwrap()),
+        "engaged again"
+    );
     assert_eq!(world.connector().connects("acme"), connects, "a new client was built");
     patch_widget(&world, "default", "w1", json!({"spec": {"size": 7}})).await;
     world
-        .run_until_async("the change reaches the provider", 30, copy_has("acme", "default", "w1", "/spec/size", json!(7)))
+        .run_until_async(
+            "the change reaches the provider",
+            30,
+            copy_has("acme", "default", "w1", "/spec/size", json!(7)),
+        )
         .await;
 }
 
@@ -473,5 +567,11 @@ async fn a_kubeconfig_that_is_not_an_issued_token_is_never_rewritten() {
         .filter(|r| r.resource == "serviceaccounts.")
         .count();
     assert_eq!(token_requests, 0);
-    assert!(world.providers().credentials().iter().all(|c| c.expires_at.is_none() && c.renewed + c.failed == 0));
+    assert!(
+        world
+            .providers()
+            .credentials()
+            .iter()
+            .all(|c| c.expires_at.is_none() && c.renewed + c.failed == 0)
+    );
 }
