@@ -24,14 +24,6 @@ use kbind_cluster::{ClusterClient, ClusterClientExt, Patch, PatchParams};
 use monitoring_check::*;
 use serde_json::{Value, json};
 
-/// The konnector's credential metrics that the renewal work (issue 39, item 2) adds, with their
-/// labels. Until they are exported the world test takes them as declared here; once the konnector
-/// exports them the test fails and asks for this list to go, so they are checked like the rest.
-const PENDING_FROM_RENEWAL: &[(&str, &[&str])] = &[
-    ("kbind_credential_expiry_timestamp_seconds", &["connection"]),
-    ("kbind_credential_renewals_total", &["connection", "result"]),
-];
-
 const CHARTS: [(&str, &str); 2] = [("konnector", "the konnector"), ("kbind-backend", "kbind-backend")];
 const RUNBOOKS: &str = "https://github.com/kbind/kbind/blob/main/docs/runbooks.md";
 const TOKEN: &str = "alice-secret-token-0123456789abcdef";
@@ -581,23 +573,8 @@ async fn the_running_binaries_export_every_metric_and_label_the_alerts_and_dashb
         } else {
             &backend_metrics
         };
-        let assumed = if chart == "konnector" {
-            PENDING_FROM_RENEWAL
-        } else {
-            &[]
-        };
-        let (errors, pending) = check(binary, &queries(chart), exposition, assumed);
+        let (errors, _) = check(binary, &queries(chart), exposition, &[]);
         failures.extend(errors.into_iter().map(|e| format!("{chart} chart: {e}")));
-        if !pending.is_empty() {
-            eprintln!("{chart} chart: not exported yet, taken as PENDING_FROM_RENEWAL declares them: {pending:?}");
-        }
-        for (name, _) in assumed {
-            if exposition.selectable().contains_key(*name) {
-                failures.push(format!(
-                    "{chart} chart: {binary} exports {name} now: remove it from PENDING_FROM_RENEWAL so it is checked like the rest"
-                ));
-            }
-        }
     }
     assert!(
         failures.is_empty(),
