@@ -5,7 +5,8 @@
 //! authenticate → catalog → bind → pickup → apply the bundle → the konnector syncs both ways →
 //! a replayed pickup fails → with the backend stopped and the konnector restarted, sync goes on →
 //! revoke → the Connection goes not Ready with a reason → a consumer that stops heartbeating is
-//! reaped.
+//! reaped. Its `images` module (ignored; `hack/image-test` runs it) takes the same path with the
+//! container images.
 
 #[path = "../../tests/support/children.rs"]
 mod children;
