@@ -117,7 +117,7 @@ pub struct RunArgs {
     /// fraction of its lifetime between 0 and 1 (each renewal comes up to 15 % of that earlier,
     /// spread by jitter). The default leaves a third of the lifetime to retry in.
     #[arg(long, value_name = "FRACTION", default_value_t = kbind_engine::context::DEFAULT_CREDENTIAL_RENEW_FRACTION,
-          value_parser = parse_fraction)]
+          value_parser = parse_fraction, allow_negative_numbers = true)]
     pub credential_renew_fraction: f64,
 }
 
