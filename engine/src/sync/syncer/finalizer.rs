@@ -5,13 +5,13 @@ use kbind_api::consts::finalizer;
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 
-use super::shared::{Shared, WAIT};
+use super::state::{ApiSyncer, WAIT};
 use crate::finalizers;
 use crate::mapper::ObjectKey;
 use crate::sync::meta;
 use crate::sync::{SyncError, lock};
 
-impl Shared {
+impl ApiSyncer {
     /// Deletion: the provider copy goes first (if ours and not orphaned), then our finalizer.
     pub(super) async fn finalize(
         &self,
@@ -58,7 +58,7 @@ impl Shared {
             }
         }
         release_finalizer(self.consumer.as_ref(), self.res(), obj, key).await?;
-        lock(&self.tally).forget(key);
+        lock(&self.findings).forget(key);
         Ok(Action::await_change())
     }
 

@@ -17,14 +17,14 @@ use kbind_api::consts::annotation;
 use kbind_cluster::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::shared::Shared;
+use super::state::ApiSyncer;
 use crate::mapper::ObjectKey;
 use crate::sync::SyncError;
 
 /// The step of a failed status write (its retry must not measure the spec-up again).
 pub(super) const STATUS_STEP: &str = "write the status of";
 
-impl Shared {
+impl ApiSyncer {
     /// Provider status down, translated; skipped without a consumer status subresource.
     /// Returns whether the consumer status was written.
     pub(super) async fn status_down(

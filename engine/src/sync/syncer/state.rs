@@ -1,5 +1,5 @@
-//! What every reconcile of one syncer shares: its spec, both clients, its memos of the
-//! provider side, and where it reports.
+//! One syncer's state, which every reconcile of it shares: its spec, both clients, its memos of
+//! the provider side, and where it reports.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -15,19 +15,19 @@ use crate::mapper::{Mapper, ObjectKey};
 use crate::provider::EngagedProvider;
 use crate::sync::observe::{PendingTriggers, SyncObserver};
 use crate::sync::provider_events::{ProviderEchoes, ProviderWatches};
-use crate::sync::{SharedTally, SyncerSpec};
+use crate::sync::{SharedFindings, SyncerSpec};
 
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 pub(super) const WAIT: Duration = Duration::from_secs(2);
 
-/// What every reconcile of one syncer shares.
-pub(crate) struct Shared {
+/// One syncer of one (binding, API): what every reconcile of its objects shares.
+pub(crate) struct ApiSyncer {
     pub(super) spec: SyncerSpec,
     pub(super) consumer: Arc<dyn ClusterClient>,
     pub(super) provider: Arc<EngagedProvider>,
     pub(super) mapper: Arc<dyn Mapper>,
     pub(super) recorder: Recorder,
-    pub(super) tally: SharedTally,
+    pub(super) findings: SharedFindings,
     pub(super) pending: Arc<PendingTriggers>,
     pub(super) observer: Arc<dyn SyncObserver>,
     pub(super) clock: kbind_cluster::SharedClock,
@@ -51,21 +51,21 @@ pub(crate) struct Shared {
     /// The jitter of every requeue.
     pub(super) randomness: kbind_cluster::backoff::SharedRandomness,
     /// Whether the consumer watch's last event was an error (spares a working watch's events
-    /// the tally's lock).
+    /// the findings' lock).
     pub(super) consumer_failing: std::sync::atomic::AtomicBool,
 }
 
 /// Where a syncer reports what it did and how long it took.
 pub(crate) struct Observation {
     /// Synced objects, conflicts and denials (the binding's status).
-    pub(crate) tally: SharedTally,
+    pub(crate) findings: SharedFindings,
     /// Changes seen and not yet synced.
     pub(crate) pending: Arc<PendingTriggers>,
     /// Receives the latencies.
     pub(crate) observer: Arc<dyn SyncObserver>,
 }
 
-impl Shared {
+impl ApiSyncer {
     /// The shared state of a syncer for `spec` on `provider`.
     pub(crate) fn new(
         ctx: &Context,
@@ -82,7 +82,7 @@ impl Shared {
             spec,
             provider,
             mapper,
-            tally: observation.tally,
+            findings: observation.findings,
             pending: observation.pending,
             observer: observation.observer,
             namespaces: Mutex::new(BTreeSet::new()),
