@@ -2,7 +2,7 @@
 //! Warning Event and a `Synced=False` condition on the consumer object, and the report.
 
 use kbind_api::consts::{annotation, reason};
-use kbind_cluster::{DynamicObject, Patch, PatchParams};
+use kbind_cluster::{DynamicObject, Patch};
 use serde_json::{Value, json};
 
 use super::state::ApiSyncer;
@@ -60,14 +60,7 @@ impl ApiSyncer {
 
     async fn set_conflict_annotation(&self, key: &ObjectKey, why: Option<&str>) -> Result<(), SyncError> {
         let patch = json!({"metadata": {"annotations": {annotation::CONFLICT: why}}});
-        self.consumer
-            .patch(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
+        self.patch_consumer(key, Patch::Merge(patch))
             .await
             .map(|_| ())
             .map_err(|source| SyncError::ConsumerWriteFailed {
@@ -101,17 +94,7 @@ impl ApiSyncer {
             "observedGeneration": obj.metadata.generation,
         }));
         let patch = json!({"status": {"conditions": conditions}});
-        if let Err(e) = self
-            .consumer
-            .patch_status(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
-            .await
-        {
+        if let Err(e) = self.patch_consumer_status(key, Patch::Merge(patch)).await {
             tracing::debug!(object = %key, error = %e, "could not write the conflict condition");
         }
     }

@@ -66,21 +66,14 @@ impl ApiSyncer {
         // The label says which Connection serves the object (several may serve one API).
         let mut patch = finalizers::guarded_patch(&obj.metadata, finalizers::with(&obj.metadata, finalizer::SYNCER));
         meta::mark_connection(&mut patch["metadata"], &self.spec.connection);
-        let updated = self
-            .consumer
-            .patch(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
-            .await
-            .map_err(|source| SyncError::ConsumerWriteFailed {
-                step: "add the finalizer to",
-                object: key.clone(),
-                source,
-            })?;
+        let updated =
+            self.patch_consumer(key, Patch::Merge(patch))
+                .await
+                .map_err(|source| SyncError::ConsumerWriteFailed {
+                    step: "add the finalizer to",
+                    object: key.clone(),
+                    source,
+                })?;
         self.pending
             .own_write(key.clone(), updated.metadata.resource_version.clone());
         Ok(updated)

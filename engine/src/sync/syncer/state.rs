@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_cluster::{ApiResource, ClusterClient};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use serde_json::Value;
 
 use super::recreate::RecreateThrottle;
 use crate::context::Context;
@@ -105,6 +106,40 @@ impl ApiSyncer {
     pub(super) fn wait(&self, key: &ObjectKey, period: Duration) -> Duration {
         let label = format!("sync/{}/{}/{key}", self.spec.binding.uid, self.spec.api);
         kbind_cluster::backoff::period(self.randomness.as_ref(), &label, period)
+    }
+
+    /// Patches the consumer object `key`.
+    pub(super) async fn patch_consumer(
+        &self,
+        key: &ObjectKey,
+        patch: Patch<Value>,
+    ) -> Result<DynamicObject, kbind_cluster::Error> {
+        self.consumer
+            .patch(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &patch,
+                &PatchParams::default(),
+            )
+            .await
+    }
+
+    /// Patches the status subresource of the consumer object `key`.
+    pub(super) async fn patch_consumer_status(
+        &self,
+        key: &ObjectKey,
+        patch: Patch<Value>,
+    ) -> Result<DynamicObject, kbind_cluster::Error> {
+        self.consumer
+            .patch_status(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &patch,
+                &PatchParams::default(),
+            )
+            .await
     }
 
     /// A requeue of the object `key` after `period`, jittered.

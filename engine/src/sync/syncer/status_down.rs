@@ -14,7 +14,7 @@
 //!   answered is not known, and a wrong number would claim an answer that was never given).
 
 use kbind_api::consts::annotation;
-use kbind_cluster::{DynamicObject, Patch, PatchParams};
+use kbind_cluster::{DynamicObject, Patch};
 use serde_json::{Value, json};
 
 use super::state::ApiSyncer;
@@ -58,17 +58,7 @@ impl ApiSyncer {
             object: key.clone(),
             source: kbind_cluster::Error::Decode(e.to_string()),
         })?;
-        match self
-            .consumer
-            .patch_status(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Json(patch),
-                &PatchParams::default(),
-            )
-            .await
-        {
+        match self.patch_consumer_status(key, Patch::Json(patch)).await {
             Ok(written) => {
                 self.pending
                     .own_status(key.clone(), written.metadata.resource_version, status);
