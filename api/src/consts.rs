@@ -171,7 +171,7 @@ pub mod reason {
     pub const INCOMPATIBLE_SCHEMA: &str = "IncompatibleSchema";
     /// *(ours)* The per-API `Synced` reasons that say a binding serves nothing of that API, so it
     /// claims none of its namespaces (DESIGN.md §4 "Connections per API").
-    pub const REFUSALS: [&str; 7] = [
+    pub const API_REFUSALS: [&str; 7] = [
         BOUND_THROUGH_ANOTHER_CONNECTION,
         NAMESPACE_NOT_ALLOWED,
         CLUSTER_SCOPED_API_IN_BINDING,

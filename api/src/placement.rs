@@ -38,9 +38,9 @@ pub fn allows_namespace(allowed: Option<&str>, namespace: &str) -> bool {
 }
 
 /// Whether a per-API `Synced` reason says the binding serves nothing of that API
-/// ([`reason::REFUSALS`]).
+/// ([`reason::API_REFUSALS`]).
 pub fn is_refusal(reason: &str) -> bool {
-    reason::REFUSALS.contains(&reason)
+    reason::API_REFUSALS.contains(&reason)
 }
 
 /// Whether a binding claims what it covers of an API: a recorded claim (`claimed`) keeps it
@@ -209,14 +209,14 @@ mod tests {
 
         #[test]
         fn a_recorded_claim_holds_whatever_the_conditions_say(reason in prop_oneof![
-            proptest::sample::select(reason::REFUSALS.to_vec()),
+            proptest::sample::select(reason::API_REFUSALS.to_vec()),
             Just(reason::PENDING),
             Just(reason::SCHEMA_UPDATE_BLOCKED),
         ]) {
             prop_assert!(claims(true, Some(reason)));
             prop_assert!(claims(true, None));
             prop_assert!(claims(false, None), "a binding whose Synced holds claims");
-            prop_assert_eq!(claims(false, Some(reason)), !reason::REFUSALS.contains(&reason));
+            prop_assert_eq!(claims(false, Some(reason)), !reason::API_REFUSALS.contains(&reason));
         }
 
         #[test]

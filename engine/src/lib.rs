@@ -47,6 +47,7 @@ pub mod context;
 pub mod crdpull;
 pub mod engine;
 pub mod events;
+mod finalizers;
 pub mod leader;
 pub mod link;
 mod listed;

@@ -13,7 +13,7 @@ use kbind_api::{ClusterBinding, Connection, PullPolicy, conditions};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Patch, PatchParams};
 use serde_json::json;
 
-use super::reconcile::{BindingError, Shared};
+use super::reconcile::{Binder, BindingError};
 use super::schema::deliver;
 
 /// The autoBind ClusterBinding's name for Connection `connection`.
@@ -22,7 +22,7 @@ pub fn autobind_name(connection: &str) -> String {
 }
 
 /// Runs the pullPolicy All and autoBind passes for one Connection.
-pub(crate) async fn reconcile_connection(shared: &Shared, conn: &Connection) -> Result<(), BindingError> {
+pub(crate) async fn reconcile_connection(shared: &Binder, conn: &Connection) -> Result<(), BindingError> {
     if conn.metadata.deletion_timestamp.is_some()
         || !conditions::is_true(conn.conditions(), kbind_api::consts::condition::READY)
     {

@@ -44,7 +44,7 @@ use crate::sync::{BindingKind, Syncers};
 use crate::typed::typed_watcher;
 
 pub use extras::autobind_name;
-pub use reconcile::{BindingError, Shared, reconcile};
+pub use reconcile::{Binder, BindingError, reconcile};
 pub use view::BindingView;
 
 /// Stops every syncer when the binding controllers stop (leadership lost, shutdown).
@@ -91,7 +91,7 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
     // One Connection stream feeds both controllers through a broadcast of changed names; the
     // watches of pulled provider CRDs announce their Connection on it too.
     let (changed_tx, _) = tokio::sync::broadcast::channel::<String>(256);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Binder {
         related: crate::related::RelatedSyncers::new(ctx.clone(), cluster_bindings.clone(), bindings.clone()),
         ctx,
         links: links.clone(),
@@ -248,7 +248,7 @@ where
 
 /// Runs the per-Connection passes on each Connection change (and each change of a pulled
 /// provider CRD), and at the resync interval as a backstop.
-async fn connection_extras(shared: Arc<Shared>, mut changed: tokio::sync::broadcast::Receiver<String>) {
+async fn connection_extras(shared: Arc<Binder>, mut changed: tokio::sync::broadcast::Receiver<String>) {
     loop {
         let names: Vec<String> = tokio::select! {
             received = changed.recv() => match received {
@@ -275,23 +275,23 @@ fn engagement_changes(links: &Links) -> impl Stream<Item = ()> + Send + 'static 
     })
 }
 
-async fn reconcile_cluster_binding(b: Arc<ClusterBinding>, shared: Arc<Shared>) -> Result<Action, BindingError> {
+async fn reconcile_cluster_binding(b: Arc<ClusterBinding>, shared: Arc<Binder>) -> Result<Action, BindingError> {
     reconcile(BindingView::from(b.as_ref()), shared).await
 }
 
-async fn reconcile_binding(b: Arc<Binding>, shared: Arc<Shared>) -> Result<Action, BindingError> {
+async fn reconcile_binding(b: Arc<Binding>, shared: Arc<Binder>) -> Result<Action, BindingError> {
     reconcile(BindingView::from(b.as_ref()), shared).await
 }
 
-fn error_policy_cluster(b: Arc<ClusterBinding>, error: &BindingError, shared: Arc<Shared>) -> Action {
+fn error_policy_cluster(b: Arc<ClusterBinding>, error: &BindingError, shared: Arc<Binder>) -> Action {
     error_policy(&BindingView::from(b.as_ref()), error, &shared)
 }
 
-fn error_policy_binding(b: Arc<Binding>, error: &BindingError, shared: Arc<Shared>) -> Action {
+fn error_policy_binding(b: Arc<Binding>, error: &BindingError, shared: Arc<Binder>) -> Action {
     error_policy(&BindingView::from(b.as_ref()), error, &shared)
 }
 
-fn error_policy(view: &BindingView, error: &BindingError, shared: &Shared) -> Action {
+fn error_policy(view: &BindingView, error: &BindingError, shared: &Binder) -> Action {
     tracing::warn!(binding = %view.display(), error = %error, "binding reconcile failed");
     Action::requeue(shared.ctx.jitter(&view.display(), reconcile::WAIT_INTERVAL * 5))
 }

@@ -13,7 +13,7 @@ use kbind_api::consts::{TRUE, annotation, label};
 use kbind_cluster::{ApiResource, ClusterClient, DeleteParams, DynamicObject, ListParams};
 use kube::api::Preconditions;
 
-use super::reconcile::Shared;
+use super::reconcile::Binder;
 use super::schema::{consumer_crd, resource_of};
 use super::view::BindingView;
 use crate::mapper::ObjectKey;
@@ -55,7 +55,7 @@ async fn only_built_ins(reader: &dyn ClusterClient, ns: &str) -> Option<bool> {
 
 /// The provider namespaces the binding's objects map to (the objects stay on the consumer
 /// through a drain); `None` when a consumer read failed.
-async fn used_by(view: &BindingView, shared: &Shared) -> Option<BTreeSet<String>> {
+async fn used_by(view: &BindingView, shared: &Binder) -> Option<BTreeSet<String>> {
     let consumer = shared.ctx.consumer.as_ref();
     let mapper = shared.syncers.mapper();
     let mut used = BTreeSet::new();
@@ -90,7 +90,7 @@ async fn used_by(view: &BindingView, shared: &Shared) -> Option<BTreeSet<String>
 /// asked to delete.
 pub(crate) async fn remove_unused(
     view: &BindingView,
-    shared: &Shared,
+    shared: &Binder,
     provider: &EngagedProvider,
     consumer_cluster_uid: &str,
 ) -> usize {

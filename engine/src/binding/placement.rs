@@ -20,7 +20,7 @@ use kbind_api::conditions;
 use kbind_api::consts::condition;
 use kbind_api::placement::{self, Standing};
 
-use super::reconcile::Shared;
+use super::reconcile::Binder;
 use super::view::BindingView;
 
 /// Where one binding's API stands among the Connections that bind it.
@@ -68,7 +68,7 @@ fn unservable(b: &BindingView, api: &str) -> bool {
 
 /// Whether `b`'s Connection exports `api` (its `status.exportedAPIs`, which keep their last
 /// value while the provider is unreachable: a fact a blink does not change).
-fn exported(shared: &Shared, b: &BindingView, api: &str) -> bool {
+fn exported(shared: &Binder, b: &BindingView, api: &str) -> bool {
     shared
         .connection(&b.spec.connection_ref.name)
         .and_then(|c| c.status.clone())
@@ -88,7 +88,7 @@ fn blocked(all: &[BindingView], b: &BindingView, api: &str) -> bool {
 }
 
 /// Where `b` stands in the contest for a part of `api` ([`Standing`]: lower wins).
-fn rank(shared: &Shared, b: &BindingView, api: &str) -> Standing {
+fn rank(shared: &Binder, b: &BindingView, api: &str) -> Standing {
     Standing {
         claimed_at: claim(b, api),
         exported: exported(shared, b, api),
@@ -103,7 +103,7 @@ fn rank(shared: &Shared, b: &BindingView, api: &str) -> Standing {
 /// The live (not deleting) bindings of `connection` that name `api` and that the Connection
 /// allows to serve: the only ones that can serve it.
 pub(crate) fn live<'a>(
-    shared: &'a Shared,
+    shared: &'a Binder,
     all: &'a [BindingView],
     connection: &'a str,
     api: &'a str,
@@ -119,7 +119,7 @@ pub(crate) fn live<'a>(
 /// may not serve now (the Connection stopped allowing the namespace): a claim goes only with
 /// the binding or its API.
 fn best_claim(
-    shared: &Shared,
+    shared: &Binder,
     all: &[BindingView],
     connection: &str,
     namespace: Option<&str>,
@@ -135,7 +135,7 @@ fn best_claim(
 }
 
 /// Where `view`'s `api` stands: served here, by another Connection, or being handed over.
-pub(crate) fn placement(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Placement {
+pub(crate) fn placement(shared: &Binder, all: &[BindingView], view: &BindingView, api: &str) -> Placement {
     if crate::planted::planted(crate::planted::Plant::SecondConnectionInServedNamespace) {
         return Placement::Ours;
     }

@@ -51,8 +51,9 @@ pub enum BindingError {
     Related(#[from] crate::related::RelatedError),
 }
 
-/// What the binding reconciles share.
-pub struct Shared {
+/// The binding controller's state, which every binding reconcile shares: the caches it reads, the
+/// provider links, and the syncers it runs.
+pub struct Binder {
     pub(crate) ctx: Context,
     pub(crate) links: Links,
     pub(crate) syncers: Syncers,
@@ -69,7 +70,7 @@ pub struct Shared {
     pub(crate) related: related::RelatedSyncers,
 }
 
-impl Shared {
+impl Binder {
     /// The Connection named `name`, from the cache.
     pub(crate) fn connection(&self, name: &str) -> Option<Arc<Connection>> {
         self.connections.get(&ObjectRef::new(name))
@@ -146,7 +147,7 @@ pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
 /// not `view` itself: a ClusterBinding wins over Bindings, and among equals the oldest (then
 /// the first by name) wins, so exactly one syncer runs per object.
 /// `all` is a snapshot of the binding caches, taken once per pass.
-pub(crate) fn served_by_other(shared: &Shared, all: &[BindingView], view: &BindingView, api: &str) -> Option<String> {
+pub(crate) fn served_by_other(shared: &Binder, all: &[BindingView], view: &BindingView, api: &str) -> Option<String> {
     let connection = &view.spec.connection_ref.name;
     let rank = |b: &BindingView| {
         precedence(
@@ -166,7 +167,7 @@ pub(crate) fn served_by_other(shared: &Shared, all: &[BindingView], view: &Bindi
 }
 
 /// Whether Connection `connection` has a live binding of `api` that it may serve.
-pub(crate) fn binds_api(shared: &Shared, all: &[BindingView], connection: &str, api: &str) -> bool {
+pub(crate) fn binds_api(shared: &Binder, all: &[BindingView], connection: &str, api: &str) -> bool {
     live(shared, all, connection, api).next().is_some()
 }
 
@@ -184,7 +185,7 @@ pub(crate) enum Successors {
 /// Binding of `view`'s namespace, takes everything; for a ClusterBinding, every live Binding of
 /// the API through the same Connection in a namespace that Connection allows takes its
 /// namespace. Only a namespaced API can be served by a Binding.
-pub(crate) fn successors(shared: &Shared, view: &BindingView, api: &str, namespaced: bool) -> Successors {
+pub(crate) fn successors(shared: &Binder, view: &BindingView, api: &str, namespaced: bool) -> Successors {
     let all = shared.all_bindings();
     if let Some(other) = served_by_other(shared, &all, view, api) {
         return Successors::All(other);
@@ -205,7 +206,7 @@ pub(crate) fn successors(shared: &Shared, view: &BindingView, api: &str, namespa
 }
 
 /// Reconciles one binding of either kind.
-pub async fn reconcile(view: BindingView, shared: Arc<Shared>) -> Result<Action, BindingError> {
+pub async fn reconcile(view: BindingView, shared: Arc<Binder>) -> Result<Action, BindingError> {
     if view.is_deleting() {
         return super::unbind::unbind(&view, &shared).await;
     }
@@ -310,7 +311,7 @@ enum Engagement {
     Unknown,
 }
 
-fn engagement(view: &BindingView, shared: &Shared, connected: bool) -> Engagement {
+fn engagement(view: &BindingView, shared: &Binder, connected: bool) -> Engagement {
     if connected {
         return Engagement::Engaged;
     }
@@ -330,7 +331,7 @@ fn engagement(view: &BindingView, shared: &Shared, connected: bool) -> Engagemen
 
 /// While the provider is known to be down, the objects this binding serves get `status-stale`;
 /// once it is engaged, the mark goes (swept only while some object may still carry it).
-async fn mark_staleness(view: &BindingView, shared: &Shared, engagement: Engagement) -> Result<(), BindingError> {
+async fn mark_staleness(view: &BindingView, shared: &Binder, engagement: Engagement) -> Result<(), BindingError> {
     if engagement == Engagement::Unknown {
         return Ok(());
     }
@@ -383,7 +384,7 @@ async fn mark_staleness(view: &BindingView, shared: &Shared, engagement: Engagem
 }
 
 /// Stops this binding's syncers whose API is no longer served by it (nothing is deleted).
-fn stop_unserved(shared: &Shared, view: &BindingView, served: &BTreeSet<SyncerKey>) {
+fn stop_unserved(shared: &Binder, view: &BindingView, served: &BTreeSet<SyncerKey>) {
     let me = view.reference();
     for key in shared.syncers.keys() {
         let mine = key.binding_kind == me.kind && key.binding_namespace == me.namespace && key.binding_name == me.name;
@@ -403,7 +404,7 @@ struct Start {
 /// them to start (or keep) once the status is written.
 async fn observe(
     view: &BindingView,
-    shared: &Shared,
+    shared: &Binder,
 ) -> Result<(Report, BTreeSet<SyncerKey>, Vec<Start>), BindingError> {
     let name = &view.spec.connection_ref.name;
     let all_pending = |reason: &'static str, message: String| {
@@ -504,7 +505,7 @@ async fn observe(
 /// converge by themselves on watch events (DESIGN.md §2).
 async fn observe_related(
     view: &BindingView,
-    shared: &Shared,
+    shared: &Binder,
     conn: &Connection,
     provider: &Arc<EngagedProvider>,
 ) -> related::RelatedReport {
@@ -538,7 +539,7 @@ async fn observe_related(
 /// once the claim is written).
 async fn observe_api(
     view: &BindingView,
-    shared: &Shared,
+    shared: &Binder,
     all: &[BindingView],
     conn: &Connection,
     provider: &Arc<EngagedProvider>,

@@ -109,7 +109,7 @@ async fn desired_crd(
 /// a syncer can run on it. `binds(c)` says whether Connection `c` has a live binding of `api`:
 /// while the Connection that pulled the CRD does, this one serves its own namespaces beside it
 /// on that CRD (when its provider's schema fits it) and writes nothing; once it does not, this
-/// Connection claims the CRD and its schema policies apply.
+/// Connection takes the CRD over (its annotation names this one) and its schema policies apply.
 pub(crate) async fn deliver(
     consumer: &dyn ClusterClient,
     conn: &Connection,
@@ -132,7 +132,7 @@ pub(crate) async fn deliver(
                 return Ok(beside(crd, &desired, &api.name, other, &connection));
             }
             // The Connection that pulled it serves it no more: this one takes the CRD over.
-            match claim(consumer, crd, &connection).await? {
+            match record_crd_connection(consumer, crd, &connection).await? {
                 Some(_) => (outcome, crd) = crdpull::ensure_and_keep(consumer, desired, policy).await?,
                 None => {
                     return Ok(Delivery::Waiting(format!(
@@ -172,19 +172,19 @@ pub(crate) async fn deliver(
         )));
     };
     let mut crd: CustomResourceDefinition = from_dynamic(raw.clone())?;
-    let claimed_by = annotation_of(&crd, annotation::CONNECTION);
-    if conn.spec.schema.pull_policy == PullPolicy::None && claimed_by != Some(connection.as_str()) {
-        if let Some(other) = claimed_by
-            && claimant_exists(consumer, other).await?
+    let named = annotation_of(&crd, annotation::CONNECTION);
+    if conn.spec.schema.pull_policy == PullPolicy::None && named != Some(connection.as_str()) {
+        if let Some(other) = named
+            && crd_connection_exists(consumer, other).await?
         {
-            // Several Connections serve one user CRD by namespace: the claim stays with the first.
+            // Several Connections serve one user CRD by namespace: the annotation keeps naming the first.
             if binds(other) {
                 return Ok(served(&crd, blocked));
             }
             return Ok(another_connection(&api.name, other));
         }
-        match claim(consumer, raw, &connection).await? {
-            Some(claimed) => crd = claimed,
+        match record_crd_connection(consumer, raw, &connection).await? {
+            Some(recorded) => crd = recorded,
             None => {
                 return Ok(Delivery::Waiting(format!(
                     "CustomResourceDefinition {} changed while Connection {connection} claimed it; looking again",
@@ -196,9 +196,9 @@ pub(crate) async fn deliver(
     Ok(served(&crd, blocked))
 }
 
-/// Whether the Connection a CRD's claim names still exists (a claim outlives nothing else:
-/// once that Connection is gone another may take the API over).
-async fn claimant_exists(consumer: &dyn ClusterClient, connection: &str) -> Result<bool, Error> {
+/// Whether the Connection a CRD's annotation names still exists (the annotation outlives
+/// nothing else: once that Connection is gone another may take the API over).
+async fn crd_connection_exists(consumer: &dyn ClusterClient, connection: &str) -> Result<bool, Error> {
     let res = kbind_cluster::ApiResource::erase::<Connection>(&());
     Ok(consumer.get_opt(&res, None, connection).await?.is_some())
 }
@@ -206,10 +206,10 @@ async fn claimant_exists(consumer: &dyn ClusterClient, connection: &str) -> Resu
 /// Records that `connection` serves a CRD kbind did not create (`pullPolicy: None`): the
 /// `core.kbind.io/connection` annotation, added to the object exactly as read and written back
 /// with a replace that must find the resourceVersion that was read (the konnector's RBAC
-/// updates CRDs, it does not patch them), so of two Connections racing exactly one claims it
-/// and the other reads the claim. Nothing but that annotation changes. `None` when the CRD
+/// updates CRDs, it does not patch them), so of two Connections racing exactly one records
+/// itself and the other reads the annotation. Nothing but that annotation changes. `None` when the CRD
 /// changed since the read.
-async fn claim(
+async fn record_crd_connection(
     consumer: &dyn ClusterClient,
     mut raw: DynamicObject,
     connection: &str,
@@ -227,9 +227,9 @@ async fn claim(
         ..Default::default()
     };
     match consumer.replace(&crd_resource(), None, &name, &raw, &params).await {
-        Ok(claimed) => {
+        Ok(recorded) => {
             tracing::info!(crd = %name, connection, "claimed the CustomResourceDefinition for this Connection");
-            from_dynamic(claimed).map(Some)
+            from_dynamic(recorded).map(Some)
         }
         Err(e) if e.is_conflict() || e.is_not_found() => Ok(None),
         Err(e) => Err(e),
@@ -330,8 +330,8 @@ pub(crate) async fn consumer_crd(
     from_dynamic(crd).map(Some)
 }
 
-/// Whether `crd` was pulled (or claimed) through Connection `connection`, so its unlabelled
+/// Whether `crd` was pulled (or taken over) through Connection `connection`, so its unlabelled
 /// instances (synced before objects carried their Connection's label) are that Connection's.
-pub(crate) fn claimed_by(crd: &CustomResourceDefinition, connection: &str) -> bool {
+pub(crate) fn pulled_through(crd: &CustomResourceDefinition, connection: &str) -> bool {
     annotation_of(crd, annotation::CONNECTION).is_none_or(|c| c == connection)
 }

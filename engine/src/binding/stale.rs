@@ -65,7 +65,7 @@ pub(crate) async fn mark(
             annotate(consumer, res, obj, json!(since)).await?;
             marked += 1;
         }
-        if obj.metadata.deletion_timestamp.is_some() && has_syncer_finalizer(obj) {
+        if obj.metadata.deletion_timestamp.is_some() && crate::finalizers::has(&obj.metadata, finalizer::SYNCER) {
             let note = "the provider is not reachable: the provider copy is deleted, and this object released, once \
                         it is back (nothing is lost); annotate core.kbind.io/deletion-policy=Orphan to keep the copy";
             if let Err(e) = recorder
@@ -77,13 +77,6 @@ pub(crate) async fn mark(
         }
     }
     Ok(marked)
-}
-
-fn has_syncer_finalizer(obj: &DynamicObject) -> bool {
-    obj.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
 }
 
 /// Removes the mark from every object of `res` in scope; `true` when no object of the list

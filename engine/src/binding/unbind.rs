@@ -15,8 +15,8 @@ use kbind_api::{RelatedResourceDirection, conditions};
 use kbind_cluster::Error;
 use kube::runtime::controller::Action;
 
-use super::reconcile::{BindingError, REPORT_INTERVAL, Shared, Successors, WAIT_INTERVAL, successors};
-use super::schema::{claimed_by, consumer_crd, resource_of};
+use super::reconcile::{Binder, BindingError, REPORT_INTERVAL, Successors, WAIT_INTERVAL, successors};
+use super::schema::{consumer_crd, pulled_through, resource_of};
 use super::status::{ApiReport, Observed, Report, desired_status, write_status};
 use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, is_orphan as connection_is_orphan, remove_cleanup};
@@ -48,7 +48,7 @@ pub(crate) struct Blocked {
 }
 
 /// Deletes what the binding owns and, once done, removes its cleanup finalizer.
-pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action, BindingError> {
+pub(crate) async fn unbind(view: &BindingView, shared: &Binder) -> Result<Action, BindingError> {
     if !has_cleanup(&view.meta) {
         return Ok(Action::await_change());
     }
@@ -104,7 +104,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Shared) -> Result<Action
 }
 
 /// Whether the Orphan escape hatch is on the binding or on its Connection (DESIGN.md §4).
-fn orphaned(view: &BindingView, shared: &Shared) -> bool {
+fn orphaned(view: &BindingView, shared: &Binder) -> bool {
     view.is_orphan()
         || shared
             .connection(&view.spec.connection_ref.name)
@@ -114,7 +114,7 @@ fn orphaned(view: &BindingView, shared: &Shared) -> bool {
 /// Removes the related copies the binding owns (DESIGN.md §4 "unbind"); `Some` while some remain.
 /// Without `FromConsumer` rules no provider copy can be left (removing a rule collects its
 /// copies), so a missing provider does not block. Never called for Orphan.
-async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Action>, BindingError> {
+async fn remove_related(view: &BindingView, shared: &Binder) -> Result<Option<Action>, BindingError> {
     let connection = &view.spec.connection_ref.name;
     let uid = shared
         .connection(connection)
@@ -166,7 +166,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
             let Some(cause) = e.provider_error() else {
                 return Err(e.into());
             };
-            let why = refused(view, String::new(), connection, &e.to_string(), cause);
+            let why = blocked_by(view, String::new(), connection, &e.to_string(), cause);
             report_blocked(view, shared, &[why]).await?;
             return Ok(Some(Action::requeue(
                 shared.ctx.jitter(&view.display(), REPORT_INTERVAL),
@@ -198,7 +198,7 @@ async fn remove_related(view: &BindingView, shared: &Shared) -> Result<Option<Ac
 
 pub(crate) async fn drain_api(
     view: &BindingView,
-    shared: &Shared,
+    shared: &Binder,
     api: &str,
     orphan: bool,
 ) -> Result<Drain, BindingError> {
@@ -251,7 +251,7 @@ pub(crate) async fn drain_api(
         status_subresource,
     };
     let provider = shared.links.get(&connection);
-    let unlabelled_ours = claimed_by(&crd, &connection);
+    let unlabelled_ours = pulled_through(&crd, &connection);
     match shared
         .syncers
         .drain_keeping(&spec, provider, orphan, &keep, unlabelled_ours)
@@ -272,7 +272,7 @@ pub(crate) async fn drain_api(
         })),
         Err(e) => match e.provider_error() {
             // A 401 is never a reason to delete or release anything (DESIGN.md §8.1): it waits.
-            Some(cause) => Ok(Drain::Blocked(refused(
+            Some(cause) => Ok(Drain::Blocked(blocked_by(
                 view,
                 api.to_string(),
                 &connection,
@@ -297,7 +297,7 @@ fn way_out() -> String {
 /// the Connection's cached status says why its provider is not engaged, else empty. Only the
 /// message's first clause (up to `;`, the cause) is quoted: the advice after it is the
 /// Connection's.
-fn connection_trouble(shared: &Shared, connection: &str) -> String {
+fn connection_trouble(shared: &Binder, connection: &str) -> String {
     shared
         .connection(connection)
         .and_then(|c| {
@@ -310,7 +310,7 @@ fn connection_trouble(shared: &Shared, connection: &str) -> String {
 
 /// Why a provider answer stops the drain of `api`; `failed` says which request failed and its
 /// HTTP cause.
-fn refused(view: &BindingView, api: String, connection: &str, failed: &str, cause: &Error) -> Blocked {
+fn blocked_by(view: &BindingView, api: String, connection: &str, failed: &str, cause: &Error) -> Blocked {
     let what = if api.is_empty() {
         format!("the related copies of binding {}", view.display())
     } else {
@@ -352,7 +352,7 @@ fn refused(view: &BindingView, api: String, connection: &str, failed: &str, caus
 
 /// Writes why the drain waits (Ready=False with `DeletionBlocked`, or `Forbidden` with
 /// PermissionDenied=True for a refused verb) and logs it when it is news.
-async fn report_blocked(view: &BindingView, shared: &Shared, blocked: &[Blocked]) -> Result<(), BindingError> {
+async fn report_blocked(view: &BindingView, shared: &Binder, blocked: &[Blocked]) -> Result<(), BindingError> {
     let first = &blocked[0];
     let unreachable = blocked.iter().find(|b| b.reason != reason::FORBIDDEN);
     let connected = match unreachable {
@@ -411,7 +411,7 @@ fn ready_of(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition])
 /// Deletes the consumer CRD of `api` if kbind pulled it and no other live binding, of either
 /// kind and through any Connection, names the API (several Connections may serve one API by
 /// namespace). A Binding leaves the CRD of a cluster-scoped API alone: it never served it.
-async fn remove_crd_if_unused(view: &BindingView, shared: &Shared, api: &str) -> Result<(), BindingError> {
+async fn remove_crd_if_unused(view: &BindingView, shared: &Binder, api: &str) -> Result<(), BindingError> {
     let others = shared
         .all_bindings()
         .into_iter()

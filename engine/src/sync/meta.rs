@@ -121,10 +121,7 @@ pub(crate) fn conflict_of(obj: &DynamicObject) -> Option<&str> {
 
 /// Whether the consumer object carries the syncer finalizer.
 pub(crate) fn has_finalizer(obj: &DynamicObject) -> bool {
-    obj.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == finalizer::SYNCER))
+    crate::finalizers::has(&obj.metadata, finalizer::SYNCER)
 }
 
 /// The value of the consumer object's `core.kbind.io/connection` label: a Connection's name, or

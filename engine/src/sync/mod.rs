@@ -255,9 +255,10 @@ impl SyncError {
     }
 }
 
-/// The mutable report of one syncer.
+/// What one syncer has found so far (conflicts, denials, synced objects, how it follows both
+/// sides): the mutable form of its [`SyncerReport`].
 #[derive(Debug, Default)]
-struct Tally {
+struct Findings {
     conflicts: BTreeMap<ObjectKey, String>,
     /// Per consumer object, so one object's denial does not hide another's success.
     denied: BTreeMap<ObjectKey, String>,
@@ -265,7 +266,7 @@ struct Tally {
     following: Following,
 }
 
-impl Tally {
+impl Findings {
     fn report(&self) -> SyncerReport {
         SyncerReport {
             conflicts: self.conflicts.clone(),
@@ -283,11 +284,11 @@ impl Tally {
     }
 }
 
-/// What of a tally the binding's status shows: the conflict count, the refused verbs, and
-/// whether (and why not) the syncer follows both sides.
+/// What of a syncer's findings the binding's status shows: the conflict count, the refused
+/// verbs, and whether (and why not) the syncer follows both sides.
 type Shown = (usize, BTreeSet<String>, Option<Lag>);
 
-impl Tally {
+impl Findings {
     fn shown(&self) -> Shown {
         (
             self.conflicts.len(),
@@ -297,36 +298,36 @@ impl Tally {
     }
 }
 
-/// One syncer's tally and who to tell when what its binding shows changes.
+/// One syncer's findings and who to tell when what its binding shows changes.
 #[derive(Clone)]
-struct SharedTally {
-    tally: Arc<Mutex<Tally>>,
+struct SharedFindings {
+    findings: Arc<Mutex<Findings>>,
     key: SyncerKey,
     changes: broadcast::Sender<SyncerKey>,
 }
 
-/// A locked tally that, when released, tells the binding if what its status shows changed
+/// Locked findings that, when released, tell the binding if what its status shows changed
 /// (so a healthy binding is reconciled on a change, not on a timer).
-struct TallyGuard<'a> {
-    guard: std::sync::MutexGuard<'a, Tally>,
+struct FindingsGuard<'a> {
+    guard: std::sync::MutexGuard<'a, Findings>,
     shown: Shown,
-    owner: &'a SharedTally,
+    owner: &'a SharedFindings,
 }
 
-impl std::ops::Deref for TallyGuard<'_> {
-    type Target = Tally;
-    fn deref(&self) -> &Tally {
+impl std::ops::Deref for FindingsGuard<'_> {
+    type Target = Findings;
+    fn deref(&self) -> &Findings {
         &self.guard
     }
 }
 
-impl std::ops::DerefMut for TallyGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Tally {
+impl std::ops::DerefMut for FindingsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Findings {
         &mut self.guard
     }
 }
 
-impl Drop for TallyGuard<'_> {
+impl Drop for FindingsGuard<'_> {
     fn drop(&mut self) {
         if self.guard.shown() != self.shown {
             // No binding controller listening (a syncer run alone) is fine.
@@ -335,13 +336,13 @@ impl Drop for TallyGuard<'_> {
     }
 }
 
-fn lock(tally: &SharedTally) -> TallyGuard<'_> {
-    let guard = tally.tally.lock().unwrap_or_else(|p| p.into_inner());
+fn lock(findings: &SharedFindings) -> FindingsGuard<'_> {
+    let guard = findings.findings.lock().unwrap_or_else(|p| p.into_inner());
     let shown = guard.shown();
-    TallyGuard {
+    FindingsGuard {
         guard,
         shown,
-        owner: tally,
+        owner: findings,
     }
 }
 
@@ -353,7 +354,7 @@ const REPORT_CHANGES: usize = 1024;
 struct Running {
     spec: SyncerSpec,
     provider: Arc<EngagedProvider>,
-    tally: SharedTally,
+    findings: SharedFindings,
     pending: Arc<observe::PendingTriggers>,
     task: JoinHandle<()>,
 }
@@ -422,25 +423,25 @@ impl Syncers {
             return false;
         }
         let grace = crate::link::window(self.ctx.config.heartbeat_interval);
-        let tally = SharedTally {
-            tally: Arc::new(Mutex::new(Tally {
+        let findings = SharedFindings {
+            findings: Arc::new(Mutex::new(Findings {
                 following: Following {
                     grace,
                     ..Following::default()
                 },
-                ..Tally::default()
+                ..Findings::default()
             })),
             key: key.clone(),
             changes: self.report_changes.clone(),
         };
         let pending = Arc::new(observe::PendingTriggers::default());
-        let task = tokio::spawn(syncer::run(syncer::Shared::new(
+        let task = tokio::spawn(syncer::run(syncer::ApiSyncer::new(
             &self.ctx,
             spec.clone(),
             provider.clone(),
             self.mapper.clone(),
             syncer::Observation {
-                tally: tally.clone(),
+                findings: findings.clone(),
                 pending: pending.clone(),
                 observer: self.observer.clone(),
             },
@@ -451,7 +452,7 @@ impl Syncers {
             Running {
                 spec,
                 provider,
-                tally,
+                findings,
                 pending,
                 task,
             },
@@ -484,7 +485,7 @@ impl Syncers {
     pub fn report(&self, key: &SyncerKey) -> Option<SyncerReport> {
         self.running().get(key).map(|r| SyncerReport {
             queued: r.pending.depth(),
-            ..lock(&r.tally).report()
+            ..lock(&r.findings).report()
         })
     }
 
@@ -523,19 +524,19 @@ mod tests {
     }
 
     #[test]
-    fn tally_reports_each_denial_once() {
-        let mut tally = Tally::default();
-        tally
+    fn findings_report_each_denial_once() {
+        let mut findings = Findings::default();
+        findings
             .denied
             .insert(ObjectKey::namespaced("b", "w1"), "patch widgets.example.org".into());
-        tally
+        findings
             .denied
             .insert(ObjectKey::namespaced("b", "w2"), "patch widgets.example.org".into());
-        tally.synced.insert(ObjectKey::namespaced("a", "w"));
-        let report = tally.report();
+        findings.synced.insert(ObjectKey::namespaced("a", "w"));
+        let report = findings.report();
         assert_eq!(report.denied.len(), 1);
         assert_eq!(report.synced, 1);
-        tally.forget(&ObjectKey::namespaced("a", "w"));
-        assert_eq!(tally.report().synced, 0);
+        findings.forget(&ObjectKey::namespaced("a", "w"));
+        assert_eq!(findings.report().synced, 0);
     }
 }

@@ -2,10 +2,10 @@
 //! Warning Event and a `Synced=False` condition on the consumer object, and the report.
 
 use kbind_api::consts::{annotation, reason};
-use kbind_cluster::{DynamicObject, Patch, PatchParams};
+use kbind_cluster::{DynamicObject, Patch};
 use serde_json::{Value, json};
 
-use super::shared::Shared;
+use super::state::ApiSyncer;
 use crate::events::EventType;
 use crate::mapper::ObjectKey;
 use crate::sync::meta;
@@ -14,7 +14,7 @@ use crate::sync::{SyncError, lock};
 /// The condition kbind writes into a conflicted object's `status.conditions`.
 const SYNCED_CONDITION: &str = "Synced";
 
-impl Shared {
+impl ApiSyncer {
     /// Conflict signals: the annotation, a Warning Event and a status condition (the last two
     /// once per new reason), and the report.
     pub(super) async fn signal_conflict(
@@ -25,9 +25,9 @@ impl Shared {
         why: &'static str,
     ) -> Result<(), SyncError> {
         {
-            let mut tally = lock(&self.tally);
-            tally.conflicts.insert(key.clone(), why.to_string());
-            tally.synced.remove(key);
+            let mut findings = lock(&self.findings);
+            findings.conflicts.insert(key.clone(), why.to_string());
+            findings.synced.remove(key);
         }
         if meta::conflict_of(obj) == Some(why) {
             return Ok(());
@@ -51,7 +51,7 @@ impl Shared {
     }
 
     pub(super) async fn clear_conflict(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<(), SyncError> {
-        lock(&self.tally).conflicts.remove(key);
+        lock(&self.findings).conflicts.remove(key);
         if meta::conflict_of(obj).is_some() {
             self.set_conflict_annotation(key, None).await?;
         }
@@ -60,14 +60,7 @@ impl Shared {
 
     async fn set_conflict_annotation(&self, key: &ObjectKey, why: Option<&str>) -> Result<(), SyncError> {
         let patch = json!({"metadata": {"annotations": {annotation::CONFLICT: why}}});
-        self.consumer
-            .patch(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
+        self.patch_consumer(key, Patch::Merge(patch))
             .await
             .map(|_| ())
             .map_err(|source| SyncError::ConsumerWriteFailed {
@@ -101,17 +94,7 @@ impl Shared {
             "observedGeneration": obj.metadata.generation,
         }));
         let patch = json!({"status": {"conditions": conditions}});
-        if let Err(e) = self
-            .consumer
-            .patch_status(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
-            .await
-        {
+        if let Err(e) = self.patch_consumer_status(key, Patch::Merge(patch)).await {
             tracing::debug!(object = %key, error = %e, "could not write the conflict condition");
         }
     }

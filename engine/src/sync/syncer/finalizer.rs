@@ -4,14 +4,14 @@
 use kbind_api::consts::finalizer;
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
 
-use super::shared::{Shared, WAIT};
+use super::state::{ApiSyncer, WAIT};
+use crate::finalizers;
 use crate::mapper::ObjectKey;
 use crate::sync::meta;
 use crate::sync::{SyncError, lock};
 
-impl Shared {
+impl ApiSyncer {
     /// Deletion: the provider copy goes first (if ours and not orphaned), then our finalizer.
     pub(super) async fn finalize(
         &self,
@@ -58,36 +58,22 @@ impl Shared {
             }
         }
         release_finalizer(self.consumer.as_ref(), self.res(), obj, key).await?;
-        lock(&self.tally).forget(key);
+        lock(&self.findings).forget(key);
         Ok(Action::await_change())
     }
 
     pub(super) async fn add_finalizer(&self, obj: &DynamicObject, key: &ObjectKey) -> Result<DynamicObject, SyncError> {
-        let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
-        if !meta::has_finalizer(obj) {
-            finalizers.push(finalizer::SYNCER.to_string());
-        }
         // The label says which Connection serves the object (several may serve one API).
-        let mut patch = json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": obj.metadata.resource_version,
-        }});
+        let mut patch = finalizers::guarded_patch(&obj.metadata, finalizers::with(&obj.metadata, finalizer::SYNCER));
         meta::mark_connection(&mut patch["metadata"], &self.spec.connection);
-        let updated = self
-            .consumer
-            .patch(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Merge(patch),
-                &PatchParams::default(),
-            )
-            .await
-            .map_err(|source| SyncError::ConsumerWriteFailed {
-                step: "add the finalizer to",
-                object: key.clone(),
-                source,
-            })?;
+        let updated =
+            self.patch_consumer(key, Patch::Merge(patch))
+                .await
+                .map_err(|source| SyncError::ConsumerWriteFailed {
+                    step: "add the finalizer to",
+                    object: key.clone(),
+                    source,
+                })?;
         self.pending
             .own_write(key.clone(), updated.metadata.resource_version.clone());
         Ok(updated)
@@ -101,16 +87,8 @@ pub(crate) async fn release_finalizer(
     obj: &DynamicObject,
     key: &ObjectKey,
 ) -> Result<(), SyncError> {
-    let finalizers: Vec<String> = obj
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .filter(|f| f.as_str() != finalizer::SYNCER)
-        .cloned()
-        .collect();
     // The Connection label goes with the finalizer: nothing serves the object any more.
-    let mut patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}});
+    let mut patch = finalizers::guarded_patch(&obj.metadata, finalizers::without(&obj.metadata, finalizer::SYNCER));
     meta::unmark_connection(&mut patch["metadata"], obj);
     match consumer
         .patch(

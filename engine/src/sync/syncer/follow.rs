@@ -6,7 +6,7 @@ use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherError};
 use kbind_cluster::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, store::Writer};
 
-use super::shared::Shared;
+use super::state::ApiSyncer;
 use crate::mapper::{Mapper, ObjectKey};
 use crate::sync::lock;
 use crate::sync::observe::PendingTriggers;
@@ -58,7 +58,7 @@ fn consumer_ref(
     })
 }
 
-impl Shared {
+impl ApiSyncer {
     /// Follows the cluster-wide watch when the credentials may list the GVR everywhere, else
     /// one watch per namespace in use (added as objects are synced).
     pub(super) async fn choose_watches(&self) {
@@ -86,18 +86,18 @@ impl Shared {
     }
 
     /// Records how the followed provider stores follow the provider (the binding's status shows
-    /// it; the tally tells the binding when that changes).
+    /// it; the findings tell the binding when that changes).
     pub(super) fn note_provider_health(&self) {
         let (listed, failure) = self.watches.health();
-        let mut tally = lock(&self.tally);
-        tally.following.provider_listed = listed;
-        tally.following.provider_failure = failure;
+        let mut findings = lock(&self.findings);
+        findings.following.provider_listed = listed;
+        findings.following.provider_failure = failure;
     }
 
     /// A consumer watch opened: a failure before it is over.
     pub(super) fn consumer_watch_opened(&self) {
         if self.consumer_failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            lock(&self.tally).following.consumer_failure = None;
+            lock(&self.findings).following.consumer_failure = None;
         }
     }
 
@@ -109,8 +109,8 @@ impl Shared {
         if !failing && !was_failing && !matches!(event, Ok(Event::InitDone)) {
             return;
         }
-        let mut tally = lock(&self.tally);
-        let following = &mut tally.following;
+        let mut findings = lock(&self.findings);
+        let following = &mut findings.following;
         match event {
             Err(e) => {
                 let verb = match e {

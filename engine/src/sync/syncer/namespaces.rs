@@ -6,11 +6,11 @@ use kbind_cluster::identity::namespace_resource;
 use kbind_cluster::{ClusterClientExt, DynamicObject, PostParams};
 use serde_json::json;
 
-use super::shared::Shared;
+use super::state::ApiSyncer;
 use crate::mapper::ObjectKey;
 use crate::sync::SyncError;
 
-impl Shared {
+impl ApiSyncer {
     /// Creates a missing provider namespace (labelled managed, with our cluster UID).
     pub(super) async fn ensure_namespace(&self, target: &ObjectKey) -> Result<(), SyncError> {
         let Some(ns) = target.namespace.as_deref() else {

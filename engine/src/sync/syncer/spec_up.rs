@@ -9,7 +9,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::shared::{Shared, WAIT};
+use super::state::{ApiSyncer, WAIT};
 use crate::mapper::ObjectKey;
 use crate::sync::SyncError;
 use crate::sync::meta::{self, Verdict};
@@ -38,7 +38,7 @@ pub(super) enum Written {
     Not(Action),
 }
 
-impl Shared {
+impl ApiSyncer {
     /// Classifies the provider target and writes the copy where that is allowed (DESIGN.md §4
     /// "conflicts"). A target that was absent is created by an apply that can only create
     /// ([`CREATE_ONLY`]), never by a plain forced apply: an object someone else made since the
@@ -182,7 +182,7 @@ impl Shared {
         Ok(Written::Not(self.requeue(key, WAIT)))
     }
 
-    /// The known copy ([`Shared::known_ours`]) when it shows there is nothing to write: the store has listed, and the
+    /// The known copy ([`ApiSyncer::known_ours`]) when it shows there is nothing to write: the store has listed, and the
     /// copy is ours for this object, not terminating, carries no create entry still to remove
     /// and has exactly the labels, annotations and spec an apply would set (so nothing to add
     /// and nothing to prune). Anything else goes the careful way: a fresh read, classified, then

@@ -14,17 +14,17 @@
 //!   answered is not known, and a wrong number would claim an answer that was never given).
 
 use kbind_api::consts::annotation;
-use kbind_cluster::{DynamicObject, Patch, PatchParams};
+use kbind_cluster::{DynamicObject, Patch};
 use serde_json::{Value, json};
 
-use super::shared::Shared;
+use super::state::ApiSyncer;
 use crate::mapper::ObjectKey;
 use crate::sync::SyncError;
 
 /// The step of a failed status write (its retry must not measure the spec-up again).
 pub(super) const STATUS_STEP: &str = "write the status of";
 
-impl Shared {
+impl ApiSyncer {
     /// Provider status down, translated; skipped without a consumer status subresource.
     /// Returns whether the consumer status was written.
     pub(super) async fn status_down(
@@ -58,17 +58,7 @@ impl Shared {
             object: key.clone(),
             source: kbind_cluster::Error::Decode(e.to_string()),
         })?;
-        match self
-            .consumer
-            .patch_status(
-                self.res(),
-                key.namespace.as_deref(),
-                &key.name,
-                &Patch::Json(patch),
-                &PatchParams::default(),
-            )
-            .await
-        {
+        match self.patch_consumer_status(key, Patch::Json(patch)).await {
             Ok(written) => {
                 self.pending
                     .own_status(key.clone(), written.metadata.resource_version, status);

@@ -1,12 +1,13 @@
-//! What every reconcile of one syncer shares: its spec, both clients, its memos of the
-//! provider side, and where it reports.
+//! One syncer's state, which every reconcile of it shares: its spec, both clients, its memos of
+//! the provider side, and where it reports.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kbind_cluster::{ApiResource, ClusterClient};
+use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use serde_json::Value;
 
 use super::recreate::RecreateThrottle;
 use crate::context::Context;
@@ -15,19 +16,19 @@ use crate::mapper::{Mapper, ObjectKey};
 use crate::provider::EngagedProvider;
 use crate::sync::observe::{PendingTriggers, SyncObserver};
 use crate::sync::provider_events::{ProviderEchoes, ProviderWatches};
-use crate::sync::{SharedTally, SyncerSpec};
+use crate::sync::{SharedFindings, SyncerSpec};
 
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 pub(super) const WAIT: Duration = Duration::from_secs(2);
 
-/// What every reconcile of one syncer shares.
-pub(crate) struct Shared {
+/// One syncer of one (binding, API): what every reconcile of its objects shares.
+pub(crate) struct ApiSyncer {
     pub(super) spec: SyncerSpec,
     pub(super) consumer: Arc<dyn ClusterClient>,
     pub(super) provider: Arc<EngagedProvider>,
     pub(super) mapper: Arc<dyn Mapper>,
     pub(super) recorder: Recorder,
-    pub(super) tally: SharedTally,
+    pub(super) findings: SharedFindings,
     pub(super) pending: Arc<PendingTriggers>,
     pub(super) observer: Arc<dyn SyncObserver>,
     pub(super) clock: kbind_cluster::SharedClock,
@@ -51,21 +52,21 @@ pub(crate) struct Shared {
     /// The jitter of every requeue.
     pub(super) randomness: kbind_cluster::backoff::SharedRandomness,
     /// Whether the consumer watch's last event was an error (spares a working watch's events
-    /// the tally's lock).
+    /// the findings' lock).
     pub(super) consumer_failing: std::sync::atomic::AtomicBool,
 }
 
 /// Where a syncer reports what it did and how long it took.
 pub(crate) struct Observation {
     /// Synced objects, conflicts and denials (the binding's status).
-    pub(crate) tally: SharedTally,
+    pub(crate) findings: SharedFindings,
     /// Changes seen and not yet synced.
     pub(crate) pending: Arc<PendingTriggers>,
     /// Receives the latencies.
     pub(crate) observer: Arc<dyn SyncObserver>,
 }
 
-impl Shared {
+impl ApiSyncer {
     /// The shared state of a syncer for `spec` on `provider`.
     pub(crate) fn new(
         ctx: &Context,
@@ -82,7 +83,7 @@ impl Shared {
             spec,
             provider,
             mapper,
-            tally: observation.tally,
+            findings: observation.findings,
             pending: observation.pending,
             observer: observation.observer,
             namespaces: Mutex::new(BTreeSet::new()),
@@ -105,6 +106,40 @@ impl Shared {
     pub(super) fn wait(&self, key: &ObjectKey, period: Duration) -> Duration {
         let label = format!("sync/{}/{}/{key}", self.spec.binding.uid, self.spec.api);
         kbind_cluster::backoff::period(self.randomness.as_ref(), &label, period)
+    }
+
+    /// Patches the consumer object `key`.
+    pub(super) async fn patch_consumer(
+        &self,
+        key: &ObjectKey,
+        patch: Patch<Value>,
+    ) -> Result<DynamicObject, kbind_cluster::Error> {
+        self.consumer
+            .patch(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &patch,
+                &PatchParams::default(),
+            )
+            .await
+    }
+
+    /// Patches the status subresource of the consumer object `key`.
+    pub(super) async fn patch_consumer_status(
+        &self,
+        key: &ObjectKey,
+        patch: Patch<Value>,
+    ) -> Result<DynamicObject, kbind_cluster::Error> {
+        self.consumer
+            .patch_status(
+                self.res(),
+                key.namespace.as_deref(),
+                &key.name,
+                &patch,
+                &PatchParams::default(),
+            )
+            .await
     }
 
     /// A requeue of the object `key` after `period`, jittered.
