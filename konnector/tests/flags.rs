@@ -63,6 +63,9 @@ fn every_flag_parses_and_reaches_the_engine_settings() {
         "--log-level=kbind_engine=debug,info",
         "--identity=pod-0",
         "--allow-insecure-providers",
+        "--max-response-bytes=1048576",
+        "--sync-workers=32",
+        "--credential-renew-fraction=0.5",
     ])
     .unwrap();
     args.validate().unwrap();
@@ -79,6 +82,9 @@ fn every_flag_parses_and_reaches_the_engine_settings() {
     assert_eq!(engine.heartbeat_interval, Duration::from_secs(20));
     assert_eq!(engine.rediscovery_interval, Duration::from_secs(90 * 60));
     assert!(engine.allow_insecure_providers);
+    assert_eq!(engine.sync_workers, 32);
+    assert_eq!(engine.credential_renew_fraction, 0.5);
+    assert_eq!(args.max_response_bytes, 1 << 20);
 
     let leader = args.leader_config().unwrap();
     assert_eq!(leader.namespace, "le");
