@@ -23,6 +23,7 @@ pub mod selector;
 pub mod serve;
 pub mod ssa;
 pub mod store;
+mod strategy;
 pub mod watch;
 
 pub use client::FakeClient;

@@ -16,7 +16,8 @@ use crate::rbac::{self, Attributes, RbacSnapshot, UserInfo};
 use crate::registry::{GroupResource, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{EventType, ObjectKey, State, WriteRecord, key_of};
-use crate::{meta, patch, schema, ssa};
+use crate::strategy::{self, Strategy};
+use crate::{meta, patch, ssa};
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +53,6 @@ impl Caller {
         Self { user, default_manager }
     }
 }
-
-const CUSTOM_RESOURCE_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 impl FakeCluster {
     /// Faults, RBAC and routing for one request (recorded in the request log); the resource's
@@ -341,7 +340,7 @@ impl FakeCluster {
             .get(&gr, &key)
             .cloned()
             .ok_or_else(|| Error::not_found(&gr.qualified(), name))?;
-        if meta::resource_version(&obj).is_none() && info.is_custom() {
+        if meta::resource_version(&obj).is_none() && !strategy::for_resource(&info).allows_unconditional_update() {
             return Err(Error::invalid(
                 &info.resource.kind,
                 name,
@@ -476,7 +475,7 @@ impl FakeCluster {
                     Patch::Merge(p) => patch::merge_patch(&mut target, p),
                     Patch::Json(p) => patch::json_patch(&mut target, p)?,
                     Patch::Strategic(p) => {
-                        if info.is_custom() {
+                        if !strategy::for_resource(&info).supports_strategic_merge_patch() {
                             return Err(Error::Server {
                                 code: 415,
                                 reason: "UnsupportedMediaType".into(),
@@ -560,7 +559,7 @@ impl FakeCluster {
         Ok(out.map(|o| present(&o, &info)))
     }
 
-    /// Creates on a subresource; only `serviceaccounts/token` (TokenRequest) is served.
+    /// Creates on a subresource, as the resource's strategy serves it (TokenRequest).
     pub async fn create_subresource(
         &self,
         caller: &Caller,
@@ -573,89 +572,14 @@ impl FakeCluster {
         let info = self
             .admit(caller, "create", res, namespace, Some(name), subresource)
             .await?;
-        if (info.resource.group.as_str(), info.resource.plural.as_str(), subresource)
-            != ("", "serviceaccounts", "token")
-        {
-            return Err(Error::MethodNotAllowed {
-                message: format!("create is not supported on {}/{subresource}", res.plural),
-            });
-        }
-        let ns = namespace.unwrap_or("");
-        let seconds = body
-            .pointer("/spec/expirationSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(DEFAULT_TOKEN_SECONDS);
-        if seconds < MIN_TOKEN_SECONDS {
-            // kube-apiserver's ValidateTokenRequest, as a 422.
-            return Err(Error::Invalid {
-                message: format!(
-                    "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: {seconds}: \
-                     may not specify a duration less than 10 minutes"
-                ),
-                causes: vec![kbind_cluster::error::Cause {
-                    reason: "FieldValueInvalid".into(),
-                    message: "may not specify a duration less than 10 minutes".into(),
-                    field: "spec.expirationSeconds".into(),
-                }],
-            });
-        }
-        let issued = self.inner.clock.now();
-        let expires = issued
-            .checked_add(jiff::SignedDuration::from_secs(seconds))
-            .map_err(|_| Error::BadRequest {
-                message: "spec.expirationSeconds is out of range".into(),
-            })?;
-        let audiences = match body.pointer("/spec/audiences").and_then(Value::as_array) {
-            Some(list) if !list.is_empty() => Value::Array(list.clone()),
-            _ => json!([DEFAULT_AUDIENCE]),
-        };
-        let (token, sa_uid, user) = {
-            let mut state = self.inner.lock();
-            let sa = state
-                .get(&info.group_resource(), &(ns.to_string(), name.to_string()))
-                .cloned()
-                .ok_or_else(|| Error::not_found("serviceaccounts", name))?;
-            let mut raw = [0u8; 32];
-            rand::RngCore::fill_bytes(&mut state.rng, &mut raw);
-            let user = UserInfo {
-                name: format!("system:serviceaccount:{ns}:{name}"),
-                groups: vec![
-                    "system:serviceaccounts".into(),
-                    format!("system:serviceaccounts:{ns}"),
-                    "system:authenticated".into(),
-                ],
-            };
-            let uid = meta::uid(&sa).map(str::to_string);
-            let claims = json!({
-                "aud": audiences,
-                "exp": expires.as_second(),
-                "iat": issued.as_second(),
-                "nbf": issued.as_second(),
-                "iss": DEFAULT_AUDIENCE,
-                "jti": raw[..16].iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": uid}},
-                "sub": user.name,
-            });
-            (service_account_jwt(&claims, &raw[16..]), uid, user)
-        };
-        {
-            let mut tokens = self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner());
-            // Expired tokens are never accepted again: forgetting them keeps a long run's map small.
-            tokens.retain(|_, t| t.expires.is_none_or(|at| at > issued));
-            tokens.insert(
-                token.clone(),
-                crate::cluster::Token {
-                    user,
-                    service_account: sa_uid,
-                    expires: Some(expires),
-                },
-            );
-        }
-        let mut answer = body.clone();
-        answer["apiVersion"] = json!("authentication.k8s.io/v1");
-        answer["kind"] = json!("TokenRequest");
-        answer["status"] = json!({"token": token, "expirationTimestamp": kbind_cluster::clock::format_time(expires)});
-        Ok(answer)
+        strategy::for_resource(&info).create_subresource(
+            &self.inner,
+            &info,
+            namespace.unwrap_or(""),
+            name,
+            subresource,
+            body,
+        )
     }
 
     /// What the cluster serves.
@@ -702,28 +626,6 @@ impl FakeCluster {
         }
         Ok(crate::openapi::group_version_document(group, version, &resources))
     }
-}
-
-/// A TokenRequest's lifetime when it asks for none (kube-apiserver's default).
-const DEFAULT_TOKEN_SECONDS: i64 = 3600;
-
-/// The shortest lifetime a TokenRequest may ask for (kube-apiserver refuses less).
-const MIN_TOKEN_SECONDS: i64 = 600;
-
-/// The issuer and default audience of the tokens (kube-apiserver's in-cluster default).
-const DEFAULT_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
-
-/// A token shaped as kube-apiserver's: a JWT with these claims, signed with `signature` (random
-/// bytes nobody verifies: the cluster looks tokens up, and the randomness makes them unguessable).
-fn service_account_jwt(claims: &Value, signature: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    format!(
-        "{}.{}.{}",
-        b64.encode(br#"{"alg":"RS256","kid":"fakeapi"}"#),
-        b64.encode(claims.to_string()),
-        b64.encode(signature)
-    )
 }
 
 /// How an update came about (what managedFields must record).
@@ -822,6 +724,7 @@ impl Inner {
         applied: bool,
     ) -> Result<Arc<Value>> {
         let gr = info.group_resource();
+        let strategy = strategy::for_resource(info);
         let name = meta::name(&obj).map(str::to_string).ok_or_else(|| {
             Error::invalid(
                 &info.resource.kind,
@@ -833,7 +736,7 @@ impl Inner {
                 }],
             )
         })?;
-        validate_name(info, &name)?;
+        validate_name(info, strategy, &name)?;
         let ns = meta::namespace(&obj).unwrap_or("").to_string();
         if info.resource.namespaced {
             check_namespace_open(state, &ns, &gr, &name)?;
@@ -861,14 +764,14 @@ impl Inner {
             meta::set(&mut obj, "managedFields", None);
         }
         let now = self.now();
-        prepare_for_create(info, &mut obj);
-        admit_schema(info, &mut obj, None)?;
+        strategy.prepare_for_create(&mut obj);
+        admit_schema(info, strategy, &mut obj, None)?;
         meta::omit_empty(&mut obj);
-        check_rbac_escalation(state, user, &gr, &obj, None)?;
+        strategy.authorize_write(state, user, &obj, None)?;
         let uid = state.new_uid();
         meta::set(&mut obj, "uid", Some(json!(uid)));
         meta::set(&mut obj, "creationTimestamp", Some(json!(now)));
-        if tracks_generation(info) {
+        if strategy.tracks_generation() {
             meta::set(&mut obj, "generation", Some(json!(1)));
         }
         if !applied {
@@ -897,6 +800,7 @@ impl Inner {
         dry_run: bool,
     ) -> Result<Arc<Value>> {
         let gr = info.group_resource();
+        let strategy = strategy::for_resource(info);
         let name = meta::name(old).unwrap_or("").to_string();
         if let Some(rv) = meta::resource_version(&body)
             && Some(rv) != meta::resource_version(old)
@@ -964,11 +868,7 @@ impl Inner {
                         old.pointer("/metadata/managedFields").cloned(),
                     );
                 }
-                if gr == GroupResource::new("", "namespaces") {
-                    // spec.finalizers change only through /finalize (the namespace controller).
-                    new["spec"] = old.get("spec").cloned().unwrap_or_else(|| json!({}));
-                    new["status"] = old.get("status").cloned().unwrap_or_else(|| json!({}));
-                }
+                strategy.prepare_for_update(&mut new, old);
                 new
             }
         };
@@ -988,11 +888,11 @@ impl Inner {
                 ));
             }
         }
-        admit_schema(info, &mut new, Some(old))?;
+        admit_schema(info, strategy, &mut new, Some(old))?;
         meta::omit_empty(&mut new);
-        check_rbac_escalation(state, user, &gr, &new, Some(old))?;
+        strategy.authorize_write(state, user, &new, Some(old))?;
         let now = self.now();
-        if tracks_generation(info) && spec_changed(info, old, &new) {
+        if strategy.tracks_generation() && spec_changed(info, old, &new) {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             meta::set(&mut new, "generation", Some(json!(generation + 1)));
         }
@@ -1013,7 +913,7 @@ impl Inner {
         let rv = state.next_rv();
         meta::set(&mut new, "resourceVersion", Some(json!(rv.to_string())));
         log_write(state, user, "update", &gr, sub.name(), &new);
-        if meta::is_terminating(&new) && meta::finalizers(&new).is_empty() && !has_spec_finalizers(&new) {
+        if meta::is_terminating(&new) && meta::finalizers(&new).is_empty() && !strategy.holds_deletion(&new) {
             return Ok(state.put(&gr, new, EventType::Deleted));
         }
         Ok(state.put(&gr, new, EventType::Modified))
@@ -1030,17 +930,16 @@ impl Inner {
         dry_run: bool,
     ) -> Result<Option<Arc<Value>>> {
         let gr = info.group_resource();
+        let strategy = strategy::for_resource(info);
         let mut finalizers = meta::finalizers(old);
         match propagation {
             Some(PropagationPolicy::Orphan) => push_unique(&mut finalizers, "orphan"),
             Some(PropagationPolicy::Foreground) => push_unique(&mut finalizers, "foregroundDeletion"),
             _ => {}
         }
-        if gr == GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions") {
-            push_unique(&mut finalizers, CUSTOM_RESOURCE_FINALIZER);
-        }
+        strategy.finalizers_on_delete(&mut finalizers);
         let mut new = (**old).clone();
-        if finalizers.is_empty() && !has_spec_finalizers(old) {
+        if finalizers.is_empty() && !strategy.holds_deletion(old) {
             if dry_run {
                 return Ok(None);
             }
@@ -1057,9 +956,7 @@ impl Inner {
             if let Some(generation) = old.pointer("/metadata/generation").and_then(Value::as_i64) {
                 meta::set(&mut new, "generation", Some(json!(generation + 1)));
             }
-            if gr == GroupResource::new("", "namespaces") {
-                new["status"] = json!({"phase": "Terminating"});
-            }
+            strategy.begin_termination(&mut new);
         }
         if meta::comparable(&new) == meta::comparable(old) || dry_run {
             return Ok(Some(Arc::new(new)));
@@ -1086,18 +983,6 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
     }
 }
 
-fn has_spec_finalizers(obj: &Value) -> bool {
-    obj.pointer("/spec/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-        && obj.get("kind").and_then(Value::as_str) == Some("Namespace")
-}
-
-/// Whether writes to this resource maintain `metadata.generation`.
-fn tracks_generation(info: &ResourceInfo) -> bool {
-    info.is_custom() || matches!(info.resource.group.as_str(), "apps" | "apiextensions.k8s.io")
-}
-
 /// Whether a write changed what `generation` counts: everything but metadata, and status when
 /// the status subresource is separate.
 fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
@@ -1114,48 +999,15 @@ fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
     strip(old) != strip(new)
 }
 
-/// Per-kind preparation on create, as each built-in strategy does.
-fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
-    match (info.resource.group.as_str(), info.resource.plural.as_str()) {
-        ("", "namespaces") => {
-            obj["spec"] = json!({"finalizers": ["kubernetes"]});
-            obj["status"] = json!({"phase": "Active"});
-            let name = meta::name(obj).unwrap_or("").to_string();
-            let labels = meta::metadata_mut(obj).entry("labels").or_insert_with(|| json!({}));
-            labels["kubernetes.io/metadata.name"] = json!(name);
-        }
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            obj["status"] =
-                json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": []});
-        }
-        _ => {}
-    }
-}
-
-/// Defaulting, pruning and validation against the resource's schema.
-fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
+/// Normalization, then metadata, schema and kind validation, reported in one 422.
+fn admit_schema(info: &ResourceInfo, strategy: &dyn Strategy, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
     let name = meta::name(obj).unwrap_or("").to_string();
-    if (info.resource.group.as_str(), info.resource.plural.as_str())
-        == ("apiextensions.k8s.io", "customresourcedefinitions")
-    {
-        default_crd_names(obj);
-    }
-    if (info.resource.group.as_str(), info.resource.plural.as_str()) == ("", "secrets") {
-        fold_string_data(obj);
-    }
-    if info.is_custom() {
-        schema::apply_defaults(obj, &info.schema);
-        schema::prune(obj, &info.schema);
-    }
+    strategy.normalize(info, obj);
+    let old = old.map(|o| o.as_ref());
     // kube-apiserver checks object metadata before the schema, in the same 422.
     let mut causes = crate::labels::validate(obj);
-    causes.extend(schema::validate(obj, old.map(|o| o.as_ref()), &info.schema));
-    if info.resource.group == "apiextensions.k8s.io" {
-        causes.extend(match old {
-            Some(old) => crate::crd::validate_crd_update(obj, old),
-            None => crate::crd::validate_crd(obj),
-        });
-    }
+    causes.extend(crate::schema::validate(obj, old, &info.schema));
+    causes.extend(strategy.validate(obj, old));
     if causes.is_empty() {
         Ok(())
     } else {
@@ -1163,21 +1015,9 @@ fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) 
     }
 }
 
-/// Names must be DNS-1123 subdomains (RBAC objects accept path segment names, as upstream).
-fn validate_name(info: &ResourceInfo, name: &str) -> Result<()> {
-    let rbac = info.resource.group == "rbac.authorization.k8s.io";
-    let ok = if rbac {
-        !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
-    } else {
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        name.len() <= 253 && name.split('.').all(label_ok)
-    };
+/// Names must be what the resource's strategy accepts (DNS-1123 subdomains but for RBAC).
+fn validate_name(info: &ResourceInfo, strategy: &dyn Strategy, name: &str) -> Result<()> {
+    let ok = strategy.valid_name(name);
     if ok {
         return Ok(());
     }
@@ -1320,82 +1160,4 @@ fn decode_continue(token: &str) -> Result<(u64, ObjectKey)> {
     let ns = value["ns"].as_str().ok_or_else(bad)?.to_string();
     let name = value["name"].as_str().ok_or_else(bad)?.to_string();
     Ok((rv, (ns, name)))
-}
-
-/// RBAC objects may grant only what the writer holds (kube's escalation check).
-fn check_rbac_escalation(
-    state: &State,
-    user: &UserInfo,
-    gr: &GroupResource,
-    obj: &Value,
-    old: Option<&Arc<Value>>,
-) -> Result<()> {
-    if gr.group != "rbac.authorization.k8s.io" || user.is_privileged() {
-        return Ok(());
-    }
-    let snapshot = rbac_snapshot(state);
-    let ns = meta::namespace(obj).unwrap_or("");
-    let old = old.map(|o| o.as_ref());
-    let checked = match gr.resource.as_str() {
-        "roles" => rbac::check_role_write(user, ns, obj, old, &snapshot),
-        "clusterroles" => rbac::check_cluster_role_write(user, obj, old, &snapshot),
-        "rolebindings" => rbac::check_role_binding_write(user, ns, obj, old, &snapshot),
-        "clusterrolebindings" => rbac::check_cluster_role_binding_write(user, obj, old, &snapshot),
-        _ => Ok(()),
-    };
-    checked.map_err(|e| match e {
-        rbac::GrantError::Forbidden { resource, message, .. } => Error::Forbidden {
-            verb: if old.is_some() {
-                "update".into()
-            } else {
-                "create".into()
-            },
-            resource: format!("{resource}.rbac.authorization.k8s.io"),
-            message,
-        },
-        rbac::GrantError::RoleRef(err) => Error::NotFound {
-            message: err.to_string(),
-        },
-    })
-}
-
-/// Secrets store `stringData` as base64 `data` and default `type` to `Opaque`, as the
-/// apiserver's conversion does; `stringData` is never stored or returned.
-fn fold_string_data(secret: &mut Value) {
-    use base64::Engine as _;
-    let Some(map) = secret.as_object_mut() else { return };
-    if let Some(Value::Object(strings)) = map.remove("stringData") {
-        let data = map.entry("data").or_insert_with(|| json!({}));
-        if !data.is_object() {
-            *data = json!({});
-        }
-        for (key, value) in strings {
-            let text = value.as_str().unwrap_or_default();
-            data[key.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
-        }
-    }
-    if map.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
-        map.insert("type".into(), json!("Opaque"));
-    }
-}
-
-/// apiextensions' defaulting: `singular` is the lower-cased kind, `listKind` is `<Kind>List`.
-fn default_crd_names(crd: &mut Value) {
-    let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let kind = names
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    if kind.is_empty() {
-        return;
-    }
-    if names.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
-        names.insert("singular".into(), json!(kind.to_lowercase()));
-    }
-    if names.get("listKind").and_then(Value::as_str).is_none_or(str::is_empty) {
-        names.insert("listKind".into(), json!(format!("{kind}List")));
-    }
 }
