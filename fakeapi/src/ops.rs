@@ -1,21 +1,19 @@
-//! The API operations of a fake cluster: admission (faults, RBAC, routing), reads, and the
-//! write pipeline kube-apiserver runs (defaults, pruning, validation, preconditions,
-//! generation, managed fields, finalizers, no-op detection).
+//! The write operations of a fake cluster (create, update, patch, delete) and the generic write
+//! pipeline kube-apiserver runs (preconditions, defaults, pruning, validation, generation,
+//! managed fields, finalizers, no-op detection). What a kind adds to it lives in its
+//! `strategy` module; admission is in `admission`, reads in `reads`.
 
 use std::sync::Arc;
 
 use kbind_cluster::error::Cause;
-use kbind_cluster::{
-    ApiResource, DeleteParams, Discovery, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, Result,
-};
-use kube::api::VersionMatch;
+use kbind_cluster::{ApiResource, DeleteParams, Error, Patch, PatchParams, PostParams, PropagationPolicy, Result};
 use serde_json::{Value, json};
 
+use crate::admission::{forbidden, rbac_snapshot};
 use crate::cluster::{FakeCluster, Inner};
-use crate::rbac::{self, Attributes, RbacSnapshot, UserInfo};
+use crate::rbac::{self, Attributes, UserInfo};
 use crate::registry::{GroupResource, ResourceInfo};
-use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{EventType, ObjectKey, State, WriteRecord, key_of};
+use crate::store::{EventType, ObjectKey, State, WriteRecord};
 use crate::strategy::{self, Strategy};
 use crate::{meta, patch, ssa};
 
@@ -55,210 +53,6 @@ impl Caller {
 }
 
 impl FakeCluster {
-    /// Faults, RBAC and routing for one request (recorded in the request log); the resource's
-    /// served info on success.
-    pub(crate) async fn admit(
-        &self,
-        caller: &Caller,
-        verb: &str,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: Option<&str>,
-        subresource: &str,
-    ) -> Result<ResourceInfo> {
-        let answer = self
-            .admit_unrecorded(caller, verb, res, namespace, name, subresource)
-            .await;
-        let resource = if res.group.is_empty() {
-            format!("{}.", res.plural)
-        } else {
-            format!("{}.{}", res.plural, res.group)
-        };
-        self.inner
-            .record_request(caller, verb, resource, namespace, name, answer.as_ref().err());
-        answer
-    }
-
-    async fn admit_unrecorded(
-        &self,
-        caller: &Caller,
-        verb: &str,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: Option<&str>,
-        subresource: &str,
-    ) -> Result<ResourceInfo> {
-        self.inner.fault_gate(verb, &res.plural).await?;
-        let state = self.inner.lock();
-        let attrs = Attributes {
-            verb: verb.to_string(),
-            api_group: res.group.clone(),
-            resource: res.plural.clone(),
-            subresource: subresource.to_string(),
-            namespace: namespace.map(str::to_string),
-            name: name.map(str::to_string),
-            path: None,
-        };
-        // Privileged callers skip building the RBAC snapshot: it clones every role.
-        if !caller.user.is_privileged() && !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
-            return Err(forbidden(&caller.user, &attrs));
-        }
-        let info = state
-            .registry
-            .lookup(&res.group, &res.version, &res.plural)
-            .cloned()
-            .ok_or_else(|| Error::NotFound {
-                message: "the server could not find the requested resource".into(),
-            })?;
-        if info.resource.namespaced != namespace.is_some() && !(namespace.is_none() && matches!(verb, "list" | "watch"))
-        {
-            return Err(Error::NotFound {
-                message: "the server could not find the requested resource".into(),
-            });
-        }
-        if !subresource.is_empty() && !info.resource.subresources.iter().any(|s| s == subresource) {
-            return Err(Error::NotFound {
-                message: "the server could not find the requested resource".into(),
-            });
-        }
-        drop(state);
-        if subresource.is_empty() {
-            self.land_interloper(verb, &info, namespace, name);
-        }
-        Ok(info)
-    }
-
-    /// Lands another client's write queued for this request first (see [`crate::Interloper`]):
-    /// whatever is at the object's key goes, the interloper's object takes its place.
-    fn land_interloper(&self, verb: &str, info: &ResourceInfo, namespace: Option<&str>, name: Option<&str>) {
-        if !matches!(verb, "create" | "update" | "patch" | "delete") {
-            return;
-        }
-        let Some(interloper) = self
-            .inner
-            .faults()
-            .take_interloper(verb, &info.resource.plural, namespace, name)
-        else {
-            return;
-        };
-        let gr = info.group_resource();
-        let mut state = self.inner.lock();
-        let key = (namespace.unwrap_or("").to_string(), interloper.name.clone());
-        if let Some(old) = state.get(&gr, &key).cloned() {
-            let mut gone = (*old).clone();
-            let rv = state.next_rv();
-            meta::set(&mut gone, "resourceVersion", Some(json!(rv.to_string())));
-            state.put(&gr, gone, EventType::Deleted);
-        }
-        let mut obj = interloper.object;
-        if let Some(ns) = namespace {
-            meta::set(&mut obj, "namespace", Some(json!(ns)));
-        }
-        meta::set(&mut obj, "name", Some(json!(interloper.name)));
-        meta::set(&mut obj, "resourceVersion", None);
-        // The test wrote an object the server accepts; one it refuses is a broken test.
-        if let Err(e) = self.inner.create_locked(
-            &mut state,
-            &UserInfo::user("interloper"),
-            info,
-            obj,
-            "interloper",
-            false,
-            false,
-        ) {
-            panic!("fakeapi: the interloper's object was refused: {e}");
-        }
-        let rv = state.rv;
-        drop(state);
-        self.inner.notify(rv);
-    }
-
-    /// Reads one object.
-    pub async fn get(&self, caller: &Caller, res: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value> {
-        let info = self.admit(caller, "get", res, namespace, Some(name), "").await?;
-        let state = self.inner.lock();
-        let key = (namespace.unwrap_or("").to_string(), name.to_string());
-        state
-            .get(&info.group_resource(), &key)
-            .map(|o| present(o, &info))
-            .ok_or_else(|| Error::not_found(&info.group_resource().qualified(), name))
-    }
-
-    /// Lists objects as a `<Kind>List`.
-    pub async fn list(
-        &self,
-        caller: &Caller,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        params: &ListParams,
-    ) -> Result<Value> {
-        let fields = FieldSelector::parse(params.field_selector.as_deref().unwrap_or(""))?;
-        let labels = LabelSelector::parse(params.label_selector.as_deref().unwrap_or(""))?;
-        let info = self
-            .admit(caller, "list", res, namespace, fields.pinned_name(), "")
-            .await?;
-        let gr = info.group_resource();
-        let state = self.inner.lock();
-        let (snapshot_rv, start_after, paginate) = match params.continue_token.as_deref().filter(|t| !t.is_empty()) {
-            Some(token) => {
-                let (rv, after) = decode_continue(token)?;
-                if rv < state.floor_of(&gr) {
-                    return Err(Error::Gone {
-                        message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
-                    });
-                }
-                (rv, Some(after), true)
-            }
-            None => {
-                let rv = list_resource_version(&state, params)?;
-                // kube-apiserver serves resourceVersion=0 from its watch cache, which ignores limit.
-                let from_cache = params.resource_version.as_deref() == Some("0");
-                (rv, None, !from_cache)
-            }
-        };
-        let objects = state.snapshot_at(&gr, snapshot_rv)?;
-        let limit = params.limit.filter(|l| *l > 0 && paginate).map(|l| l as usize);
-        let mut items = Vec::new();
-        let mut continue_token = None;
-        let mut remaining = 0usize;
-        for ((ns, name), obj) in &objects {
-            if namespace.is_some_and(|want| want != ns) {
-                continue;
-            }
-            if start_after
-                .as_ref()
-                .is_some_and(|after| (ns, name) <= (&after.0, &after.1))
-            {
-                continue;
-            }
-            if !labels.matches(obj) || !fields.matches(obj) {
-                continue;
-            }
-            if limit.is_some_and(|l| items.len() >= l) {
-                remaining += 1;
-                continue;
-            }
-            items.push(present(obj, &info));
-        }
-        if remaining > 0 {
-            let last = items.last().map(key_of).unwrap_or_default();
-            continue_token = Some(encode_continue(snapshot_rv, &last));
-        }
-        let mut list_meta = json!({"resourceVersion": snapshot_rv.to_string()});
-        if let Some(token) = continue_token {
-            list_meta["continue"] = json!(token);
-            if params.label_selector.is_none() && params.field_selector.is_none() {
-                list_meta["remainingItemCount"] = json!(remaining);
-            }
-        }
-        Ok(json!({
-            "apiVersion": info.api_version(),
-            "kind": format!("{}List", info.resource.kind),
-            "metadata": list_meta,
-            "items": items,
-        }))
-    }
-
     /// Creates an object.
     pub async fn create(
         &self,
@@ -581,51 +375,6 @@ impl FakeCluster {
             body,
         )
     }
-
-    /// What the cluster serves.
-    pub async fn discovery(&self, caller: &Caller) -> Result<Discovery> {
-        let gate = self.inner.fault_gate("get", "").await;
-        self.inner
-            .record_request(caller, "discovery", String::new(), None, None, gate.as_ref().err());
-        gate?;
-        let mut discovery = self.inner.lock().registry.discovery();
-        let hidden = self.inner.faults().undiscoverable.clone();
-        let group_version = |group: &str, version: &str| match group {
-            "" => version.to_string(),
-            g => format!("{g}/{version}"),
-        };
-        discovery
-            .resources
-            .retain(|r| !hidden.contains(&group_version(&r.group, &r.version)));
-        discovery.unavailable = discovery
-            .groups
-            .iter()
-            .flat_map(|g| g.versions.iter().map(|v| group_version(&g.name, v)))
-            .filter(|gv| hidden.contains(gv))
-            .collect();
-        Ok(discovery)
-    }
-
-    /// The OpenAPI v3 document of one group-version.
-    pub async fn openapi_v3(&self, caller: &Caller, group: &str, version: &str) -> Result<Value> {
-        let gate = self.inner.fault_gate("get", "").await;
-        self.inner
-            .record_request(caller, "openapi", String::new(), None, None, gate.as_ref().err());
-        gate?;
-        let state = self.inner.lock();
-        let resources: Vec<_> = state
-            .registry
-            .all()
-            .filter(|r| r.resource.group == group && r.resource.version == version)
-            .map(|r| (r.resource.clone(), r.schema.clone()))
-            .collect();
-        if resources.is_empty() {
-            return Err(Error::NotFound {
-                message: format!("group-version {group}/{version} is not served"),
-            });
-        }
-        Ok(crate::openapi::group_version_document(group, version, &resources))
-    }
 }
 
 /// How an update came about (what managedFields must record).
@@ -638,79 +387,7 @@ pub(crate) enum UpdateKind<'a> {
     System,
 }
 
-/// One request inside the latency wait; leaving (or being dropped) counts it out.
-struct Delayed<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Delayed<'a> {
-    fn enter(gauge: &'a std::sync::atomic::AtomicUsize) -> Self {
-        gauge.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Delayed(gauge)
-    }
-}
-
-impl Drop for Delayed<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 impl Inner {
-    /// Faults in front of every request: black hole, latency (on the tokio clock), partition,
-    /// injected errors.
-    pub(crate) async fn fault_gate(&self, verb: &str, resource: &str) -> Result<()> {
-        self.swallow_if_black_holed().await;
-        let latency = self.faults().latency;
-        if let Some(delay) = latency {
-            let sent_to = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
-            {
-                let _held = Delayed::enter(&self.delayed);
-                tokio::time::sleep(delay).await;
-            }
-            if self.incarnation.load(std::sync::atomic::Ordering::SeqCst) != sent_to {
-                return Err(Error::Transport("read tcp: connection reset by peer".into()));
-            }
-            // A hole that opened while the request was on its way swallows it too.
-            self.swallow_if_black_holed().await;
-        }
-        self.faults().check(&self.name, verb, resource)
-    }
-
-    /// Never returns while the cluster is black-holed: the request is lost, and only its
-    /// caller dropping it (a timeout) ends the wait.
-    async fn swallow_if_black_holed(&self) {
-        let black_holed = self.faults().black_holed;
-        if black_holed {
-            let _held = Delayed::enter(&self.swallowed);
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// Appends one answered request to the request log.
-    pub(crate) fn record_request(
-        &self,
-        caller: &Caller,
-        verb: &str,
-        resource: String,
-        namespace: Option<&str>,
-        name: Option<&str>,
-        error: Option<&kbind_cluster::Error>,
-    ) {
-        // One order across every cluster of the process: a world's clusters share it.
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let record = crate::faults::RequestRecord {
-            seq: SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
-            rv: self.lock().rv,
-            at: self.clock.now(),
-            user: caller.user.name.clone(),
-            verb: verb.to_string(),
-            resource,
-            namespace: namespace.unwrap_or("").to_string(),
-            name: name.unwrap_or("").to_string(),
-            error: error.map(ToString::to_string),
-        };
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
-    }
-
     /// The create pipeline, under the lock. `applied`: managedFields were set by apply already.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_locked(
@@ -1068,96 +745,4 @@ fn precondition_failed(what: &str, wanted: &str, actual: &str) -> Error {
         message: format!("Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"),
         causes: vec![],
     }
-}
-
-fn forbidden(user: &UserInfo, attrs: &Attributes) -> Error {
-    let resource = if attrs.api_group.is_empty() {
-        attrs.resource.clone()
-    } else {
-        format!("{}.{}", attrs.resource, attrs.api_group)
-    };
-    Error::Forbidden {
-        verb: attrs.verb.clone(),
-        resource,
-        message: rbac::forbidden_message(user, attrs),
-    }
-}
-
-/// The RBAC objects of a cluster, for one authorization decision: copied once per change of
-/// the policy, not per request (the bootstrap policy alone is dozens of ClusterRoles).
-pub(crate) fn rbac_snapshot(state: &State) -> Arc<RbacSnapshot> {
-    let list = |plural: &str| state.list(&GroupResource::new("rbac.authorization.k8s.io", plural), None);
-    let sources = [
-        list("roles"),
-        list("clusterroles"),
-        list("rolebindings"),
-        list("clusterrolebindings"),
-    ];
-    let mut cache = state.rbac_cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(cached) = cache.as_ref()
-        && cached
-            .sources
-            .iter()
-            .zip(&sources)
-            .all(|(was, is)| was.len() == is.len() && was.iter().zip(is).all(|(a, b)| Arc::ptr_eq(a, b)))
-    {
-        return cached.snapshot.clone();
-    }
-    let copy = |objects: &[Arc<Value>]| objects.iter().map(|o| (**o).clone()).collect::<Vec<Value>>();
-    let snapshot = Arc::new(RbacSnapshot {
-        roles: copy(&sources[0]),
-        cluster_roles: copy(&sources[1]),
-        role_bindings: copy(&sources[2]),
-        cluster_role_bindings: copy(&sources[3]),
-    });
-    *cache = Some(crate::store::RbacCache {
-        sources,
-        snapshot: snapshot.clone(),
-    });
-    snapshot
-}
-
-/// The resourceVersion a list without a continue token reads at.
-fn list_resource_version(state: &State, params: &ListParams) -> Result<u64> {
-    let requested = params
-        .resource_version
-        .as_deref()
-        .filter(|rv| !rv.is_empty() && *rv != "0");
-    let Some(requested) = requested else {
-        return Ok(state.rv);
-    };
-    let rv: u64 = requested.parse().map_err(|_| Error::BadRequest {
-        message: format!("invalid resource version: {requested:?}"),
-    })?;
-    match params.version_match {
-        Some(VersionMatch::Exact) => Ok(rv),
-        _ if rv > state.rv => Err(Error::Timeout(format!(
-            "Too large resource version: {rv}, current: {}",
-            state.rv
-        ))),
-        _ => Ok(state.rv),
-    }
-}
-
-fn encode_continue(rv: u64, last: &ObjectKey) -> String {
-    let raw = json!({"rv": rv, "ns": last.0, "name": last.1}).to_string();
-    raw.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn decode_continue(token: &str) -> Result<(u64, ObjectKey)> {
-    let bad = || Error::BadRequest {
-        message: "continue key is not valid".into(),
-    };
-    if !token.len().is_multiple_of(2) {
-        return Err(bad());
-    }
-    let bytes: Option<Vec<u8>> = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).ok())
-        .collect();
-    let value: Value = serde_json::from_slice(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
-    let rv = value["rv"].as_u64().ok_or_else(bad)?;
-    let ns = value["ns"].as_str().ok_or_else(bad)?.to_string();
-    let name = value["name"].as_str().ok_or_else(bad)?.to_string();
-    Ok((rv, (ns, name)))
 }

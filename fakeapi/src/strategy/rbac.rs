@@ -39,7 +39,7 @@ impl Strategy for Rbac {
         if user.is_privileged() {
             return Ok(());
         }
-        let snapshot = crate::ops::rbac_snapshot(state);
+        let snapshot = crate::admission::rbac_snapshot(state);
         let ns = meta::namespace(obj).unwrap_or("");
         let checked = match self {
             Rbac::Roles => policy::check_role_write(user, ns, obj, old, &snapshot),
