@@ -32,6 +32,5 @@ impl Strategy for Namespaces {
         obj.pointer("/spec/finalizers")
             .and_then(Value::as_array)
             .is_some_and(|a| !a.is_empty())
-            && obj.get("kind").and_then(Value::as_str) == Some("Namespace")
     }
 }
