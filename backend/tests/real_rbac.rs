@@ -1022,7 +1022,7 @@ async fn settled(admin: &dyn ClusterClient, name: &str) -> k8s_openapi::apimachi
         let status = grant.status.unwrap_or_default();
         if let Some(c) = kbind_api::conditions::find(&status.conditions, "Ready")
             && current
-            && (c.status == "True" || kbind_backend::issuer::reason::REFUSALS.contains(&c.reason.as_str()))
+            && (c.status == "True" || kbind_backend::issuer::reason::GRANT_REFUSALS.contains(&c.reason.as_str()))
         {
             return c.clone();
         }

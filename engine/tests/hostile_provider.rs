@@ -15,7 +15,7 @@ use kbind_api::ConflictPolicy;
 use kbind_cluster::{ClusterClient, ClusterClientExt, Error, KubeClusterClient, PostParams, SharedClock, TokioClock};
 use kbind_engine::mapper::Identity;
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
-use kbind_engine::sync::{BindingKind, BindingRef, SyncerSpec, Syncers};
+use kbind_engine::sync::{ApiSyncerSpec, BindingKind, BindingRef, Syncers};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -122,7 +122,7 @@ async fn plain_text_404_for_the_copy_keeps_the_finalizer() {
     }
     .engage_through(&consumer, &provider, clock, connector)
     .await;
-    let spec = SyncerSpec {
+    let spec = ApiSyncerSpec {
         connection: "acme".into(),
         binding: BindingRef {
             kind: BindingKind::Cluster,

@@ -15,7 +15,7 @@ use kbind_cluster::{
 use kbind_engine::context::Context;
 use kbind_engine::mapper::{Identity, Mapper, ObjectKey, assert_round_trips};
 use kbind_engine::provider::EngagedProvider;
-use kbind_engine::sync::{BindingKind, BindingRef, SyncerSpec, Syncers};
+use kbind_engine::sync::{ApiSyncerSpec, BindingKind, BindingRef, Syncers};
 use serde_json::{Value, json};
 
 mod support;
@@ -89,8 +89,8 @@ impl World {
         }
     }
 
-    fn spec(&self, policy: ConflictPolicy) -> SyncerSpec {
-        SyncerSpec {
+    fn spec(&self, policy: ConflictPolicy) -> ApiSyncerSpec {
+        ApiSyncerSpec {
             connection: "acme".into(),
             binding: BindingRef {
                 kind: BindingKind::Cluster,
@@ -108,7 +108,7 @@ impl World {
         }
     }
 
-    fn syncers(&self, mapper: Arc<dyn Mapper>, spec: SyncerSpec) -> Syncers {
+    fn syncers(&self, mapper: Arc<dyn Mapper>, spec: ApiSyncerSpec) -> Syncers {
         let syncers = Syncers::new(self.ctx.clone(), mapper);
         assert!(syncers.ensure(spec, self.engaged.clone()));
         syncers

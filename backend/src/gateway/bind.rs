@@ -465,7 +465,7 @@ fn issuance(grant: &Grant) -> Issuance {
     };
     if ready.status == status::TRUE && st.issued.is_some() {
         Issuance::Issued
-    } else if ready.status == status::FALSE && reason::REFUSALS.contains(&ready.reason.as_str()) {
+    } else if ready.status == status::FALSE && reason::GRANT_REFUSALS.contains(&ready.reason.as_str()) {
         Issuance::Refused {
             reason: ready.reason.clone(),
             message: ready.message.clone(),

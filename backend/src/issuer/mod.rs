@@ -184,7 +184,7 @@ pub mod reason {
 
     /// The reasons that are the issuer's final word on a Grant's generation: a bind fails with
     /// them at once, any other `Ready=False` reason is waited out (it may pass on a retry).
-    pub const REFUSALS: &[&str] = &[
+    pub const GRANT_REFUSALS: &[&str] = &[
         NAMESPACE_NOT_AVAILABLE,
         NAMESPACE_CLAIMED,
         NAMESPACE_NOT_CLAIMABLE,
@@ -291,15 +291,23 @@ mod tests {
             IssueError::Cluster(forbidden),
         ];
         for refusal in &refusals {
-            assert!(reason::REFUSALS.contains(&refusal.reason()), "{}", refusal.reason());
+            assert!(
+                reason::GRANT_REFUSALS.contains(&refusal.reason()),
+                "{}",
+                refusal.reason()
+            );
         }
         // Two of them share a reason; the two reasons of older issuers are final too.
-        assert_eq!(refusals.len() - 1 + 2, reason::REFUSALS.len());
+        assert_eq!(refusals.len() - 1 + 2, reason::GRANT_REFUSALS.len());
         for waited in [
             IssueError::NotIssued,
             IssueError::Cluster(kbind_cluster::Error::Decode(String::new())),
         ] {
-            assert!(!reason::REFUSALS.contains(&waited.reason()), "{}", waited.reason());
+            assert!(
+                !reason::GRANT_REFUSALS.contains(&waited.reason()),
+                "{}",
+                waited.reason()
+            );
         }
     }
 }

@@ -127,7 +127,7 @@ impl FakeGateway {
     }
 }
 
-type Shared = (Arc<Mutex<Script>>, String);
+type GatewayState = (Arc<Mutex<Script>>, String);
 
 async fn record(
     State((script, arrived)): State<(Arc<Mutex<Script>>, Arc<tokio::sync::Notify>)>,
@@ -148,7 +148,7 @@ async fn record(
     next.run(request).await
 }
 
-async fn provider(State((script, url)): State<Shared>) -> Json<Value> {
+async fn provider(State((script, url)): State<GatewayState>) -> Json<Value> {
     let method = match script.lock().expect("lock").authorization_endpoint {
         Some(_) => json!({"type": "oidc", "issuerURL": url, "clientID": "kbind-cli"}),
         None => json!({"type": "token"}),
@@ -159,7 +159,7 @@ async fn provider(State((script, url)): State<Shared>) -> Json<Value> {
     )
 }
 
-async fn discovery(State((script, url)): State<Shared>) -> Json<Value> {
+async fn discovery(State((script, url)): State<GatewayState>) -> Json<Value> {
     let endpoint = script.lock().expect("lock").authorization_endpoint.clone();
     Json(
         json!({"issuer": url, "authorization_endpoint": endpoint, "token_endpoint": format!("{url}/token"),
@@ -176,7 +176,7 @@ async fn whoami() -> Json<Value> {
     Json(json!({"subject": "token:alice", "name": "alice"}))
 }
 
-async fn catalog(State((script, _)): State<Shared>) -> Json<Value> {
+async fn catalog(State((script, _)): State<GatewayState>) -> Json<Value> {
     let related = script.lock().expect("lock").related.clone();
     Json(json!({
         "collections": [],
@@ -199,7 +199,7 @@ async fn revoke(Path(_name): Path<String>) -> StatusCode {
     StatusCode::OK
 }
 
-async fn bind(State((script, url)): State<Shared>) -> (StatusCode, Json<Value>) {
+async fn bind(State((script, url)): State<GatewayState>) -> (StatusCode, Json<Value>) {
     let mut answer = json!({"grant": GRANT, "pickupURL": format!("{url}{}/{PICKUP_ID}", path::PICKUP),
         "expiresAt": "2099-01-01T00:00:00Z"});
     if let Some(namespaces) = &script.lock().expect("lock").grant_namespaces {
@@ -209,7 +209,7 @@ async fn bind(State((script, url)): State<Shared>) -> (StatusCode, Json<Value>) 
     (StatusCode::CREATED, Json(answer))
 }
 
-async fn pickup(State((script, _)): State<Shared>) -> axum::response::Response {
+async fn pickup(State((script, _)): State<GatewayState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     let script = script.lock().expect("lock");
     if let Some((code, body)) = &script.pickup_error {

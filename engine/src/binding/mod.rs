@@ -37,7 +37,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::Event;
 
-use crate::connection::stores::{Change, ConsumerStores};
+use crate::connection::stores::{ConsumerStores, StoreChange};
 use crate::context::Context;
 use crate::link::Links;
 use crate::sync::{BindingKind, Syncers};
@@ -112,7 +112,7 @@ pub async fn run_shared(ctx: Context, links: Links, syncers: Syncers, stores: Co
     let forward = {
         let changed_tx = changed_tx.clone();
         stores.connections.changes().for_each(move |change| {
-            if let Change::Applied(conn) | Change::Deleted(conn) = &change {
+            if let StoreChange::Applied(conn) | StoreChange::Deleted(conn) = &change {
                 let _ = changed_tx.send(conn.metadata.name.clone().unwrap_or_default());
             }
             async {}

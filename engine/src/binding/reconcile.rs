@@ -26,7 +26,7 @@ use crate::events::Recorder;
 use crate::link::Links;
 use crate::provider::EngagedProvider;
 use crate::related;
-use crate::sync::{BindingKind, SyncerKey, SyncerSpec, Syncers};
+use crate::sync::{ApiSyncerSpec, BindingKind, SyncerKey, Syncers};
 
 /// How soon a binding whose related copies or blocked unbind still need passes looks again.
 pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
@@ -396,7 +396,7 @@ fn stop_unserved(shared: &Binder, view: &BindingView, served: &BTreeSet<SyncerKe
 
 /// A syncer to start once the binding's claim is recorded.
 struct Start {
-    spec: SyncerSpec,
+    spec: ApiSyncerSpec,
     provider: Arc<EngagedProvider>,
 }
 
@@ -544,7 +544,7 @@ async fn observe_api(
     conn: &Connection,
     provider: &Arc<EngagedProvider>,
     api: &str,
-) -> Result<(ApiReport, Option<SyncerSpec>), BindingError> {
+) -> Result<(ApiReport, Option<ApiSyncerSpec>), BindingError> {
     let exported: Option<&ExportedApi> = conn
         .status
         .as_ref()
@@ -622,7 +622,7 @@ async fn observe_api(
             return Ok((ApiReport::not_synced(api, reason::PENDING, message), None));
         }
     };
-    let spec = SyncerSpec {
+    let spec = ApiSyncerSpec {
         connection: view.spec.connection_ref.name.clone(),
         binding: view.reference(),
         api: api.to_string(),

@@ -22,7 +22,7 @@ use super::view::BindingView;
 use crate::connection::finalize::{has_cleanup, is_orphan as connection_is_orphan, remove_cleanup};
 use crate::crdpull::{crd_resource, is_managed};
 use crate::related::{RelatedError, Side, remove_copies_of};
-use crate::sync::{BindingKind, SyncError, SyncerSpec};
+use crate::sync::{ApiSyncerSpec, BindingKind, SyncError};
 
 /// What happened to one API of a binding being deleted.
 pub(crate) enum Drain {
@@ -239,7 +239,7 @@ pub(crate) async fn drain_api(
         .and_then(|c| c.status.clone())
         .and_then(|s| s.local_cluster_uid)
         .unwrap_or_default();
-    let spec = SyncerSpec {
+    let spec = ApiSyncerSpec {
         connection: connection.clone(),
         binding: view.reference(),
         api: api.to_string(),

@@ -10,15 +10,13 @@ use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Error, ListParams, Patch, PatchParams, Result,
 };
 use kube::ResourceExt;
-use serde_json::json;
 
 use super::{connection_resource, secret_resource};
+use crate::finalizers;
 
-/// Whether `obj` carries the cleanup finalizer.
+/// Whether `meta` carries the cleanup finalizer.
 pub(crate) fn has_cleanup(meta: &kube::api::ObjectMeta) -> bool {
-    meta.finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == finalizer::CLEANUP))
+    finalizers::has(meta, finalizer::CLEANUP)
 }
 
 /// Whether the Connection asks to be released without touching the provider.
@@ -26,26 +24,19 @@ pub(crate) fn is_orphan(conn: &Connection) -> bool {
     conn.annotations().get(annotation::DELETION_POLICY).map(String::as_str) == Some(DELETION_POLICY_ORPHAN)
 }
 
-/// Writes `finalizers` with a resourceVersion precondition (a JSON patch `test`), so a
-/// concurrent change to the list is a 409 and a retry, never a lost finalizer.
+/// Writes `list` as the finalizers of `obj`, guarded by the resourceVersion it was computed from.
 async fn set_finalizers(
     client: &dyn ClusterClient,
     res: &ApiResource,
     obj: &DynamicObject,
-    finalizers: Vec<String>,
+    list: Vec<String>,
 ) -> Result<()> {
-    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-    ]))
-    .map_err(|e| Error::Decode(e.to_string()))?;
     client
         .patch(
             res,
             obj.metadata.namespace.as_deref(),
             &obj.name_any(),
-            &Patch::Json(patch),
+            &Patch::Merge(finalizers::guarded_patch(&obj.metadata, list)),
             &PatchParams::default(),
         )
         .await
@@ -57,9 +48,7 @@ pub(crate) async fn ensure_cleanup(client: &dyn ClusterClient, res: &ApiResource
     if has_cleanup(&obj.metadata) || obj.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
-    let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
-    finalizers.push(finalizer::CLEANUP.to_string());
-    set_finalizers(client, res, obj, finalizers).await
+    set_finalizers(client, res, obj, finalizers::with(&obj.metadata, finalizer::CLEANUP)).await
 }
 
 /// Removes the cleanup finalizer from the object, read fresh; a missing object is fine.
@@ -75,15 +64,13 @@ pub(crate) async fn remove_cleanup(
     if !has_cleanup(&obj.metadata) {
         return Ok(());
     }
-    let finalizers = obj
-        .metadata
-        .finalizers
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| f != finalizer::CLEANUP)
-        .collect();
-    set_finalizers(client, res, &obj, finalizers).await
+    set_finalizers(
+        client,
+        res,
+        &obj,
+        finalizers::without(&obj.metadata, finalizer::CLEANUP),
+    )
+    .await
 }
 
 /// One binding a deleted Connection waits for.

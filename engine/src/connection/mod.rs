@@ -42,7 +42,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 
 use crate::context::Context;
 use crate::link::Links;
-use stores::{Change, ConsumerStores};
+use stores::{ConsumerStores, StoreChange};
 
 pub use reconcile::{ReconcileError, reconcile};
 
@@ -65,22 +65,23 @@ pub async fn run_shared(ctx: Context, stores: ConsumerStores, links: Links) {
     let wakes = named_connections(links.wakes(), store.clone());
     let connections = stores.connections.changes().filter_map(|change| async move {
         match change {
-            Change::Applied(conn) => Some(Ok::<_, kube::runtime::watcher::Error>(conn.as_ref().clone())),
-            Change::Deleted(_) | Change::Synced => None,
+            StoreChange::Applied(conn) => Some(Ok::<_, kube::runtime::watcher::Error>(conn.as_ref().clone())),
+            StoreChange::Deleted(_) | StoreChange::Synced => None,
         }
     });
     let secret_res = secret_resource();
     let secrets = stores.secrets.changes().filter_map(|change| async move {
         match change {
-            Change::Applied(secret) | Change::Deleted(secret) => Some(Ok::<_, kube::runtime::watcher::Error>(
-                strip_secret_data(secret.as_ref().clone()),
-            )),
-            Change::Synced => None,
+            StoreChange::Applied(secret) | StoreChange::Deleted(secret) => Some(
+                Ok::<_, kube::runtime::watcher::Error>(strip_secret_data(secret.as_ref().clone())),
+            ),
+            StoreChange::Synced => None,
         }
     });
 
     let mapper_store = store.clone();
-    let shared = Arc::new(reconcile::Shared::new(ctx, store.clone(), links).with_secrets(stores.secrets.clone()));
+    let shared =
+        Arc::new(reconcile::ConnectionReconciler::new(ctx, store.clone(), links).with_secrets(stores.secrets.clone()));
     Controller::for_stream(connections, store)
         .watches_stream_with(
             secrets,
@@ -127,7 +128,7 @@ fn named_connections(
     })
 }
 
-fn error_policy(conn: Arc<Connection>, error: &ReconcileError, shared: Arc<reconcile::Shared>) -> Action {
+fn error_policy(conn: Arc<Connection>, error: &ReconcileError, shared: Arc<reconcile::ConnectionReconciler>) -> Action {
     tracing::warn!(connection = %kube::ResourceExt::name_any(conn.as_ref()), error = %error, "reconcile failed");
     Action::requeue(shared.jitter(&kube::ResourceExt::name_any(conn.as_ref()), RETRY_INTERVAL))
 }

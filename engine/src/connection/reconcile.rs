@@ -42,8 +42,8 @@ impl From<Error> for ReconcileError {
     }
 }
 
-/// What the reconciles of all Connections share.
-pub struct Shared {
+/// The Connection controller's reconciler: what the reconciles of all Connections share.
+pub struct ConnectionReconciler {
     ctx: Context,
     store: Store<Connection>,
     /// The provider links, one per Connection.
@@ -62,8 +62,8 @@ pub struct Shared {
     accepted: Mutex<BTreeMap<String, (String, ProviderKubeconfig)>>,
 }
 
-impl Shared {
-    /// Shared state over `ctx`, with the reflector's Connection cache and the provider links.
+impl ConnectionReconciler {
+    /// The reconciler over `ctx`, with the reflector's Connection cache and the provider links.
     pub fn new(ctx: Context, store: Store<Connection>, links: Links) -> Self {
         let recorder = Recorder::new(
             ctx.consumer.clone(),
@@ -119,7 +119,7 @@ impl Shared {
 }
 
 /// Reconciles one Connection.
-pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Action, ReconcileError> {
+pub async fn reconcile(conn: Arc<Connection>, shared: Arc<ConnectionReconciler>) -> Result<Action, ReconcileError> {
     let name = conn.name_any();
     let consumer = shared.ctx.consumer.as_ref();
     if conn.metadata.deletion_timestamp.is_some() {
@@ -141,7 +141,7 @@ pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Act
 
 /// Publishes the Events of the transitions from what was announced last to `next` (best
 /// effort: a lost Event is not retried, so a flapping consumer never repeats one).
-async fn announce(conn: &Connection, shared: &Shared, next: Announced) {
+async fn announce(conn: &Connection, shared: &ConnectionReconciler, next: Announced) {
     let name = conn.name_any();
     let previous = shared
         .announced
@@ -182,7 +182,7 @@ async fn announce(conn: &Connection, shared: &Shared, next: Announced) {
 /// only on a change).
 async fn observe(
     conn: &Connection,
-    shared: &Shared,
+    shared: &ConnectionReconciler,
     report: &mut Report,
     engage: Engage,
 ) -> Result<Option<Duration>, ReconcileError> {
@@ -267,7 +267,7 @@ fn missing_key(secret_ref: &kbind_api::KubeconfigSecretRef, secret: &kbind_clust
 /// The accepted kubeconfig of the Connection's Secret, or the SecretValid=False observation.
 async fn load_kubeconfig(
     conn: &Connection,
-    shared: &Shared,
+    shared: &ConnectionReconciler,
 ) -> Result<Result<ProviderKubeconfig, Observed>, ReconcileError> {
     let secret_ref = &conn.spec.kubeconfig_secret_ref;
     let allowed = &shared.ctx.config.namespace;
@@ -354,7 +354,7 @@ async fn load_kubeconfig(
 /// drain, the provider is still observed (identity, heartbeat), so `Connected` stays true to
 /// what the drains meet (a revoked credential is `Unauthorized`, not a stale `True`), and
 /// `Ready` says `DeletionBlocked` with the blocked binding's cause.
-async fn finalize(conn: &Connection, shared: &Shared) -> Result<Action, ReconcileError> {
+async fn finalize(conn: &Connection, shared: &ConnectionReconciler) -> Result<Action, ReconcileError> {
     let name = conn.name_any();
     let consumer = shared.ctx.consumer.as_ref();
     if !has_cleanup(&conn.metadata) {

@@ -71,7 +71,7 @@ pub(crate) fn received<T: Clone + Send + 'static>(
 
 /// One change of a shared store.
 #[derive(Debug, Clone)]
-pub enum Change<K> {
+pub enum StoreChange<K> {
     /// The object was added or changed (also every object of a completed re-list).
     Applied(Arc<K>),
     /// The object was deleted.
@@ -87,7 +87,7 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     store: Store<K>,
-    changes: broadcast::Sender<Change<K>>,
+    changes: broadcast::Sender<StoreChange<K>>,
     dyntype: K::DynamicType,
     listed: crate::listed::Listed,
 }
@@ -128,12 +128,12 @@ where
     /// The changes from now on, starting with every cached object (and `Synced` once the store
     /// synced) so a subscriber that starts late misses nothing; one that lags gets every cached
     /// object as `Applied` (then `Synced`) instead of what it missed.
-    pub fn changes(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
+    pub fn changes(&self) -> impl Stream<Item = StoreChange<K>> + Send + 'static {
         let store = self.store.clone();
         let rx = self.changes.subscribe();
-        let mut current: Vec<Change<K>> = store.state().into_iter().map(Change::Applied).collect();
+        let mut current: Vec<StoreChange<K>> = store.state().into_iter().map(StoreChange::Applied).collect();
         if self.is_synced() {
-            current.push(Change::Synced);
+            current.push(StoreChange::Synced);
         }
         // What this subscriber was last told of each object, so a lag can replay deletes.
         let known: HashMap<ObjectRef<K>, Arc<K>> = store
@@ -148,13 +148,13 @@ where
                 match rx.recv().await {
                     Ok(change) => {
                         match &change {
-                            Change::Applied(obj) => {
+                            StoreChange::Applied(obj) => {
                                 known.insert(ObjectRef::from_obj_with(obj.as_ref(), dyntype), obj.clone());
                             }
-                            Change::Deleted(obj) => {
+                            StoreChange::Deleted(obj) => {
                                 known.remove(&ObjectRef::from_obj_with(obj.as_ref(), dyntype));
                             }
-                            Change::Synced => {}
+                            StoreChange::Synced => {}
                         }
                         Some((vec![change], (rx, known)))
                     }
@@ -168,13 +168,13 @@ where
                         // In the store's order and the gone ones by name, so a seeded world replays.
                         let mut gone: Vec<&ObjectRef<K>> = known.keys().filter(|key| !now.contains_key(*key)).collect();
                         gone.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-                        let mut replay: Vec<Change<K>> = gone
+                        let mut replay: Vec<StoreChange<K>> = gone
                             .into_iter()
                             .filter_map(|key| known.get(key).cloned())
-                            .map(Change::Deleted)
+                            .map(StoreChange::Deleted)
                             .collect();
-                        replay.extend(store.state().into_iter().map(Change::Applied));
-                        replay.push(Change::Synced);
+                        replay.extend(store.state().into_iter().map(StoreChange::Applied));
+                        replay.push(StoreChange::Synced);
                         Some((replay, (rx, now)))
                     }
                     Err(broadcast::error::RecvError::Closed) => None,
@@ -187,11 +187,11 @@ where
 
     fn publish(&self, event: &Event<K>) {
         let change = match event {
-            Event::Apply(obj) | Event::InitApply(obj) => Change::Applied(Arc::new(obj.clone())),
-            Event::Delete(obj) => Change::Deleted(Arc::new(obj.clone())),
+            Event::Apply(obj) | Event::InitApply(obj) => StoreChange::Applied(Arc::new(obj.clone())),
+            Event::Delete(obj) => StoreChange::Deleted(Arc::new(obj.clone())),
             Event::InitDone => {
                 self.listed.mark();
-                Change::Synced
+                StoreChange::Synced
             }
             Event::Init => return,
         };
@@ -280,11 +280,11 @@ mod tests {
         .expect("a Connection")
     }
 
-    fn name_of(change: &Change<Connection>) -> String {
+    fn name_of(change: &StoreChange<Connection>) -> String {
         match change {
-            Change::Applied(c) => format!("applied {}", c.metadata.name.clone().unwrap_or_default()),
-            Change::Deleted(c) => format!("deleted {}", c.metadata.name.clone().unwrap_or_default()),
-            Change::Synced => "synced".into(),
+            StoreChange::Applied(c) => format!("applied {}", c.metadata.name.clone().unwrap_or_default()),
+            StoreChange::Deleted(c) => format!("deleted {}", c.metadata.name.clone().unwrap_or_default()),
+            StoreChange::Synced => "synced".into(),
         }
     }
 

@@ -68,6 +68,7 @@
 //!   with neither rules nor copies and skips it until a rule comes back.
 
 mod copy;
+mod index;
 mod kinds;
 mod namespaces;
 mod references;

@@ -7,16 +7,12 @@
 //! keeps `namespace/name` keys, never objects. An index lives while a related syncer holds it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
-use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_cluster::watcher::{Event, watcher};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use kbind_cluster::{ClusterClient, DynamicObject};
 
-use super::{RelatedError, Side, namespaced_resource};
+use super::RelatedError;
+use super::index::{Fold, Indexes, WatchIndex};
 
 /// The namespaces holding instances of one API, and whether the watch has listed them once
 /// (until then the set may miss namespaces, so nothing is collected on it, §8.9).
@@ -29,187 +25,70 @@ pub(crate) struct InUse {
 }
 
 /// The index of one API; dropping the last holder stops its watch.
-#[derive(Debug)]
-pub(crate) struct ApiNamespaces {
-    state: watch::Sender<InUse>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Drop for ApiNamespaces {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
-impl ApiNamespaces {
-    /// An API that adds no namespace (cluster-scoped): complete and empty.
-    fn none() -> Self {
-        Self {
-            state: watch::channel(InUse {
-                namespaces: BTreeSet::new(),
-                synced: true,
-            })
-            .0,
-            task: None,
-        }
-    }
-
-    /// The current set.
-    pub(crate) fn current(&self) -> InUse {
-        self.state.borrow().clone()
-    }
-
-    /// A receiver that changes whenever the set (or its completeness) does.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<InUse> {
-        self.state.subscribe()
-    }
-}
+pub(crate) type ApiNamespaces = WatchIndex<InUse>;
 
 /// The indexes of the engine, by API (`<plural>.<group>`); shared by every related syncer.
-pub(crate) struct InstanceNamespaces {
-    consumer: Arc<dyn ClusterClient>,
-    watcher_config: kbind_cluster::watcher::WatcherConfig,
-    indexes: Mutex<BTreeMap<String, Weak<ApiNamespaces>>>,
-}
+pub(crate) struct InstanceNamespaces(Indexes<String, Instances>);
 
 impl InstanceNamespaces {
     /// No index yet; watches go through `consumer` and back off as `watcher_config` says.
     pub(crate) fn new(consumer: Arc<dyn ClusterClient>, watcher_config: kbind_cluster::watcher::WatcherConfig) -> Self {
-        Self {
-            consumer,
-            watcher_config,
-            indexes: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    fn live(&self, api: &str) -> Option<Arc<ApiNamespaces>> {
-        let indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
-        indexes.get(api).and_then(Weak::upgrade)
+        Self(Indexes::new(consumer, watcher_config))
     }
 
     /// The index of `api`, starting its watch the first time: `None` while the consumer has no
     /// CRD of it (it adds no namespace, as a CRD-less API has no instances; ask again later).
-    /// One read of the CRD per start, none while an index runs.
+    /// A cluster-scoped API adds no namespace either: its set is complete and empty.
     pub(crate) async fn index(&self, api: &str) -> Result<Option<Arc<ApiNamespaces>>, RelatedError> {
-        if let Some(live) = self.live(api) {
-            return Ok(Some(live));
-        }
-        let crds = crate::crdpull::crd_resource();
-        let crd = match self.consumer.get_opt(&crds, None, api).await {
-            Ok(Some(crd)) => crd,
-            Ok(None) => return Ok(None),
-            Err(source) => {
-                return Err(RelatedError::ReadFailed {
-                    side: Side::Consumer,
-                    resource: crds.plural.clone(),
-                    object: api.to_string(),
-                    source,
-                });
-            }
-        };
-        let resource = kbind_cluster::from_dynamic::<CustomResourceDefinition>(crd)
-            .ok()
-            .and_then(|crd| namespaced_resource(&crd));
-        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
-        // Another syncer may have started it while the CRD was read.
-        if let Some(live) = indexes.get(api).and_then(Weak::upgrade) {
-            return Ok(Some(live));
-        }
-        let index = Arc::new(match resource {
-            Some(res) => {
-                let (state, _) = watch::channel(InUse::default());
-                let task = tokio::spawn(follow(
-                    self.consumer.clone(),
-                    res,
-                    self.watcher_config.clone(),
-                    state.clone(),
-                ));
-                ApiNamespaces {
-                    state,
-                    task: Some(task),
-                }
-            }
-            None => ApiNamespaces::none(),
-        });
-        indexes.retain(|_, weak| weak.strong_count() > 0);
-        indexes.insert(api.to_string(), Arc::downgrade(&index));
-        Ok(Some(index))
+        self.0.index(api.to_string(), api, Instances::default()).await
     }
 }
 
 /// Keys of the instances, by namespace.
-type Keys = BTreeMap<String, BTreeSet<String>>;
+#[derive(Debug, Clone, Default)]
+struct Instances(BTreeMap<String, BTreeSet<String>>);
 
 fn key_of(obj: &DynamicObject) -> Option<(String, String)> {
     Some((obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
 }
 
-/// Follows the instances of `res` and publishes their namespaces. A relist replaces the keys
-/// wholesale; watch errors keep the last picture (the watcher retries with its own backoff).
-async fn follow(
-    consumer: Arc<dyn ClusterClient>,
-    res: ApiResource,
-    config: kbind_cluster::watcher::WatcherConfig,
-    state: watch::Sender<InUse>,
-) {
-    let mut keys = Keys::new();
-    let mut relisting: Option<Keys> = None;
-    let mut synced = false;
-    let stream = watcher(consumer, res, None, config);
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init) => relisting = Some(Keys::new()),
-            Ok(Event::InitApply(obj)) => {
-                if let (Some(buffer), Some((ns, name))) = (relisting.as_mut(), key_of(&obj)) {
-                    buffer.entry(ns).or_default().insert(name);
-                }
-            }
-            Ok(Event::InitDone) => {
-                keys = relisting.take().unwrap_or_default();
-                synced = true;
-            }
-            Ok(Event::Apply(obj)) => {
-                if let Some((ns, name)) = key_of(&obj) {
-                    keys.entry(ns).or_default().insert(name);
-                }
-            }
-            Ok(Event::Delete(obj)) => {
-                if let Some((ns, name)) = key_of(&obj)
-                    && let Some(names) = keys.get_mut(&ns)
-                {
-                    names.remove(&name);
-                    if names.is_empty() {
-                        keys.remove(&ns);
-                    }
-                }
-            }
-            Err(_) => continue,
+impl Fold for Instances {
+    type View = InUse;
+
+    fn apply(&mut self, obj: &DynamicObject) {
+        if let Some((ns, name)) = key_of(obj) {
+            self.0.entry(ns).or_default().insert(name);
         }
-        let now = InUse {
-            namespaces: keys.keys().cloned().collect(),
-            synced,
-        };
-        // Only a change of the set (or its first completion) wakes the syncers.
-        state.send_if_modified(|current| {
-            let changed = *current != now;
-            if changed {
-                *current = now;
+    }
+
+    fn delete(&mut self, obj: &DynamicObject) {
+        if let Some((ns, name)) = key_of(obj)
+            && let Some(names) = self.0.get_mut(&ns)
+        {
+            names.remove(&name);
+            if names.is_empty() {
+                self.0.remove(&ns);
             }
-            changed
-        });
+        }
+    }
+
+    fn view(&self, synced: bool) -> InUse {
+        InUse {
+            namespaces: self.0.keys().cloned().collect(),
+            synced,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::related::index::follow;
     use fakeapi::FakeCluster;
-    use kbind_cluster::{DeleteParams, PostParams};
+    use kbind_cluster::{ApiResource, DeleteParams, PostParams};
     use serde_json::json;
     use std::time::Duration;
+    use tokio::sync::watch;
 
     /// Secrets stand in for instances (fakeapi puts a ConfigMap into every namespace).
     fn secrets() -> ApiResource {
@@ -261,6 +140,7 @@ mod tests {
                 &kbind_cluster::backoff::seeded(1),
                 crate::context::DEFAULT_WATCH_TIMEOUT,
             ),
+            Instances::default(),
             state,
         ));
         let first = until(&mut rx, |s| s.synced).await;

@@ -8,17 +8,13 @@
 //! name the provider writes into the status it syncs down (docs/decisions.md).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
-use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kbind_cluster::watcher::{Event, watcher};
-use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
+use kbind_cluster::{ClusterClient, DynamicObject};
 use serde_json::Value;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use super::{RelatedError, Side, namespaced_resource};
+use super::RelatedError;
+use super::index::{Fold, Indexes, WatchIndex};
 
 type Key = (String, String);
 
@@ -76,119 +72,33 @@ pub(crate) struct Referenced {
 }
 
 /// The reference index of one (API, paths); dropping the last holder stops its watch.
-#[derive(Debug)]
-pub(crate) struct ApiReferences {
-    state: watch::Sender<Referenced>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Drop for ApiReferences {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
-impl ApiReferences {
-    /// An API whose objects reference nothing here (cluster-scoped): complete and empty.
-    fn none() -> Self {
-        Self {
-            state: watch::channel(Referenced {
-                keys: BTreeSet::new(),
-                synced: true,
-            })
-            .0,
-            task: None,
-        }
-    }
-
-    /// The current set.
-    pub(crate) fn current(&self) -> Referenced {
-        self.state.borrow().clone()
-    }
-
-    /// A receiver that changes whenever the set (or its completeness) does.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<Referenced> {
-        self.state.subscribe()
-    }
-}
-
-/// The running indexes by (API, paths).
-type Indexes = BTreeMap<(String, Vec<String>), Weak<ApiReferences>>;
+pub(crate) type ApiReferences = WatchIndex<Referenced>;
 
 /// The reference indexes of the engine, by (API, paths); shared by every related syncer.
-pub(crate) struct ReferenceIndexes {
-    consumer: Arc<dyn ClusterClient>,
-    watcher_config: kbind_cluster::watcher::WatcherConfig,
-    indexes: Mutex<Indexes>,
-}
+pub(crate) struct ReferenceIndexes(Indexes<(String, Vec<String>), Table>);
 
 impl ReferenceIndexes {
     /// No index yet; watches go through `consumer` and back off as `watcher_config` says.
     pub(crate) fn new(consumer: Arc<dyn ClusterClient>, watcher_config: kbind_cluster::watcher::WatcherConfig) -> Self {
-        Self {
-            consumer,
-            watcher_config,
-            indexes: Mutex::new(BTreeMap::new()),
-        }
+        Self(Indexes::new(consumer, watcher_config))
     }
 
     /// The index of `api` (`<plural>.<group>`) over `paths` (sorted, unique), starting its
-    /// watch the first time: `None` while the consumer has no CRD of it (ask again later).
+    /// watch the first time: `None` while the consumer has no CRD of it (ask again later). The
+    /// objects of a cluster-scoped API reference nothing here: its set is complete and empty.
     pub(crate) async fn index(&self, api: &str, paths: &[String]) -> Result<Option<Arc<ApiReferences>>, RelatedError> {
-        let key = (api.to_string(), paths.to_vec());
-        let live =
-            |indexes: &BTreeMap<(String, Vec<String>), Weak<ApiReferences>>| indexes.get(&key).and_then(Weak::upgrade);
-        if let Some(index) = live(&self.indexes.lock().unwrap_or_else(|p| p.into_inner())) {
-            return Ok(Some(index));
-        }
-        let crds = crate::crdpull::crd_resource();
-        let crd = match self.consumer.get_opt(&crds, None, api).await {
-            Ok(Some(crd)) => crd,
-            Ok(None) => return Ok(None),
-            Err(source) => {
-                return Err(RelatedError::ReadFailed {
-                    side: Side::Consumer,
-                    resource: crds.plural.clone(),
-                    object: api.to_string(),
-                    source,
-                });
-            }
+        let empty = Table {
+            paths: paths.to_vec(),
+            ..Table::default()
         };
-        let resource = kbind_cluster::from_dynamic::<CustomResourceDefinition>(crd)
-            .ok()
-            .and_then(|crd| namespaced_resource(&crd));
-        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(index) = live(&indexes) {
-            return Ok(Some(index));
-        }
-        let index = Arc::new(match resource {
-            Some(res) => {
-                let (state, _) = watch::channel(Referenced::default());
-                let task = tokio::spawn(follow(
-                    self.consumer.clone(),
-                    res,
-                    paths.to_vec(),
-                    self.watcher_config.clone(),
-                    state.clone(),
-                ));
-                ApiReferences {
-                    state,
-                    task: Some(task),
-                }
-            }
-            None => ApiReferences::none(),
-        });
-        indexes.retain(|_, weak| weak.strong_count() > 0);
-        indexes.insert(key, Arc::downgrade(&index));
-        Ok(Some(index))
+        self.0.index((api.to_string(), paths.to_vec()), api, empty).await
     }
 }
 
-/// What every bound object references, and how many objects reference each key.
-#[derive(Default)]
+/// What every bound object references at `paths`, and how many objects reference each key.
+#[derive(Debug, Clone, Default)]
 struct Table {
+    paths: Vec<String>,
     by_object: BTreeMap<Key, BTreeSet<Key>>,
     counts: BTreeMap<Key, usize>,
 }
@@ -232,55 +142,27 @@ fn object_key(obj: &DynamicObject) -> Option<Key> {
     Some((obj.metadata.namespace.clone()?, obj.metadata.name.clone()?))
 }
 
-/// Follows the objects of `res` and publishes what they reference. A relist replaces the table
-/// wholesale; watch errors keep the last picture (the watcher retries with its own backoff).
-async fn follow(
-    consumer: Arc<dyn ClusterClient>,
-    res: ApiResource,
-    paths: Vec<String>,
-    config: kbind_cluster::watcher::WatcherConfig,
-    state: watch::Sender<Referenced>,
-) {
-    let mut table = Table::default();
-    let mut relisting: Option<Table> = None;
-    let mut synced = false;
-    let stream = watcher(consumer, res, None, config);
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init) => relisting = Some(Table::default()),
-            Ok(Event::InitApply(obj)) => {
-                if let (Some(buffer), Some(key)) = (relisting.as_mut(), object_key(&obj)) {
-                    buffer.set(key, referenced_by(&obj, &paths));
-                }
-            }
-            Ok(Event::InitDone) => {
-                table = relisting.take().unwrap_or_default();
-                synced = true;
-            }
-            Ok(Event::Apply(obj)) => {
-                if let Some(key) = object_key(&obj) {
-                    table.set(key, referenced_by(&obj, &paths));
-                }
-            }
-            Ok(Event::Delete(obj)) => {
-                if let Some(key) = object_key(&obj) {
-                    table.remove(&key);
-                }
-            }
-            Err(_) => continue,
+impl Fold for Table {
+    type View = Referenced;
+
+    fn apply(&mut self, obj: &DynamicObject) {
+        if let Some(key) = object_key(obj) {
+            let refs = referenced_by(obj, &self.paths);
+            self.set(key, refs);
         }
-        let now = Referenced {
-            keys: table.keys(),
+    }
+
+    fn delete(&mut self, obj: &DynamicObject) {
+        if let Some(key) = object_key(obj) {
+            self.remove(&key);
+        }
+    }
+
+    fn view(&self, synced: bool) -> Referenced {
+        Referenced {
+            keys: self.keys(),
             synced,
-        };
-        state.send_if_modified(|current| {
-            let changed = *current != now;
-            if changed {
-                *current = now;
-            }
-            changed
-        });
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use super::copy::{self, Owner, Verdict};
 use super::kinds::{self, Unresolved};
 use super::namespaces::{ApiNamespaces, InUse, InstanceNamespaces};
 use super::references::{ApiReferences, ReferenceIndexes, Referenced};
-use super::watches::{Change, SideStores};
+use super::watches::{SideEvent, SideStores};
 use super::{
     Outcome, RelatedReport, Side, Sides, copy_to, delete_copy, describe, is_source, key_of, sides_of, still_selected,
 };
@@ -37,7 +37,7 @@ type Key = (String, String);
 
 /// Everything one related syncer is about; a change restarts it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SyncerSpec {
+pub(crate) struct RelatedSyncerSpec {
     /// The binding.
     pub binding: BindingRef,
     /// The kind, as group and resource.
@@ -65,7 +65,7 @@ pub(crate) struct SyncerSpec {
 
 /// What a syncer's latest state says, for the binding's status.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Tally {
+pub(crate) struct RelatedFindings {
     /// Whether a first full converge ran (until then nothing is known).
     pub converged: bool,
     copied: BTreeSet<Key>,
@@ -86,7 +86,7 @@ pub(crate) struct Tally {
     removed: usize,
 }
 
-impl Tally {
+impl RelatedFindings {
     /// What a restarted syncer starts from: the last one's findings, which stand until its
     /// first converge replaces them (so a rule edit or a re-engagement does not blank the
     /// binding's conflicts for a moment), as not converged yet.
@@ -146,9 +146,9 @@ type Visible = (
 );
 
 /// The tally a syncer and the registry share.
-pub(crate) type SharedTally = Arc<Mutex<Tally>>;
+pub(crate) type SharedRelatedFindings = Arc<Mutex<RelatedFindings>>;
 
-pub(crate) fn lock(tally: &SharedTally) -> std::sync::MutexGuard<'_, Tally> {
+pub(crate) fn lock(tally: &SharedRelatedFindings) -> std::sync::MutexGuard<'_, RelatedFindings> {
     tally.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -337,15 +337,15 @@ struct Todo {
 }
 
 impl Todo {
-    fn add(&mut self, change: Change) -> bool {
-        match change {
-            Change::Object(obj) => {
+    fn add(&mut self, event: SideEvent) -> bool {
+        match event {
+            SideEvent::Object(obj) => {
                 self.keys.insert(key_of(&obj));
             }
-            Change::Everything => self.everything = true,
+            SideEvent::Everything => self.everything = true,
             // Nothing to look at: the pass after it records how the stores follow their sides.
-            Change::Health => {}
-            Change::Closed => return false,
+            SideEvent::Health => {}
+            SideEvent::Closed => return false,
         }
         true
     }
@@ -353,10 +353,10 @@ impl Todo {
 
 /// One running syncer's state.
 pub(crate) struct Syncer {
-    spec: SyncerSpec,
+    spec: RelatedSyncerSpec,
     env: Arc<Environment>,
     provider: Arc<EngagedProvider>,
-    tally: SharedTally,
+    tally: SharedRelatedFindings,
     /// Poked by every `ensure` of the binding: look for APIs that were unresolved.
     poke: Arc<Notify>,
     res: ApiResource,
@@ -371,10 +371,10 @@ pub(crate) struct Syncer {
 
 impl Syncer {
     pub(crate) fn new(
-        spec: SyncerSpec,
+        spec: RelatedSyncerSpec,
         env: Arc<Environment>,
         provider: Arc<EngagedProvider>,
-        tally: SharedTally,
+        tally: SharedRelatedFindings,
         poke: Arc<Notify>,
     ) -> Self {
         lock(&tally).name = spec.kind.to_string();
@@ -588,8 +588,8 @@ impl Syncer {
             // Biased: a fixed order of branches keeps a paused-clock world deterministic.
             tokio::select! {
                 biased;
-                change = source.next() => if !todo.add(change) { return },
-                change = target.next() => if !todo.add(change) { return },
+                event = source.next() => if !todo.add(event) { return },
+                event = target.next() => if !todo.add(event) { return },
                 () = scope.changed() => todo.everything = true,
                 () = refs.changed() => {}
                 () = self.poke.notified() => {
@@ -618,13 +618,13 @@ impl Syncer {
                 let ready = futures::FutureExt::now_or_never(async {
                     tokio::select! {
                         biased;
-                        change = source.next() => change,
-                        change = target.next() => change,
+                        event = source.next() => event,
+                        event = target.next() => event,
                     }
                 });
                 match ready {
-                    Some(change) => {
-                        if !todo.add(change) {
+                    Some(event) => {
+                        if !todo.add(event) {
                             return;
                         }
                     }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::copy::Owner;
 use super::namespaces::InstanceNamespaces;
 use super::references::ReferenceIndexes;
-use super::syncer::{self, ChangeHook, Environment, SharedTally, Syncer, SyncerSpec};
+use super::syncer::{self, ChangeHook, Environment, RelatedSyncerSpec, SharedRelatedFindings, Syncer};
 use super::{DIRECTIONS, RelatedError, RelatedReport, Sides, delete_copy, key_of, kinds_of, list_copies, sides_of};
 use crate::context::Context;
 use crate::provider::{EngagedProvider, ProviderCache};
@@ -55,9 +55,9 @@ fn lane(kind: &RelatedKind, direction: RelatedResourceDirection) -> Lane {
 
 /// One running syncer; dropping it stops the task.
 struct Running {
-    spec: SyncerSpec,
+    spec: RelatedSyncerSpec,
     provider: Arc<EngagedProvider>,
-    tally: SharedTally,
+    tally: SharedRelatedFindings,
     poke: Arc<Notify>,
     task: JoinHandle<()>,
 }
@@ -262,7 +262,7 @@ impl RelatedSyncers {
                     continue;
                 }
                 lock(&self.inner.sweeps).remove(&key);
-                let syncer_spec = SyncerSpec {
+                let syncer_spec = RelatedSyncerSpec {
                     binding: binding.clone(),
                     kind: kind.clone(),
                     direction,
@@ -288,7 +288,7 @@ impl RelatedSyncers {
         }
     }
 
-    fn ensure_syncer(&self, key: (BindingRef, Lane), spec: SyncerSpec, provider: &Arc<EngagedProvider>) {
+    fn ensure_syncer(&self, key: (BindingRef, Lane), spec: RelatedSyncerSpec, provider: &Arc<EngagedProvider>) {
         let mut running = lock(&self.inner.running);
         if let Some(current) = running.get(&key)
             && current.spec == spec
@@ -300,7 +300,7 @@ impl RelatedSyncers {
             current.poke.notify_one();
             return;
         }
-        let tally = SharedTally::new(Mutex::new(
+        let tally = SharedRelatedFindings::new(Mutex::new(
             running
                 .get(&key)
                 .map(|previous| syncer::lock(&previous.tally).carried_over())

@@ -16,7 +16,7 @@ use crate::provider::{CacheEvent, CachedStore, ProviderCache};
 
 /// What a syncer must look at after an event of one of its stores.
 #[derive(Debug, Clone)]
-pub(crate) enum Change {
+pub(crate) enum SideEvent {
     /// This object changed or went.
     Object(Arc<DynamicObject>),
     /// Anything may have changed: a store (re)listed, or the syncer fell behind its events.
@@ -56,7 +56,7 @@ pub(crate) struct SideStores {
     refused: BTreeMap<String, String>,
     /// Behind a mutex only so the stores can be shared across awaits (a boxed stream is not
     /// `Sync`); `&mut self` reaches it without locking.
-    events: Mutex<SelectAll<BoxStream<'static, Change>>>,
+    events: Mutex<SelectAll<BoxStream<'static, SideEvent>>>,
 }
 
 impl SideStores {
@@ -160,7 +160,7 @@ impl SideStores {
     }
 
     /// The next change of any followed store; pending for ever while none is followed.
-    pub(crate) async fn next(&mut self) -> Change {
+    pub(crate) async fn next(&mut self) -> SideEvent {
         let events = self.events_mut();
         if events.is_empty() {
             return std::future::pending().await;
@@ -171,7 +171,7 @@ impl SideStores {
         }
     }
 
-    fn events_mut(&mut self) -> &mut SelectAll<BoxStream<'static, Change>> {
+    fn events_mut(&mut self) -> &mut SelectAll<BoxStream<'static, SideEvent>> {
         self.events.get_mut().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -183,21 +183,21 @@ impl SideStores {
 
 /// One store's events as changes. A subscriber that fell behind lost events it cannot get
 /// back, among them perhaps a delete nothing else reports: only a full look recovers them.
-fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = Change> + Send + 'static {
+fn subscription(events: broadcast::Receiver<CacheEvent>) -> impl Stream<Item = SideEvent> + Send + 'static {
     futures::stream::unfold(Some(events), |events| async move {
         let mut events = events?;
         let change = match events.recv().await {
-            Ok(CacheEvent::Applied(obj) | CacheEvent::Deleted(obj)) => Change::Object(obj),
-            Ok(CacheEvent::Relisted) => Change::Everything,
-            Ok(CacheEvent::Health) => Change::Health,
+            Ok(CacheEvent::Applied(obj) | CacheEvent::Deleted(obj)) => SideEvent::Object(obj),
+            Ok(CacheEvent::Relisted) => SideEvent::Everything,
+            Ok(CacheEvent::Health) => SideEvent::Health,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(
                     missed,
                     "fell behind a related-resource cache's events; looking at everything again"
                 );
-                Change::Everything
+                SideEvent::Everything
             }
-            Err(broadcast::error::RecvError::Closed) => return Some((Change::Closed, None)),
+            Err(broadcast::error::RecvError::Closed) => return Some((SideEvent::Closed, None)),
         };
         Some((change, Some(events)))
     })

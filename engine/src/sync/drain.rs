@@ -8,7 +8,7 @@ use kbind_cluster::{ClusterClient, ClusterClientExt, DeleteParams, DynamicObject
 
 use super::meta;
 use super::syncer::release_finalizer;
-use super::{SyncError, SyncerSpec, Syncers};
+use super::{ApiSyncerSpec, SyncError, Syncers};
 use crate::context::Context;
 use crate::mapper::{Mapper, ObjectKey};
 use crate::provider::EngagedProvider;
@@ -47,7 +47,7 @@ impl Syncers {
     /// of the same API.
     pub async fn drain_keeping(
         &self,
-        spec: &SyncerSpec,
+        spec: &ApiSyncerSpec,
         provider: Option<Arc<EngagedProvider>>,
         orphan: bool,
         keep: &BTreeSet<String>,
@@ -70,7 +70,7 @@ impl Syncers {
 pub(super) async fn drain(
     ctx: &Context,
     mapper: &dyn Mapper,
-    spec: &SyncerSpec,
+    spec: &ApiSyncerSpec,
     provider: Option<&EngagedProvider>,
     orphan: bool,
 ) -> Result<Drained, SyncError> {
@@ -93,7 +93,7 @@ struct Scope<'a> {
 async fn drain_except(
     ctx: &Context,
     mapper: &dyn Mapper,
-    spec: &SyncerSpec,
+    spec: &ApiSyncerSpec,
     provider: Option<&EngagedProvider>,
     orphan: bool,
     scope: Scope<'_>,
@@ -143,7 +143,7 @@ async fn drain_except(
 /// Deletes the provider copy of `obj` if it carries our markers for it.
 async fn delete_copy(
     provider: &EngagedProvider,
-    spec: &SyncerSpec,
+    spec: &ApiSyncerSpec,
     obj: &DynamicObject,
     target: &ObjectKey,
 ) -> Result<CopyFate, SyncError> {

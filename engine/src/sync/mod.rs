@@ -52,9 +52,9 @@ pub struct BindingRef {
     pub uid: String,
 }
 
-/// Everything one syncer needs to know.
+/// Everything one API syncer needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncerSpec {
+pub struct ApiSyncerSpec {
     /// The Connection's name.
     pub connection: String,
     /// The binding.
@@ -90,7 +90,7 @@ pub struct SyncerKey {
     pub api: String,
 }
 
-impl SyncerSpec {
+impl ApiSyncerSpec {
     /// The key of the syncer running this spec.
     pub fn key(&self) -> SyncerKey {
         SyncerKey {
@@ -352,7 +352,7 @@ const REPORT_CHANGES: usize = 1024;
 
 /// One running syncer; dropping it stops the task.
 struct Running {
-    spec: SyncerSpec,
+    spec: ApiSyncerSpec,
     provider: Arc<EngagedProvider>,
     findings: SharedFindings,
     pending: Arc<observe::PendingTriggers>,
@@ -411,7 +411,7 @@ impl Syncers {
 
     /// Starts the syncer of `spec`, keeps it if it already runs the same spec on the same
     /// engagement, restarts it otherwise. Returns whether a syncer was (re)started.
-    pub fn ensure(&self, spec: SyncerSpec, provider: Arc<EngagedProvider>) -> bool {
+    pub fn ensure(&self, spec: ApiSyncerSpec, provider: Arc<EngagedProvider>) -> bool {
         let key = spec.key();
         let mut running = self.running();
         if let Some(current) = running.get(&key)
@@ -494,7 +494,7 @@ impl Syncers {
     /// touched. Call again until [`Drained::is_complete`].
     pub async fn drain(
         &self,
-        spec: &SyncerSpec,
+        spec: &ApiSyncerSpec,
         provider: Option<Arc<EngagedProvider>>,
         orphan: bool,
     ) -> Result<Drained, SyncError> {

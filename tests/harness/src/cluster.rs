@@ -37,7 +37,7 @@ impl ClusterOptions {
 
 /// Everything an environment's clusters share: binaries, PKI, tokens and the etcd they store in.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct ClusterKit {
     pub(crate) binaries: Binaries,
     pub(crate) pki: Pki,
     pub(crate) tokens: Tokens,
@@ -68,7 +68,7 @@ impl Cluster {
     /// Starts cluster `index` (generation `generation`) on `port`, or on a free port when `None`, and waits until
     /// the apiserver is ready and the controller-manager is at work.
     pub(crate) async fn start(
-        shared: &Shared,
+        shared: &ClusterKit,
         index: usize,
         generation: u32,
         port: Option<u16>,
@@ -175,7 +175,7 @@ impl Cluster {
     /// Starts the kube-apiserver again with the same arguments after [`Cluster::stop_apiserver`]: the same port
     /// and certificates, the same etcd prefix (so the same identity and objects). Returns once `/readyz` answers
     /// ok. Does nothing while the apiserver runs.
-    pub(crate) async fn start_apiserver(&mut self, shared: &Shared, deadline: Instant) -> Result<(), Error> {
+    pub(crate) async fn start_apiserver(&mut self, shared: &ClusterKit, deadline: Instant) -> Result<(), Error> {
         if self.apiserver.exited().is_none() {
             return Ok(());
         }
@@ -258,7 +258,7 @@ fn server_url(port: u16) -> String {
 
 /// Starts generation `generation` of cluster `index`'s kube-apiserver on `port`, logging to `log`.
 fn spawn_apiserver(
-    shared: &Shared,
+    shared: &ClusterKit,
     index: usize,
     generation: u32,
     port: u16,
@@ -275,7 +275,7 @@ fn spawn_apiserver(
     Process::spawn("kube-apiserver", &shared.binaries.kube_apiserver, &args, log)
 }
 
-fn apiserver_args(shared: &Shared, index: usize, port: u16, etcd_prefix: &str) -> Vec<String> {
+fn apiserver_args(shared: &ClusterKit, index: usize, port: u16, etcd_prefix: &str) -> Vec<String> {
     let pki = &shared.pki;
     let token_file = shared.root.join("tokens.csv");
     vec![
@@ -304,7 +304,7 @@ fn apiserver_args(shared: &Shared, index: usize, port: u16, etcd_prefix: &str) -
 }
 
 fn start_controller_manager(
-    shared: &Shared,
+    shared: &ClusterKit,
     index: usize,
     port: u16,
     generation: u32,
@@ -372,11 +372,11 @@ async fn wait_ready(apiserver: &mut Process, admin: &Client, deadline: Instant) 
     .await
 }
 
-fn kubeconfig(shared: &Shared, index: usize, port: u16, user: User) -> Kubeconfig {
+fn kubeconfig(shared: &ClusterKit, index: usize, port: u16, user: User) -> Kubeconfig {
     named_kubeconfig(shared, index, port, user.name(), shared.tokens.of(user))
 }
 
-fn named_kubeconfig(shared: &Shared, index: usize, port: u16, user: &str, token: &str) -> Kubeconfig {
+fn named_kubeconfig(shared: &ClusterKit, index: usize, port: u16, user: &str, token: &str) -> Kubeconfig {
     let cluster = format!("kbind-cluster-{index}");
     let context = format!("{user}@{cluster}");
     Kubeconfig {

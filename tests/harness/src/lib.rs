@@ -33,7 +33,7 @@ pub use proxy::FaultProxy;
 pub use throttle::Throttle;
 pub use users::User;
 
-use cluster::Shared;
+use cluster::ClusterKit;
 use etcd::Etcd;
 use pki::Pki;
 
@@ -120,7 +120,7 @@ pub struct TestEnv {
     // Why this order: fields drop in order, so apiservers stop before the etcd they use.
     clusters: Vec<Cluster>,
     etcd: Etcd,
-    shared: Shared,
+    shared: ClusterKit,
     timeout: Duration,
     started_in: Duration,
     dir: tempfile::TempDir,
@@ -182,7 +182,7 @@ impl TestEnv {
         std::fs::write(&token_file, tokens.auth_file())
             .map_err(|e| Error::io(format!("failed to write {}", token_file.display()), e))?;
         let etcd = Etcd::start(&binaries.etcd, &root, deadline).await?;
-        let shared = Shared {
+        let shared = ClusterKit {
             binaries,
             pki,
             tokens,

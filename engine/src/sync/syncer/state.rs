@@ -16,14 +16,14 @@ use crate::mapper::{Mapper, ObjectKey};
 use crate::provider::EngagedProvider;
 use crate::sync::observe::{PendingTriggers, SyncObserver};
 use crate::sync::provider_events::{ProviderEchoes, ProviderWatches};
-use crate::sync::{SharedFindings, SyncerSpec};
+use crate::sync::{ApiSyncerSpec, SharedFindings};
 
 /// Re-check of an object waiting for a terminating provider copy or a deletion.
 pub(super) const WAIT: Duration = Duration::from_secs(2);
 
 /// One syncer of one (binding, API): what every reconcile of its objects shares.
 pub(crate) struct ApiSyncer {
-    pub(super) spec: SyncerSpec,
+    pub(super) spec: ApiSyncerSpec,
     pub(super) consumer: Arc<dyn ClusterClient>,
     pub(super) provider: Arc<EngagedProvider>,
     pub(super) mapper: Arc<dyn Mapper>,
@@ -70,7 +70,7 @@ impl ApiSyncer {
     /// The shared state of a syncer for `spec` on `provider`.
     pub(crate) fn new(
         ctx: &Context,
-        spec: SyncerSpec,
+        spec: ApiSyncerSpec,
         provider: Arc<EngagedProvider>,
         mapper: Arc<dyn Mapper>,
         observation: Observation,
