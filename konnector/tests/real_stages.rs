@@ -62,7 +62,8 @@ impl RealStage {
         Some(stage)
     }
 
-    /// Starts a stage of two providers: acme (cluster 0, behind the proxy) exporting widgets and
+    /// Starts a stage of two providers: acme (cluster 0, behind the proxy) exporting the scenarios'
+    /// widgets and
     /// beta (cluster 1) exporting `beta_crd`, each with a ServiceAccount under the demo's
     /// least-privilege ClusterRole; the consumer (cluster 2) with the chart, a Connection to each
     /// allowing Bindings in every namespace, both Ready, and no binding.
@@ -75,9 +76,10 @@ impl RealStage {
         let chart = render_chart(&helm);
         let dir = tempfile::tempdir().unwrap();
         let lines = Lines::default();
-        let acme = prepare_provider_at(env.cluster(0), &proxy.server(), 1, &lines)
-            .await
-            .remove(0);
+        // The fake stage's widgets (with `spec.config`, which the related-copy story's reference
+        // path goes through), not the sample's.
+        let widgets = kbind_scenarios::apis::widgets_crd();
+        let acme = prepare_provider_exporting(env.cluster(0), &proxy.server(), widgets, &lines).await;
         let beta = prepare_provider_exporting(env.cluster(1), &env.cluster(1).server(), beta_crd, &lines).await;
         let consumer = Consumer::install_chart(env.cluster(2), &chart, dir.path(), &lines).await;
         for (connection, kubeconfig) in TWO.into_iter().zip([&acme, &beta]) {
@@ -530,7 +532,8 @@ async fn a_kind_the_konnector_may_not_read_is_permission_denied_naming_verb_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_providers_serve_two_namespaces_and_a_binding_into_a_served_namespace_is_refused() {
     let _turn = SERIAL.lock().await;
-    let Some(mut stage) = RealStage::two_providers("stage_two_providers", widgets_crd()).await else {
+    let Some(mut stage) = RealStage::two_providers("stage_two_providers", kbind_scenarios::apis::widgets_crd()).await
+    else {
         return;
     };
     told::two_providers_serve_two_namespaces_and_a_binding_into_a_served_namespace_is_refused(&mut stage).await;
@@ -539,7 +542,8 @@ async fn two_providers_serve_two_namespaces_and_a_binding_into_a_served_namespac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost() {
     let _turn = SERIAL.lock().await;
-    let Some(mut stage) = RealStage::two_providers("stage_namespace_moves", widgets_crd()).await else {
+    let Some(mut stage) = RealStage::two_providers("stage_namespace_moves", kbind_scenarios::apis::widgets_crd()).await
+    else {
         return;
     };
     told::a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost(&mut stage).await;
@@ -559,7 +563,9 @@ async fn an_incompatible_schema_from_the_second_provider_is_refused_naming_both(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_binding_is_refused_beside_another_connections_binding_and_the_reverse() {
     let _turn = SERIAL.lock().await;
-    let Some(mut stage) = RealStage::two_providers("stage_cluster_binding_beside", widgets_crd()).await else {
+    let Some(mut stage) =
+        RealStage::two_providers("stage_cluster_binding_beside", kbind_scenarios::apis::widgets_crd()).await
+    else {
         return;
     };
     told::a_cluster_binding_is_refused_beside_another_connections_binding_and_the_reverse(&mut stage).await;
@@ -568,7 +574,9 @@ async fn a_cluster_binding_is_refused_beside_another_connections_binding_and_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_konnector_restarted_mid_hand_over_loses_nothing() {
     let _turn = SERIAL.lock().await;
-    let Some(mut stage) = RealStage::two_providers("stage_restarted_mid_hand_over", widgets_crd()).await else {
+    let Some(mut stage) =
+        RealStage::two_providers("stage_restarted_mid_hand_over", kbind_scenarios::apis::widgets_crd()).await
+    else {
         return;
     };
     told::the_konnector_restarted_mid_hand_over_loses_nothing(&mut stage).await;
@@ -577,7 +585,9 @@ async fn the_konnector_restarted_mid_hand_over_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_related_copy_moves_with_its_namespace_to_the_other_provider() {
     let _turn = SERIAL.lock().await;
-    let Some(mut stage) = RealStage::two_providers("stage_related_copy_hand_over", widgets_crd()).await else {
+    let Some(mut stage) =
+        RealStage::two_providers("stage_related_copy_hand_over", kbind_scenarios::apis::widgets_crd()).await
+    else {
         return;
     };
     told::a_related_copy_moves_with_its_namespace_to_the_other_provider(&mut stage).await;
