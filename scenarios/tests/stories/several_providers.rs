@@ -454,3 +454,18 @@ async fn two_bindings_of_one_namespace_made_in_the_same_second_leave_exactly_one
     );
     assert_eq!(writes_in(&world, loser, "team-a"), 0, "{loser} never wrote team-a");
 }
+
+/// Provider credentials that may not list ConfigMaps (least privilege, as on real servers) do
+/// not block the unbind of a Binding whose rules name Secrets only: its related copy still moves
+/// with its namespace to the other provider.
+#[tokio::test(start_paused = true)]
+async fn a_related_copy_moves_when_the_first_provider_may_not_list_configmaps() {
+    let story = "several_providers::a_related_copy_moves_when_the_first_provider_may_not_list_configmaps";
+    let mut stage = kbind_scenarios::FakeStage::two_providers(story, seed_from_env(3706), widgets_crd()).await;
+    stage.world.provider("acme").inject_error(fakeapi::ErrorRule::new(
+        Some("list"),
+        Some("configmaps"),
+        fakeapi::InjectedError::Forbidden,
+    ));
+    kbind_scenarios::told::a_related_copy_moves_with_its_namespace_to_the_other_provider(&mut stage).await;
+}
