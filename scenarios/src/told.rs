@@ -1,6 +1,7 @@
 //! Stories told on any [`Stage`]: the main flow, a conflict, an identity change and a connection
-//! loss here, the unbind stories in [`unbind`], asserted only through what a user can read on the
-//! two clusters. The fake world runs them in scenarios/tests/stories/on_any_stage.rs, real
+//! loss here, the unbind stories in [`unbind`], related kinds in [`related`], and one API from
+//! two providers (on a [`crate::TwoProviders`] stage) in [`several_providers`], asserted only
+//! through what a user can read on the clusters. The fake world runs them in scenarios/tests/stories/on_any_stage.rs, real
 //! clusters in konnector/tests/real_stages.rs.
 
 mod related;
