@@ -2,6 +2,9 @@
 //! stage answers in scenarios/tests/stories/on_any_stage.rs, here against the konnector binary
 //! under the chart's least-privilege RBAC, with the provider behind a `FaultProxy`.
 //!
+//! The stories of two providers (`told::TwoProviders`) run on three clusters: acme (0, behind the
+//! proxy), beta (1) and the consumer (2).
+//!
 //! What real servers did differently from fakeapi: the konnector is not an admin on either side,
 //! so a read the chart's RBAC does not grant (Secrets outside the konnector's namespace, a
 //! provider API nobody granted) fails here and passes on the fake stage; and the konnector binary
@@ -13,8 +16,9 @@ mod real;
 use std::future::Future;
 use std::sync::Arc;
 
+use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation};
 use kbind_cluster::ClusterClient;
-use kbind_scenarios::{Stage, told};
+use kbind_scenarios::{Stage, TwoProviders, told};
 use kbind_testenv::FaultProxy;
 use real::*;
 
@@ -24,26 +28,180 @@ struct RealStage {
     world: World,
     proxy: FaultProxy,
     provider: Arc<dyn ClusterClient>,
-    _konnector: Konnector,
+    /// The second provider's admin, on a stage started with [`RealStage::two_providers`].
+    second: Option<KubeClusterClient>,
+    /// The Connection to the (first) provider.
+    connection: &'static str,
+    konnector: Option<Konnector>,
+    /// Konnectors started so far, for each one's identity.
+    started: usize,
 }
+
+/// The Connections of [`RealStage::two_providers`], as the fake stage names them.
+const TWO: [&str; 2] = ["acme", "beta"];
+
+/// The konnector's flags on every stage.
+const RESYNC: [&str; 2] = ["--resync", "15s"];
 
 impl RealStage {
     /// Starts the stage, or `None` when the binaries or helm are missing and not required.
     async fn start(name: &'static str) -> Option<Self> {
         let (world, proxy) = World::start_behind_proxy(name, &["Fail"]).await?;
-        let lines = world.lines.clone();
-        // An API exported after the Connection engaged is found by rediscovery only (10 min by
-        // default); the fake world's konnector rediscovers every 60 s of its paused clock.
-        let resync = ["--resync", "15s"];
-        let konnector = Konnector::start(&world.consumer().kubeconfig, name, &resync, lines.clone()).await;
-        world.consumer().wait_ready(&lines).await;
         let provider: Arc<dyn ClusterClient> = Arc::new(world.provider.clone());
-        Some(Self {
+        let mut stage = Self {
             world,
             proxy,
             provider,
-            _konnector: konnector,
-        })
+            second: None,
+            connection: "provider",
+            konnector: None,
+            started: 0,
+        };
+        stage.start_konnector().await;
+        stage.world.consumer().wait_ready(&stage.world.lines).await;
+        Some(stage)
+    }
+
+    /// Starts a stage of two providers: acme (cluster 0, behind the proxy) exporting the scenarios'
+    /// widgets and
+    /// beta (cluster 1) exporting `beta_crd`, each with a ServiceAccount under the demo's
+    /// least-privilege ClusterRole; the consumer (cluster 2) with the chart, a Connection to each
+    /// allowing Bindings in every namespace, both Ready, and no binding.
+    async fn two_providers(name: &'static str, beta_crd: Value) -> Option<Self> {
+        let started = std::time::Instant::now();
+        let helm = helm()?;
+        let env = TestEnv::start_or_skip(3).await.unwrap()?;
+        eprintln!("{name}: 3 clusters ready in {:.1?}", env.startup_time());
+        let proxy = FaultProxy::start(apiserver_addr(env.cluster(0))).await.unwrap();
+        let chart = render_chart(&helm);
+        let dir = tempfile::tempdir().unwrap();
+        let lines = Lines::default();
+        // The fake stage's widgets (with `spec.config`, which the related-copy story's reference
+        // path goes through), not the sample's.
+        let widgets = kbind_scenarios::apis::widgets_crd();
+        let acme = prepare_provider_exporting(env.cluster(0), &proxy.server(), widgets, &lines).await;
+        let beta = prepare_provider_exporting(env.cluster(1), &env.cluster(1).server(), beta_crd, &lines).await;
+        let consumer = Consumer::install_chart(env.cluster(2), &chart, dir.path(), &lines).await;
+        for (connection, kubeconfig) in TWO.into_iter().zip([&acme, &beta]) {
+            create(
+                &consumer.admin,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": connection, "namespace": NAMESPACE},
+                       "stringData": {"kubeconfig": kubeconfig}}),
+            )
+            .await;
+            create(
+                &consumer.admin,
+                json!({"apiVersion": "core.kbind.io/v1alpha1", "kind": "Connection",
+                       "metadata": {"name": connection,
+                                    "annotations": {annotation::BINDING_NAMESPACES: BINDING_NAMESPACES_ALL}},
+                       "spec": {"kubeconfigSecretRef": {"namespace": NAMESPACE, "name": connection, "key": "kubeconfig"}}}),
+            )
+            .await;
+        }
+        let provider = client_as(env.cluster(0), User::Admin).await;
+        let second = client_as(env.cluster(1), User::Admin).await;
+        let world = World {
+            consumers: vec![consumer],
+            provider: provider.clone(),
+            lines,
+            _dir: dir,
+            _env: env,
+            started,
+            name,
+            provider_kubeconfigs: vec![acme],
+        };
+        let mut stage = Self {
+            world,
+            proxy,
+            provider: Arc::new(provider),
+            second: Some(second),
+            connection: TWO[0],
+            konnector: None,
+            started: 0,
+        };
+        stage.start_konnector().await;
+        stage.connections_ready().await;
+        Some(stage)
+    }
+
+    /// Starts a konnector under the chart's ServiceAccount. An API exported after the Connection
+    /// engaged is found by rediscovery only (10 min by default); the fake world's konnector
+    /// rediscovers every 60 s of its paused clock, so the stage passes 15 s.
+    async fn start_konnector(&mut self) {
+        self.started += 1;
+        let identity = format!("{}-{}", self.world.name, self.started);
+        let konnector = Konnector::start(
+            &self.world.consumer().kubeconfig,
+            &identity,
+            &RESYNC,
+            self.world.lines.clone(),
+        )
+        .await;
+        self.konnector = Some(konnector);
+    }
+
+    /// Waits until both Connections of [`RealStage::two_providers`] are Ready.
+    async fn connections_ready(&self) {
+        for connection in TWO {
+            eventually(
+                &format!("Connection {connection} Ready"),
+                &self.world.lines,
+                async || {
+                    let conn = self
+                        .world
+                        .consumer()
+                        .admin
+                        .get_opt(&erase::<kbind_api::Connection>(), None, connection)
+                        .await
+                        .ok()??;
+                    has_condition(&conn, "Ready", "True").then_some(())
+                },
+            )
+            .await;
+        }
+    }
+
+    /// The providers' admins: the first, and the second when there is one.
+    fn provider_admins(&self) -> Vec<&KubeClusterClient> {
+        std::iter::once(&self.world.provider)
+            .chain(self.second.as_ref())
+            .collect()
+    }
+}
+
+/// Creates an RBAC object, keeping one already there (a grant given twice is the same grant).
+async fn create_or_keep(client: &KubeClusterClient, rbac: Value) {
+    let res = resource_of(kind_of(&rbac));
+    let name = rbac["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    match client.create(&res, None, &object(rbac), &PostParams::default()).await {
+        Ok(_) | Err(kbind_cluster::Error::AlreadyExists { .. }) => {}
+        Err(e) => panic!("creating {} {name}: {e}", res.kind),
+    }
+}
+
+impl TwoProviders for RealStage {
+    fn connections(&self) -> [&'static str; 2] {
+        TWO
+    }
+
+    fn provider_of(&self, connection: &str) -> Arc<dyn ClusterClient> {
+        match (connection, &self.second) {
+            ("acme", _) => self.provider.clone(),
+            ("beta", Some(second)) => Arc::new(second.clone()),
+            _ => panic!("no provider behind Connection {connection}"),
+        }
+    }
+
+    async fn restart_konnector(&mut self) {
+        if let Some(konnector) = self.konnector.take() {
+            konnector.kill_hard().await;
+        }
+        self.start_konnector().await;
+        self.connections_ready().await;
+    }
+
+    fn widget_writes(&self, _connection: &str, _ns: &str) -> Option<usize> {
+        None
     }
 }
 
@@ -77,7 +235,7 @@ impl Stage for RealStage {
     }
 
     fn connection(&self) -> &'static str {
-        "provider"
+        self.connection
     }
 
     fn cluster_binding(&self) -> &'static str {
@@ -152,17 +310,43 @@ impl Stage for RealStage {
         ]);
         let name = format!("kbind-related-{resource}");
         for rbac in grant(&name, None, konnector_subject(), read) {
-            create(&self.world.consumer().admin, rbac).await;
+            create_or_keep(&self.world.consumer().admin, rbac).await;
         }
         let write = json!([{"apiGroups": [group], "resources": [resource, format!("{resource}/status")],
                             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]);
-        for rbac in grant(&name, None, provider_subject(1), write) {
-            create(&self.world.provider, rbac).await;
+        for provider in self.provider_admins() {
+            for rbac in grant(&name, None, provider_subject(1), write.clone()) {
+                create_or_keep(provider, rbac).await;
+            }
+        }
+    }
+
+    async fn refuse_related(&mut self, _group: &str, resource: &str) {
+        // The chart grants the konnector Secrets, ConfigMaps and the bound groups only; what
+        // allow_related granted of this kind goes.
+        let name = format!("kbind-related-{resource}");
+        let admin = &self.world.consumer().admin;
+        for res in [
+            erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(),
+            erase::<k8s_openapi::api::rbac::v1::ClusterRole>(),
+        ] {
+            match admin.delete(&res, None, &name, &DeleteParams::default()).await {
+                Ok(_) | Err(kbind_cluster::Error::NotFound { .. }) => {}
+                Err(e) => panic!("deleting {} {name}: {e}", res.kind),
+            }
         }
     }
 
     async fn serve_ingresses(&mut self) {
         // kube-apiserver serves networking.k8s.io/v1 Ingresses.
+    }
+
+    async fn serve_kind(&mut self, crd: Value) {
+        let res = kbind_scenarios::stage::served_by(&crd);
+        for client in [&self.world.consumer().admin, &self.world.provider] {
+            create(client, crd.clone()).await;
+            served(client, &res, &self.world.lines).await;
+        }
     }
 
     async fn refuse_widget_watches(&mut self) {
@@ -325,4 +509,86 @@ async fn an_ingress_for_a_certificate_has_its_status_synced_back() {
         return;
     };
     told::an_ingress_for_a_certificate_has_its_status_synced_back(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_consumer_does_not_serve_is_named_and_the_other_rules_keep_syncing() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_related_kind_not_served").await else {
+        return;
+    };
+    told::a_kind_the_consumer_does_not_serve_is_named_and_the_other_rules_keep_syncing(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_konnector_may_not_read_is_permission_denied_naming_verb_and_resource() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::start("stage_related_kind_denied").await else {
+        return;
+    };
+    told::a_kind_the_konnector_may_not_read_is_permission_denied_naming_verb_and_resource(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_providers_serve_two_namespaces_and_a_binding_into_a_served_namespace_is_refused() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::two_providers("stage_two_providers", kbind_scenarios::apis::widgets_crd()).await
+    else {
+        return;
+    };
+    told::two_providers_serve_two_namespaces_and_a_binding_into_a_served_namespace_is_refused(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) = RealStage::two_providers("stage_namespace_moves", kbind_scenarios::apis::widgets_crd()).await
+    else {
+        return;
+    };
+    told::a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incompatible_schema_from_the_second_provider_is_refused_naming_both() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) =
+        RealStage::two_providers("stage_incompatible_schema", told::widgets_crd_without_color()).await
+    else {
+        return;
+    };
+    told::an_incompatible_schema_from_the_second_provider_is_refused_naming_both(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_binding_is_refused_beside_another_connections_binding_and_the_reverse() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) =
+        RealStage::two_providers("stage_cluster_binding_beside", kbind_scenarios::apis::widgets_crd()).await
+    else {
+        return;
+    };
+    told::a_cluster_binding_is_refused_beside_another_connections_binding_and_the_reverse(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_konnector_restarted_mid_hand_over_loses_nothing() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) =
+        RealStage::two_providers("stage_restarted_mid_hand_over", kbind_scenarios::apis::widgets_crd()).await
+    else {
+        return;
+    };
+    told::the_konnector_restarted_mid_hand_over_loses_nothing(&mut stage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_related_copy_moves_with_its_namespace_to_the_other_provider() {
+    let _turn = SERIAL.lock().await;
+    let Some(mut stage) =
+        RealStage::two_providers("stage_related_copy_hand_over", kbind_scenarios::apis::widgets_crd()).await
+    else {
+        return;
+    };
+    told::a_related_copy_moves_with_its_namespace_to_the_other_provider(&mut stage).await;
 }

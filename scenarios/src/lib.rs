@@ -13,5 +13,5 @@ pub mod world;
 
 pub use bundle::Credential;
 pub use connector::FakeConnector;
-pub use stage::{FakeStage, Stage};
+pub use stage::{FakeStage, Stage, TwoProviders};
 pub use world::{ProviderOpts, SharedProvider, World, WorldBuilder, seed_from_env};

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use kbind_cluster::{ApiResource, ClusterClient};
+use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
 use serde_json::Value;
 
 use crate::invariants::Violation;
@@ -73,9 +73,20 @@ pub trait Stage {
     /// konnector is an admin already).
     fn allow_related(&mut self, group: &str, resource: &str) -> impl Future<Output = ()>;
 
+    /// Withholds the consent of [`Stage::allow_related`] for `resource` of `group`: the konnector
+    /// may not list or watch it on the consumer until a later `allow_related` (real servers: the
+    /// chart's RBAC grants Secrets, ConfigMaps and the bound groups only, and the stage removes
+    /// its own grant of the kind; the fake stage, whose konnector is an admin, refuses the
+    /// konnector's lists and watches of it).
+    fn refuse_related(&mut self, group: &str, resource: &str) -> impl Future<Output = ()>;
+
     /// Makes both clusters serve `networking.k8s.io/v1` Ingresses with a status subresource
     /// (real servers do; the fake stage installs a CRD of that name on both).
     fn serve_ingresses(&mut self) -> impl Future<Output = ()>;
+
+    /// Makes both clusters serve the kind `crd` defines (a CRD nobody exports): installs it on
+    /// each and waits until both serve it.
+    fn serve_kind(&mut self, crd: Value) -> impl Future<Output = ()>;
 
     /// The provider refuses the konnector's lists and watches of widgets from now on (RBAC on
     /// real servers) and drops the watches it has open, so they must be opened again.
@@ -95,11 +106,35 @@ pub trait Stage {
     fn replace_provider(&mut self) -> impl Future<Output = ()>;
 }
 
+/// A stage with a second provider: a Connection to each of two providers (both exporting
+/// widgets, both allowing Bindings in every namespace, both Ready), the konnector running, and no
+/// binding applied, so a story binds namespaces itself ([`Stage::cluster_binding`] names none).
+/// [`Stage::provider`], [`Stage::connection`], [`Stage::partition`] and [`Stage::export_api`]
+/// are about the first provider; [`Stage::allow_related`] consents on both.
+pub trait TwoProviders: Stage {
+    /// The Connections to the first and the second provider.
+    fn connections(&self) -> [&'static str; 2];
+
+    /// The provider behind `connection`, as its admin sees it.
+    fn provider_of(&self, connection: &str) -> Arc<dyn ClusterClient>;
+
+    /// Kills the konnector without any cleanup, starts another, and waits until both Connections
+    /// are Ready again.
+    fn restart_konnector(&mut self) -> impl Future<Output = ()>;
+
+    /// How many widget writes (create, apply, delete) in namespace `ns` the provider behind
+    /// `connection` has answered so far, where the stage can count them (the fake stage's write
+    /// log; `None` on real servers, where a story checks what is there instead).
+    fn widget_writes(&self, connection: &str, ns: &str) -> Option<usize>;
+}
+
 /// The seeded fake world as a stage: provider `acme`, the binding Ready, §8 checked after
 /// every step.
 pub struct FakeStage {
     /// The world, for story-specific checks (write logs) beyond the shared ones.
     pub world: World,
+    /// Whether [`Stage::refuse_related`] injected refusals on the consumer.
+    refusing_related: bool,
 }
 
 impl FakeStage {
@@ -119,7 +154,10 @@ impl FakeStage {
             world.apply_object(obj).await;
         }
         world.start_konnector();
-        let mut stage = Self { world };
+        let mut stage = Self {
+            world,
+            refusing_related: false,
+        };
         let consumer = stage.consumer();
         stage
             .eventually("ClusterBinding acme is Ready", || {
@@ -132,6 +170,82 @@ impl FakeStage {
             })
             .await;
         stage
+    }
+}
+
+impl FakeStage {
+    /// A world with providers `acme` (exporting widgets) and `beta` (exporting `beta_crd`), a
+    /// Connection to each allowing Bindings in every namespace, no binding, konnector-0 running
+    /// and both Connections Ready.
+    pub async fn two_providers(story: &str, seed: u64, beta_crd: Value) -> Self {
+        let mut world = World::builder()
+            .seed(seed)
+            .story(story)
+            .provider("acme", crate::ProviderOpts::default())
+            .provider("beta", crate::ProviderOpts::default())
+            .build()
+            .await;
+        world.install_provider_crd("acme", crate::apis::widgets_crd()).await;
+        world.install_provider_crd("beta", beta_crd).await;
+        for provider in SECOND_PROVIDERS {
+            let cred = world.mint_admin_token(provider);
+            let mut objects =
+                crate::bundle::bundle(provider, crate::world::NAMESPACE, &world.kubeconfig_for(&cred), &[]);
+            objects[1]["metadata"]["annotations"] = serde_json::json!({
+                kbind_api::consts::annotation::BINDING_NAMESPACES: kbind_api::consts::BINDING_NAMESPACES_ALL,
+            });
+            for obj in objects {
+                world.apply_object(obj).await;
+            }
+        }
+        world.start_konnector();
+        let mut stage = Self {
+            world,
+            refusing_related: false,
+        };
+        stage.connections_ready().await;
+        stage
+    }
+
+    async fn connections_ready(&mut self) {
+        let consumer = self.consumer();
+        for name in SECOND_PROVIDERS {
+            let c = &consumer;
+            self.eventually(&format!("Connection {name} is Ready"), || async move {
+                let conn: kbind_api::Connection = c.get_typed_opt(None, name).await.ok().flatten()?;
+                kbind_api::conditions::is_true(&conn.status?.conditions, kbind_api::consts::condition::READY)
+                    .then_some(())
+            })
+            .await;
+        }
+    }
+}
+
+/// The providers of [`FakeStage::two_providers`].
+const SECOND_PROVIDERS: [&str; 2] = ["acme", "beta"];
+
+impl TwoProviders for FakeStage {
+    fn connections(&self) -> [&'static str; 2] {
+        SECOND_PROVIDERS
+    }
+
+    fn provider_of(&self, connection: &str) -> Arc<dyn ClusterClient> {
+        Arc::new(self.world.provider(connection).admin_client())
+    }
+
+    async fn restart_konnector(&mut self) {
+        self.world.crash_konnector();
+        self.world.start_konnector();
+        self.connections_ready().await;
+    }
+
+    fn widget_writes(&self, connection: &str, ns: &str) -> Option<usize> {
+        let log = self.world.provider(connection).write_log();
+        Some(
+            log.iter()
+                .filter(|w| w.resource.starts_with("widgets.") && w.namespace == ns)
+                .count(),
+        )
     }
 }
 
@@ -186,11 +300,30 @@ impl Stage for FakeStage {
     }
 
     async fn allow_related(&mut self, _group: &str, _resource: &str) {
-        // The fake stage's konnector is an admin on both clusters.
+        // The fake stage's konnector is an admin on both clusters; what refuse_related injected
+        // (the only errors a stage injects on the consumer) goes.
+        if std::mem::take(&mut self.refusing_related) {
+            self.world.consumer().clear_errors();
+        }
+    }
+
+    async fn refuse_related(&mut self, _group: &str, resource: &str) {
+        for verb in ["list", "watch"] {
+            self.world.consumer().inject_error(fakeapi::ErrorRule::new(
+                Some(verb),
+                Some(resource),
+                fakeapi::InjectedError::Forbidden,
+            ));
+        }
+        self.refusing_related = true;
     }
 
     async fn serve_ingresses(&mut self) {
-        let crd = crate::apis::ingresses_crd();
+        self.serve_kind(crate::apis::ingresses_crd()).await;
+    }
+
+    async fn serve_kind(&mut self, crd: Value) {
+        let res = served_by(&crd);
         let crds = ApiResource::erase::<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         >(&());
@@ -199,12 +332,12 @@ impl Stage for FakeStage {
             client
                 .create(&crds, None, &body, &Default::default())
                 .await
-                .expect("the Ingress CRD is created");
+                .unwrap_or_else(|e| panic!("the CRD of {} is created: {e}", res.plural));
         }
-        let ingresses = crate::apis::ingresses();
         let (consumer, provider) = (self.consumer(), self.provider());
-        let (c, p, r) = (&consumer, &provider, &ingresses);
-        self.eventually("Ingresses are served on both clusters", || async move {
+        let (c, p, r) = (&consumer, &provider, &res);
+        let what = format!("{} are served on both clusters", res.plural);
+        self.eventually(&what, || async move {
             let served = c.list(r, None, &Default::default()).await.is_ok()
                 && p.list(r, None, &Default::default()).await.is_ok();
             served.then_some(())
@@ -243,5 +376,27 @@ impl Stage for FakeStage {
         self.world
             .install_provider_crd("acme", crate::apis::widgets_crd())
             .await;
+    }
+}
+
+/// The resource a CRD serves (its first version).
+pub fn served_by(crd: &Value) -> ApiResource {
+    let spec = &crd["spec"];
+    let text = |v: &Value| {
+        v.as_str()
+            .unwrap_or_else(|| panic!("a CRD names its resource: {crd}"))
+            .to_string()
+    };
+    let (group, version) = (text(&spec["group"]), text(&spec["versions"][0]["name"]));
+    ApiResource {
+        api_version: if group.is_empty() {
+            version.clone()
+        } else {
+            format!("{group}/{version}")
+        },
+        group,
+        version,
+        kind: text(&spec["names"]["kind"]),
+        plural: text(&spec["names"]["plural"]),
     }
 }

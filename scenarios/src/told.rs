@@ -1,14 +1,26 @@
 //! Stories told on any [`Stage`]: the main flow, a conflict, an identity change and a connection
-//! loss here, the unbind stories in [`unbind`], asserted only through what a user can read on the
-//! two clusters. The fake world runs them in scenarios/tests/stories/on_any_stage.rs, real
+//! loss here, the unbind stories in [`unbind`], related kinds in [`related`], and one API from
+//! two providers (on a [`crate::TwoProviders`] stage) in [`several_providers`], asserted only
+//! through what a user can read on the clusters. The fake world runs them in scenarios/tests/stories/on_any_stage.rs, real
 //! clusters in konnector/tests/real_stages.rs.
 
 mod related;
+mod several_providers;
 mod unbind;
 
 pub use related::{
     a_database_password_found_by_reference_follows_the_reference,
+    a_kind_the_consumer_does_not_serve_is_named_and_the_other_rules_keep_syncing,
+    a_kind_the_konnector_may_not_read_is_permission_denied_naming_verb_and_resource,
     an_ingress_for_a_certificate_has_its_status_synced_back,
+};
+pub use several_providers::{
+    a_cluster_binding_is_refused_beside_another_connections_binding_and_the_reverse,
+    a_namespace_moves_to_the_other_provider_and_no_consumer_object_is_lost,
+    a_related_copy_moves_with_its_namespace_to_the_other_provider,
+    an_incompatible_schema_from_the_second_provider_is_refused_naming_both,
+    the_konnector_restarted_mid_hand_over_loses_nothing,
+    two_providers_serve_two_namespaces_and_a_binding_into_a_served_namespace_is_refused, widgets_crd_without_color,
 };
 pub use unbind::{
     binding_naming_a_cluster_scoped_api, hand_over_binding_to_binding, hand_over_binding_to_cluster_binding,

@@ -180,24 +180,38 @@ pub async fn prepare_provider_with(
     cluster_rbac: bool,
     lines: &Lines,
 ) -> Vec<String> {
-    provider_side(cluster, &cluster.server(), consumers, cluster_rbac, lines).await
+    provider_side(
+        cluster,
+        &cluster.server(),
+        widgets_crd(),
+        consumers,
+        cluster_rbac,
+        lines,
+    )
+    .await
 }
 
 /// Like [`prepare_provider`], but the kubeconfigs name `server`.
 pub async fn prepare_provider_at(cluster: &Cluster, server: &str, consumers: usize, lines: &Lines) -> Vec<String> {
-    provider_side(cluster, server, consumers, true, lines).await
+    provider_side(cluster, server, widgets_crd(), consumers, true, lines).await
+}
+
+/// Like [`prepare_provider_at`] for one consumer, exporting `crd` (a widgets CRD) instead of the sample's.
+pub async fn prepare_provider_exporting(cluster: &Cluster, server: &str, crd: Value, lines: &Lines) -> String {
+    provider_side(cluster, server, crd, 1, true, lines).await.remove(0)
 }
 
 /// The provider admin's part, with kubeconfigs naming `server`.
 async fn provider_side(
     cluster: &Cluster,
     server: &str,
+    crd: Value,
     consumers: usize,
     cluster_rbac: bool,
     lines: &Lines,
 ) -> Vec<String> {
     let admin = client_as(cluster, User::Admin).await;
-    create(&admin, widgets_crd()).await;
+    create(&admin, crd).await;
     create(&admin, namespace(PROVIDER_ACCOUNTS)).await;
     let names: Vec<String> = (1..=consumers).map(|i| format!("consumer-{i}")).collect();
     for name in &names {

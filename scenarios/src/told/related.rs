@@ -307,3 +307,211 @@ pub async fn an_ingress_for_a_certificate_has_its_status_synced_back(stage: &mut
         stage.backend()
     );
 }
+
+/// Sets the binding's related rules, its APIs as they are.
+async fn set_rules(stage: &mut impl Stage, rules: Value) {
+    let consumer = stage.consumer();
+    let binding = stage.cluster_binding();
+    consumer
+        .patch(
+            &ApiResource::erase::<kbind_api::ClusterBinding>(&()),
+            None,
+            binding,
+            &Patch::Merge(json!({"spec": {"relatedResources": rules}})),
+            &PatchParams::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("[{}] setting the binding's related rules: {e}", stage.backend()));
+}
+
+/// The binding's condition `type_` as (status, reason, message).
+async fn binding_condition(
+    consumer: &dyn ClusterClient,
+    binding: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let binding: kbind_api::ClusterBinding = consumer.get_typed_opt(None, binding).await.ok().flatten()?;
+    let found = kbind_api::conditions::find(&binding.status?.conditions, type_)?.clone();
+    Some((found.status, found.reason, found.message))
+}
+
+/// Waits until the binding's condition `type_` has `status` (and `reason`, when given) and
+/// `holds` for its message; the message.
+async fn condition_where(
+    stage: &mut impl Stage,
+    what: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    holds: impl Fn(&str) -> bool,
+) -> String {
+    let consumer = stage.consumer();
+    let binding = stage.cluster_binding();
+    let what = format!("[{}] {what}", stage.backend());
+    let (c, holds) = (&consumer, &holds);
+    stage
+        .eventually(&what, || async move {
+            let (s, r, message) = binding_condition(c.as_ref(), binding, type_).await?;
+            (s == status && reason.is_none_or(|want| r == want) && holds(&message)).then_some(message)
+        })
+        .await
+}
+
+/// A widget puts `default` in use, so the ClusterBinding copies related objects there.
+async fn put_default_in_use(stage: &mut impl Stage) {
+    let consumer = stage.consumer();
+    super::create_widget(stage, consumer.as_ref(), "in-use", json!({"size": 1})).await;
+}
+
+/// A `Subnet` of `subnets.example.org` labelled `share: yes`.
+fn subnet(name: &str) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Subnet",
+        "metadata": {"name": name, "namespace": NS, "labels": {"share": "yes"}}, "spec": {"cidr": "10.0.0.0/24"}})
+}
+
+fn ingress(name: &str) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": NS, "labels": {"share": "yes"}},
+        "spec": {"defaultBackend": {"service": {"name": name, "port": {"number": 80}}}}})
+}
+
+/// Issue 37: a rule of a kind the consumer does not serve and one of a cluster-scoped kind are
+/// named in `Ready=False`/`RelatedKindNotServed` while the binding's Secret rule keeps syncing;
+/// once the consumer serves the kind its rule syncs without a restart and the binding is Ready.
+pub async fn a_kind_the_consumer_does_not_serve_is_named_and_the_other_rules_keep_syncing(stage: &mut impl Stage) {
+    let (consumer, provider) = (stage.consumer(), stage.provider());
+    let subnets = example("subnets", "Subnet");
+    stage.allow_related("", "secrets").await;
+    stage.allow_related("example.org", "subnets").await;
+    put_default_in_use(stage).await;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shared", "namespace": NS},
+        "stringData": {"k": "v"}});
+    create(stage, consumer.as_ref(), &secrets(), secret).await;
+    let subnet_rule = json!({"group": "example.org", "resource": "subnets", "direction": "FromConsumer",
+        "selector": {"labelSelector": {"matchLabels": {"share": "yes"}}}});
+    let secret_rule = json!({"group": "", "resource": "secrets", "direction": "FromConsumer",
+        "selector": {"names": ["shared"]}});
+    let namespace_rule = json!({"group": "", "resource": "namespaces", "direction": "FromConsumer",
+        "selector": {"names": [NS]}});
+    set_rules(stage, json!([subnet_rule, namespace_rule, secret_rule])).await;
+    let message = condition_where(
+        stage,
+        "Ready names the kinds that cannot be synced",
+        kbind_api::consts::condition::READY,
+        "False",
+        Some(kbind_api::consts::reason::RELATED_KIND_NOT_SERVED),
+        |m| m.contains("namespaces"),
+    )
+    .await;
+    assert!(
+        message.contains("subnets.example.org is not served by the consumer"),
+        "[{}] {message}",
+        stage.backend()
+    );
+    assert!(
+        message.contains("namespaces is cluster-scoped; related resources must be namespaced"),
+        "[{}] {message}",
+        stage.backend()
+    );
+    copy_is(
+        stage,
+        "the Secret rule keeps syncing",
+        &provider,
+        &secrets(),
+        "shared",
+        true,
+    )
+    .await;
+
+    // The consumer starts serving Subnets: the rule syncs on its own, without a restart.
+    set_rules(stage, json!([subnet_rule, secret_rule])).await;
+    stage.serve_kind(crd("subnets", "Subnet", "Namespaced", false)).await;
+    create(stage, consumer.as_ref(), &subnets, subnet("edge")).await;
+    copy_is(
+        stage,
+        "the Subnet goes up once it is served",
+        &provider,
+        &subnets,
+        "edge",
+        true,
+    )
+    .await;
+    condition_where(
+        stage,
+        "the binding is Ready again",
+        kbind_api::consts::condition::READY,
+        "True",
+        None,
+        |_| true,
+    )
+    .await;
+}
+
+/// Issue 37: a rule of a kind the konnector's RBAC on the consumer does not let it read is
+/// `PermissionDenied`/`Forbidden` naming the verb and the resource, the binding not Ready and
+/// nothing copied; once the consumer admin consents, the copy goes up and the condition clears.
+pub async fn a_kind_the_konnector_may_not_read_is_permission_denied_naming_verb_and_resource(stage: &mut impl Stage) {
+    let (consumer, provider) = (stage.consumer(), stage.provider());
+    stage.serve_ingresses().await;
+    stage.refuse_related("networking.k8s.io", "ingresses").await;
+    put_default_in_use(stage).await;
+    create(stage, consumer.as_ref(), &ingresses(), ingress("shop")).await;
+    set_rules(
+        stage,
+        json!([{"group": "networking.k8s.io", "resource": "ingresses", "direction": "FromConsumer",
+            "selector": {"labelSelector": {"matchLabels": {"share": "yes"}}}}]),
+    )
+    .await;
+    let message = condition_where(
+        stage,
+        "PermissionDenied names the refused verb and resource",
+        kbind_api::consts::condition::PERMISSION_DENIED,
+        "True",
+        Some(kbind_api::consts::reason::FORBIDDEN),
+        |_| true,
+    )
+    .await;
+    assert!(
+        message.contains("the konnector's RBAC on the consumer may not: list ingresses.networking.k8s.io"),
+        "[{}] {message}",
+        stage.backend()
+    );
+    let ready = binding_condition(
+        consumer.as_ref(),
+        stage.cluster_binding(),
+        kbind_api::consts::condition::READY,
+    )
+    .await;
+    assert_eq!(
+        ready.map(|(status, _, _)| status).as_deref(),
+        Some("False"),
+        "[{}] not Ready while a rule cannot be read",
+        stage.backend()
+    );
+    assert!(
+        read(provider.as_ref(), &ingresses(), "shop").await.is_none(),
+        "[{}] nothing went up",
+        stage.backend()
+    );
+
+    // The consumer admin grants the kind: the copy goes up and the condition clears.
+    stage.allow_related("networking.k8s.io", "ingresses").await;
+    copy_is(
+        stage,
+        "the Ingress goes up once the konnector may read it",
+        &provider,
+        &ingresses(),
+        "shop",
+        true,
+    )
+    .await;
+    condition_where(
+        stage,
+        "PermissionDenied clears",
+        kbind_api::consts::condition::PERMISSION_DENIED,
+        "False",
+        None,
+        |_| true,
+    )
+    .await;
+}

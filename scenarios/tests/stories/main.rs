@@ -40,7 +40,6 @@ mod provider_namespaces;
 mod provider_replaced_by_a_fresh_cluster;
 mod provider_side_changes;
 mod quiet;
-mod related_kinds;
 mod related_resources;
 mod resync_forever;
 mod revoked_then_unbound;
