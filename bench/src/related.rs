@@ -1,18 +1,18 @@
 //! Workload 7, related copies: what one Secret found by reference (`FromConsumer`,
 //! `selector.references[{path}]`) costs next to the bound object that names it.
 //!
-//! One world, one konnector, four phases in order, each measured as the konnector's requests
-//! to each side ([`World::requests_since`]) and its resident memory once it is quiet again:
+//! One world, one konnector, phases in order, each measured as the konnector's requests to
+//! each side ([`World::requests_since`]) and the growth of its resident memory from one quiet
+//! point to the next ([`World::konnector_memory_kib`]), divided by the N objects it added:
 //!
-//! 1. `bound`: N objects with no related rule on the binding, until every copy is up and every
+//! 1. `bound`: N objects, no related rule on the binding, until every copy is up and every
 //!    status down.
 //! 2. `rule`: the binding gains the rule (Secrets whose names are at
 //!    `spec.passwordSecretRef.name`); what starting its syncer and watches costs, once.
-//! 3. `referenced`: N Secrets and N more objects, each naming its own Secret, until every copy,
-//!    status and related copy is there. Its excess over `bound` is the cost of one referenced
-//!    related copy.
-//! 4. `bound_under_rule`: N more objects naming nothing, with the rule in place: the control
-//!    (a bound object at twice the store size, the rule evaluated and finding nothing).
+//! 3. `referenced`, `bound_under_rule`, `bound_under_rule`, `referenced` (A B B A): N objects
+//!    each; a referencing object names its own Secret (N Secrets made first on the consumer),
+//!    and the phase ends when every copy, status and Secret copy is there. A referencing
+//!    object's excess over one naming nothing is the cost of one referenced related copy.
 
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,8 @@ pub fn rule() -> Value {
 /// What one phase cost.
 #[derive(Debug, Clone, Serialize)]
 struct Phase {
+    /// `bound`, `rule`, `referenced` or `bound_under_rule`.
+    name: &'static str,
     /// Objects (and, in `referenced`, Secrets) the phase added.
     objects: usize,
     /// Seconds from the first create until synced (the rule phase: until its watches are open).
@@ -155,6 +157,19 @@ impl PerObject {
     }
 }
 
+/// The order of the measured phases after the rule: referenced and bound alternate as A B B A,
+/// so a drift of the per-object memory with the store's size falls on both alike.
+const ORDER: [Kind; 4] = [Kind::Referenced, Kind::Bound, Kind::Bound, Kind::Referenced];
+
+/// What a phase adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// N objects naming nothing.
+    Bound,
+    /// N Secrets and N objects naming one each.
+    Referenced,
+}
+
 /// Runs the workload; its figures and checks.
 pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     if args.objects == 0 {
@@ -165,21 +180,16 @@ pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     world.start_provider_controllers();
     let res = world.api(0, 0);
     world.start_konnector(konnector).await?;
-    let deadline = Duration::from_secs(args.deadline);
     let n = args.objects;
-    let every = Duration::from_millis(if n <= 5000 { 250 } else { 1000 });
 
-    // 1. Bound objects, no related rule.
-    let bound = phase(&mut world, n, async |world| {
-        world
-            .create_items(&res, 0..n, args.spec_bytes, args.create_concurrency)
-            .await?;
-        world.wait_synced(std::slice::from_ref(&res), n, deadline, every).await
+    // Bound objects, no related rule.
+    let bound = phase(&mut world, "bound", n, async |world| {
+        add(world, args, Kind::Bound, 0).await
     })
     .await?;
 
-    // 2. The rule: its syncer starts, its watches open.
-    let rule_phase = phase(&mut world, 0, async |world| {
+    // The rule: its syncer starts, its watches open.
+    let rule_phase = phase(&mut world, "rule", 0, async |world| {
         let mark = world.request_mark().await?;
         world
             .consumer
@@ -192,51 +202,37 @@ pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
             )
             .await
             .context("adding the related rule to the binding")?;
-        wait_rule_started(world, &mark, deadline).await
+        wait_rule_started(world, &mark, Duration::from_secs(args.deadline)).await
     })
     .await?;
 
-    // 3. N Secrets and N objects naming one each.
-    let referenced = phase(&mut world, n, async |world| {
-        world
-            .create_made(&secrets(), n..2 * n, args.create_concurrency, |i| {
-                secret(i, args.secret_bytes)
-            })
-            .await?;
-        world
-            .create_made(&res, n..2 * n, args.create_concurrency, |i| {
-                referencing_item(&res, i, args.spec_bytes)
-            })
-            .await?;
-        world.wait_synced(std::slice::from_ref(&res), 2 * n, deadline, every).await?;
-        wait_for("every related copy on the provider", deadline, async || {
-            (related_copies(&*world.provider, n..2 * n, args.secret_bytes).await == n).then_some(())
-        })
-        .await
-    })
-    .await?;
-
-    // 4. N more bound objects naming nothing, the rule in place.
-    let bound_under_rule = phase(&mut world, n, async |world| {
-        world
-            .create_items(&res, 2 * n..3 * n, args.spec_bytes, args.create_concurrency)
-            .await?;
-        world.wait_synced(std::slice::from_ref(&res), 3 * n, deadline, every).await
-    })
-    .await?;
+    let mut phases = vec![bound, rule_phase];
+    let mut referenced_blocks = Vec::new();
+    for (k, kind) in ORDER.into_iter().enumerate() {
+        let block = k + 1;
+        let name = match kind {
+            Kind::Bound => "bound_under_rule",
+            Kind::Referenced => {
+                referenced_blocks.push(block);
+                "referenced"
+            }
+        };
+        phases.push(phase(&mut world, name, n, async |world| add(world, args, kind, block).await).await?);
+    }
+    let blocks = 1 + ORDER.len();
 
     world.check_running()?;
-    let related_up = related_copies(&*world.provider, n..2 * n, args.secret_bytes).await;
-    let stray = stray_copies(&*world.provider, n..2 * n).await?;
+    let referenced_names = |i: &usize| referenced_blocks.contains(&(i / n));
+    let related_up = related_copies(&*world.provider, args.secret_bytes, referenced_names).await;
+    let stray = stray_copies(&*world.provider, referenced_names).await?;
     let (copies, _) = World::count(&*world.provider, &res).await.unwrap_or_default();
     let (objects, statuses) = World::count(&*world.consumer, &res).await.unwrap_or_default();
     world.shutdown().await?;
 
-    let settled = [&bound, &rule_phase, &referenced, &bound_under_rule]
-        .iter()
-        .all(|p| p.settled);
-    let per_bound = bound.per_object();
-    let per_referenced = referenced.per_object();
+    let settled = phases.iter().all(|p| p.settled);
+    let per_bound = mean_per_object(&phases, "bound");
+    let per_referenced = mean_per_object(&phases, "referenced");
+    let per_bound_under_rule = mean_per_object(&phases, "bound_under_rule");
     Ok(json!({
         "objects": n,
         "reference_path": REFERENCE_PATH,
@@ -244,34 +240,87 @@ pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
         // servers everything the apiserver counted, the provider controller's status writes and
         // this harness's polling lists included.
         "requests_konnector_only": args.backend == Backend::Fake,
-        "phases": {
-            "bound": bound,
-            "rule": rule_phase,
-            "referenced": referenced,
-            "bound_under_rule": bound_under_rule,
-        },
+        "phases": phases,
+        // Means over the phases of each name; `related_copy` is a referencing object's excess
+        // over a bound object's with the rule in place (the phases alternate A B B A).
         "per_object": {
             "bound": per_bound,
             "referenced": per_referenced,
-            "bound_under_rule": bound_under_rule.per_object(),
-            "related_copy": per_referenced.minus(per_bound),
+            "bound_under_rule": per_bound_under_rule,
+            "related_copy": per_referenced.minus(per_bound_under_rule),
         },
         "related_copies": related_up,
         // Whether the konnector was quiet before each memory reading (not a check: a busy
         // machine can keep it from settling, which makes the memory figures rougher, not wrong).
         "every_phase_settled": settled,
         "checks": {
-            "every_copy_exists": copies == 3 * n,
-            "every_status_back": statuses == 3 * n && objects == 3 * n,
-            "every_related_copy_exists": related_up == n,
+            "every_copy_exists": copies == blocks * n,
+            "every_status_back": statuses == blocks * n && objects == blocks * n,
+            "every_related_copy_exists": related_up == referenced_blocks.len() * n,
             "no_unreferenced_secret_copied": stray == 0,
         },
     }))
 }
 
+/// Adds block `block` (objects `block * N ..`) of `kind` and waits until it is synced: every
+/// copy up, every status down, and every referenced Secret's copy up.
+async fn add(world: &World, args: &Args, kind: Kind, block: usize) -> anyhow::Result<()> {
+    let n = args.objects;
+    let range = block * n..(block + 1) * n;
+    let res = world.api(0, 0);
+    let deadline = Duration::from_secs(args.deadline);
+    let every = Duration::from_millis(if n <= 5000 { 250 } else { 1000 });
+    match kind {
+        Kind::Bound => {
+            world
+                .create_items(&res, range.clone(), args.spec_bytes, args.create_concurrency)
+                .await?
+        }
+        Kind::Referenced => {
+            world
+                .create_made(&secrets(), range.clone(), args.create_concurrency, |i| {
+                    secret(i, args.secret_bytes)
+                })
+                .await?;
+            world
+                .create_made(&res, range.clone(), args.create_concurrency, |i| {
+                    referencing_item(&res, i, args.spec_bytes)
+                })
+                .await?;
+        }
+    }
+    world
+        .wait_synced(std::slice::from_ref(&res), range.end, deadline, every)
+        .await?;
+    if kind == Kind::Referenced {
+        wait_for("every related copy on the provider", deadline, async || {
+            let up = related_copies(&*world.provider, args.secret_bytes, |i| range.contains(i)).await;
+            (up == n).then_some(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// The mean per-object cost of the phases named `name`.
+fn mean_per_object(phases: &[Phase], name: &str) -> PerObject {
+    let of: Vec<PerObject> = phases
+        .iter()
+        .filter(|p| p.name == name)
+        .map(Phase::per_object)
+        .collect();
+    let k = of.len().max(1) as f64;
+    PerObject {
+        provider_requests: of.iter().map(|p| p.provider_requests).sum::<f64>() / k,
+        consumer_requests: of.iter().map(|p| p.consumer_requests).sum::<f64>() / k,
+        rss_kib: of.iter().map(|p| p.rss_kib).sum::<f64>() / k,
+    }
+}
+
 /// Runs one phase between two quiet points: its requests and the RSS on either side.
 async fn phase(
     world: &mut World,
+    name: &'static str,
     objects: usize,
     work: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) -> anyhow::Result<Phase> {
@@ -288,6 +337,7 @@ async fn phase(
     let requests = world.requests_since(&mark).await?;
     let (rss_after_kib, _) = world.konnector_memory_kib()?;
     Ok(Phase {
+        name,
         objects,
         seconds,
         requests,
@@ -320,39 +370,38 @@ async fn wait_rule_started(world: &World, mark: &RequestMark, deadline: Duration
     if world.layout.backend == Backend::Real {
         return Ok(());
     }
-    wait_for("the related rule's Secret watches open on both sides", deadline, async || {
-        let requests = world.requests_since(mark).await.ok()?;
-        let watches_secrets = |side: &Side| {
-            side.by_kind
-                .keys()
-                .any(|k| k.starts_with("watch secrets"))
-        };
-        (watches_secrets(&requests.provider) && watches_secrets(&requests.consumer)).then_some(())
-    })
+    wait_for(
+        "the related rule's Secret watches open on both sides",
+        deadline,
+        async || {
+            let requests = world.requests_since(mark).await.ok()?;
+            let watches_secrets = |side: &Side| side.by_kind.keys().any(|k| k.starts_with("watch secrets"));
+            (watches_secrets(&requests.provider) && watches_secrets(&requests.consumer)).then_some(())
+        },
+    )
     .await
 }
 
-/// Provider Secrets among `range` that carry their consumer Secret's value.
-async fn related_copies(provider: &dyn ClusterClient, range: std::ops::Range<usize>, secret_bytes: usize) -> usize {
+/// Provider Secrets whose index `wanted` and that carry their consumer Secret's value.
+async fn related_copies(provider: &dyn ClusterClient, secret_bytes: usize, wanted: impl Fn(&usize) -> bool) -> usize {
     let Ok(list) = provider.list(&secrets(), Some(NAMESPACE), &Default::default()).await else {
         return 0;
     };
     list.items
         .iter()
         .filter(|s| {
-            let name = s.metadata.name.as_deref().unwrap_or_default();
-            let Some(i) = name.strip_prefix("s-").and_then(|n| n.parse::<usize>().ok()) else {
+            let Some(i) = secret_index(s) else {
                 return false;
             };
-            range.contains(&i)
+            wanted(&i)
                 && encoded(&secret_value(i, secret_bytes))
                     .is_ok_and(|want| s.data.pointer(&format!("/data/{SECRET_KEY}")) == Some(&want))
         })
         .count()
 }
 
-/// Provider Secrets named like the workload's but outside `range` (none should be).
-async fn stray_copies(provider: &dyn ClusterClient, range: std::ops::Range<usize>) -> anyhow::Result<usize> {
+/// Provider Secrets named like the workload's whose index is not `referenced` (none should be).
+async fn stray_copies(provider: &dyn ClusterClient, referenced: impl Fn(&usize) -> bool) -> anyhow::Result<usize> {
     let list = provider
         .list(&secrets(), Some(NAMESPACE), &Default::default())
         .await
@@ -360,9 +409,14 @@ async fn stray_copies(provider: &dyn ClusterClient, range: std::ops::Range<usize
     Ok(list
         .items
         .iter()
-        .filter_map(|s| s.metadata.name.as_deref()?.strip_prefix("s-")?.parse::<usize>().ok())
-        .filter(|i| !range.contains(i))
+        .filter_map(secret_index)
+        .filter(|i| !referenced(i))
         .count())
+}
+
+/// The index in a Secret's name (`s-000042`), for the workload's Secrets.
+fn secret_index(secret: &DynamicObject) -> Option<usize> {
+    secret.metadata.name.as_deref()?.strip_prefix("s-")?.parse().ok()
 }
 
 /// One row per run: a bound object, a referencing one, and the difference.
@@ -382,9 +436,9 @@ pub fn table(runs: &[&Envelope]) -> Table {
     for run in runs {
         for (label, key) in [
             ("bound, no rule", "bound"),
+            ("bound, rule finds nothing", "bound_under_rule"),
             ("bound + referenced Secret", "referenced"),
             ("one related copy (difference)", "related_copy"),
-            ("bound, rule finds nothing", "bound_under_rule"),
         ] {
             let at = |field: &str| run.num(&format!("/per_object/{key}/{field}"));
             table.row(vec![

@@ -489,7 +489,12 @@ impl World {
             .await
             .context("reading the benchmark's provider ClusterRole")?
             .ok_or_else(|| anyhow!("no ClusterRole kbind-bench-konnector on the provider"))?;
-        let mut rules = role.data.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut rules = role
+            .data
+            .get("rules")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         rules.push(json!({"apiGroups": [""], "resources": ["secrets"],
                           "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}));
         self.provider
