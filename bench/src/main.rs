@@ -19,6 +19,7 @@ mod machine;
 mod measure;
 mod output;
 mod recovery;
+mod related;
 mod report;
 mod scale_out;
 mod world;
@@ -102,6 +103,13 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Workload 7: the cost of one related Secret found by reference, next to a bound object's.
+    Related {
+        #[command(flatten)]
+        args: related::Args,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Every workload at a profile's sizes; one JSON file per run in `--out`.
     All {
         /// Which sizes.
@@ -159,6 +167,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::ScaleOut { args, common } => single(scale_out::NAME, &args, &common, scale_out::run).await,
         Command::Recovery { args, common } => single(recovery::NAME, &args, &common, recovery::run).await,
         Command::Ceiling { args, common } => single(ceiling::NAME, &args, &common, ceiling::run).await,
+        Command::Related { args, common } => single(related::NAME, &args, &common, related::run).await,
         Command::All {
             profile,
             out,

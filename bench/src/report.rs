@@ -7,7 +7,7 @@ use anyhow::{Context as _, anyhow, bail};
 use plotters::prelude::*;
 
 use crate::output::{Envelope, Table, fmt};
-use crate::{ceiling, churn, initial_sync, recovery, scale_out};
+use crate::{ceiling, churn, initial_sync, recovery, related, scale_out};
 
 /// Where plotters' text comes from: a TrueType file read at run time (`KBIND_BENCH_FONT`, else
 /// Debian's fonts-dejavu-core), so no fontconfig or freetype library is needed.
@@ -32,6 +32,7 @@ pub fn tables(runs: &[Envelope]) -> Vec<Table> {
     push(scale_out::table(&of(runs, scale_out::NAME)));
     push(recovery::table(&of(runs, recovery::NAME)));
     push(ceiling::table(&ceilings));
+    push(related::table(&of(runs, related::NAME)));
     push(targets(runs));
     tables
 }

@@ -100,7 +100,8 @@ pub fn api(layout: &Layout, c: usize, a: usize) -> ApiResource {
     }
 }
 
-/// The exported CRD of `res`: spec `size`, `color`, `payload`; status `phase`, `observedGeneration`.
+/// The exported CRD of `res`: spec `size`, `color`, `payload` and `passwordSecretRef.name` (the
+/// related workload's reference to a Secret); status `phase`, `observedGeneration`.
 pub fn crd(res: &ApiResource) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -113,7 +114,8 @@ pub fn crd(res: &ApiResource) -> Value {
                 "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
                     "spec": {"type": "object", "properties": {
-                        "size": {"type": "integer"}, "color": {"type": "string"}, "payload": {"type": "string"}}},
+                        "size": {"type": "integer"}, "color": {"type": "string"}, "payload": {"type": "string"},
+                        "passwordSecretRef": {"type": "object", "properties": {"name": {"type": "string"}}}}},
                     "status": {"type": "object", "properties": {
                         "phase": {"type": "string"}, "observedGeneration": {"type": "integer"}}},
                 }}},
@@ -432,16 +434,31 @@ impl World {
         spec_bytes: usize,
         concurrency: usize,
     ) -> anyhow::Result<()> {
+        self.create_made(res, range, concurrency, |i| item(res, &item_name(i), i, spec_bytes))
+            .await
+    }
+
+    /// Creates `make(i)` for each `i` of `range` as `res` on the consumer with `concurrency`
+    /// requests in flight.
+    pub async fn create_made(
+        &self,
+        res: &ApiResource,
+        range: std::ops::Range<usize>,
+        concurrency: usize,
+        make: impl Fn(usize) -> anyhow::Result<DynamicObject>,
+    ) -> anyhow::Result<()> {
         let consumer = self.consumer.clone();
+        let make = &make;
         futures::stream::iter(range)
             .map(|i| {
                 let consumer = consumer.clone();
                 async move {
-                    let obj = item(res, &item_name(i), i, spec_bytes)?;
+                    let obj = make(i)?;
+                    let name = obj.metadata.name.clone().unwrap_or_default();
                     consumer
                         .create(res, Some(NAMESPACE), &obj, &Default::default())
                         .await
-                        .with_context(|| format!("creating {} {}", res.kind, item_name(i)))?;
+                        .with_context(|| format!("creating {} {name}", res.kind))?;
                     anyhow::Ok(())
                 }
             })
@@ -460,6 +477,37 @@ impl World {
             self.controllers
                 .push(tokio::spawn(status_controller(self.provider.clone(), res)));
         }
+    }
+
+    /// Lets every Connection's provider identity write Secrets (the related workload's copies):
+    /// one more rule in the benchmark's provider ClusterRole.
+    pub async fn allow_provider_secrets(&self) -> anyhow::Result<()> {
+        let roles = erase::<ClusterRole>();
+        let role = self
+            .provider
+            .get_opt(&roles, None, "kbind-bench-konnector")
+            .await
+            .context("reading the benchmark's provider ClusterRole")?
+            .ok_or_else(|| anyhow!("no ClusterRole kbind-bench-konnector on the provider"))?;
+        let mut rules = role
+            .data
+            .get("rules")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        rules.push(json!({"apiGroups": [""], "resources": ["secrets"],
+                          "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}));
+        self.provider
+            .patch(
+                &roles,
+                None,
+                "kbind-bench-konnector",
+                &Patch::Merge(json!({"rules": rules})),
+                &PatchParams::default(),
+            )
+            .await
+            .context("granting Secrets to the konnector on the provider")?;
+        Ok(())
     }
 
     /// Counts on one side: objects of `res`, and those whose status has a phase.
