@@ -63,7 +63,7 @@ pub struct BindingSpec {
 }
 
 /// Which APIs of a Connection are synced cluster-wide, and how; the same fields as a Binding.
-// One spec for both kinds (DESIGN §2): a transparent newtype that dereferences to BindingSpec,
+// One spec for both kinds (contract §2): a transparent newtype that dereferences to BindingSpec,
 // because the CustomResource derive generates exactly one kind per struct.
 // Clippy reads the repeated `printcolumn(type_ = ...)` inside `#[kube]` as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
@@ -296,7 +296,7 @@ pub struct BoundApiStatus {
     /// *(ours)* When this binding claimed what it covers of this API (its namespace, or every
     /// namespace for a ClusterBinding) for its Connection. Set when it starts serving, kept
     /// while it names the API, whatever its Connection's state: no binding of another Connection
-    /// is let into a claimed namespace (DESIGN.md §4 "Connections per API").
+    /// is let into a claimed namespace (contract §4 "Connections per API").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claimed_at: Option<Time>,
 }
@@ -344,7 +344,7 @@ mod tests {
     const CLUSTER_CRD: &str = "clusterbindings.core.kbind.io";
     const NAMESPACED_CRD: &str = "bindings.core.kbind.io";
 
-    /// The ClusterBinding of DESIGN.md §1, the one-apply bundle.
+    /// The ClusterBinding of contract §1, the one-apply bundle.
     const DESIGN_SAMPLE: &str = r#"
 apiVersion: core.kbind.io/v1alpha1
 kind: ClusterBinding

@@ -202,7 +202,7 @@ mod tests {
 
     const CRD: &str = "connections.core.kbind.io";
 
-    /// The Connection of DESIGN.md §1, the one-apply bundle.
+    /// The Connection of contract §1, the one-apply bundle.
     const DESIGN_SAMPLE: &str = r#"
 apiVersion: core.kbind.io/v1alpha1
 kind: Connection

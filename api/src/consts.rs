@@ -1,4 +1,4 @@
-//! The exact strings of the kbind contract (DESIGN.md §2–§3): group, labels, annotations,
+//! The exact strings of the kbind contract (contract §2–§3): group, labels, annotations,
 //! finalizers, field managers, condition types and reasons. Entries marked *(ours)* are
 //! additive to the Go slim-core contract.
 
@@ -171,7 +171,7 @@ pub mod reason {
     /// lacks a field of the consumer CRD or stores another version.
     pub const INCOMPATIBLE_SCHEMA: &str = "IncompatibleSchema";
     /// *(ours)* The per-API `Synced` reasons that say a binding serves nothing of that API, so it
-    /// claims none of its namespaces (DESIGN.md §4 "Connections per API").
+    /// claims none of its namespaces (contract §4 "Connections per API").
     pub const API_REFUSALS: [&str; 7] = [
         BOUND_THROUGH_ANOTHER_CONNECTION,
         NAMESPACE_NOT_ALLOWED,
@@ -346,7 +346,7 @@ mod tests {
     }
 }
 
-/// The service layer's exact strings (DESIGN.md §7): `catalog.kbind.io` and `iam.kbind.io`.
+/// The service layer's exact strings (contract §7): `catalog.kbind.io` and `iam.kbind.io`.
 pub mod backend {
     /// API group of Export and Collection.
     pub const CATALOG_GROUP: &str = "catalog.kbind.io";
@@ -373,6 +373,6 @@ pub mod backend {
     pub const ANNOTATION_GATEWAY: &str = "iam.kbind.io/gateway";
     /// Field manager of the backend's writes.
     pub const FIELD_MANAGER: &str = "kbind-backend";
-    /// Prefix of the heartbeat Lease name (`consumer-<consumer cluster UID>`, DESIGN.md §2).
+    /// Prefix of the heartbeat Lease name (`consumer-<consumer cluster UID>`, contract §2).
     pub const LEASE_PREFIX: &str = "consumer-";
 }

@@ -29,7 +29,7 @@ pub const BACKEND_CRDS_YAML_PATH: &str = "deploy/crds/kbind-backend-crds.yaml";
 /// The command that regenerates [`BACKEND_CRDS_YAML_PATH`].
 pub const BACKEND_REGENERATE_COMMAND: &str = "cargo run -p kbind-backend -- crds > deploy/crds/kbind-backend-crds.yaml";
 
-/// The service layer's CRDs (DESIGN.md §7: Export, Collection, Grant), ordered by name. They go on
+/// The service layer's CRDs (contract §7: Export, Collection, Grant), ordered by name. They go on
 /// the provider with `kbind-backend`, never on a consumer.
 pub fn backend_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![Export::crd(), Collection::crd(), Grant::crd()];

@@ -1,4 +1,4 @@
-//! The placement rule (DESIGN.md §4 "Connections per API"), once for the konnector, the CLI
+//! The placement rule (contract §4 "Connections per API"), once for the konnector, the CLI
 //! and the scenario invariants: what a binding covers of an API, whether it claims what it
 //! covers, which Connection's binding wins a namespace, and which binding of one Connection
 //! serves an object two of them cover.

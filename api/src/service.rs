@@ -1,4 +1,4 @@
-//! The gateway's HTTP API (DESIGN.md §7) as JSON types, shared by the backend, the `kbind` CLI
+//! The gateway's HTTP API (contract §7) as JSON types, shared by the backend, the `kbind` CLI
 //! and the web UI's expectations. Paths are in [`path`]; every error body is an [`ApiError`].
 
 use serde::{Deserialize, Serialize};

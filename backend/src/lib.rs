@@ -1,4 +1,4 @@
-//! kbind-backend: the optional service layer on a provider (DESIGN.md §7). Its only output is the
+//! kbind-backend: the optional service layer on a provider (contract §7). Its only output is the
 //! one-apply bundle; once a consumer applied it, the core never needs the backend again.
 //!
 //! Modules, each enabled by its own flag of the binary (any subset works):

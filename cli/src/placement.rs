@@ -4,7 +4,7 @@
 //! bindings the konnector would refuse as `BoundThroughAnotherConnection` before anything is
 //! applied, and say who serves what after a bind that shares an API with another Connection.
 //!
-//! The rules are the engine's (DESIGN.md §4 "Connections per API"), from
+//! The rules are the engine's (contract §4 "Connections per API"), from
 //! [`kbind_api::placement`]: a binding that recorded a claim on an API
 //! (`status.boundAPIs[].claimedAt`) keeps its namespaces whatever its conditions say now (never
 //! a takeover); one without a claim that is refused for the API claims nothing; one being

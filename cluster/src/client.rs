@@ -114,7 +114,7 @@ pub trait ClusterClient: Send + Sync {
     /// The OpenAPI v3 document of one group-version (`/openapi/v3/apis/<g>/<v>`, or `api/v1`).
     async fn openapi_v3(&self, group: &str, version: &str) -> Result<serde_json::Value>;
 
-    /// The cluster's identity (DESIGN.md §2): LogicalCluster `cluster`, else `kube-system`.
+    /// The cluster's identity (contract §2): LogicalCluster `cluster`, else `kube-system`.
     async fn identity(&self) -> Result<ClusterIdentity> {
         crate::identity::read_identity(self).await
     }

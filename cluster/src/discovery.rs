@@ -80,7 +80,7 @@ pub struct Discovery {
 
 impl Discovery {
     /// Whether every listed group-version answered: only a complete discovery may stand for
-    /// "nothing else is there" (DESIGN.md §8.9).
+    /// "nothing else is there" (contract §8.9).
     pub fn is_complete(&self) -> bool {
         self.unavailable.is_empty()
     }

@@ -1,4 +1,4 @@
-//! Cluster identity (DESIGN.md §2): the UID of LogicalCluster `cluster` when it exists, else
+//! Cluster identity (contract §2): the UID of LogicalCluster `cluster` when it exists, else
 //! the UID of Namespace `kube-system`.
 
 use kube::api::ApiResource;

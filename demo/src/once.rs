@@ -129,7 +129,7 @@ pub async fn run(world: &World) -> anyhow::Result<()> {
     })
     .await;
     if let Err(e) = ready {
-        // Conditions carry reasons, never credentials (DESIGN.md §7): they say what went wrong.
+        // Conditions carry reasons, never credentials (contract §7): they say what went wrong.
         let list = consumer.list(&connections, None, &Default::default()).await.ok();
         let conditions: Vec<Value> = list
             .into_iter()

@@ -1,7 +1,7 @@
 //! The HTTP cause of a failed provider request, worded for conditions, Events and logs: the
 //! status code and the reason the code stands for (and, for a 403, the verb and resource the
 //! client asked for). Never the server's free text: a hostile or chatty server may echo what
-//! the request carried, and credentials never reach a message (DESIGN.md §5, §8.7).
+//! the request carried, and credentials never reach a message (contract §5, §8.7).
 
 use kbind_cluster::Error;
 

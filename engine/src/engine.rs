@@ -1,5 +1,5 @@
 //! The engine: the Connection reconciler, provider engagement and the binding reconciler (with
-//! its syncers), gated together by leader election when it is enabled (DESIGN.md §4).
+//! its syncers), gated together by leader election when it is enabled (contract §4).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ impl EngineBuilder {
         self
     }
 
-    /// Map consumer keys to provider keys with `mapper` instead of [`Identity`] (DESIGN.md §4
+    /// Map consumer keys to provider keys with `mapper` instead of [`Identity`] (contract §4
     /// "keys": installed in code, never by a flag or a CRD field).
     #[must_use]
     pub fn with_mapper(mut self, mapper: impl Mapper + 'static) -> Self {

@@ -1,4 +1,4 @@
-//! Key mapping between consumer and provider objects (DESIGN.md §4 "keys"): a `Mapper` turns
+//! Key mapping between consumer and provider objects (contract §4 "keys"): a `Mapper` turns
 //! a consumer `namespace/name` into the provider's and back, never changing scope.
 
 use kbind_cluster::ApiResource;

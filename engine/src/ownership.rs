@@ -1,4 +1,4 @@
-//! Who owns what kbind writes, and which metadata never crosses between clusters: DESIGN.md §3's
+//! Who owns what kbind writes, and which metadata never crosses between clusters: contract §3's
 //! markers and §4's "conflicts", "spec up" and "schema" rows, stated once for provider copies,
 //! related copies and pulled CRDs.
 //!
@@ -150,7 +150,7 @@ pub(crate) fn is_managed(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v == TRUE)
 }
 
-/// Classifies the target `live` of `owner` before any write (DESIGN.md §4 "conflicts").
+/// Classifies the target `live` of `owner` before any write (contract §4 "conflicts").
 pub(crate) fn classify(live: Option<&DynamicObject>, owner: &Owner<'_>, takeover: Takeover) -> Verdict {
     let Some(live) = live else {
         return Verdict::Create;
@@ -189,7 +189,7 @@ pub(crate) enum Copied {
     Crd,
 }
 
-/// Label and annotation key prefixes (ending in `/`) that never cross (DESIGN.md §4 "spec up").
+/// Label and annotation key prefixes (ending in `/`) that never cross (contract §4 "spec up").
 const NEVER_PREFIXES: &[&str] = &[
     KEY_PREFIX,
     "kubectl.kubernetes.io/",

@@ -250,7 +250,7 @@ async fn provider_may(world: &World, group: &str, resource: &str, verb: &str) ->
     answer.data.pointer("/status/allowed") == Some(&json!(true))
 }
 
-/// Metadata a consumer's tooling puts on its objects, none of which may reach the provider (DESIGN.md §4).
+/// Metadata a consumer's tooling puts on its objects, none of which may reach the provider (contract §4).
 const TOOL_LABELS: [(&str, &str); 2] = [
     ("app.kubernetes.io/managed-by", "Helm"),
     ("argocd.argoproj.io/instance", "shop"),

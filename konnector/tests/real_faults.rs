@@ -34,7 +34,7 @@
 //!   of every listable resource on the new cluster found nothing managed by `kbind-konnector` or labelled managed.
 //! - Field managers: on a real apiserver the heartbeat Lease and the provider namespace `kbind` carry manager
 //!   `unknown` (created with no fieldManager and no User-Agent the apiserver can name); only instance writes carry
-//!   `kbind-konnector` (DESIGN.md §3 asks no more). The sweep therefore also looks for the `managed` label.
+//!   `kbind-konnector` (contract §3 asks no more). The sweep therefore also looks for the `managed` label.
 //! - kill -9 during a partition: the restarted konnector reports `ProviderUnreachable` on its first pass, keeps
 //!   every copy on the provider and every object on the consumer, and converges after the heal.
 

@@ -280,7 +280,7 @@ impl Stage for RealStage {
         };
         create(&self.world.provider, crd).await;
         served(&self.world.provider, &res, &self.world.lines).await;
-        // A CRD is exported only when the credential can read it (DESIGN.md §2): the provider admin
+        // A CRD is exported only when the credential can read it (contract §2): the provider admin
         // grants the konnector the new API as the demo's ClusterRole grants widgets.
         let rules = json!([{"apiGroups": [group], "resources": [res.plural, format!("{}/status", res.plural)],
                             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]);

@@ -13,7 +13,7 @@
 //! What real kube-apiservers did differently from fakeapi in these stories, and what was checked to be the same:
 //! - The 429 TooManyRequests on the first list of a just-created CRD (see real_clusters.rs) costs one binding
 //!   pass, retried; deliberately not read as fakeapi's 404 (a 429 may be throttling of a busy API).
-//! - Orphan unbind deletes nothing on either side (DESIGN.md §4): the consumer CRD and objects stay, the provider
+//! - Orphan unbind deletes nothing on either side (contract §4): the consumer CRD and objects stay, the provider
 //!   copies are untouched. (Were the CRD to go with its last binding, the real apiserver's CRD finalizer would
 //!   delete every consumer object.)
 //! - OpenAPI source: the real `/openapi/v3/apis/example.org/v1` publishes defaults, enums,
@@ -319,7 +319,7 @@ async fn orphan_on_an_object_and_on_a_binding_leaves_the_provider_copies() {
             .then_some(())
     })
     .await;
-    // Orphan deletes nothing on either side (DESIGN.md §4 "unbind"): the consumer CRD stays, and with it every
+    // Orphan deletes nothing on either side (contract §4 "unbind"): the consumer CRD stays, and with it every
     // consumer object (were the CRD to go with its last binding, the apiserver would delete the objects).
     let consumer_before: BTreeMap<String, Option<String>> = widgets_on(&consumer.admin)
         .await

@@ -1,4 +1,4 @@
-//! Provider credentials and the one-apply bundle (DESIGN.md §1): Secret, Connection and
+//! Provider credentials and the one-apply bundle (contract §1): Secret, Connection and
 //! ClusterBinding for one provider.
 
 use base64::Engine as _;

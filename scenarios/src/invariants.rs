@@ -1,4 +1,4 @@
-//! DESIGN.md §8 invariants the world checks after every step: 1, 2, 3, 5, 7, 8 and 9 from the
+//! contract §8 invariants the world checks after every step: 1, 2, 3, 5, 7, 8 and 9 from the
 //! clusters' write, event and request logs; 4 (eventual convergence) is what each story waits
 //! for, and 6 (mapper round-trips) is a property test of each mapper.
 //!
@@ -204,7 +204,7 @@ impl<'a> BindingsAt<'a> {
 
 /// Every konnector delete of a consumer CRD, with why it was wrong (`None`: it was allowed).
 ///
-/// DESIGN.md §4 "unbind": the konnector removes a consumer CRD only after a binding of its API
+/// contract §4 "unbind": the konnector removes a consumer CRD only after a binding of its API
 /// was deleted, only when no binding of any kind still uses the API, and never when the deleted
 /// binding (or its Connection) carried `deletion-policy: Orphan`. No story whitelist applies.
 pub fn crd_delete_verdicts(

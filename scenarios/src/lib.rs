@@ -1,5 +1,5 @@
 //! The deterministic scenario world: named fake clusters, the engine running against them on
-//! tokio's paused clock, faults as verbs between steps, and DESIGN.md §8 checked after each.
+//! tokio's paused clock, faults as verbs between steps, and contract §8 checked after each.
 
 pub mod apis;
 pub mod bundle;

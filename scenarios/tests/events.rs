@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "reads and events": provider changes reach the syncer as events of the shared
+//! contract §4 "reads and events": provider changes reach the syncer as events of the shared
 //! provider cache, not by a periodic poll. With tokio's clock paused, time only moves when every
 //! task waits on a timer, so "the change came down while the logical clock advanced less than a
 //! second" means no once-a-second timer was needed to notice it.

@@ -1,4 +1,4 @@
-//! The dependency rule of DESIGN.md §6 over the workspace's crate graph: normal and build
+//! The dependency rule of contract §6 over the workspace's crate graph: normal and build
 //! dependencies, optional ones included whatever features enable them (dev-dependencies are test
 //! scaffolding and may reach anything).
 

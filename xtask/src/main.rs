@@ -1,4 +1,4 @@
-//! Repository checks: `cargo run -p xtask -- deps` enforces DESIGN.md §6's dependency rule,
+//! Repository checks: `cargo run -p xtask -- deps` enforces contract §6's dependency rule,
 //! which keeps fakeapi out of the konnector binary (`deps::FORBIDDEN`).
 
 mod deps;

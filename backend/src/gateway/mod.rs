@@ -1,4 +1,4 @@
-//! The gateway: the HTTP API of DESIGN.md §7 (`kbind_api::service`) and the embedded UI.
+//! The gateway: the HTTP API of contract §7 (`kbind_api::service`) and the embedded UI.
 //!
 //! [`router`] is the whole gateway as an `axum::Router` value over a [`Gateway`] state. Everything
 //! two replicas must agree on (Grants, pickups, namespace claims) lives in the provider cluster;
@@ -36,7 +36,7 @@ pub use error::GatewayError;
 pub use metrics::Metrics;
 pub use serve::{ConnectionLimits, serve};
 
-/// How long a pickup URL works after a bind (DESIGN.md §7).
+/// How long a pickup URL works after a bind (contract §7).
 pub const PICKUP_TTL: Duration = Duration::from_secs(5 * 60);
 
 /// The gateway's flags (`kbind-backend run --gateway ...`).

@@ -1,4 +1,4 @@
-//! The in-tree issuer for a plain Kubernetes provider (DESIGN.md §7): namespace claims, a
+//! The in-tree issuer for a plain Kubernetes provider (contract §7): namespace claims, a
 //! ServiceAccount per Grant, Roles enumerating exactly the Export's resources, the pre-created
 //! heartbeat Lease, and TokenRequest tokens.
 

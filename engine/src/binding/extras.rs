@@ -1,4 +1,4 @@
-//! What a Connection asks for beyond its bindings (DESIGN.md §2): `schema.pullPolicy: All`
+//! What a Connection asks for beyond its bindings (contract §2): `schema.pullPolicy: All`
 //! pulls every exported API's CRD, and `autoBind` keeps a managed ClusterBinding listing every
 //! exported API.
 //!
@@ -58,7 +58,7 @@ pub(crate) async fn reconcile_connection(shared: &Binder, conn: &Connection) -> 
 /// Keeps the managed binding listing every exported API and every API it listed before: an API
 /// that stops being exported stays, with its per-API `APINotExported` condition, so its objects
 /// are served (or held) like those of any other binding; removing it would leave them with no
-/// binding at all (DESIGN.md §4 "provider-side changes").
+/// binding at all (contract §4 "provider-side changes").
 async fn ensure_autobind(
     consumer: &dyn ClusterClient,
     connection: &str,

@@ -1,4 +1,4 @@
-//! The binding reconciler for ClusterBindings and Bindings (DESIGN.md §2, §4): Pending while a
+//! The binding reconciler for ClusterBindings and Bindings (contract §2, §4): Pending while a
 //! dependency is missing, the namespace and scope rules, one binding per object (ClusterBinding
 //! over Binding, then the oldest), schema delivery through `crdpull`/`openapi`, one syncer per
 //! served API, per-API conditions from the syncers' reports, and unbinding.

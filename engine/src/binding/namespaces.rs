@@ -1,4 +1,4 @@
-//! Provider namespaces on unbind (DESIGN.md §4 "namespaces", §8.9): a namespace this binding's
+//! Provider namespaces on unbind (contract §4 "namespaces", §8.9): a namespace this binding's
 //! objects used, that kbind created for this consumer cluster (labelled managed, annotated with
 //! the consumer cluster UID), is removed once nothing but what Kubernetes puts in every
 //! namespace is left in it. Anything else — another binding's copies, another consumer's, a

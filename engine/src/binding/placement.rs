@@ -1,4 +1,4 @@
-//! Which Connection serves each namespace of an API (DESIGN.md §4 "Connections per API"):
+//! Which Connection serves each namespace of an API (contract §4 "Connections per API"):
 //! several Connections may serve one consumer API when their Bindings partition it by
 //! namespace; a ClusterBinding claims every namespace. Of two Connections whose bindings would
 //! serve one namespace, the one whose binding holds a claim keeps it. A claim is data: the

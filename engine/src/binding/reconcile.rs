@@ -106,7 +106,7 @@ impl Binder {
 
     /// Whether every store an unbind decision reads (Connections and both binding kinds) has
     /// finished its first list: an empty store that has not synced yet would read as "no other
-    /// binding serves this", and that answer deletes (DESIGN.md §8.9).
+    /// binding serves this", and that answer deletes (contract §8.9).
     pub(crate) fn stores_ready(&self) -> bool {
         self.listed.iter().all(crate::listed::Listed::is_listed)
     }
@@ -122,7 +122,7 @@ impl Binder {
     }
 
     /// Whether `b` may serve anything: a Binding only when its Connection (as cached) allows its
-    /// namespace (DESIGN.md §2); a ClusterBinding always.
+    /// namespace (contract §2); a ClusterBinding always.
     pub(crate) fn may_serve(&self, b: &BindingView) -> bool {
         match b.namespace() {
             None => true,
@@ -133,7 +133,7 @@ impl Binder {
     }
 }
 
-/// Whether the Connection lets Bindings of namespace `ns` use it (DESIGN.md §2).
+/// Whether the Connection lets Bindings of namespace `ns` use it (contract §2).
 pub(crate) fn namespace_allowed(conn: &Connection, ns: &str) -> bool {
     let allowed = conn
         .metadata
@@ -172,7 +172,7 @@ pub(crate) fn binds_api(shared: &Binder, all: &[BindingView], connection: &str, 
 }
 
 /// What a drain of `view`'s objects of `api` must leave alone because another live binding
-/// serves it (DESIGN.md §4 "unbind", §8.8: a hand-over keeps every copy with its UID).
+/// serves it (contract §4 "unbind", §8.8: a hand-over keeps every copy with its UID).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Successors {
     /// Another binding serves everything `view` covers (named for logs).
@@ -496,13 +496,13 @@ async fn observe(
             });
         }
     }
-    // Related resources ride along once the provider is engaged (DESIGN.md §2).
+    // Related resources ride along once the provider is engaged (contract §2).
     report.related = observe_related(view, shared, &conn, &provider).await;
     Ok((report, served, starts))
 }
 
 /// Keeps the binding's related-resource syncers running and returns what they know; they
-/// converge by themselves on watch events (DESIGN.md §2).
+/// converge by themselves on watch events (contract §2).
 async fn observe_related(
     view: &BindingView,
     shared: &Binder,

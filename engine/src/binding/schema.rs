@@ -1,4 +1,4 @@
-//! Delivering one bound API's schema to the consumer (DESIGN.md §4 "schema"): choose the source,
+//! Delivering one bound API's schema to the consumer (contract §4 "schema"): choose the source,
 //! pull the provider CRD or synthesize one from OpenAPI, write it under the Connection's
 //! policies, and say which GVR a syncer can run on once the consumer serves it.
 
@@ -238,7 +238,7 @@ async fn record_crd_connection(
 
 /// Serving `api` beside Connection `other`, which pulled the consumer CRD `existing`: only when
 /// this provider's schema (`ours`) holds every field of it in the same storage version and scope
-/// (DESIGN.md §4): objects written through either provider then keep all their fields.
+/// (contract §4): objects written through either provider then keep all their fields.
 fn beside(
     existing: DynamicObject,
     ours: &CustomResourceDefinition,

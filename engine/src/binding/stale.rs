@@ -1,4 +1,4 @@
-//! `core.kbind.io/status-stale` (DESIGN.md §3, §4 "connection loss"): while a binding's provider
+//! `core.kbind.io/status-stale` (contract §3, §4 "connection loss"): while a binding's provider
 //! is disengaged its consumer objects say since when their status has not been refreshed; the
 //! annotation goes once the syncer runs again. Each object is annotated once per outage (the
 //! rate limit): the timestamp marks when staleness was first seen, not the latest check.

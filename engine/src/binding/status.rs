@@ -1,5 +1,5 @@
 //! The binding's status: one entry per bound API with its own conditions, and the binding's
-//! `Connected`, `Synced`, `Conflicts`, `PermissionDenied` and `Ready` (DESIGN.md §2).
+//! `Connected`, `Synced`, `Conflicts`, `PermissionDenied` and `Ready` (contract §2).
 
 pub(crate) use crate::observed::Observed;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -1,4 +1,4 @@
-//! Unbinding (DESIGN.md §4 "unbind"): drain the binding's objects that no other live binding
+//! Unbinding (contract §4 "unbind"): drain the binding's objects that no other live binding
 //! serves (provider copies removed unless Orphan, finalizers released), then remove the consumer
 //! CRD if no other binding of the Connection uses the API, then let the binding go. The Orphan
 //! escape hatch (on the binding or its Connection) releases the finalizers at once and deletes
@@ -103,7 +103,7 @@ pub(crate) async fn unbind(view: &BindingView, shared: &Binder) -> Result<Action
     Ok(Action::await_change())
 }
 
-/// Whether the Orphan escape hatch is on the binding or on its Connection (DESIGN.md §4).
+/// Whether the Orphan escape hatch is on the binding or on its Connection (contract §4).
 fn orphaned(view: &BindingView, shared: &Binder) -> bool {
     view.is_orphan()
         || shared
@@ -111,7 +111,7 @@ fn orphaned(view: &BindingView, shared: &Binder) -> bool {
             .is_some_and(|c| connection_is_orphan(&c))
 }
 
-/// Removes the related copies the binding owns (DESIGN.md §4 "unbind"); `Some` while some remain.
+/// Removes the related copies the binding owns (contract §4 "unbind"); `Some` while some remain.
 /// Without `FromConsumer` rules no provider copy can be left (removing a rule collects its
 /// copies), so a missing provider does not block. Never called for Orphan.
 async fn remove_related(view: &BindingView, shared: &Binder) -> Result<Option<Action>, BindingError> {
@@ -271,7 +271,7 @@ pub(crate) async fn drain_api(
             denied: None,
         })),
         Err(e) => match e.provider_error() {
-            // A 401 is never a reason to delete or release anything (DESIGN.md §8.1): it waits.
+            // A 401 is never a reason to delete or release anything (contract §8.1): it waits.
             Some(cause) => Ok(Drain::Blocked(blocked_by(
                 view,
                 api.to_string(),

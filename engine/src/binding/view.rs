@@ -1,5 +1,5 @@
 //! One view over both binding kinds: a ClusterBinding and a Binding share their spec and
-//! status (DESIGN.md §2) and differ only in scope.
+//! status (contract §2) and differ only in scope.
 
 use kbind_api::consts::{DELETION_POLICY_ORPHAN, annotation};
 use kbind_api::{Binding, BindingSpec, BindingStatus, ClusterBinding};

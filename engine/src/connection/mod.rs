@@ -1,5 +1,5 @@
 //! The Connection reconciler: SecretValid, Connected, PermissionDenied, `exportedAPIs`,
-//! Ready, and the cleanup finalizers (DESIGN.md §2, §4, §5), from one pass of the Connection's
+//! Ready, and the cleanup finalizers (contract §2, §4, §5), from one pass of the Connection's
 //! provider link (`crate::link`, which owns client, identity, heartbeat, discovery and
 //! engagement) per reconcile.
 //!

@@ -1,4 +1,4 @@
-//! Pulling a provider CRD into the consumer (DESIGN.md §4 "schema", source `CRD`): the consumer
+//! Pulling a provider CRD into the consumer (contract §4 "schema", source `CRD`): the consumer
 //! copy, its schema hash, how an update is classified, and the guarded write.
 //!
 //! Choices recorded here:

@@ -1,4 +1,4 @@
-//! The export boundary (DESIGN.md §2): labelled, readable CRDs on a plain provider; everything
+//! The export boundary (contract §2): labelled, readable CRDs on a plain provider; everything
 //! outside the built-in groups on a kcp-like one. `source: Auto` never widens it.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The heartbeat Lease on the provider (DESIGN.md §2): `consumer-<localClusterUID>` in the
+//! The heartbeat Lease on the provider (contract §2): `consumer-<localClusterUID>` in the
 //! lease namespace, holder = localClusterUID, 60 s duration, labelled managed.
 //!
 //! One Lease per consumer–provider pair, however many Connections reach that provider (the

@@ -1,4 +1,4 @@
-//! One provider link per Connection, and the one owner of all of it (DESIGN.md §2 "Identity",
+//! One provider link per Connection, and the one owner of all of it (contract §2 "Identity",
 //! "Heartbeat", §4 "connection loss"): the accepted kubeconfig, the client built from it, the
 //! identity read through it, the heartbeat Lease, discovery and the engagement that syncers hang
 //! off. The Connection reconciler steps a link and turns its [`LinkReport`] into status; the
@@ -669,7 +669,7 @@ impl Link {
         )));
     }
 
-    /// Ends the engagement and drops the client: recovery connects afresh (DESIGN.md §4).
+    /// Ends the engagement and drops the client: recovery connects afresh (contract §4).
     async fn drop_engagement(&mut self, ctx: &Context, why: &str) {
         if let Some(provider) = self.engagement.take() {
             tracing::info!(connection = %self.name, reason = why, "disengaged provider");

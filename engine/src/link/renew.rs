@@ -1,4 +1,4 @@
-//! Renewing an issued token before it expires (DESIGN.md §5): a TokenRequest for the token's
+//! Renewing an issued token before it expires (contract §5): a TokenRequest for the token's
 //! own ServiceAccount, through the link's client, written back into the same Secret key with
 //! a resourceVersion precondition. Nothing else of the kubeconfig changes, and a kubeconfig
 //! that is not an issued token is never touched. The gateway and the issuer play no part:

@@ -1,5 +1,5 @@
 //! The state of one provider link and its step: the whole engagement protocol in one place
-//! (DESIGN.md §2 "Identity", §4 "connection loss"). [`step`] is pure: the link feeds it what it
+//! (contract §2 "Identity", §4 "connection loss"). [`step`] is pure: the link feeds it what it
 //! just learnt and carries out the [`Effect`] it returns, so every transition reads here and is
 //! tested without a cluster.
 //!
@@ -153,7 +153,7 @@ pub(crate) fn step(state: &LinkState, event: Event, window: Duration) -> (LinkSt
         }
         (_, Event::Failed { .. }) => (S::Unlinked, Effect::Drop),
         (S::Verified { uid }, Event::Wanted) => (S::Engaged { uid: uid.clone() }, Effect::Engage),
-        // Recovery builds a fresh client (DESIGN.md §4 "connection loss").
+        // Recovery builds a fresh client (contract §4 "connection loss").
         (S::Engaged { .. } | S::Faltering { .. }, Event::Unwanted) => (S::Unlinked, Effect::Drop),
         (other, Event::Wanted | Event::Unwanted | Event::Connected) => (other.clone(), Effect::Stay),
     }

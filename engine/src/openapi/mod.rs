@@ -1,4 +1,4 @@
-//! Synthesizing a consumer CRD from discovery and a provider's OpenAPI v3 document (DESIGN.md §4
+//! Synthesizing a consumer CRD from discovery and a provider's OpenAPI v3 document (contract §4
 //! "schema", source `OpenAPI`), for providers that serve APIs without CRDs (kcp-like).
 //!
 //! kube-apiserver publishes a CRD version's schema as written, plus `apiVersion`, `kind`,

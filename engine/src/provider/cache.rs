@@ -1,9 +1,9 @@
 //! `ProviderCache`: one shared watch per GVR of an engaged provider, created on demand, all
 //! stopped together on disengage. When the credentials may not watch a GVR cluster-wide, the
-//! syncer asks for one shared watch per (GVR, namespace in use) instead (DESIGN.md §4 "RBAC").
+//! syncer asks for one shared watch per (GVR, namespace in use) instead (contract §4 "RBAC").
 //!
 //! Each watch keeps one store and publishes its changes ([`CacheEvent`]) to every subscriber,
-//! so syncers are driven by events instead of polling the stores (DESIGN.md §4 "reads and
+//! so syncers are driven by events instead of polling the stores (contract §4 "reads and
 //! events"). Cached objects are lean: see [`lean`].
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! `GuardedClient`: a provider client that re-verifies the cluster's identity after every
 //! transport error or watch restart and refuses writes while it differs from the pinned UID
-//! (DESIGN.md §2, §8 invariant 2).
+//! (contract §2, §8 invariant 2).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

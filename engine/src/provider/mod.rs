@@ -1,6 +1,6 @@
 //! An engaged provider: what a Ready Connection's verified link becomes (an identity-guarded
 //! client, a direct reader and one shared watch cache per GVR), built and ended by its link
-//! (`crate::link`). Nothing is deleted anywhere on disengage (DESIGN.md §4).
+//! (`crate::link`). Nothing is deleted anywhere on disengage (contract §4).
 
 mod cache;
 mod guard;

@@ -1,4 +1,4 @@
-//! One related copy: its owner, how a target is classified before any write (DESIGN.md §4
+//! One related copy: its owner, how a target is classified before any write (contract §4
 //! "conflicts", by the rules of [`crate::ownership`]), and the server-side apply body (content
 //! only, never logged).
 

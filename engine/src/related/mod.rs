@@ -1,4 +1,4 @@
-//! Related resources (DESIGN.md §2, §4): objects of any namespaced kind a binding copies next
+//! Related resources (contract §2, §4): objects of any namespaced kind a binding copies next
 //! to its instances, `FromConsumer` up to the provider and `FromProvider` down to the consumer,
 //! with server-side apply as `kbind-konnector-related`, the same conflict rule as instances, and
 //! garbage collection of only the copies that carry this binding's markers.
@@ -521,7 +521,7 @@ enum Outcome {
 }
 
 /// Copies `source` to `side` if the target there may be written: a fresh read of the target,
-/// the ownership verdict (DESIGN.md §4 "conflicts"; `adopt` takes over unmarked targets), and
+/// the ownership verdict (contract §4 "conflicts"; `adopt` takes over unmarked targets), and
 /// a server-side apply as `kbind-konnector-related` unless the target is current already.
 async fn copy_to(
     sides: &Sides<'_>,

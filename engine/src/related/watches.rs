@@ -1,6 +1,6 @@
 //! The stores one related syncer reads on one side: the shared cluster-wide watch of its kind,
 //! or, when the credentials may not list the kind cluster-wide, one shared watch per namespace
-//! in use (DESIGN.md §4 "RBAC"). Both come from a [`ProviderCache`]: the engaged provider's, or
+//! in use (contract §4 "RBAC"). Both come from a [`ProviderCache`]: the engaged provider's, or
 //! the engine's consumer cache.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,5 +1,5 @@
 //! Recognising an issued token: a ServiceAccount JWT whose unverified claims say whose it is
-//! and when it expires. Only such a token is renewed (DESIGN.md §5); anything else (client
+//! and when it expires. Only such a token is renewed (contract §5); anything else (client
 //! certificates, an opaque or a legacy Secret-based token without `exp`) is left alone.
 //!
 //! The claims are read, never trusted: the provider verifies the token on every request, and

@@ -1,4 +1,4 @@
-//! Parsing a provider kubeconfig under DESIGN.md §5: inline credentials only, verified TLS.
+//! Parsing a provider kubeconfig under contract §5: inline credentials only, verified TLS.
 //!
 //! Every refusal names the kubeconfig field and what to do instead, and never repeats a value
 //! from the kubeconfig: the text ends up in a Connection condition that anyone who can read

@@ -1,4 +1,4 @@
-//! Provider kubeconfigs as untrusted input (DESIGN.md §5), and the `Connector` that turns an
+//! Provider kubeconfigs as untrusted input (contract §5), and the `Connector` that turns an
 //! accepted one into a `ClusterClient`.
 
 mod connector;
@@ -16,7 +16,7 @@ pub use issued::IssuedToken;
 pub use issued::unsigned_token;
 pub use kubeconfig::{Refusal, parse_kubeconfig, with_token};
 
-/// Provider credentials, accepted under DESIGN.md §5. `Debug` never shows secrets.
+/// Provider credentials, accepted under contract §5. `Debug` never shows secrets.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProviderKubeconfig {
     /// The provider's API server URL (`https://…`, or `http://` only in development mode).

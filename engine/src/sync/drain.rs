@@ -1,5 +1,5 @@
 //! Unbind: delete the provider copies a binding's objects own, then release their finalizers
-//! (DESIGN.md §4 "unbind"); the orphan escape hatch releases everything without the provider.
+//! (contract §4 "unbind"); the orphan escape hatch releases everything without the provider.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! What goes up and how a provider target is classified (DESIGN.md §4 "spec up", "conflicts"),
+//! What goes up and how a provider target is classified (contract §4 "spec up", "conflicts"),
 //! by the rules of [`crate::ownership`].
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Per-(binding, GVR) syncers: consumer instances up to the provider with server-side apply,
 //! provider status down, conflicts classified before the first write, deletion through the
-//! `core.kbind.io/syncer` finalizer, and drain on unbind (DESIGN.md §4).
+//! `core.kbind.io/syncer` finalizer, and drain on unbind (contract §4).
 //!
 //! Machinery: consumer objects come from the seam's watcher through a kube-runtime reflector
 //! into `Controller::for_stream_with`; provider changes come from the engaged provider's

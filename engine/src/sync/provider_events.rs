@@ -1,5 +1,5 @@
 //! The provider side of a syncer: which shared provider stores it follows, and the stream of
-//! their change events (DESIGN.md §4 "reads and events": no polling, a resync only as a
+//! their change events (contract §4 "reads and events": no polling, a resync only as a
 //! backstop).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

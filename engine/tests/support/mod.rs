@@ -287,7 +287,7 @@ impl Engagement {
     }
 }
 
-/// What an issuer grants a konnector on the provider besides the Export's resources (DESIGN.md
+/// What an issuer grants a konnector on the provider besides the Export's resources (contract
 /// §7): its heartbeat Lease `kbind/consumer-<consumer_uid>` (pre-created), reading the identity
 /// object and the CRDs.
 pub async fn grant_link(provider: &FakeCluster, user: &UserInfo, consumer_uid: &str) {

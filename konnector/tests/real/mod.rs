@@ -141,7 +141,7 @@ pub async fn service_account_token(cluster: &Cluster, namespace: &str, name: &st
     minted.status.expect("a TokenRequest answers with a status").token
 }
 
-/// A kubeconfig with inline credentials only (DESIGN.md §5): the cluster's server and CA, and `token`.
+/// A kubeconfig with inline credentials only (contract §5): the cluster's server and CA, and `token`.
 pub fn inline_kubeconfig(cluster: &Cluster, user: &str, token: &str) -> String {
     inline_kubeconfig_at(cluster, &cluster.server(), user, token)
 }
@@ -354,7 +354,7 @@ impl Consumer {
     }
 }
 
-/// The one-apply bundle (DESIGN.md §1) in file order: Secret `provider`, Connection `provider`, ClusterBinding
+/// The one-apply bundle (contract §1) in file order: Secret `provider`, Connection `provider`, ClusterBinding
 /// `widgets`.
 pub fn bundle(provider_kubeconfig: &str, conflict_policy: &str) -> [Value; 3] {
     named_bundle("provider", "widgets", provider_kubeconfig, conflict_policy)

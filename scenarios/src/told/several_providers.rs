@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "Connections per API" told on any [`TwoProviders`] stage: one consumer API served
+//! contract §4 "Connections per API" told on any [`TwoProviders`] stage: one consumer API served
 //! by two providers, each namespace through exactly one Connection. A binding that would make two
 //! Connections serve one namespace (or a ClusterBinding beside another Connection's Binding) gets
 //! `BoundThroughAnotherConnection` and syncs nothing, never a takeover; an incompatible second

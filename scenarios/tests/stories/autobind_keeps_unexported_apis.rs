@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "provider-side changes" and docs/decisions.md: an API that stops being exported
+//! contract §4 "provider-side changes" and docs/decisions.md: an API that stops being exported
 //! stays in the managed autoBind binding with its per-API `APINotExported` condition, like in
 //! any other binding; dropping it from the list would leave its objects served by no binding at
 //! all (no condition, nothing to drain them on unbind). Nothing is deleted either way.

@@ -1,6 +1,6 @@
 //! Shared set-up for the unbind and hand-over stories: a Connection that allows namespaced
 //! Bindings, Bindings created and read as the user, and the provider copies' UIDs that a
-//! hand-over must keep (DESIGN.md §4 "unbind", §8.8).
+//! hand-over must keep (contract §4 "unbind", §8.8).
 
 #![allow(dead_code)]
 

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "Connections per API": a claim that lasts. A binding that
+//! contract §4 "Connections per API": a claim that lasts. A binding that
 //! serves a namespace of an API keeps it through its Connection going not Ready, a rival's
 //! Connection blinking, konnector restarts and edits of other bindings: the claim is the
 //! binding's `status.boundAPIs[].claimedAt`, never inferred from what its conditions say now.

@@ -1,4 +1,4 @@
-//! DESIGN.md §2, §3: a Binding naming a cluster-scoped API (its consumer CRD pulled by
+//! contract §2, §3: a Binding naming a cluster-scoped API (its consumer CRD pulled by
 //! `pullPolicy: All`) syncs nothing and says so with `ClusterScopedAPIInBinding`, keeps its
 //! status current, and can be deleted; the CRD and the user's objects of that API stay.
 

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "connection loss": the provider is disengaged, its syncers stop, nothing is
+//! contract §4 "connection loss": the provider is disengaged, its syncers stop, nothing is
 //! deleted anywhere, consumer objects get `status-stale` (once), and after recovery changes
 //! made on both sides meanwhile converge and the mark goes.
 

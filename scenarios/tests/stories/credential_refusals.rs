@@ -1,4 +1,4 @@
-//! Stories of DESIGN.md §5: every kubeconfig the konnector must refuse is refused with a precise
+//! Stories of contract §5: every kubeconfig the konnector must refuse is refused with a precise
 //! reason that never echoes its content, and nothing is run, built or sent to the provider.
 
 use kbind_api::consts::{condition, reason};

@@ -1,6 +1,6 @@
 //! Issue 39 item 2: an issued token (a ServiceAccount token with an expiry, minted as kbind's
 //! issuer does, whose Role lets it mint tokens for itself only) is renewed by the konnector
-//! itself before it expires (DESIGN.md §5): a TokenRequest on the provider, written back into
+//! itself before it expires (contract §5): a TokenRequest on the provider, written back into
 //! the same Secret key with a resourceVersion precondition. The engaged provider stays engaged
 //! and nothing else is written; a renewal the provider refuses keeps the old token until it
 //! expires and says so; a credential that expired while the konnector was down names the way

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "deletion" and "unbind": Orphan keeps the copy, an out-of-band delete is
+//! contract §4 "deletion" and "unbind": Orphan keeps the copy, an out-of-band delete is
 //! repaired, a terminating copy is waited for, a partition delays deletion without losing
 //! anything, and the whole bundle deleted in any order converges (§8.1, §8.2, §8.7 checked by
 //! the world after every step).

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "spec up": provider drift in what kbind owns is reverted, what others add on
+//! contract §4 "spec up": provider drift in what kbind owns is reverted, what others add on
 //! the provider stays, and a copy deleted out of band comes back (§8.1, §8.2, §8.7 checked by
 //! the world after every step).
 

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "unbind" and §8.8: deleting one binding never deletes or re-creates a provider
+//! contract §4 "unbind" and §8.8: deleting one binding never deletes or re-creates a provider
 //! copy that another binding still serves. A hand-over between a ClusterBinding and Bindings of
 //! the same API, in any direction, keeps every copy with its UID; only what nobody serves any
 //! more is drained, and a Binding in a namespace the Connection does not allow serves nothing.

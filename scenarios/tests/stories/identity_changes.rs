@@ -1,4 +1,4 @@
-//! Stories of DESIGN.md §2 "Identity": a Secret repointed at another provider, a provider
+//! Stories of contract §2 "Identity": a Secret repointed at another provider, a provider
 //! rebuilt behind the same URL while a write is in flight, and a kcp-like provider pinned by its
 //! LogicalCluster. Each ends with `ClusterIdentityChanged` (or the right pin) and zero writes to
 //! the cluster that is not the pinned one.

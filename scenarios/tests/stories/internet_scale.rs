@@ -137,7 +137,7 @@ fn connections() -> usize {
 
 /// The gateway's common case: one Connection per Export, so a consumer holds many
 /// Connections to one provider. They share one heartbeat Lease (one per consumer–provider pair,
-/// DESIGN §2): one of them renews it, the others prove their own link still reaches the pinned
+/// contract §2): one of them renews it, the others prove their own link still reaches the pinned
 /// provider by reading it, so no renewal conflicts and no identity re-reads follow.
 #[tokio::test(start_paused = true)]
 async fn ten_idle_minutes_of_many_connections_to_one_provider_cost_one_heartbeat() {

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "spec up": what metadata goes up. Owner references, finalizers and the
+//! contract §4 "spec up": what metadata goes up. Owner references, finalizers and the
 //! markers of helm, Argo CD, kubectl, Flux and `app.kubernetes.io/managed-by` never reach the
 //! provider copy; other labels and annotations do; and with the provider's garbage collector
 //! on nothing is collected there (§8.1, §8.2, §8.7 checked by the world after every step).

@@ -1,4 +1,4 @@
-//! Provider credentials limited to one namespace (DESIGN.md §4 "RBAC"): the provider's RBAC is
+//! Provider credentials limited to one namespace (contract §4 "RBAC"): the provider's RBAC is
 //! the authorization boundary. The konnector may not watch widgets cluster-wide, so it watches
 //! the namespaces in use; the allowed namespace syncs both ways while the other one is reported
 //! as `PermissionDenied` naming verb and resource, and nothing stops.

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "status down": `observedGeneration` is translated through
+//! contract §4 "status down": `observedGeneration` is translated through
 //! `core.kbind.io/consumer-generation` to the consumer generation it answers, across a
 //! konnector restart, and a status answering an older generation is not passed off as current
 //! (§8.1, §8.2, §8.7 checked by the world after every step).

@@ -1,4 +1,4 @@
-//! Story of DESIGN.md §1: the bundle's three objects applied in every order, with the konnector
+//! Story of contract §1: the bundle's three objects applied in every order, with the konnector
 //! running between them, converge on the same Ready, pinned, engaged Connection and a Ready
 //! ClusterBinding; a missing piece
 //! is a condition that resolves, never a failure, and nothing is deleted along the way.

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "unbind" escape hatch: `core.kbind.io/deletion-policy: Orphan` on a binding or
+//! contract §4 "unbind" escape hatch: `core.kbind.io/deletion-policy: Orphan` on a binding or
 //! Connection releases everything at once and deletes nothing on either side, also when the
 //! provider is gone for good: provider copies, the consumer CRD, consumer objects and related
 //! copies in both directions all stay (§8.8; §8.1, §8.2, §8.7 checked after every step).

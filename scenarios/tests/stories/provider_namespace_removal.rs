@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "namespaces", §8.9: on unbind a provider namespace kbind made is removed only if
+//! contract §4 "namespaces", §8.9: on unbind a provider namespace kbind made is removed only if
 //! the binding's own objects used it, and only when a complete, successful read says nothing
 //! but our objects was in it. A group-version discovery cannot read (an unavailable APIService
 //! answering 503) hides the objects of its kinds, so a partial discovery keeps the namespace —

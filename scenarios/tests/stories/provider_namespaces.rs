@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "namespaces": a missing provider namespace is created (labelled managed, with
+//! contract §4 "namespaces": a missing provider namespace is created (labelled managed, with
 //! the consumer cluster UID), and removed on unbind only if nothing but our objects is left in
 //! it; a namespace the provider made, or one holding anything else, stays.
 

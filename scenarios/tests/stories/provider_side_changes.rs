@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "provider-side changes": an API that stops being exported (label removed, CRD
+//! contract §4 "provider-side changes": an API that stops being exported (label removed, CRD
 //! deleted) stops its syncer with a per-API `APINotExported` condition, and nothing on the
 //! consumer is deleted because of it (§8.1 is also checked by the world after every step).
 

@@ -1,5 +1,5 @@
 //! With a resync (rediscovery) interval of "forever", every status check still passes: changes
-//! travel through watches, and the slow resync is only a backstop (DESIGN.md §4 "reads and
+//! travel through watches, and the slow resync is only a backstop (contract §4 "reads and
 //! events"). Also proves a huge `--resync` is accepted without overflowing a timer.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Where schemas come from and which are pulled (DESIGN.md §2, §4 "schema"): a kcp-like
+//! Where schemas come from and which are pulled (contract §2, §4 "schema"): a kcp-like
 //! provider's API served through its OpenAPI; pullPolicy All pulls every exported API; autoBind
 //! keeps a managed ClusterBinding of every exported API.
 

@@ -1,4 +1,4 @@
-//! The randomized hand-over property (DESIGN.md §4 "unbind", §8.8): for many seeds, a random
+//! The randomized hand-over property (contract §4 "unbind", §8.8): for many seeds, a random
 //! sequence of creating and deleting ClusterBindings and Bindings of one API across several
 //! namespaces (the Connection allows Bindings everywhere) never deletes or re-creates a provider
 //! copy while some binding serves its namespace, and everything converges at the end.

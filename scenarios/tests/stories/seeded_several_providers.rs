@@ -1,4 +1,4 @@
-//! The randomized several-providers property (DESIGN.md §4 "Connections per
+//! The randomized several-providers property (contract §4 "Connections per
 //! API", §8): for many seeds, a random schedule across providers `acme` and `beta` of creating
 //! Bindings of widgets (3 namespaces) and ClusterBindings through either Connection, deleting
 //! them (and "moving" a namespace: deleting one Connection's Binding while the other's exists,

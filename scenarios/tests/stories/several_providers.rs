@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "Connections per API": one consumer API served by two providers, each
+//! contract §4 "Connections per API": one consumer API served by two providers, each
 //! namespace through exactly one Connection. Bindings partition the API by namespace; a binding
 //! that would make two Connections serve one namespace (or a ClusterBinding beside another
 //! Connection's bindings) gets `BoundThroughAnotherConnection` and syncs nothing, never a

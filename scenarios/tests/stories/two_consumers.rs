@@ -1,4 +1,4 @@
-//! Two consumer clusters bind the same provider API (DESIGN.md §4 "conflicts"): the first
+//! Two consumer clusters bind the same provider API (contract §4 "conflicts"): the first
 //! writer wins, the second gets `OwnedByAnother` and the copy is never touched by it (§8.3 is
 //! checked on both worlds after every step); once the first deletes its object, the second's
 //! takes the name.

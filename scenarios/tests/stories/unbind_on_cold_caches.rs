@@ -1,4 +1,4 @@
-//! DESIGN.md §8.9: every deletion rests on a complete, synced read. A konnector (re)started
+//! contract §8.9: every deletion rests on a complete, synced read. A konnector (re)started
 //! while a ClusterBinding is being deleted and a Binding serves some of its objects deletes
 //! nothing of the Binding's until its Binding cache has synced, however slow that list is.
 

@@ -1,4 +1,4 @@
-//! DESIGN.md §4 "conflicts" and "deletion", §8.3: another client's write can land between the
+//! contract §4 "conflicts" and "deletion", §8.3: another client's write can land between the
 //! syncer's read of the provider target and its write. The first write of a copy can only
 //! create (an apply carrying a resourceVersion no object has), so an object that appeared
 //! meanwhile answers Conflict and is classified (and left alone), never taken over; the

@@ -1,4 +1,4 @@
-//! The signals of a copy left alone (DESIGN.md §4 "conflicts"): the conflict annotation, a
+//! The signals of a copy left alone (contract §4 "conflicts"): the conflict annotation, a
 //! Warning Event and a `Synced=False` condition on the consumer object, and the report.
 
 use kbind_api::consts::{annotation, reason};

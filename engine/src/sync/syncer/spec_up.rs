@@ -1,4 +1,4 @@
-//! Spec up: the provider copy classified (DESIGN.md §4 "conflicts") and written by server-side
+//! Spec up: the provider copy classified (contract §4 "conflicts") and written by server-side
 //! apply, in passes that never take over an object someone else made since it was read.
 
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub(super) enum Written {
 }
 
 impl ApiSyncer {
-    /// Classifies the provider target and writes the copy where that is allowed (DESIGN.md §4
+    /// Classifies the provider target and writes the copy where that is allowed (contract §4
     /// "conflicts"). A target that was absent is created by an apply that can only create
     /// ([`CREATE_ONLY`]), never by a plain forced apply: an object someone else made since the
     /// read answers Conflict and is classified again, so it is never taken over.

@@ -1,5 +1,5 @@
 //! Status down: the provider copy's `.status` with `observedGeneration` translated to the
-//! consumer generation it answers (DESIGN.md §4 "status down"), written to the consumer
+//! consumer generation it answers (contract §4 "status down"), written to the consumer
 //! object's status subresource.
 //!
 //! The rule: the copy's `core.kbind.io/consumer-generation` annotation is written in the same
