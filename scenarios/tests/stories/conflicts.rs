@@ -1,4 +1,4 @@
-//! contract §4 "conflicts" and "one Connection per API", for a single consumer: Fail leaves
+//! contract §4 "conflicts" and "Connections per API", for a single consumer: Fail leaves
 //! a foreign provider object alone and signals it, Adopt takes it over, another consumer's
 //! copy is never touched, and a second Connection binding the same API syncs nothing and
 //! deletes nothing when unbound (§8.3 checked here; §8.1, §8.2, §8.7 by the world).

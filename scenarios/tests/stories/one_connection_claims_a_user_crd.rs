@@ -1,4 +1,4 @@
-//! contract §4 "one Connection per API" under `pullPolicy: None`: the consumer's CRD was
+//! contract §4 "Connections per API" under `pullPolicy: None`: the consumer's CRD was
 //! installed by a user, so it carries no `core.kbind.io/connection` annotation. Of two
 //! Connections binding that API, the first records its claim in that annotation (nothing else
 //! of the CRD changes); the other reports `BoundThroughAnotherConnection` and syncs nothing, so

@@ -247,7 +247,7 @@ async fn pull_policy_none_syncs_on_a_pre_installed_crd() {
             copy_has("acme", "default", "w1", "/spec/size", json!(5)),
         )
         .await;
-    // The one write is the Connection's claim (contract §4 "one Connection per API").
+    // The one write is the Connection's claim (contract §4 "Connections per API").
     assert_eq!(konnector_crd_writes(&world), 1, "pullPolicy None writes only its claim");
     let crd = world.consumer_get(&crds(), None, WIDGETS).await;
     assert_eq!(annotation(&crd, kbind_annotation::CONNECTION).as_deref(), Some("acme"));
