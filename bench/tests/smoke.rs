@@ -5,15 +5,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
+use parking_lot::Mutex;
 use serde_json::Value;
 
 /// `konnector` of this build's profile, beside this package's binary; built when missing (Cargo
 /// gives a test only its own package's binaries).
 fn konnector_binary() -> PathBuf {
     static BUILT: Mutex<()> = Mutex::new(());
-    let _guard = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = BUILT.lock();
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_kbind-bench"));
     let path = bench.parent().expect("the binary has a folder").join("konnector");
     if !path.exists() {

@@ -1,10 +1,11 @@
 //! A fake cluster: its builder, its store and fault switches, identity, users and tokens.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kbind_cluster::{SharedClock, TokioClock, clock::format_time};
+use parking_lot::{Mutex, MutexGuard};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
@@ -93,8 +94,8 @@ impl FakeClusterBuilder {
             root_ca_publisher: self.root_ca_publisher,
             kcp_like: self.kcp_like,
             bookmark_interval: self.bookmark_interval,
-            tokens: Mutex::new(BTreeMap::new()),
-            requests: Mutex::new(Vec::new()),
+            tokens: std::sync::Mutex::new(BTreeMap::new()),
+            requests: std::sync::Mutex::new(Vec::new()),
             incarnation: std::sync::atomic::AtomicU64::new(0),
             delayed: std::sync::atomic::AtomicUsize::new(0),
             swallowed: std::sync::atomic::AtomicUsize::new(0),
@@ -130,7 +131,7 @@ pub(crate) struct Inner {
     pub(crate) kcp_like: bool,
     pub(crate) bookmark_interval: Duration,
     /// Bearer tokens: who each authenticates, for how long, and whose ServiceAccount it is.
-    pub(crate) tokens: Mutex<BTreeMap<String, Token>>,
+    pub(crate) tokens: std::sync::Mutex<BTreeMap<String, Token>>,
     /// Bumped by `replace_with_fresh`: a request sent to an earlier incarnation never lands
     /// on the fresh cluster (its connection is reset, as with a rebuilt server).
     pub(crate) incarnation: std::sync::atomic::AtomicU64,
@@ -142,18 +143,18 @@ pub(crate) struct Inner {
     /// Stalls the served connections while the cluster is black-holed.
     pub(crate) stall: Arc<crate::serve::stall::StallSwitch>,
     /// Every request the fault gate answered, in order.
-    pub(crate) requests: Mutex<Vec<crate::faults::RequestRecord>>,
+    pub(crate) requests: std::sync::Mutex<Vec<crate::faults::RequestRecord>>,
 }
 
 impl Inner {
+    /// The cluster's store.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock can only come from a bug in fakeapi itself; the
-        // state stays usable for the test that reports it.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
+    /// The fault switches.
     pub(crate) fn faults(&self) -> MutexGuard<'_, FaultState> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+        self.faults.lock()
     }
 
     pub(crate) fn now(&self) -> String {

@@ -7,12 +7,13 @@
 //! keeps `namespace/name` keys, never objects. An index lives while a related syncer holds it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_cluster::watcher::{Event, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -85,7 +86,7 @@ impl InstanceNamespaces {
     }
 
     fn live(&self, api: &str) -> Option<Arc<ApiNamespaces>> {
-        let indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        let indexes = self.indexes.lock();
         indexes.get(api).and_then(Weak::upgrade)
     }
 
@@ -112,7 +113,7 @@ impl InstanceNamespaces {
         let resource = kbind_cluster::from_dynamic::<CustomResourceDefinition>(crd)
             .ok()
             .and_then(|crd| namespaced_resource(&crd));
-        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut indexes = self.indexes.lock();
         // Another syncer may have started it while the CRD was read.
         if let Some(live) = indexes.get(api).and_then(Weak::upgrade) {
             return Ok(Some(live));

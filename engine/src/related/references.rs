@@ -8,12 +8,13 @@
 //! name the provider writes into the status it syncs down (docs/decisions.md).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_cluster::watcher::{Event, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -140,7 +141,7 @@ impl ReferenceIndexes {
         let key = (api.to_string(), paths.to_vec());
         let live =
             |indexes: &BTreeMap<(String, Vec<String>), Weak<ApiReferences>>| indexes.get(&key).and_then(Weak::upgrade);
-        if let Some(index) = live(&self.indexes.lock().unwrap_or_else(|p| p.into_inner())) {
+        if let Some(index) = live(&self.indexes.lock()) {
             return Ok(Some(index));
         }
         let crds = crate::crdpull::crd_resource();
@@ -159,7 +160,7 @@ impl ReferenceIndexes {
         let resource = kbind_cluster::from_dynamic::<CustomResourceDefinition>(crd)
             .ok()
             .and_then(|crd| namespaced_resource(&crd));
-        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut indexes = self.indexes.lock();
         if let Some(index) = live(&indexes) {
             return Ok(Some(index));
         }

@@ -5,8 +5,9 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{OnceLock, mpsc};
+
+use parking_lot::Mutex;
 
 use crate::Error;
 
