@@ -326,6 +326,8 @@ impl Links {
     /// its renewals went, sorted by Connection.
     pub fn credentials(&self) -> Vec<CredentialReport> {
         let mut reports: BTreeMap<String, CredentialReport> = self
+            .inner
+            .published
             .read()
             .iter()
             .map(|(name, p)| {

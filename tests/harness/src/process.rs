@@ -143,10 +143,7 @@ fn spawn_from_long_lived_thread(command: Command) -> io::Result<Child> {
         Mutex::new(tx)
     });
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-    let sent = spawner
-        .lock()
-        .map_err(|_| io::Error::other("spawner lock poisoned"))?
-        .send((command, reply_tx));
+    let sent = spawner.lock().send((command, reply_tx));
     match sent {
         Ok(()) => reply_rx.recv().map_err(|_| io::Error::other("spawner thread gone"))?,
         Err(mpsc::SendError((mut command, _))) => command.spawn(),
