@@ -78,6 +78,15 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 type Pending = Arc<Mutex<HashMap<String, (String, Instant)>>>;
 type Samples = Arc<Mutex<Vec<Duration>>>;
 
+/// Refuses a run in which a write failed, naming how many failed and the first.
+fn refuse_failed_writes(failures: &Mutex<Vec<String>>) -> anyhow::Result<()> {
+    let failures = failures.lock();
+    match failures.first() {
+        Some(failure) => bail!("{} writes failed, e.g. {failure}", failures.len()),
+        None => Ok(()),
+    }
+}
+
 /// Runs the workload; its figures and checks.
 pub async fn run(args: &Args, konnector: &Konnector) -> anyhow::Result<Value> {
     if args.objects < 2 || args.rate.is_nan() || args.rate <= 0.0 {
@@ -243,9 +252,7 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
     }
     let load_seconds = start.elapsed().as_secs_f64();
     let _ = slots.acquire_many(args.max_in_flight.max(2) as u32).await;
-    if let Some(failure) = failures.lock().first() {
-        bail!("{} writes failed, e.g. {failure}", failures.lock().len());
-    }
+    refuse_failed_writes(&failures)?;
     let drained = wait_for("the last changes to arrive", DRAIN_DEADLINE, async || {
         (status_pending.lock().is_empty() && spec_pending.lock().is_empty()).then_some(())
     })
@@ -445,6 +452,19 @@ pub fn table(runs: &[&Envelope]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_writes_refuse_the_run_with_their_count_and_the_first() {
+        assert!(refuse_failed_writes(&Mutex::new(Vec::new())).is_ok());
+        let failures = Mutex::new(vec!["w-1: refused".to_string(), "w-2: timed out".to_string()]);
+        // The check runs on a thread so a re-entrant lock shows up as a failed wait, not a hung test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(refuse_failed_writes(&failures).map_err(|e| e.to_string())));
+        let verdict = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the check answers (a second lock of the failures it holds would never return)");
+        assert_eq!(verdict, Err("2 writes failed, e.g. w-1: refused".to_string()));
+    }
 
     fn shown(name: &str, marker: &str) -> DynamicObject {
         serde_json::from_value(json!({
