@@ -122,14 +122,15 @@ pub mod reason {
     pub const AS_EXPECTED: &str = "AsExpected";
     /// Waiting for a missing piece (Secret, Connection, exported API, …).
     pub const PENDING: &str = "Pending";
-    /// Synced=False: a syncer's list or watch of the API fails on the consumer or the provider
+    /// *(ours)* Synced=False: a syncer's list or watch of the API fails on the consumer or the provider
     /// (the message names verb, API, side and cause); it is retried.
     pub const WATCH_FAILED: &str = "WatchFailed";
     /// The Connection's Secret does not exist.
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
     /// *(ours)* The Connection's Secret exists but has no `kubeconfigSecretRef.key`.
     pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
-    /// *(ours)* On a binding: its Connection is being deleted, so it drains and is deleted.
+    /// *(ours)* On a binding: its Connection is being deleted and waits for this binding to be
+    /// deleted (or annotated Orphan); nothing syncs meanwhile.
     pub const CONNECTION_DELETING: &str = "ConnectionDeleting";
     /// The provider's identity differs from the pinned `remoteClusterUID`.
     pub const CLUSTER_IDENTITY_CHANGED: &str = "ClusterIdentityChanged";

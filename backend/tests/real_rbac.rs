@@ -451,7 +451,7 @@ async fn refusal(admin: &dyn ClusterClient, name: &str) -> k8s_openapi::apimachi
     }
 }
 
-/// Issue 24's isolation cases, through the controller running on the chart's issuer RBAC,
+/// Tenant isolation cases (quotas, claims, take-backs), through the controller running on the chart's issuer RBAC,
 /// while alice's Grant (consumer [`CONSUMER`], namespace [`CLAIMED`]) holds Lease `lease`.
 async fn isolation(admin: &dyn ClusterClient, lease: &str) {
     let export = |name: &str, apis: &[&str]| {
@@ -1031,7 +1031,7 @@ async fn settled(admin: &dyn ClusterClient, name: &str) -> k8s_openapi::apimachi
     }
 }
 
-/// Issue 35's isolation cases through the controller on the chart's issuer RBAC, after alice
+/// Isolation cases after an unbind, through the controller on the chart's issuer RBAC, after alice
 /// (whose konnector heartbeated Lease `lease`) unbound: her consumer cluster cannot be
 /// pre-claimed; one identity's concurrent Grants stay within its quota; a take-back is acted on
 /// by the namespace watch the chart's RBAC allows.

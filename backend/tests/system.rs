@@ -1,4 +1,4 @@
-//! The whole service-layer path with the real binaries (issue #14): two `fakeapi serve` clusters
+//! The whole service-layer path with the real binaries: two `fakeapi serve` clusters
 //! (provider, consumer), `kbind-backend run --gateway --issuer --reaper` on the provider and an
 //! unchanged `konnector run` on the consumer, driven only through HTTP and the Kubernetes API.
 //!

@@ -1,4 +1,4 @@
-//! Which Connection serves which namespace of an API (issue #26): one consumer may get an API
+//! Which Connection serves which namespace of an API: one consumer may get an API
 //! from several Connections, each serving its own namespaces (a ClusterBinding covers them all).
 //! `kbind status` shows it per API and namespace; `kbind bind` and `redeem` refuse a bundle whose
 //! bindings the konnector would refuse as `BoundThroughAnotherConnection` before anything is

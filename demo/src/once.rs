@@ -178,7 +178,7 @@ pub async fn run(world: &World) -> anyhow::Result<()> {
     kbind(world, &["status"]).await?;
     step("kbind status");
 
-    // The unbind's wall time is printed: issue #25 holds it under a second in the demo.
+    // The unbind's wall time is printed so a slow unbind shows in the demo.
     let unbind_started = std::time::Instant::now();
     kbind(world, &["unbind", EXPORT, "--yes"]).await?;
     let unbind_took = unbind_started.elapsed();

@@ -723,3 +723,31 @@ async fn a_throttled_list_fails_the_pass_instead_of_reading_as_no_instances() {
         .expect("the retry is served");
     assert_eq!(served, BTreeSet::new());
 }
+
+/// The one-pass reconcile cannot see the bound objects, so it cannot follow references: a copy
+/// a reference selects must survive it (never collect on a partial picture), while copies its
+/// labels and names no longer select still go.
+#[tokio::test(start_paused = true)]
+async fn a_one_pass_reconcile_never_collects_what_a_reference_may_select() {
+    let w = World::new().await;
+    w.consumer_secret("team-a", "db-password", json!({}), "s3cret").await;
+    let by_name = rules(json!([{"resource": "secrets", "direction": "FromConsumer",
+        "selector": {"names": ["db-password"]}}]));
+    assert_eq!(w.reconcile(&by_name).await.copied, 1);
+    assert!(w.on_provider(&secrets(), "team-a", "db-password").await.is_some());
+
+    let by_reference = rules(json!([{"resource": "secrets", "direction": "FromConsumer",
+        "selector": {"references": [{"path": "spec.passwordSecretRef.name"}]}}]));
+    let report = w.reconcile(&by_reference).await;
+    assert_eq!(report.removed, 0, "{report:?}");
+    assert!(
+        w.on_provider(&secrets(), "team-a", "db-password").await.is_some(),
+        "a copy a bound object may reference stays"
+    );
+
+    w.reconcile(&[]).await;
+    assert!(
+        w.on_provider(&secrets(), "team-a", "db-password").await.is_none(),
+        "with no rule left the copy goes"
+    );
+}

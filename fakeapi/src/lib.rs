@@ -2,6 +2,7 @@
 //! kube-controller-manager kbind can observe), with real watch semantics, RBAC, faults and a
 //! seeded, clock-injected world for deterministic tests.
 
+mod admission;
 pub mod bootstrap;
 pub mod builtins;
 pub mod client;
@@ -16,6 +17,7 @@ pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod rbac;
+mod reads;
 pub mod registry;
 pub mod sample;
 pub mod schema;
@@ -23,6 +25,7 @@ pub mod selector;
 pub mod serve;
 pub mod ssa;
 pub mod store;
+mod strategy;
 pub mod watch;
 
 pub use client::FakeClient;

@@ -1,22 +1,21 @@
-//! The API operations of a fake cluster: admission (faults, RBAC, routing), reads, and the
-//! write pipeline kube-apiserver runs (defaults, pruning, validation, preconditions,
-//! generation, managed fields, finalizers, no-op detection).
+//! The write operations of a fake cluster (create, update, patch, delete) and the generic write
+//! pipeline kube-apiserver runs (preconditions, defaults, pruning, validation, generation,
+//! managed fields, finalizers, no-op detection). What a kind adds to it lives in its
+//! `strategy` module; admission is in `admission`, reads in `reads`.
 
 use std::sync::Arc;
 
 use kbind_cluster::error::Cause;
-use kbind_cluster::{
-    ApiResource, DeleteParams, Discovery, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, Result,
-};
-use kube::api::VersionMatch;
+use kbind_cluster::{ApiResource, DeleteParams, Error, Patch, PatchParams, PostParams, PropagationPolicy, Result};
 use serde_json::{Value, json};
 
+use crate::admission::{forbidden, rbac_snapshot};
 use crate::cluster::{FakeCluster, Inner};
-use crate::rbac::{self, Attributes, RbacSnapshot, UserInfo};
+use crate::rbac::{self, Attributes, UserInfo};
 use crate::registry::{GroupResource, ResourceInfo};
-use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{EventType, ObjectKey, State, WriteRecord, key_of};
-use crate::{meta, patch, schema, ssa};
+use crate::store::{EventType, ObjectKey, State, WriteRecord};
+use crate::strategy::{self, Strategy};
+use crate::{meta, patch, ssa};
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,213 +52,7 @@ impl Caller {
     }
 }
 
-const CUSTOM_RESOURCE_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
-
 impl FakeCluster {
-    /// Faults, RBAC and routing for one request (recorded in the request log); the resource's
-    /// served info on success.
-    pub(crate) async fn admit(
-        &self,
-        caller: &Caller,
-        verb: &str,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: Option<&str>,
-        subresource: &str,
-    ) -> Result<ResourceInfo> {
-        let answer = self
-            .admit_unrecorded(caller, verb, res, namespace, name, subresource)
-            .await;
-        let resource = if res.group.is_empty() {
-            format!("{}.", res.plural)
-        } else {
-            format!("{}.{}", res.plural, res.group)
-        };
-        self.inner
-            .record_request(caller, verb, resource, namespace, name, answer.as_ref().err());
-        answer
-    }
-
-    async fn admit_unrecorded(
-        &self,
-        caller: &Caller,
-        verb: &str,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        name: Option<&str>,
-        subresource: &str,
-    ) -> Result<ResourceInfo> {
-        self.inner.fault_gate(verb, &res.plural).await?;
-        let state = self.inner.lock();
-        let attrs = Attributes {
-            verb: verb.to_string(),
-            api_group: res.group.clone(),
-            resource: res.plural.clone(),
-            subresource: subresource.to_string(),
-            namespace: namespace.map(str::to_string),
-            name: name.map(str::to_string),
-            path: None,
-        };
-        // Privileged callers skip building the RBAC snapshot: it clones every role.
-        if !caller.user.is_privileged() && !rbac::authorize(&caller.user, &attrs, &rbac_snapshot(&state)) {
-            return Err(forbidden(&caller.user, &attrs));
-        }
-        let info = state
-            .registry
-            .lookup(&res.group, &res.version, &res.plural)
-            .cloned()
-            .ok_or_else(|| Error::NotFound {
-                message: "the server could not find the requested resource".into(),
-            })?;
-        if info.resource.namespaced != namespace.is_some() && !(namespace.is_none() && matches!(verb, "list" | "watch"))
-        {
-            return Err(Error::NotFound {
-                message: "the server could not find the requested resource".into(),
-            });
-        }
-        if !subresource.is_empty() && !info.resource.subresources.iter().any(|s| s == subresource) {
-            return Err(Error::NotFound {
-                message: "the server could not find the requested resource".into(),
-            });
-        }
-        drop(state);
-        if subresource.is_empty() {
-            self.land_interloper(verb, &info, namespace, name);
-        }
-        Ok(info)
-    }
-
-    /// Lands another client's write queued for this request first (see [`crate::Interloper`]):
-    /// whatever is at the object's key goes, the interloper's object takes its place.
-    fn land_interloper(&self, verb: &str, info: &ResourceInfo, namespace: Option<&str>, name: Option<&str>) {
-        if !matches!(verb, "create" | "update" | "patch" | "delete") {
-            return;
-        }
-        let Some(interloper) = self
-            .inner
-            .faults()
-            .take_interloper(verb, &info.resource.plural, namespace, name)
-        else {
-            return;
-        };
-        let gr = info.group_resource();
-        let mut state = self.inner.lock();
-        let key = (namespace.unwrap_or("").to_string(), interloper.name.clone());
-        if let Some(old) = state.get(&gr, &key).cloned() {
-            let mut gone = (*old).clone();
-            let rv = state.next_rv();
-            meta::set(&mut gone, "resourceVersion", Some(json!(rv.to_string())));
-            state.put(&gr, gone, EventType::Deleted);
-        }
-        let mut obj = interloper.object;
-        if let Some(ns) = namespace {
-            meta::set(&mut obj, "namespace", Some(json!(ns)));
-        }
-        meta::set(&mut obj, "name", Some(json!(interloper.name)));
-        meta::set(&mut obj, "resourceVersion", None);
-        // The test wrote an object the server accepts; one it refuses is a broken test.
-        if let Err(e) = self.inner.create_locked(
-            &mut state,
-            &UserInfo::user("interloper"),
-            info,
-            obj,
-            "interloper",
-            false,
-            false,
-        ) {
-            panic!("fakeapi: the interloper's object was refused: {e}");
-        }
-        let rv = state.rv;
-        drop(state);
-        self.inner.notify(rv);
-    }
-
-    /// Reads one object.
-    pub async fn get(&self, caller: &Caller, res: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value> {
-        let info = self.admit(caller, "get", res, namespace, Some(name), "").await?;
-        let state = self.inner.lock();
-        let key = (namespace.unwrap_or("").to_string(), name.to_string());
-        state
-            .get(&info.group_resource(), &key)
-            .map(|o| present(o, &info))
-            .ok_or_else(|| Error::not_found(&info.group_resource().qualified(), name))
-    }
-
-    /// Lists objects as a `<Kind>List`.
-    pub async fn list(
-        &self,
-        caller: &Caller,
-        res: &ApiResource,
-        namespace: Option<&str>,
-        params: &ListParams,
-    ) -> Result<Value> {
-        let fields = FieldSelector::parse(params.field_selector.as_deref().unwrap_or(""))?;
-        let labels = LabelSelector::parse(params.label_selector.as_deref().unwrap_or(""))?;
-        let info = self
-            .admit(caller, "list", res, namespace, fields.pinned_name(), "")
-            .await?;
-        let gr = info.group_resource();
-        let state = self.inner.lock();
-        let (snapshot_rv, start_after, paginate) = match params.continue_token.as_deref().filter(|t| !t.is_empty()) {
-            Some(token) => {
-                let (rv, after) = decode_continue(token)?;
-                if rv < state.floor_of(&gr) {
-                    return Err(Error::Gone {
-                        message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
-                    });
-                }
-                (rv, Some(after), true)
-            }
-            None => {
-                let rv = list_resource_version(&state, params)?;
-                // kube-apiserver serves resourceVersion=0 from its watch cache, which ignores limit.
-                let from_cache = params.resource_version.as_deref() == Some("0");
-                (rv, None, !from_cache)
-            }
-        };
-        let objects = state.snapshot_at(&gr, snapshot_rv)?;
-        let limit = params.limit.filter(|l| *l > 0 && paginate).map(|l| l as usize);
-        let mut items = Vec::new();
-        let mut continue_token = None;
-        let mut remaining = 0usize;
-        for ((ns, name), obj) in &objects {
-            if namespace.is_some_and(|want| want != ns) {
-                continue;
-            }
-            if start_after
-                .as_ref()
-                .is_some_and(|after| (ns, name) <= (&after.0, &after.1))
-            {
-                continue;
-            }
-            if !labels.matches(obj) || !fields.matches(obj) {
-                continue;
-            }
-            if limit.is_some_and(|l| items.len() >= l) {
-                remaining += 1;
-                continue;
-            }
-            items.push(present(obj, &info));
-        }
-        if remaining > 0 {
-            let last = items.last().map(key_of).unwrap_or_default();
-            continue_token = Some(encode_continue(snapshot_rv, &last));
-        }
-        let mut list_meta = json!({"resourceVersion": snapshot_rv.to_string()});
-        if let Some(token) = continue_token {
-            list_meta["continue"] = json!(token);
-            if params.label_selector.is_none() && params.field_selector.is_none() {
-                list_meta["remainingItemCount"] = json!(remaining);
-            }
-        }
-        Ok(json!({
-            "apiVersion": info.api_version(),
-            "kind": format!("{}List", info.resource.kind),
-            "metadata": list_meta,
-            "items": items,
-        }))
-    }
-
     /// Creates an object.
     pub async fn create(
         &self,
@@ -341,7 +134,7 @@ impl FakeCluster {
             .get(&gr, &key)
             .cloned()
             .ok_or_else(|| Error::not_found(&gr.qualified(), name))?;
-        if meta::resource_version(&obj).is_none() && info.is_custom() {
+        if meta::resource_version(&obj).is_none() && !strategy::for_resource(&info).allows_unconditional_update() {
             return Err(Error::invalid(
                 &info.resource.kind,
                 name,
@@ -476,7 +269,7 @@ impl FakeCluster {
                     Patch::Merge(p) => patch::merge_patch(&mut target, p),
                     Patch::Json(p) => patch::json_patch(&mut target, p)?,
                     Patch::Strategic(p) => {
-                        if info.is_custom() {
+                        if !strategy::for_resource(&info).supports_strategic_merge_patch() {
                             return Err(Error::Server {
                                 code: 415,
                                 reason: "UnsupportedMediaType".into(),
@@ -560,7 +353,7 @@ impl FakeCluster {
         Ok(out.map(|o| present(&o, &info)))
     }
 
-    /// Creates on a subresource; only `serviceaccounts/token` (TokenRequest) is served.
+    /// Creates on a subresource, as the resource's strategy serves it (TokenRequest).
     pub async fn create_subresource(
         &self,
         caller: &Caller,
@@ -573,157 +366,15 @@ impl FakeCluster {
         let info = self
             .admit(caller, "create", res, namespace, Some(name), subresource)
             .await?;
-        if (info.resource.group.as_str(), info.resource.plural.as_str(), subresource)
-            != ("", "serviceaccounts", "token")
-        {
-            return Err(Error::MethodNotAllowed {
-                message: format!("create is not supported on {}/{subresource}", res.plural),
-            });
-        }
-        let ns = namespace.unwrap_or("");
-        let seconds = body
-            .pointer("/spec/expirationSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(DEFAULT_TOKEN_SECONDS);
-        if seconds < MIN_TOKEN_SECONDS {
-            // kube-apiserver's ValidateTokenRequest, as a 422.
-            return Err(Error::Invalid {
-                message: format!(
-                    "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: {seconds}: \
-                     may not specify a duration less than 10 minutes"
-                ),
-                causes: vec![kbind_cluster::error::Cause {
-                    reason: "FieldValueInvalid".into(),
-                    message: "may not specify a duration less than 10 minutes".into(),
-                    field: "spec.expirationSeconds".into(),
-                }],
-            });
-        }
-        let issued = self.inner.clock.now();
-        let expires = issued
-            .checked_add(jiff::SignedDuration::from_secs(seconds))
-            .map_err(|_| Error::BadRequest {
-                message: "spec.expirationSeconds is out of range".into(),
-            })?;
-        let audiences = match body.pointer("/spec/audiences").and_then(Value::as_array) {
-            Some(list) if !list.is_empty() => Value::Array(list.clone()),
-            _ => json!([DEFAULT_AUDIENCE]),
-        };
-        let (token, sa_uid, user) = {
-            let mut state = self.inner.lock();
-            let sa = state
-                .get(&info.group_resource(), &(ns.to_string(), name.to_string()))
-                .cloned()
-                .ok_or_else(|| Error::not_found("serviceaccounts", name))?;
-            let mut raw = [0u8; 32];
-            rand::RngCore::fill_bytes(&mut state.rng, &mut raw);
-            let user = UserInfo {
-                name: format!("system:serviceaccount:{ns}:{name}"),
-                groups: vec![
-                    "system:serviceaccounts".into(),
-                    format!("system:serviceaccounts:{ns}"),
-                    "system:authenticated".into(),
-                ],
-            };
-            let uid = meta::uid(&sa).map(str::to_string);
-            let claims = json!({
-                "aud": audiences,
-                "exp": expires.as_second(),
-                "iat": issued.as_second(),
-                "nbf": issued.as_second(),
-                "iss": DEFAULT_AUDIENCE,
-                "jti": raw[..16].iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": uid}},
-                "sub": user.name,
-            });
-            (service_account_jwt(&claims, &raw[16..]), uid, user)
-        };
-        {
-            let mut tokens = self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner());
-            // Expired tokens are never accepted again: forgetting them keeps a long run's map small.
-            tokens.retain(|_, t| t.expires.is_none_or(|at| at > issued));
-            tokens.insert(
-                token.clone(),
-                crate::cluster::Token {
-                    user,
-                    service_account: sa_uid,
-                    expires: Some(expires),
-                },
-            );
-        }
-        let mut answer = body.clone();
-        answer["apiVersion"] = json!("authentication.k8s.io/v1");
-        answer["kind"] = json!("TokenRequest");
-        answer["status"] = json!({"token": token, "expirationTimestamp": kbind_cluster::clock::format_time(expires)});
-        Ok(answer)
+        strategy::for_resource(&info).create_subresource(
+            &self.inner,
+            &info,
+            namespace.unwrap_or(""),
+            name,
+            subresource,
+            body,
+        )
     }
-
-    /// What the cluster serves.
-    pub async fn discovery(&self, caller: &Caller) -> Result<Discovery> {
-        let gate = self.inner.fault_gate("get", "").await;
-        self.inner
-            .record_request(caller, "discovery", String::new(), None, None, gate.as_ref().err());
-        gate?;
-        let mut discovery = self.inner.lock().registry.discovery();
-        let hidden = self.inner.faults().undiscoverable.clone();
-        let group_version = |group: &str, version: &str| match group {
-            "" => version.to_string(),
-            g => format!("{g}/{version}"),
-        };
-        discovery
-            .resources
-            .retain(|r| !hidden.contains(&group_version(&r.group, &r.version)));
-        discovery.unavailable = discovery
-            .groups
-            .iter()
-            .flat_map(|g| g.versions.iter().map(|v| group_version(&g.name, v)))
-            .filter(|gv| hidden.contains(gv))
-            .collect();
-        Ok(discovery)
-    }
-
-    /// The OpenAPI v3 document of one group-version.
-    pub async fn openapi_v3(&self, caller: &Caller, group: &str, version: &str) -> Result<Value> {
-        let gate = self.inner.fault_gate("get", "").await;
-        self.inner
-            .record_request(caller, "openapi", String::new(), None, None, gate.as_ref().err());
-        gate?;
-        let state = self.inner.lock();
-        let resources: Vec<_> = state
-            .registry
-            .all()
-            .filter(|r| r.resource.group == group && r.resource.version == version)
-            .map(|r| (r.resource.clone(), r.schema.clone()))
-            .collect();
-        if resources.is_empty() {
-            return Err(Error::NotFound {
-                message: format!("group-version {group}/{version} is not served"),
-            });
-        }
-        Ok(crate::openapi::group_version_document(group, version, &resources))
-    }
-}
-
-/// A TokenRequest's lifetime when it asks for none (kube-apiserver's default).
-const DEFAULT_TOKEN_SECONDS: i64 = 3600;
-
-/// The shortest lifetime a TokenRequest may ask for (kube-apiserver refuses less).
-const MIN_TOKEN_SECONDS: i64 = 600;
-
-/// The issuer and default audience of the tokens (kube-apiserver's in-cluster default).
-const DEFAULT_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
-
-/// A token shaped as kube-apiserver's: a JWT with these claims, signed with `signature` (random
-/// bytes nobody verifies: the cluster looks tokens up, and the randomness makes them unguessable).
-fn service_account_jwt(claims: &Value, signature: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    format!(
-        "{}.{}.{}",
-        b64.encode(br#"{"alg":"RS256","kid":"fakeapi"}"#),
-        b64.encode(claims.to_string()),
-        b64.encode(signature)
-    )
 }
 
 /// How an update came about (what managedFields must record).
@@ -736,79 +387,7 @@ pub(crate) enum UpdateKind<'a> {
     System,
 }
 
-/// One request inside the latency wait; leaving (or being dropped) counts it out.
-struct Delayed<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Delayed<'a> {
-    fn enter(gauge: &'a std::sync::atomic::AtomicUsize) -> Self {
-        gauge.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Delayed(gauge)
-    }
-}
-
-impl Drop for Delayed<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 impl Inner {
-    /// Faults in front of every request: black hole, latency (on the tokio clock), partition,
-    /// injected errors.
-    pub(crate) async fn fault_gate(&self, verb: &str, resource: &str) -> Result<()> {
-        self.swallow_if_black_holed().await;
-        let latency = self.faults().latency;
-        if let Some(delay) = latency {
-            let sent_to = self.incarnation.load(std::sync::atomic::Ordering::SeqCst);
-            {
-                let _held = Delayed::enter(&self.delayed);
-                tokio::time::sleep(delay).await;
-            }
-            if self.incarnation.load(std::sync::atomic::Ordering::SeqCst) != sent_to {
-                return Err(Error::Transport("read tcp: connection reset by peer".into()));
-            }
-            // A hole that opened while the request was on its way swallows it too.
-            self.swallow_if_black_holed().await;
-        }
-        self.faults().check(&self.name, verb, resource)
-    }
-
-    /// Never returns while the cluster is black-holed: the request is lost, and only its
-    /// caller dropping it (a timeout) ends the wait.
-    async fn swallow_if_black_holed(&self) {
-        let black_holed = self.faults().black_holed;
-        if black_holed {
-            let _held = Delayed::enter(&self.swallowed);
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// Appends one answered request to the request log.
-    pub(crate) fn record_request(
-        &self,
-        caller: &Caller,
-        verb: &str,
-        resource: String,
-        namespace: Option<&str>,
-        name: Option<&str>,
-        error: Option<&kbind_cluster::Error>,
-    ) {
-        // One order across every cluster of the process: a world's clusters share it.
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let record = crate::faults::RequestRecord {
-            seq: SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
-            rv: self.lock().rv,
-            at: self.clock.now(),
-            user: caller.user.name.clone(),
-            verb: verb.to_string(),
-            resource,
-            namespace: namespace.unwrap_or("").to_string(),
-            name: name.unwrap_or("").to_string(),
-            error: error.map(ToString::to_string),
-        };
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
-    }
-
     /// The create pipeline, under the lock. `applied`: managedFields were set by apply already.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_locked(
@@ -822,6 +401,7 @@ impl Inner {
         applied: bool,
     ) -> Result<Arc<Value>> {
         let gr = info.group_resource();
+        let strategy = strategy::for_resource(info);
         let name = meta::name(&obj).map(str::to_string).ok_or_else(|| {
             Error::invalid(
                 &info.resource.kind,
@@ -833,7 +413,7 @@ impl Inner {
                 }],
             )
         })?;
-        validate_name(info, &name)?;
+        validate_name(info, strategy, &name)?;
         let ns = meta::namespace(&obj).unwrap_or("").to_string();
         if info.resource.namespaced {
             check_namespace_open(state, &ns, &gr, &name)?;
@@ -861,14 +441,14 @@ impl Inner {
             meta::set(&mut obj, "managedFields", None);
         }
         let now = self.now();
-        prepare_for_create(info, &mut obj);
-        admit_schema(info, &mut obj, None)?;
+        strategy.prepare_for_create(&mut obj);
+        admit_schema(info, strategy, &mut obj, None)?;
         meta::omit_empty(&mut obj);
-        check_rbac_escalation(state, user, &gr, &obj, None)?;
+        strategy.authorize_write(state, user, &obj, None)?;
         let uid = state.new_uid();
         meta::set(&mut obj, "uid", Some(json!(uid)));
         meta::set(&mut obj, "creationTimestamp", Some(json!(now)));
-        if tracks_generation(info) {
+        if strategy.tracks_generation() {
             meta::set(&mut obj, "generation", Some(json!(1)));
         }
         if !applied {
@@ -897,6 +477,7 @@ impl Inner {
         dry_run: bool,
     ) -> Result<Arc<Value>> {
         let gr = info.group_resource();
+        let strategy = strategy::for_resource(info);
         let name = meta::name(old).unwrap_or("").to_string();
         if let Some(rv) = meta::resource_version(&body)
             && Some(rv) != meta::resource_version(old)
@@ -964,11 +545,7 @@ impl Inner {
                         old.pointer("/metadata/managedFields").cloned(),
                     );
                 }
-                if gr == GroupResource::new("", "namespaces") {
-                    // spec.finalizers change only through /finalize (the namespace controller).
-                    new["spec"] = old.get("spec").cloned().unwrap_or_else(|| json!({}));
-                    new["status"] = old.get("status").cloned().unwrap_or_else(|| json!({}));
-                }
+                strategy.prepare_for_update(&mut new, old);
                 new
             }
         };
@@ -988,11 +565,11 @@ impl Inner {
                 ));
             }
         }
-        admit_schema(info, &mut new, Some(old))?;
+        admit_schema(info, strategy, &mut new, Some(old))?;
         meta::omit_empty(&mut new);
-        check_rbac_escalation(state, user, &gr, &new, Some(old))?;
+        strategy.authorize_write(state, user, &new, Some(old))?;
         let now = self.now();
-        if tracks_generation(info) && spec_changed(info, old, &new) {
+        if strategy.tracks_generation() && spec_changed(info, old, &new) {
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             meta::set(&mut new, "generation", Some(json!(generation + 1)));
         }
@@ -1013,7 +590,7 @@ impl Inner {
         let rv = state.next_rv();
         meta::set(&mut new, "resourceVersion", Some(json!(rv.to_string())));
         log_write(state, user, "update", &gr, sub.name(), &new);
-        if meta::is_terminating(&new) && meta::finalizers(&new).is_empty() && !has_spec_finalizers(&new) {
+        if meta::is_terminating(&new) && meta::finalizers(&new).is_empty() && !strategy.holds_deletion(&new) {
             return Ok(state.put(&gr, new, EventType::Deleted));
         }
         Ok(state.put(&gr, new, EventType::Modified))
@@ -1030,17 +607,16 @@ impl Inner {
         dry_run: bool,
     ) -> Result<Option<Arc<Value>>> {
         let gr = info.group_resource();
+        let strategy = strategy::for_resource(info);
         let mut finalizers = meta::finalizers(old);
         match propagation {
             Some(PropagationPolicy::Orphan) => push_unique(&mut finalizers, "orphan"),
             Some(PropagationPolicy::Foreground) => push_unique(&mut finalizers, "foregroundDeletion"),
             _ => {}
         }
-        if gr == GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions") {
-            push_unique(&mut finalizers, CUSTOM_RESOURCE_FINALIZER);
-        }
+        strategy.finalizers_on_delete(&mut finalizers);
         let mut new = (**old).clone();
-        if finalizers.is_empty() && !has_spec_finalizers(old) {
+        if finalizers.is_empty() && !strategy.holds_deletion(old) {
             if dry_run {
                 return Ok(None);
             }
@@ -1057,9 +633,7 @@ impl Inner {
             if let Some(generation) = old.pointer("/metadata/generation").and_then(Value::as_i64) {
                 meta::set(&mut new, "generation", Some(json!(generation + 1)));
             }
-            if gr == GroupResource::new("", "namespaces") {
-                new["status"] = json!({"phase": "Terminating"});
-            }
+            strategy.begin_termination(&mut new);
         }
         if meta::comparable(&new) == meta::comparable(old) || dry_run {
             return Ok(Some(Arc::new(new)));
@@ -1086,18 +660,6 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
     }
 }
 
-fn has_spec_finalizers(obj: &Value) -> bool {
-    obj.pointer("/spec/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-        && obj.get("kind").and_then(Value::as_str) == Some("Namespace")
-}
-
-/// Whether writes to this resource maintain `metadata.generation`.
-fn tracks_generation(info: &ResourceInfo) -> bool {
-    info.is_custom() || matches!(info.resource.group.as_str(), "apps" | "apiextensions.k8s.io")
-}
-
 /// Whether a write changed what `generation` counts: everything but metadata, and status when
 /// the status subresource is separate.
 fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
@@ -1114,48 +676,15 @@ fn spec_changed(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
     strip(old) != strip(new)
 }
 
-/// Per-kind preparation on create, as each built-in strategy does.
-fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
-    match (info.resource.group.as_str(), info.resource.plural.as_str()) {
-        ("", "namespaces") => {
-            obj["spec"] = json!({"finalizers": ["kubernetes"]});
-            obj["status"] = json!({"phase": "Active"});
-            let name = meta::name(obj).unwrap_or("").to_string();
-            let labels = meta::metadata_mut(obj).entry("labels").or_insert_with(|| json!({}));
-            labels["kubernetes.io/metadata.name"] = json!(name);
-        }
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            obj["status"] =
-                json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": []});
-        }
-        _ => {}
-    }
-}
-
-/// Defaulting, pruning and validation against the resource's schema.
-fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
+/// Normalization, then metadata, schema and kind validation, reported in one 422.
+fn admit_schema(info: &ResourceInfo, strategy: &dyn Strategy, obj: &mut Value, old: Option<&Arc<Value>>) -> Result<()> {
     let name = meta::name(obj).unwrap_or("").to_string();
-    if (info.resource.group.as_str(), info.resource.plural.as_str())
-        == ("apiextensions.k8s.io", "customresourcedefinitions")
-    {
-        default_crd_names(obj);
-    }
-    if (info.resource.group.as_str(), info.resource.plural.as_str()) == ("", "secrets") {
-        fold_string_data(obj);
-    }
-    if info.is_custom() {
-        schema::apply_defaults(obj, &info.schema);
-        schema::prune(obj, &info.schema);
-    }
+    strategy.normalize(info, obj);
+    let old = old.map(|o| o.as_ref());
     // kube-apiserver checks object metadata before the schema, in the same 422.
     let mut causes = crate::labels::validate(obj);
-    causes.extend(schema::validate(obj, old.map(|o| o.as_ref()), &info.schema));
-    if info.resource.group == "apiextensions.k8s.io" {
-        causes.extend(match old {
-            Some(old) => crate::crd::validate_crd_update(obj, old),
-            None => crate::crd::validate_crd(obj),
-        });
-    }
+    causes.extend(crate::schema::validate(obj, old, &info.schema));
+    causes.extend(strategy.validate(obj, old));
     if causes.is_empty() {
         Ok(())
     } else {
@@ -1163,21 +692,9 @@ fn admit_schema(info: &ResourceInfo, obj: &mut Value, old: Option<&Arc<Value>>) 
     }
 }
 
-/// Names must be DNS-1123 subdomains (RBAC objects accept path segment names, as upstream).
-fn validate_name(info: &ResourceInfo, name: &str) -> Result<()> {
-    let rbac = info.resource.group == "rbac.authorization.k8s.io";
-    let ok = if rbac {
-        !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
-    } else {
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        name.len() <= 253 && name.split('.').all(label_ok)
-    };
+/// Names must be what the resource's strategy accepts (DNS-1123 subdomains but for RBAC).
+fn validate_name(info: &ResourceInfo, strategy: &dyn Strategy, name: &str) -> Result<()> {
+    let ok = strategy.valid_name(name);
     if ok {
         return Ok(());
     }
@@ -1227,175 +744,5 @@ fn precondition_failed(what: &str, wanted: &str, actual: &str) -> Error {
     Error::Conflict {
         message: format!("Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"),
         causes: vec![],
-    }
-}
-
-fn forbidden(user: &UserInfo, attrs: &Attributes) -> Error {
-    let resource = if attrs.api_group.is_empty() {
-        attrs.resource.clone()
-    } else {
-        format!("{}.{}", attrs.resource, attrs.api_group)
-    };
-    Error::Forbidden {
-        verb: attrs.verb.clone(),
-        resource,
-        message: rbac::forbidden_message(user, attrs),
-    }
-}
-
-/// The RBAC objects of a cluster, for one authorization decision: copied once per change of
-/// the policy, not per request (the bootstrap policy alone is dozens of ClusterRoles).
-pub(crate) fn rbac_snapshot(state: &State) -> Arc<RbacSnapshot> {
-    let list = |plural: &str| state.list(&GroupResource::new("rbac.authorization.k8s.io", plural), None);
-    let sources = [
-        list("roles"),
-        list("clusterroles"),
-        list("rolebindings"),
-        list("clusterrolebindings"),
-    ];
-    let mut cache = state.rbac_cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(cached) = cache.as_ref()
-        && cached
-            .sources
-            .iter()
-            .zip(&sources)
-            .all(|(was, is)| was.len() == is.len() && was.iter().zip(is).all(|(a, b)| Arc::ptr_eq(a, b)))
-    {
-        return cached.snapshot.clone();
-    }
-    let copy = |objects: &[Arc<Value>]| objects.iter().map(|o| (**o).clone()).collect::<Vec<Value>>();
-    let snapshot = Arc::new(RbacSnapshot {
-        roles: copy(&sources[0]),
-        cluster_roles: copy(&sources[1]),
-        role_bindings: copy(&sources[2]),
-        cluster_role_bindings: copy(&sources[3]),
-    });
-    *cache = Some(crate::store::RbacCache {
-        sources,
-        snapshot: snapshot.clone(),
-    });
-    snapshot
-}
-
-/// The resourceVersion a list without a continue token reads at.
-fn list_resource_version(state: &State, params: &ListParams) -> Result<u64> {
-    let requested = params
-        .resource_version
-        .as_deref()
-        .filter(|rv| !rv.is_empty() && *rv != "0");
-    let Some(requested) = requested else {
-        return Ok(state.rv);
-    };
-    let rv: u64 = requested.parse().map_err(|_| Error::BadRequest {
-        message: format!("invalid resource version: {requested:?}"),
-    })?;
-    match params.version_match {
-        Some(VersionMatch::Exact) => Ok(rv),
-        _ if rv > state.rv => Err(Error::Timeout(format!(
-            "Too large resource version: {rv}, current: {}",
-            state.rv
-        ))),
-        _ => Ok(state.rv),
-    }
-}
-
-fn encode_continue(rv: u64, last: &ObjectKey) -> String {
-    let raw = json!({"rv": rv, "ns": last.0, "name": last.1}).to_string();
-    raw.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn decode_continue(token: &str) -> Result<(u64, ObjectKey)> {
-    let bad = || Error::BadRequest {
-        message: "continue key is not valid".into(),
-    };
-    if !token.len().is_multiple_of(2) {
-        return Err(bad());
-    }
-    let bytes: Option<Vec<u8>> = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).ok())
-        .collect();
-    let value: Value = serde_json::from_slice(&bytes.ok_or_else(bad)?).map_err(|_| bad())?;
-    let rv = value["rv"].as_u64().ok_or_else(bad)?;
-    let ns = value["ns"].as_str().ok_or_else(bad)?.to_string();
-    let name = value["name"].as_str().ok_or_else(bad)?.to_string();
-    Ok((rv, (ns, name)))
-}
-
-/// RBAC objects may grant only what the writer holds (kube's escalation check).
-fn check_rbac_escalation(
-    state: &State,
-    user: &UserInfo,
-    gr: &GroupResource,
-    obj: &Value,
-    old: Option<&Arc<Value>>,
-) -> Result<()> {
-    if gr.group != "rbac.authorization.k8s.io" || user.is_privileged() {
-        return Ok(());
-    }
-    let snapshot = rbac_snapshot(state);
-    let ns = meta::namespace(obj).unwrap_or("");
-    let old = old.map(|o| o.as_ref());
-    let checked = match gr.resource.as_str() {
-        "roles" => rbac::check_role_write(user, ns, obj, old, &snapshot),
-        "clusterroles" => rbac::check_cluster_role_write(user, obj, old, &snapshot),
-        "rolebindings" => rbac::check_role_binding_write(user, ns, obj, old, &snapshot),
-        "clusterrolebindings" => rbac::check_cluster_role_binding_write(user, obj, old, &snapshot),
-        _ => Ok(()),
-    };
-    checked.map_err(|e| match e {
-        rbac::GrantError::Forbidden { resource, message, .. } => Error::Forbidden {
-            verb: if old.is_some() {
-                "update".into()
-            } else {
-                "create".into()
-            },
-            resource: format!("{resource}.rbac.authorization.k8s.io"),
-            message,
-        },
-        rbac::GrantError::RoleRef(err) => Error::NotFound {
-            message: err.to_string(),
-        },
-    })
-}
-
-/// Secrets store `stringData` as base64 `data` and default `type` to `Opaque`, as the
-/// apiserver's conversion does; `stringData` is never stored or returned.
-fn fold_string_data(secret: &mut Value) {
-    use base64::Engine as _;
-    let Some(map) = secret.as_object_mut() else { return };
-    if let Some(Value::Object(strings)) = map.remove("stringData") {
-        let data = map.entry("data").or_insert_with(|| json!({}));
-        if !data.is_object() {
-            *data = json!({});
-        }
-        for (key, value) in strings {
-            let text = value.as_str().unwrap_or_default();
-            data[key.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
-        }
-    }
-    if map.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
-        map.insert("type".into(), json!("Opaque"));
-    }
-}
-
-/// apiextensions' defaulting: `singular` is the lower-cased kind, `listKind` is `<Kind>List`.
-fn default_crd_names(crd: &mut Value) {
-    let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let kind = names
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    if kind.is_empty() {
-        return;
-    }
-    if names.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
-        names.insert("singular".into(), json!(kind.to_lowercase()));
-    }
-    if names.get("listKind").and_then(Value::as_str).is_none_or(str::is_empty) {
-        names.insert("listKind".into(), json!(format!("{kind}List")));
     }
 }

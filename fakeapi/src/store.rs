@@ -102,7 +102,7 @@ pub struct State {
     /// finds, not the size of the store.
     pub index: Index,
     /// The last RBAC snapshot and the stored objects it was copied from
-    /// (`ops::rbac_snapshot`): every authorization reads it, and the policy rarely changes.
+    /// (`admission::rbac_snapshot`): every authorization reads it, and the policy rarely changes.
     pub rbac_cache: std::sync::Mutex<Option<RbacCache>>,
 }
 

@@ -1,4 +1,4 @@
-//! Issue 39 item 2 on real kube-apiservers: the `konnector` binary renews the issued token its
+//! Self-renewing credentials on real kube-apiservers: the `konnector` binary renews the issued token its
 //! Connection runs on (a ServiceAccount token of the shortest lifetime TokenRequest allows, 600 s,
 //! renewed at 1 % of it through `--credential-renew-fraction`, so every few seconds) with a
 //! TokenRequest for its own ServiceAccount, which a Role allows by name as kbind's issuer grants

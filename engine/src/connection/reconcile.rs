@@ -59,7 +59,7 @@ pub struct Shared {
     /// What the Events of each Connection announced last (the cached status may lag behind).
     announced: Mutex<BTreeMap<String, Announced>>,
     /// The last kubeconfig each Connection accepted, with the Secret value it came from: a
-    /// heartbeat's reconcile finds the value unchanged and parses no YAML (perf, issue 25).
+    /// heartbeat's reconcile finds the value unchanged and parses no YAML.
     accepted: Mutex<BTreeMap<String, (String, ProviderKubeconfig)>>,
 }
 
@@ -127,7 +127,7 @@ pub async fn reconcile(conn: Arc<Connection>, shared: Arc<Shared>) -> Result<Act
         return finalize(&conn, &shared).await;
     }
     // Checked on the typed object first: the dynamic copy serialises the whole status (every
-    // exported API), and this runs on every heartbeat of every Connection (perf, issue 25).
+    // exported API), and this runs on every heartbeat of every Connection.
     if !has_cleanup(&conn.metadata) {
         ensure_cleanup(consumer, &connection_resource(), &to_dynamic(conn.as_ref())?).await?;
     }

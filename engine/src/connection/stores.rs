@@ -1,4 +1,4 @@
-//! One watch per thing (issue #13, DESIGN.md §4 "reads and events"): one Connection store and
+//! One watch per thing (reads come from watch-fed stores, never polls): one Connection store and
 //! one Secret store (the konnector's namespace) on the consumer, each fed by one watch and
 //! shared by the Connection reconciler, the engager and the binding reconciler.
 //!
@@ -209,7 +209,7 @@ pub struct ConsumerStores {
     pub secrets: SharedStore<DynamicObject>,
     /// The names of Connections a binding of which is being deleted or went away, published by
     /// the binding controllers from their watches: a deleted Connection waiting for its bindings
-    /// goes on its last binding's event, not on a requeue (issue 24 item 21).
+    /// goes on its last binding's event, not on a requeue.
     pub binding_changes: broadcast::Sender<String>,
 }
 
@@ -288,8 +288,8 @@ mod tests {
         }
     }
 
-    /// Issue 34 item 6: a subscriber that fell behind used to be handed every cached object and
-    /// never the deletes it missed; a Connection deleted meanwhile stayed alive for it.
+    /// A subscriber that fell behind must be handed the deletes it missed, not only every cached
+    /// object, or a Connection deleted meanwhile stays alive for it.
     #[tokio::test]
     async fn a_subscriber_that_falls_behind_hears_of_the_deletes_it_missed() {
         let (reader, mut writer) = reflector::store::<Connection>();

@@ -13,7 +13,7 @@
 //! (API, paths) that keeps only those names and wakes the syncers when the set changes. With
 //! `syncStatus` the copy's status is written onto the original's status subresource.
 //!
-//! Machinery (issue #25, "everything by watches"): [`RelatedSyncers`] runs one syncer per
+//! Machinery (everything by watches): [`RelatedSyncers`] runs one syncer per
 //! (binding, kind, direction) with rules, over shared watch caches on both sides: the engaged
 //! provider's cache (one watch per GVR per Connection, per namespace in use when a cluster-wide
 //! list is refused) and one engine-wide consumer cache, whose watch of a kind starts when the
@@ -295,6 +295,9 @@ struct Pass<'a> {
 /// (see [`namespaces_in_use`]), reports conflicts and refusals, and deletes the copies it
 /// owns that nothing selects any more, in one pass of LISTs. The engine runs [`RelatedSyncers`]
 /// instead (the same rules per object, over watch caches); this is for callers without caches.
+/// It does not read the bound objects, so it follows no `references`: a kind whose rules have
+/// any is copied by its labels and names only and never collected here, since a reference may
+/// still select any copy of it.
 #[allow(clippy::too_many_arguments)]
 pub async fn reconcile(
     ctx: &Context,
@@ -371,6 +374,9 @@ impl Pass<'_> {
         };
         for source in sources.values() {
             self.copy(&res, target_side, source).await?;
+        }
+        if selectors.iter().any(|s| !s.references.is_empty()) {
+            return Ok(());
         }
         let Some(copies) = self.our_copies(&res, target_side, !selectors.is_empty()).await? else {
             return Ok(());

@@ -98,7 +98,7 @@ impl FakeCluster {
             path: Some(path.to_string()),
             ..Attributes::default()
         };
-        let allowed = rbac::authorize(user, &attrs, &crate::ops::rbac_snapshot(&self.inner.lock()));
+        let allowed = rbac::authorize(user, &attrs, &crate::admission::rbac_snapshot(&self.inner.lock()));
         if allowed {
             Ok(())
         } else {
