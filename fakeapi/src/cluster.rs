@@ -94,8 +94,8 @@ impl FakeClusterBuilder {
             root_ca_publisher: self.root_ca_publisher,
             kcp_like: self.kcp_like,
             bookmark_interval: self.bookmark_interval,
-            tokens: std::sync::Mutex::new(BTreeMap::new()),
-            requests: std::sync::Mutex::new(Vec::new()),
+            tokens: Mutex::new(BTreeMap::new()),
+            requests: Mutex::new(Vec::new()),
             incarnation: std::sync::atomic::AtomicU64::new(0),
             delayed: std::sync::atomic::AtomicUsize::new(0),
             swallowed: std::sync::atomic::AtomicUsize::new(0),
@@ -131,7 +131,7 @@ pub(crate) struct Inner {
     pub(crate) kcp_like: bool,
     pub(crate) bookmark_interval: Duration,
     /// Bearer tokens: who each authenticates, for how long, and whose ServiceAccount it is.
-    pub(crate) tokens: std::sync::Mutex<BTreeMap<String, Token>>,
+    pub(crate) tokens: Mutex<BTreeMap<String, Token>>,
     /// Bumped by `replace_with_fresh`: a request sent to an earlier incarnation never lands
     /// on the fresh cluster (its connection is reset, as with a rebuilt server).
     pub(crate) incarnation: std::sync::atomic::AtomicU64,
@@ -143,7 +143,7 @@ pub(crate) struct Inner {
     /// Stalls the served connections while the cluster is black-holed.
     pub(crate) stall: Arc<crate::serve::stall::StallSwitch>,
     /// Every request the fault gate answered, in order.
-    pub(crate) requests: std::sync::Mutex<Vec<crate::faults::RequestRecord>>,
+    pub(crate) requests: Mutex<Vec<crate::faults::RequestRecord>>,
 }
 
 impl Inner {
@@ -249,12 +249,12 @@ impl FakeCluster {
 
     /// Every request so far, admitted or refused, in the order they were answered.
     pub fn request_log(&self) -> Vec<crate::faults::RequestRecord> {
-        self.inner.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.requests.lock().clone()
     }
 
     /// The requests after the first `from` (what a check after every step reads).
     pub fn request_log_from(&self, from: usize) -> Vec<crate::faults::RequestRecord> {
-        let log = self.inner.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let log = self.inner.requests.lock();
         log.get(from..).map(<[_]>::to_vec).unwrap_or_default()
     }
 
@@ -274,7 +274,7 @@ impl FakeCluster {
 
     /// Registers a bearer token for `user` (used by the HTTP surface).
     pub fn add_token(&self, token: &str, user: UserInfo) {
-        self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        self.inner.tokens.lock().insert(
             token.to_string(),
             Token {
                 user,
@@ -287,13 +287,7 @@ impl FakeCluster {
     /// The user a bearer token authenticates, if any: ServiceAccount tokens die with their SA,
     /// and a TokenRequest token at its expiry (on the cluster's clock).
     pub fn authenticate(&self, token: &str) -> Option<UserInfo> {
-        let found = self
-            .inner
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(token)
-            .cloned()?;
+        let found = self.inner.tokens.lock().get(token).cloned()?;
         if found.expires.is_some_and(|at| self.inner.clock.now() >= at) {
             return None;
         }
@@ -309,7 +303,6 @@ impl FakeCluster {
         self.inner
             .tokens
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|(_, t)| t.expires.is_some())
             .map(|(token, _)| token.clone())
@@ -438,7 +431,6 @@ impl FakeCluster {
         self.inner
             .tokens
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .retain(|_, token| token.service_account.is_none());
         self.bootstrap();
     }
