@@ -5,7 +5,7 @@
 
 mod gateway_support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -21,6 +21,7 @@ use kbind_api::service::{BindResponse, Catalog, GrantList, ProviderInfo, WhoAmI}
 use kbind_backend::gateway::Rate;
 use kbind_cluster::{Clock, ClusterClientExt, TokioClock};
 use kube::api::ObjectMeta;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 #[tokio::test(start_paused = true)]
@@ -343,7 +344,6 @@ async fn an_issuer_refusal_deletes_the_grant_the_bind_created() {
         .controller
         .claimed_elsewhere
         .lock()
-        .unwrap()
         .insert("contested".to_string());
     let reply = bind(
         &world.app,
@@ -364,7 +364,6 @@ async fn a_refused_bind_tried_again_gets_the_real_reason_not_grant_revoking() {
         .controller
         .claimed_elsewhere
         .lock()
-        .unwrap()
         .insert("contested".to_string());
     let contested = json!({"export": "widgets", "consumerClusterUID": UID, "namespaces": ["contested"]});
     let name = world.grant_name("token:bob", "widgets", UID).await;
@@ -454,7 +453,6 @@ async fn a_refused_rebind_leaves_the_working_grant_as_it_was() {
         .controller
         .claimed_elsewhere
         .lock()
-        .unwrap()
         .insert("contested".to_string());
     let reply = bind(
         &world.app,
@@ -1155,7 +1153,7 @@ async fn throughput(
         let (app, queue) = (app.clone(), queue.clone());
         tokio::spawn(async move {
             loop {
-                let next = queue.lock().unwrap().pop();
+                let next = queue.lock().pop();
                 let Some((i, request)) = next else { break };
                 let reply = send(&app, request).await;
                 assert_eq!(reply.status, expect, "request {i}: {}", reply.text());
@@ -1209,10 +1207,10 @@ async fn measure_catalog_bind_and_pickup_throughput() {
         )
         .await
         .json();
-        urls.lock().unwrap().push(pickup_path(&bound.pickup_url));
+        urls.lock().push(pickup_path(&bound.pickup_url));
     }
     let rebind = n as f64 / started.elapsed().as_secs_f64();
-    let paths = urls.lock().unwrap().clone();
+    let paths = urls.lock().clone();
     let pickups = throughput(&world.app, n, concurrency, StatusCode::OK, |i| {
         Request::builder().uri(paths[i].clone()).body(Body::empty()).unwrap()
     })

@@ -4,11 +4,12 @@
 
 mod gateway_support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use gateway_support::world::*;
 use http::{Method, StatusCode};
 use kbind_api::service::BindResponse;
+use parking_lot::Mutex;
 
 /// A `MakeWriter` collecting every log line.
 #[derive(Clone, Default)]
@@ -16,7 +17,7 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        self.0.lock().extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -56,7 +57,7 @@ async fn pickup_ids_never_reach_logs_or_metrics() {
 
     let secret = bound.pickup_url.rsplit('.').next().unwrap();
     let token = format!("token-for-{}", bound.grant);
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = String::from_utf8(logs.0.lock().clone()).unwrap();
     assert!(
         logs.contains("/api/v1/pickup/{id}"),
         "requests are logged by route template:\n{logs}"

@@ -3,12 +3,13 @@
 //! server-side apply, the consumer status patch — for N objects, with a fixed number of objects
 //! in flight. Every sync throughput is reported as a ratio to this.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -109,7 +110,7 @@ pub async fn run(args: &Args, _konnector: &Konnector) -> anyhow::Result<Value> {
                     .context("the provider apply")?;
                 let status = Patch::Merge(json!({"status": {"phase": "Ready", "observedGeneration": 1}}));
                 consumer.patch_status(&name, &PatchParams::default(), &status).await.context("the status patch")?;
-                latencies.lock().unwrap_or_else(|p| p.into_inner()).push(began.elapsed());
+                latencies.lock().push(began.elapsed());
                 anyhow::Ok(())
             }
         })
@@ -124,9 +125,7 @@ pub async fn run(args: &Args, _konnector: &Konnector) -> anyhow::Result<Value> {
     let (copies, _) = World::count(&*world.provider, &res).await.unwrap_or_default();
     let (_, statuses) = World::count(&*world.consumer, &res).await.unwrap_or_default();
     world.shutdown().await?;
-    let per_object = Percentiles::of(std::mem::take(
-        &mut *latencies.lock().unwrap_or_else(|p| p.into_inner()),
-    ));
+    let per_object = Percentiles::of(std::mem::take(&mut *latencies.lock()));
     Ok(json!({
         "objects": args.objects,
         "writes_per_object": 3,

@@ -4,13 +4,14 @@
 //! the konnector's added latency is the difference of the two p99s.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use futures::StreamExt as _;
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -77,8 +78,13 @@ pub fn profile(profile: Profile) -> Vec<Args> {
 type Pending = Arc<Mutex<HashMap<String, (String, Instant)>>>;
 type Samples = Arc<Mutex<Vec<Duration>>>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// Refuses a run in which a write failed, naming how many failed and the first.
+fn refuse_failed_writes(failures: &Mutex<Vec<String>>) -> anyhow::Result<()> {
+    let failures = failures.lock();
+    match failures.first() {
+        Some(failure) => bail!("{} writes failed, e.g. {failure}", failures.len()),
+        None => Ok(()),
+    }
 }
 
 /// Runs the workload; its figures and checks.
@@ -181,8 +187,8 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
         spec_folded.clone(),
     ));
     wait_watching(world, res, &status_pending, &spec_pending).await?;
-    lock(&status_seen).clear();
-    lock(&spec_seen).clear();
+    status_seen.lock().clear();
+    spec_seen.lock().clear();
     status_folded.store(0, Ordering::Relaxed);
     spec_folded.store(0, Ordering::Relaxed);
 
@@ -223,7 +229,7 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
             let (res, failures) = (res.clone(), failures.clone());
             tokio::spawn(async move {
                 let params = PatchParams::default();
-                lock(&pending).insert(marker.clone(), (name.clone(), Instant::now()));
+                pending.lock().insert(marker.clone(), (name.clone(), Instant::now()));
                 let began = Instant::now();
                 let written = if status {
                     let patch = Patch::Merge(json!({"status": {"phase": marker}}));
@@ -233,10 +239,10 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
                     client.patch(&res, Some(NAMESPACE), &name, &patch, &params).await
                 };
                 match written {
-                    Ok(_) => lock(&writes).push(began.elapsed()),
+                    Ok(_) => writes.lock().push(began.elapsed()),
                     Err(e) => {
-                        lock(&pending).remove(&marker);
-                        lock(&failures).push(format!("{name}: {e}"));
+                        pending.lock().remove(&marker);
+                        failures.lock().push(format!("{name}: {e}"));
                     }
                 }
                 drop(permit);
@@ -246,20 +252,18 @@ async fn changes(world: &World, res: &ApiResource, args: &Args) -> anyhow::Resul
     }
     let load_seconds = start.elapsed().as_secs_f64();
     let _ = slots.acquire_many(args.max_in_flight.max(2) as u32).await;
-    if let Some(failure) = lock(&failures).first() {
-        bail!("{} writes failed, e.g. {failure}", lock(&failures).len());
-    }
+    refuse_failed_writes(&failures)?;
     let drained = wait_for("the last changes to arrive", DRAIN_DEADLINE, async || {
-        (lock(&status_pending).is_empty() && lock(&spec_pending).is_empty()).then_some(())
+        (status_pending.lock().is_empty() && spec_pending.lock().is_empty()).then_some(())
     })
     .await;
     status_watch.abort();
     spec_watch.abort();
-    let missing = (lock(&status_pending).len(), lock(&spec_pending).len());
+    let missing = (status_pending.lock().len(), spec_pending.lock().len());
     if let Err(e) = drained {
         eprintln!("{e}: {} status and {} spec changes never arrived", missing.0, missing.1);
     }
-    let take = |s: &Samples| Percentiles::of(std::mem::take(&mut *lock(s)));
+    let take = |s: &Samples| Percentiles::of(std::mem::take(&mut *s.lock()));
     Ok(Outcome {
         sent,
         load_seconds,
@@ -286,8 +290,12 @@ async fn wait_watching(
         attempt += 1;
         let status_marker = format!("probe-status-{attempt}");
         let spec_marker = format!("probe-spec-{attempt}");
-        lock(status_pending).insert(status_marker.clone(), (probe.clone(), Instant::now()));
-        lock(spec_pending).insert(spec_marker.clone(), (probe.clone(), Instant::now()));
+        status_pending
+            .lock()
+            .insert(status_marker.clone(), (probe.clone(), Instant::now()));
+        spec_pending
+            .lock()
+            .insert(spec_marker.clone(), (probe.clone(), Instant::now()));
         // Written on the sides the watches read: the status on the consumer, the spec on the
         // provider (the konnector puts the spec back, which is a later event).
         let params = PatchParams::default();
@@ -299,9 +307,10 @@ async fn wait_watching(
             .await;
         let _ = world.provider.patch(res, Some(NAMESPACE), &probe, &spec, &params).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let done = !lock(status_pending).contains_key(&status_marker) && !lock(spec_pending).contains_key(&spec_marker);
-        lock(status_pending).clear();
-        lock(spec_pending).clear();
+        let done =
+            !status_pending.lock().contains_key(&status_marker) && !spec_pending.lock().contains_key(&spec_marker);
+        status_pending.lock().clear();
+        spec_pending.lock().clear();
         done.then_some(())
     })
     .await
@@ -369,7 +378,7 @@ fn note(obj: &DynamicObject, field: &str, pending: &Pending, seen: &Mutex<Vec<Du
     let Some(marker) = obj.data.pointer(field).and_then(Value::as_str) else {
         return;
     };
-    let mut pending = lock(pending);
+    let mut pending = pending.lock();
     let Some((name, sent)) = pending.get(marker).cloned() else {
         return;
     };
@@ -381,7 +390,7 @@ fn note(obj: &DynamicObject, field: &str, pending: &Pending, seen: &Mutex<Vec<Du
         .filter(|(m, (n, at))| *n == name && *at < sent && m.as_str() != marker)
         .map(|(m, _)| m.clone())
         .collect();
-    let mut seen = lock(seen);
+    let mut seen = seen.lock();
     for m in superseded {
         if let Some((_, at)) = pending.remove(&m) {
             seen.push(at.elapsed());
@@ -444,6 +453,19 @@ pub fn table(runs: &[&Envelope]) -> Table {
 mod tests {
     use super::*;
 
+    #[test]
+    fn failed_writes_refuse_the_run_with_their_count_and_the_first() {
+        assert!(refuse_failed_writes(&Mutex::new(Vec::new())).is_ok());
+        let failures = Mutex::new(vec!["w-1: refused".to_string(), "w-2: timed out".to_string()]);
+        // The check runs on a thread so a re-entrant lock shows up as a failed wait, not a hung test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(refuse_failed_writes(&failures).map_err(|e| e.to_string())));
+        let verdict = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the check answers (a second lock of the failures it holds would never return)");
+        assert_eq!(verdict, Err("2 writes failed, e.g. w-1: refused".to_string()));
+    }
+
     fn shown(name: &str, marker: &str) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "example.org/v1", "kind": "Widget",
@@ -460,16 +482,18 @@ mod tests {
         let folded = AtomicU64::new(0);
         let t0 = Instant::now();
         for (marker, name, after_ms) in [("c-0", "a", 0), ("c-1", "b", 1), ("c-2", "a", 2), ("c-3", "a", 3)] {
-            lock(&pending).insert(marker.into(), (name.into(), t0 + Duration::from_millis(after_ms)));
+            pending
+                .lock()
+                .insert(marker.into(), (name.into(), t0 + Duration::from_millis(after_ms)));
         }
         // A marker shown on another object than it was sent to proves nothing.
         note(&shown("b", "c-2"), "/spec/color", &pending, &seen, &folded);
-        assert_eq!(lock(&pending).len(), 4);
+        assert_eq!(pending.lock().len(), 4);
         note(&shown("a", "c-2"), "/spec/color", &pending, &seen, &folded);
-        let mut left: Vec<String> = lock(&pending).keys().cloned().collect();
+        let mut left: Vec<String> = pending.lock().keys().cloned().collect();
         left.sort();
         assert_eq!(left, ["c-1", "c-3"], "c-0 folded into c-2, which arrived; c-3 is newer");
         assert_eq!(folded.load(Ordering::Relaxed), 1);
-        assert_eq!(lock(&seen).len(), 2);
+        assert_eq!(seen.lock().len(), 2);
     }
 }

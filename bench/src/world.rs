@@ -919,7 +919,7 @@ async fn status_controller(provider: Arc<dyn ClusterClient>, res: ApiResource) {
 }
 
 /// The UIDs of the copies the status controller has written a status to.
-type Answered = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
+type Answered = Arc<parking_lot::Mutex<std::collections::HashSet<String>>>;
 
 async fn answer(
     provider: &Arc<dyn ClusterClient>,
@@ -932,7 +932,7 @@ async fn answer(
         return;
     }
     let uid = obj.metadata.uid.clone().unwrap_or_default();
-    if !answered.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.clone()) {
+    if !answered.lock().insert(uid.clone()) {
         return;
     }
     let Ok(permit) = limit.clone().acquire_owned().await else {
@@ -957,7 +957,7 @@ async fn answer(
             )
             .await;
         if written.is_err() {
-            answered.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+            answered.lock().remove(&uid);
         }
         drop(permit);
     });

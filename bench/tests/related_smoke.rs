@@ -4,35 +4,14 @@
 //! provider requests than one that references nothing. No figure is asserted beyond that order:
 //! benchmarks never fail on a number.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
 
 use serde_json::Value;
 
-const OBJECTS: usize = 10;
+mod support;
+use support::konnector_binary;
 
-/// `konnector` of this build's profile, beside this package's binary; built when missing (Cargo
-/// gives a test only its own package's binaries).
-fn konnector_binary() -> PathBuf {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _guard = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_kbind-bench"));
-    let path = bench.parent().expect("the binary has a folder").join("konnector");
-    if !path.exists() {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "-p", "konnector", "--bin", "konnector"]);
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
-        }
-        assert!(
-            build.status().expect("cargo runs").success(),
-            "building konnector failed"
-        );
-    }
-    assert!(path.exists(), "no konnector at {}", path.display());
-    path
-}
+const OBJECTS: usize = 10;
 
 fn num(run: &Value, pointer: &str) -> f64 {
     run.pointer(pointer)

@@ -5,31 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
 use serde_json::Value;
 
-/// `konnector` of this build's profile, beside this package's binary; built when missing (Cargo
-/// gives a test only its own package's binaries).
-fn konnector_binary() -> PathBuf {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _guard = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_kbind-bench"));
-    let path = bench.parent().expect("the binary has a folder").join("konnector");
-    if !path.exists() {
-        let mut build = Command::new(env!("CARGO"));
-        build.args(["build", "-p", "konnector", "--bin", "konnector"]);
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
-        }
-        assert!(
-            build.status().expect("cargo runs").success(),
-            "building konnector failed"
-        );
-    }
-    assert!(path.exists(), "no konnector at {}", path.display());
-    path
-}
+mod support;
+use support::konnector_binary;
 
 fn bench(args: &[&str]) -> std::process::Output {
     let output = Command::new(env!("CARGO_BIN_EXE_kbind-bench"))

@@ -73,7 +73,7 @@ impl Stage {
 
 /// `kbind bind <export>`; on Ctrl-C, says what was already done and exits 130.
 pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: &mut Context) -> Result<()> {
-    let stage = std::sync::Mutex::new(Stage::Checking);
+    let stage = parking_lot::Mutex::new(Stage::Checking);
     let interrupt = async {
         // Without a signal handler there is nothing to wait for: never resolve.
         if tokio::signal::ctrl_c().await.is_err() {
@@ -83,14 +83,14 @@ pub async fn bind(args: &BindArgs, gateway: Option<&str>, target: &Target, ctx: 
     tokio::select! {
         result = bind_steps(args, gateway, target, ctx, &stage) => result,
         () = interrupt => {
-            let stage = stage.lock().unwrap_or_else(|p| p.into_inner());
+            let stage = stage.lock();
             Err(CliError::Interrupted(stage.interrupted()))
         }
     }
 }
 
-fn set(stage: &std::sync::Mutex<Stage>, now: Stage) {
-    *stage.lock().unwrap_or_else(|p| p.into_inner()) = now;
+fn set(stage: &parking_lot::Mutex<Stage>, now: Stage) {
+    *stage.lock() = now;
 }
 
 /// `bind`'s steps, recording in `stage` how far they got.
@@ -99,7 +99,7 @@ async fn bind_steps(
     gateway: Option<&str>,
     target: &Target,
     ctx: &mut Context,
-    stage: &std::sync::Mutex<Stage>,
+    stage: &parking_lot::Mutex<Stage>,
 ) -> Result<()> {
     check_namespace_names(&args.namespaces)?;
     if args.dry_run && args.output.is_some() {

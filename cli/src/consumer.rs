@@ -35,7 +35,7 @@ pub struct Target {
 /// The URL of the consumer API server this process connected to last, for errors that could not
 /// reach it: a command talks to one consumer, and a process-wide value spares every error path a
 /// URL parameter.
-static CONSUMER_SERVER: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+static CONSUMER_SERVER: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
 
 /// A client of the consumer cluster.
 pub async fn connect(target: &Target) -> Result<KubeClusterClient> {
@@ -61,7 +61,7 @@ pub async fn connect(target: &Target) -> Result<KubeClusterClient> {
         url.scheme_str().unwrap_or("https"),
         url.host().unwrap_or("")
     );
-    *CONSUMER_SERVER.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
+    *CONSUMER_SERVER.lock() = Some(server);
     KubeClusterClient::from_config(config).map_err(|e| CliError::failed("cannot build a consumer client", e))
 }
 
@@ -85,7 +85,7 @@ pub fn consumer_error(context: &str, e: kbind_cluster::Error) -> CliError {
     let hint = match &e {
         e if e.is_forbidden() => "; your kubeconfig's user may not do this on the consumer".to_owned(),
         kbind_cluster::Error::Transport(_) | kbind_cluster::Error::Timeout(_) => {
-            let server = CONSUMER_SERVER.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let server = CONSUMER_SERVER.lock().clone();
             let what = match e {
                 kbind_cluster::Error::Timeout(_) => "no answer in time from",
                 _ => "could not reach",

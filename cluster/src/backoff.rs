@@ -18,9 +18,10 @@
 //! assert!(first >= Duration::from_millis(800) && first < Duration::from_millis(1600));
 //! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -59,7 +60,7 @@ impl Seeded {
 
 impl Randomness for Seeded {
     fn unit(&self) -> f64 {
-        self.stream.lock().unwrap_or_else(|p| p.into_inner()).random::<f64>()
+        self.stream.lock().random::<f64>()
     }
 
     fn fork(&self, label: &str) -> SharedRandomness {

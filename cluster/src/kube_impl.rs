@@ -527,10 +527,8 @@ fn add_legacy_resources(discovery: &mut Discovery, group: &str, version: &str, l
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
-    use std::{
-        collections::BTreeMap,
-        sync::{Arc, Mutex},
-    };
+    use parking_lot::Mutex;
+    use std::{collections::BTreeMap, sync::Arc};
 
     use kube::api::{Preconditions, PropagationPolicy};
     use serde_json::json;
@@ -622,7 +620,7 @@ mod tests {
                     content_type: header(header::CONTENT_TYPE),
                     body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
                 };
-                record.lock().unwrap().push(seen.clone());
+                record.lock().push(seen.clone());
                 let (code, headers, body) = answer(&seen);
                 if code == 0 {
                     return Err(kube::Error::Service("connection refused".into()));
@@ -638,7 +636,7 @@ mod tests {
     }
 
     fn seen(log: &Log) -> Vec<Seen> {
-        log.lock().unwrap().clone()
+        log.lock().clone()
     }
 
     fn widgets() -> ApiResource {

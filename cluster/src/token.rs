@@ -1,9 +1,10 @@
 //! A bearer token that a running client reads on every request, so a renewed credential takes
 //! effect at once: no new client, no new connection, no restarted watch.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use http::HeaderValue;
+use parking_lot::RwLock;
 
 /// A bearer token shared between whoever renews it and the clients that send it; clones share
 /// one value. `Debug` never shows the token.
@@ -29,18 +30,18 @@ impl BearerToken {
 
     /// The current token.
     pub fn get(&self) -> String {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read().clone()
     }
 
     /// Replaces the token for every request sent from now on.
     pub fn set(&self, token: impl Into<String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = token.into();
+        *self.0.write() = token.into();
     }
 
     /// The `Authorization` header of the current token, marked sensitive (kept out of hyper's
     /// and h2's debug output and HPACK's table).
     pub fn header(&self) -> Result<HeaderValue, InvalidToken> {
-        let token = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let token = self.0.read();
         let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| InvalidToken)?;
         value.set_sensitive(true);
         Ok(value)

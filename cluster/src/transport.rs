@@ -8,13 +8,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper_timeout::TimeoutConnector;
+use parking_lot::Mutex;
 
 use http::{Request, Response};
 use http_body::Frame;
@@ -236,7 +237,7 @@ struct Pool {
 impl Pool {
     /// A client with room for one more request, and the count that request holds.
     fn pick(&self) -> (Hyper, Arc<AtomicUsize>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots.lock();
         let slot = match slots
             .iter()
             .position(|s| s.open.load(Ordering::Acquire) < STREAMS_PER_CONNECTION)

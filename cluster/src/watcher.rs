@@ -663,7 +663,7 @@ async fn next_with_idle_timeout(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use async_trait::async_trait;
     use futures::{StreamExt, future, stream};
@@ -779,7 +779,7 @@ mod tests {
         }
 
         fn calls(&self) -> Vec<Call> {
-            self.calls.lock().unwrap().clone()
+            self.calls.lock().clone()
         }
 
         fn watch_versions(&self) -> Vec<String> {
@@ -821,12 +821,12 @@ mod tests {
             _: Option<&str>,
             params: &ListParams,
         ) -> Result<ObjectList<DynamicObject>> {
-            self.calls.lock().unwrap().push(Call::List {
+            self.calls.lock().push(Call::List {
                 continue_token: params.continue_token.clone(),
                 limit: params.limit,
                 labels: params.label_selector.clone(),
             });
-            let answer = self.lists.lock().unwrap().pop_front();
+            let answer = self.lists.lock().pop_front();
             match answer {
                 Some(answer) => answer,
                 None => future::pending().await,
@@ -840,13 +840,13 @@ mod tests {
             params: &WatchParams,
             resource_version: &str,
         ) -> Result<WatchStream> {
-            self.calls.lock().unwrap().push(Call::Watch {
+            self.calls.lock().push(Call::Watch {
                 resource_version: resource_version.to_string(),
                 bookmarks: params.bookmarks,
                 labels: params.label_selector.clone(),
                 timeout: params.timeout,
             });
-            let answer = self.watches.lock().unwrap().pop_front();
+            let answer = self.watches.lock().pop_front();
             match answer {
                 Some(WatchScript::Refuse(e)) => Err(e),
                 Some(WatchScript::Close(items)) => Ok(stream::iter(items).boxed()),

@@ -3,7 +3,7 @@
 
 use std::fmt::{Debug, Display};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,6 +11,7 @@ use kbind_cluster::{
     ApiResource, ClusterClient, DeleteParams, DynamicObject, Error, ListParams, PostParams, WatchEvent, WatchParams,
     WatchStream,
 };
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -380,11 +381,9 @@ impl<'t> Scope<'t> {
 
     /// Remembers a cluster-scoped or out-of-namespace object to delete when the case ends.
     pub fn track(&self, res: ApiResource, namespace: Option<&str>, name: &str) {
-        self.created.lock().unwrap_or_else(|p| p.into_inner()).push((
-            res,
-            namespace.map(str::to_string),
-            name.to_string(),
-        ));
+        self.created
+            .lock()
+            .push((res, namespace.map(str::to_string), name.to_string()));
     }
 
     /// Creates a namespace `c-<short>-<base>-<random>` that is deleted when the case ends.
@@ -444,7 +443,7 @@ impl<'t> Scope<'t> {
 
     /// Deletes what the case created (newest first), then returns the case's result.
     pub async fn finish<T>(self, result: CaseResult<T>) -> CaseResult<T> {
-        let created = std::mem::take(&mut *self.created.lock().unwrap_or_else(|p| p.into_inner()));
+        let created = std::mem::take(&mut *self.created.lock());
         for (res, ns, name) in created.into_iter().rev() {
             // Cleanup is best effort: an object already gone, or a cluster the case cut off,
             // must not hide the case's own verdict.

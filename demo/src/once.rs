@@ -2,13 +2,14 @@
 //! with what the CLI cannot show checked on the clusters in between.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, ensure};
 use fakeapi::sample::widgets;
 use kbind_api::conditions;
 use kbind_api::consts::condition;
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::support::wait_for;
@@ -25,7 +26,7 @@ struct Captured {
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         for sink in [&self.own, &self.both] {
-            sink.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+            sink.lock().extend_from_slice(buf);
         }
         Ok(buf.len())
     }
@@ -36,7 +37,7 @@ impl Write for Captured {
 }
 
 fn text(buffer: &Mutex<Vec<u8>>) -> String {
-    String::from_utf8_lossy(&buffer.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    String::from_utf8_lossy(&buffer.lock()).into_owned()
 }
 
 /// Runs `kbind <args>` in process against the demo's consumer and a credential cache in its

@@ -3,11 +3,12 @@
 //! `status-stale`, healing clears it, and Ctrl-C stops the demo cleanly.
 
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fakeapi::sample::widgets;
 use kbind_cluster::{ClusterClientExt, KubeClusterClient};
+use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -30,7 +31,7 @@ async fn eventually(what: &str, output: &Arc<Mutex<Vec<String>>>, mut check: imp
         assert!(
             start.elapsed() < DEADLINE,
             "timed out waiting for {what}; demo output:\n{}",
-            output.lock().unwrap().join("\n")
+            output.lock().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -100,7 +101,7 @@ async fn a_cut_marks_status_stale_healing_clears_it_and_ctrl_c_stops_the_demo() 
             {
                 let _ = tx.send(());
             }
-            collected.lock().unwrap().push(line);
+            collected.lock().push(line);
         }
     });
     tokio::time::timeout(DEADLINE, running_rx)

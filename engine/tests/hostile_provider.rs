@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +16,7 @@ use kbind_cluster::{ClusterClient, ClusterClientExt, Error, KubeClusterClient, P
 use kbind_engine::mapper::Identity;
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
 use kbind_engine::sync::{ApiSyncerSpec, BindingKind, BindingRef, Syncers};
+use parking_lot::Mutex;
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -63,7 +64,7 @@ impl Connector for ProxiedConnector {
             let router = router.clone();
             let bearer = bearer.clone();
             let hit = {
-                let mut blocking = blocked.lock().unwrap();
+                let mut blocking = blocked.lock();
                 let hit = blocking.paths.contains(request.uri().path());
                 blocking.answered += usize::from(hit);
                 hit
@@ -166,7 +167,6 @@ async fn plain_text_404_for_the_copy_keeps_the_finalizer() {
     // From now on the proxy hides the copy behind a plain-text 404.
     blocked
         .lock()
-        .unwrap()
         .paths
         .insert("/apis/example.org/v1/namespaces/team-a/widgets/w1".to_string());
     admin
@@ -176,7 +176,7 @@ async fn plain_text_404_for_the_copy_keeps_the_finalizer() {
     // The konnector has acted on the delete once the proxy answered it a few times (it retries
     // while the finalizer is held), or once it let the object go.
     eventually("the delete acted on", Duration::from_secs(300), || {
-        let answered = blocked.lock().unwrap().answered;
+        let answered = blocked.lock().answered;
         let gone = consumer_w1();
         async move { answered >= 3 || gone.await.unwrap().is_none() }
     })
@@ -197,7 +197,7 @@ async fn plain_text_404_for_the_copy_keeps_the_finalizer() {
     );
 
     // Once the provider answers again, the deletion completes as usual.
-    blocked.lock().unwrap().paths.clear();
+    blocked.lock().paths.clear();
     eventually(
         "the copy and then the object to go",
         Duration::from_secs(600),

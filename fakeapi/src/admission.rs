@@ -203,7 +203,7 @@ impl Inner {
             name: name.unwrap_or("").to_string(),
             error: error.map(ToString::to_string),
         };
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        self.requests.lock().push(record);
     }
 }
 
@@ -231,7 +231,7 @@ pub(crate) fn rbac_snapshot(state: &State) -> Arc<RbacSnapshot> {
         list("rolebindings"),
         list("clusterrolebindings"),
     ];
-    let mut cache = state.rbac_cache.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cache = state.rbac_cache.lock();
     if let Some(cached) = cache.as_ref()
         && cached
             .sources

@@ -1,10 +1,11 @@
 //! A fake cluster: its builder, its store and fault switches, identity, users and tokens.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kbind_cluster::{SharedClock, TokioClock, clock::format_time};
+use parking_lot::{Mutex, MutexGuard};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
@@ -146,14 +147,14 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The cluster's store.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock can only come from a bug in fakeapi itself; the
-        // state stays usable for the test that reports it.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
+    /// The fault switches.
     pub(crate) fn faults(&self) -> MutexGuard<'_, FaultState> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+        self.faults.lock()
     }
 
     pub(crate) fn now(&self) -> String {
@@ -248,12 +249,12 @@ impl FakeCluster {
 
     /// Every request so far, admitted or refused, in the order they were answered.
     pub fn request_log(&self) -> Vec<crate::faults::RequestRecord> {
-        self.inner.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.requests.lock().clone()
     }
 
     /// The requests after the first `from` (what a check after every step reads).
     pub fn request_log_from(&self, from: usize) -> Vec<crate::faults::RequestRecord> {
-        let log = self.inner.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let log = self.inner.requests.lock();
         log.get(from..).map(<[_]>::to_vec).unwrap_or_default()
     }
 
@@ -273,7 +274,7 @@ impl FakeCluster {
 
     /// Registers a bearer token for `user` (used by the HTTP surface).
     pub fn add_token(&self, token: &str, user: UserInfo) {
-        self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        self.inner.tokens.lock().insert(
             token.to_string(),
             Token {
                 user,
@@ -286,13 +287,7 @@ impl FakeCluster {
     /// The user a bearer token authenticates, if any: ServiceAccount tokens die with their SA,
     /// and a TokenRequest token at its expiry (on the cluster's clock).
     pub fn authenticate(&self, token: &str) -> Option<UserInfo> {
-        let found = self
-            .inner
-            .tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(token)
-            .cloned()?;
+        let found = self.inner.tokens.lock().get(token).cloned()?;
         if found.expires.is_some_and(|at| self.inner.clock.now() >= at) {
             return None;
         }
@@ -308,7 +303,6 @@ impl FakeCluster {
         self.inner
             .tokens
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|(_, t)| t.expires.is_some())
             .map(|(token, _)| token.clone())
@@ -437,7 +431,6 @@ impl FakeCluster {
         self.inner
             .tokens
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .retain(|_, token| token.service_account.is_none());
         self.bootstrap();
     }

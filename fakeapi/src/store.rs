@@ -103,7 +103,7 @@ pub struct State {
     pub index: Index,
     /// The last RBAC snapshot and the stored objects it was copied from
     /// (`admission::rbac_snapshot`): every authorization reads it, and the policy rarely changes.
-    pub rbac_cache: std::sync::Mutex<Option<RbacCache>>,
+    pub rbac_cache: parking_lot::Mutex<Option<RbacCache>>,
 }
 
 /// An RBAC snapshot and the stored Roles, ClusterRoles and bindings it was made from: it stands
@@ -178,7 +178,7 @@ impl State {
             write_log: Vec::new(),
             watch_epoch: 0,
             index: Index::default(),
-            rbac_cache: std::sync::Mutex::new(None),
+            rbac_cache: parking_lot::Mutex::new(None),
         }
     }
 

@@ -799,7 +799,6 @@ async fn wait_unreachable(world: &World, words: &[&str]) {
         world
             .lines
             .lock()
-            .unwrap()
             .iter()
             .any(|l| words.iter().all(|w| l.contains(w)))
             .then_some(())

@@ -546,7 +546,7 @@ async fn a_konnector_killed_during_a_partition_converges_after_heal_and_restart(
 /// differences from fakeapi was read from.
 fn summarise(story: &str, lines: &Lines) {
     let mut seen = BTreeMap::<String, usize>::new();
-    for line in lines.lock().unwrap().iter() {
+    for line in lines.lock().iter() {
         let Some((_, text)) = line.split_once("] ") else {
             continue;
         };

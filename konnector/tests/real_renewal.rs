@@ -72,7 +72,6 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 fn logged(lines: &Lines, message: &str) -> usize {
     lines
         .lock()
-        .unwrap()
         .iter()
         .filter_map(|l| l.split_once("] "))
         .filter_map(|(_, text)| serde_json::from_str::<Value>(text).ok())

@@ -538,7 +538,7 @@ async fn related_secrets_and_configmaps_are_copied_both_ways_and_a_users_own_sec
         .unwrap();
     assert!(!serde_json::to_string(&binding.data).unwrap().contains(PASSWORD));
     assert!(
-        !lines.lock().unwrap().iter().any(|l| l.contains(PASSWORD)),
+        !lines.lock().iter().any(|l| l.contains(PASSWORD)),
         "the password reached the log"
     );
 }

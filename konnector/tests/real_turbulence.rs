@@ -46,14 +46,15 @@
 mod child;
 mod real;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kbind_api::consts::{BINDING_NAMESPACES_ALL, annotation as kbind_annotation, condition, label, reason};
 use kbind_cluster::{WatchEvent, WatchParams};
 use kbind_testenv::ClusterOptions;
+use parking_lot::Mutex;
 use real::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -200,7 +201,7 @@ impl Recorder {
                     Some(ns) => format!("{ns}/{name}"),
                     None => name,
                 };
-                let mut seen = seen.lock().unwrap();
+                let mut seen = seen.lock();
                 let last = seen.iter().rev().find(|(n, _)| *n == name).map(|(_, s)| s.clone());
                 if last.as_ref() != Some(&what) {
                     seen.push((name, what));
@@ -249,7 +250,6 @@ impl Recorder {
     fn of(&self, name: &str) -> Vec<String> {
         self.seen
             .lock()
-            .unwrap()
             .iter()
             .filter(|(n, _)| n == name)
             .map(|(_, s)| s.clone())
@@ -285,7 +285,6 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 fn logged(lines: &Lines, message: &str) -> bool {
     lines
         .lock()
-        .unwrap()
         .iter()
         .filter_map(|l| l.split_once("] "))
         .filter_map(|(_, text)| serde_json::from_str::<Value>(text).ok())
@@ -304,7 +303,7 @@ fn timeline(story: &str, lines: &Lines, since: jiff::Timestamp) {
         "the provider answers again; it stayed engaged",
     ];
     let mut warnings = BTreeMap::<String, usize>::new();
-    for line in lines.lock().unwrap().iter() {
+    for line in lines.lock().iter() {
         let Some((_, text)) = line.split_once("] ") else {
             continue;
         };
@@ -1235,7 +1234,7 @@ async fn a_provider_apiserver_restarted_under_churn_loses_nothing_and_moves_noth
     // A kube-apiserver that has just started serves requests a moment (~0.3 s measured) before its informers have
     // synced, and RBAC denies them: 403. That must cost only time too: no disengage, no Ready=False, whenever a
     // request lands in that moment.
-    let disengaged = lines.lock().unwrap().iter().any(|l| {
+    let disengaged = lines.lock().iter().any(|l| {
         l.split_once("] ")
             .and_then(|(_, text)| serde_json::from_str::<Value>(text).ok())
             .is_some_and(|json| json["message"] == "disengaged provider" && json["connection"] == "acme")

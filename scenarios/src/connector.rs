@@ -2,13 +2,14 @@
 //! checking the kubeconfig's CA against the cluster's fake CA, and counting connections.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fakeapi::FakeCluster;
 use kbind_cluster::{BearerToken, ClusterClient, Error, REQUEST_TIMEOUT, with_request_timeout};
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
+use parking_lot::Mutex;
 
 use crate::client::WorldClient;
 
@@ -35,7 +36,7 @@ impl FakeConnector {
 
     /// Makes `cluster` reachable at `https://<name>.fake`, serving a certificate signed by `ca_pem`.
     pub fn register(&self, name: &str, cluster: FakeCluster, ca_pem: Vec<u8>) {
-        self.servers.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        self.servers.lock().insert(
             name.to_string(),
             Server {
                 cluster,
@@ -47,19 +48,14 @@ impl FakeConnector {
 
     /// Marks the server behind `name` as rebuilt: open connections to it are reset.
     pub fn server_rebuilt(&self, name: &str) {
-        if let Some(server) = self.servers.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+        if let Some(server) = self.servers.lock().get(name) {
             server.generation.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// How many clients were built for `name` so far.
     pub fn connects(&self, name: &str) -> usize {
-        self.connects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied()
-            .unwrap_or(0)
+        self.connects.lock().get(name).copied().unwrap_or(0)
     }
 }
 
@@ -78,7 +74,6 @@ impl Connector for FakeConnector {
         let server = self
             .servers
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(host)
             .cloned()
             .ok_or_else(|| Error::Transport(format!("dial {}: no such host", kubeconfig.server)))?;
@@ -92,12 +87,7 @@ impl Connector for FakeConnector {
                 message: "Unauthorized".into(),
             });
         };
-        *self
-            .connects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(host.to_string())
-            .or_default() += 1;
+        *self.connects.lock().entry(host.to_string()).or_default() += 1;
         let client = WorldClient::token(
             server.cluster,
             bearer.clone(),

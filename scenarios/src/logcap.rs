@@ -1,8 +1,9 @@
 //! Captures the engine's tracing output in memory, so invariant 7 can scan it for credentials.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// A shared, growing log buffer.
@@ -12,13 +13,13 @@ pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 impl LogCapture {
     /// Everything logged so far.
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
 
     /// The log from byte `from` on (with the log's length now), so a check after every step
     /// scans only what the step added instead of copying the whole log each time.
     pub fn text_from(&self, from: usize) -> (String, usize) {
-        let log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let log = self.0.lock();
         let tail = log.get(from..).unwrap_or_default();
         (String::from_utf8_lossy(tail).into_owned(), log.len())
     }
@@ -57,7 +58,7 @@ pub struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
 
 impl Write for CaptureWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        self.0.lock().extend_from_slice(buf);
         Ok(buf.len())
     }
 

@@ -8,13 +8,14 @@
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, KubeClusterClient};
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -29,7 +30,7 @@ pub type Lines = Arc<Mutex<Vec<String>>>;
 
 /// The collected lines, for a failure message.
 pub fn dump(lines: &Lines) -> String {
-    lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+    lines.lock().join("\n")
 }
 
 /// Polls `check` until it returns `Some`, or fails with `what` and the children's logs.
@@ -52,10 +53,7 @@ pub async fn eventually<T>(what: &str, lines: &Lines, mut check: impl AsyncFnMut
 /// (Cargo gives a test only its own package's `CARGO_BIN_EXE_*`).
 pub fn sibling_binary(package: &str, bin: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<()>> = OnceLock::new();
-    let _guard = BUILT
-        .get_or_init(|| Mutex::new(()))
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let _guard = BUILT.get_or_init(|| Mutex::new(())).lock();
     // A test executable lives in `<target>/<profile>/deps/`; the workspace's binaries one level up.
     let exe = std::env::current_exe().expect("the test knows its own path");
     let profile_dir = exe
@@ -83,10 +81,7 @@ pub fn follow_stderr(child: &mut Child, who: &str, lines: Lines) {
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = reader.next_line().await {
-            lines
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!("[{who}] {line}"));
+            lines.lock().push(format!("[{who}] {line}"));
         }
     });
 }

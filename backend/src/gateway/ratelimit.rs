@@ -21,12 +21,13 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
@@ -157,7 +158,7 @@ impl<K: Hash + Eq + Copy> Limiter<K> {
     /// Whether `key` may make a request now, without spending anything; `Err` is the wait.
     pub(crate) fn check(&self, key: K) -> Result<(), Duration> {
         let now = Instant::now();
-        let state = self.lock();
+        let state = self.state.lock();
         match state.next.get(&key) {
             Some(tat) => self.verdict(*tat, now),
             None => Ok(()),
@@ -167,7 +168,7 @@ impl<K: Hash + Eq + Copy> Limiter<K> {
     /// Spends one request of `key`'s allowance; `Err` is the wait when none is left.
     pub(crate) fn take(&self, key: K) -> Result<(), Duration> {
         let now = Instant::now();
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let full = state.next.len() >= self.capacity && !state.next.contains_key(&key);
         if now >= state.next_prune || (full && now >= state.last_prune + PRUNE_WHEN_FULL_EVERY) {
             // A client whose next arrival time has passed has its whole burst back: forgetting
@@ -189,7 +190,7 @@ impl<K: Hash + Eq + Copy> Limiter<K> {
     /// How many clients the limiter remembers.
     #[cfg(test)]
     pub(crate) fn clients(&self) -> usize {
-        self.lock().next.len()
+        self.state.lock().next.len()
     }
 
     fn verdict(&self, tat: Instant, now: Instant) -> Result<(), Duration> {
@@ -199,11 +200,6 @@ impl<K: Hash + Eq + Copy> Limiter<K> {
         } else {
             Err(allowed_from - now)
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Clients<K>> {
-        // The state is a map of instants: a panic mid-update cannot leave it inconsistent.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

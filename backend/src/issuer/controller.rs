@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
@@ -21,6 +21,7 @@ use kbind_cluster::watcher::{Event, WatchStreamExt, WatcherConfig, WatcherError,
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject, Patch, PatchParams, from_dynamic};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use parking_lot::Mutex;
 use serde_json::json;
 
 use super::kubernetes::exported_api;
@@ -437,7 +438,7 @@ async fn reconcile_export(export: Arc<Export>, ctx: Arc<Ctx>) -> Result<Action, 
     // The Export's Grants follow a spec change or an API (un)exported.
     let key = (export.metadata.generation, status.apis.clone());
     let changed = {
-        let mut seen = ctx.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = ctx.seen.lock();
         seen.insert(name.clone(), key.clone()) != Some(key)
     };
     if changed {

@@ -131,7 +131,7 @@ pub struct KubernetesIssuer {
     /// identity read behind it costs a discovery on a plain apiserver).
     kcp_like: tokio::sync::OnceCell<bool>,
     /// Per identity subject: the lock its claims are made under ([`KubernetesIssuer::claim_lock`]).
-    claims_in_flight: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    claims_in_flight: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for KubernetesIssuer {
@@ -205,14 +205,14 @@ impl KubernetesIssuer {
             client,
             options,
             kcp_like: tokio::sync::OnceCell::new(),
-            claims_in_flight: std::sync::Mutex::new(HashMap::new()),
+            claims_in_flight: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
     /// The lock one identity's claims are judged and made under: concurrent binds of one identity
     /// count each other's new namespaces against its quota. Locks nobody holds are dropped.
     fn claim_lock(&self, subject: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.claims_in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = self.claims_in_flight.lock();
         locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         locks.entry(subject.to_string()).or_default().clone()
     }

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -20,6 +20,7 @@ use kbind_cluster::{
     ApiResource, ClusterClient, ClusterClientExt, DeleteParams, Patch, PatchParams, SharedClock, from_dynamic,
     to_dynamic,
 };
+use parking_lot::Mutex;
 use serde_json::json;
 
 /// The namespace the double puts ServiceAccounts in (the real issuer's default).
@@ -218,10 +219,7 @@ async fn reconcile(
     let ns_res = ApiResource::erase::<Namespace>(&());
     let mut refusal = None;
     for namespace in &grant.spec.namespaces {
-        let elsewhere = claimed_elsewhere
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(namespace);
+        let elsewhere = claimed_elsewhere.lock().contains(namespace);
         if elsewhere {
             refusal = Some((
                 "NamespaceNotAvailable",

@@ -68,7 +68,7 @@ fn require_image(image: &str, component: &str) {
 struct Container {
     name: String,
     who: String,
-    process: std::sync::Mutex<Process>,
+    process: parking_lot::Mutex<Process>,
 }
 
 impl Container {
@@ -101,14 +101,14 @@ impl Container {
         Self {
             name,
             who: who.to_string(),
-            process: std::sync::Mutex::new(process),
+            process: parking_lot::Mutex::new(process),
         }
     }
 
     /// Fails with the logs once the container has exited: a container that cannot start would
     /// otherwise show only as a wait running into its deadline.
     fn running(&self, lines: &Lines) {
-        let mut process = self.process.lock().unwrap_or_else(|p| p.into_inner());
+        let mut process = self.process.lock();
         if let Ok(Some(status)) = process.child.try_wait() {
             panic!("the {} container exited ({status}); logs:\n{}", self.who, dump(lines));
         }

@@ -6,7 +6,7 @@
 //! what the CLI then sends to the gateway as `Authorization: Bearer`.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
@@ -17,6 +17,7 @@ use openidconnect::{
     AuthorizationCode, ClaimsVerificationError, ClientId, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge, RedirectUrl,
     RequestTokenError, Scope, TokenResponse as _,
 };
+use parking_lot::Mutex;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -473,7 +474,7 @@ async fn callback(
 ) -> Response {
     let params = params.map(|q| q.0).unwrap_or_default();
     // Only the first callback counts; a second (a reload) finds the inbox empty.
-    let sender = inbox.lock().ok().and_then(|mut s| s.take());
+    let sender = inbox.lock().take();
     let Some(sender) = sender else {
         return page(Err("this sign-in has already finished: return to the terminal".into()));
     };

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -13,6 +13,7 @@ use axum::routing::{delete, get, post};
 use kbind_api::consts::API_VERSION;
 use kbind_api::consts::backend::LABEL_GRANT;
 use kbind_api::service::path;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 /// The Grant every bind answers.
@@ -103,27 +104,27 @@ impl FakeGateway {
 
     /// The requests seen so far.
     pub fn seen(&self) -> Vec<String> {
-        self.script.lock().expect("lock").seen.clone()
+        self.script.lock().seen.clone()
     }
 
     /// Sets the bundle the next pickup answers.
     pub fn serve(&self, bundle: Vec<Value>) {
-        self.script.lock().expect("lock").bundle = bundle;
+        self.script.lock().bundle = bundle;
     }
 
     /// Sets the catalog's `relatedResources`.
     pub fn announce_related(&self, related: Vec<Value>) {
-        self.script.lock().expect("lock").related = related;
+        self.script.lock().related = related;
     }
 
     /// Offers OIDC sign-in at itself, sending browsers to `endpoint`.
     pub fn offer_oidc(&self, endpoint: &str) {
-        self.script.lock().expect("lock").authorization_endpoint = Some(endpoint.into());
+        self.script.lock().authorization_endpoint = Some(endpoint.into());
     }
 
     /// Forgets the requests seen.
     pub fn forget(&self) {
-        self.script.lock().expect("lock").seen.clear();
+        self.script.lock().seen.clear();
     }
 }
 
@@ -136,7 +137,7 @@ async fn record(
 ) -> axum::response::Response {
     let line = format!("{} {}", request.method(), request.uri().path());
     let stalled = {
-        let mut script = script.lock().expect("lock");
+        let mut script = script.lock();
         let stalled = script.stall.is_some_and(|s| line.starts_with(s));
         script.seen.push(line);
         stalled
@@ -149,7 +150,7 @@ async fn record(
 }
 
 async fn provider(State((script, url)): State<GatewayState>) -> Json<Value> {
-    let method = match script.lock().expect("lock").authorization_endpoint {
+    let method = match script.lock().authorization_endpoint {
         Some(_) => json!({"type": "oidc", "issuerURL": url, "clientID": "kbind-cli"}),
         None => json!({"type": "token"}),
     };
@@ -160,7 +161,7 @@ async fn provider(State((script, url)): State<GatewayState>) -> Json<Value> {
 }
 
 async fn discovery(State((script, url)): State<GatewayState>) -> Json<Value> {
-    let endpoint = script.lock().expect("lock").authorization_endpoint.clone();
+    let endpoint = script.lock().authorization_endpoint.clone();
     Json(
         json!({"issuer": url, "authorization_endpoint": endpoint, "token_endpoint": format!("{url}/token"),
         "jwks_uri": format!("{url}/jwks"), "response_types_supported": ["code"],
@@ -177,7 +178,7 @@ async fn whoami() -> Json<Value> {
 }
 
 async fn catalog(State((script, _)): State<GatewayState>) -> Json<Value> {
-    let related = script.lock().expect("lock").related.clone();
+    let related = script.lock().related.clone();
     Json(json!({
         "collections": [],
         "exports": [{"name": "widgets", "title": "Widgets", "namespaced": true, "ready": true,
@@ -202,7 +203,7 @@ async fn revoke(Path(_name): Path<String>) -> StatusCode {
 async fn bind(State((script, url)): State<GatewayState>) -> (StatusCode, Json<Value>) {
     let mut answer = json!({"grant": GRANT, "pickupURL": format!("{url}{}/{PICKUP_ID}", path::PICKUP),
         "expiresAt": "2099-01-01T00:00:00Z"});
-    if let Some(namespaces) = &script.lock().expect("lock").grant_namespaces {
+    if let Some(namespaces) = &script.lock().grant_namespaces {
         answer["outcome"] = json!("updated");
         answer["namespaces"] = json!(namespaces);
     }
@@ -211,7 +212,7 @@ async fn bind(State((script, url)): State<GatewayState>) -> (StatusCode, Json<Va
 
 async fn pickup(State((script, _)): State<GatewayState>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let script = script.lock().expect("lock");
+    let script = script.lock();
     if let Some((code, body)) = &script.pickup_error {
         let status = StatusCode::from_u16(*code).expect("a status code");
         return (status, Json(body.clone())).into_response();

@@ -57,7 +57,7 @@ impl World {
     /// Starts `kbind bind widgets -n team-a`, waits until the fake gateway holds the request
     /// matching its stall, interrupts it (SIGINT, as Ctrl-C does) and returns what it printed.
     async fn interrupted_bind(&self, stall: &'static str) -> Run {
-        self.gateway.script.lock().expect("lock").stall = Some(stall);
+        self.gateway.script.lock().stall = Some(stall);
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbind"))
             .args(["bind", "widgets", "-n", "team-a"])
             .arg(format!("--kubeconfig={}", self.cluster.kubeconfig.display()))
@@ -84,7 +84,7 @@ impl World {
             .await
             .expect("kbind ends after Ctrl-C")
             .expect("kbind runs");
-        self.gateway.script.lock().expect("lock").stall = None;
+        self.gateway.script.lock().stall = None;
         Run {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -325,7 +325,7 @@ async fn an_expired_and_a_used_pickup_each_say_what_happened_once() {
         ("this pickup URL was used already; bind again for a new one", "used"),
     ];
     for (message, what) in cases {
-        world.gateway.script.lock().expect("lock").pickup_error =
+        world.gateway.script.lock().pickup_error =
             Some((410, json!({"code": 410, "reason": "PickupGone", "message": message})));
         let run = world.kbind(&["redeem", &pickup, "-n", "team-a", "--yes"]).await;
         check(&run, 5, what);
@@ -428,7 +428,7 @@ async fn logs_off_a_terminal_carry_no_colour_codes() {
         .expect("konnector starts");
     follow_stderr(&mut child, "konnector", lines.clone());
     let logged = eventually("the konnector to log that it listens", &lines, async || {
-        let all = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let all = lines.lock().clone();
         all.iter()
             .any(|l| l.starts_with("[konnector]") && l.contains("listening"))
             .then_some(all)

@@ -1013,7 +1013,7 @@ async fn bind_lists_from_provider_rules_and_warns_of_a_selector_that_takes_all_b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_that_widens_a_grant_beyond_the_request_is_refused() {
     let world = Consumer::new(honest_bundle(&["team-a", "other"])).await;
-    world.gateway.script.lock().expect("lock").grant_namespaces = Some(vec!["other".into(), "team-a".into()]);
+    world.gateway.script.lock().grant_namespaces = Some(vec!["other".into(), "team-a".into()]);
     let run = world
         .kbind(&["bind", "widgets", "-n", "team-a", "--yes", "--wait=false"])
         .await;

@@ -7,10 +7,10 @@
 //! a mark or a copy left by an earlier process is still found.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use kbind_cluster::backoff::Backoff;
+use parking_lot::Mutex;
 
 use super::view::BindingView;
 
@@ -44,7 +44,7 @@ fn key(view: &BindingView) -> String {
 
 impl Recall {
     fn with<T>(&self, view: &BindingView, f: impl FnOnce(&mut Remembered) -> T) -> T {
-        let mut map = self.bindings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.bindings.lock();
         f(map.entry(key(view)).or_default())
     }
 
@@ -99,10 +99,7 @@ impl Recall {
 
     /// Forgets a binding that is gone.
     pub(crate) fn forget(&self, view: &BindingView) {
-        self.bindings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key(view));
+        self.bindings.lock().remove(&key(view));
     }
 }
 

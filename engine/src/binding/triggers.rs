@@ -3,9 +3,10 @@
 //! syncers' reports (a conflict or refusal shows in its status at once). With these, a healthy
 //! binding needs no periodic pass; the one left is the slow resync backstop.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use kube::runtime::reflector::ObjectRef;
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::crdpull::crd_resource;
@@ -31,7 +32,7 @@ impl SchemaFollowers {
     /// Follows the provider CRD `api` of `provider` (once per engagement): its watch starts
     /// now, and each change of it wakes every binding of the Connection.
     pub(crate) fn follow(&self, provider: &Arc<EngagedProvider>, api: &str) {
-        let mut followed = self.followed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut followed = self.followed.lock();
         followed.retain(|(p, _)| p.upgrade().is_some_and(|p| !p.is_disengaged()));
         let known = followed
             .iter()

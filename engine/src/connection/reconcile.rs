@@ -4,7 +4,7 @@
 //! conditions and Events.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -16,6 +16,7 @@ use kbind_cluster::{ClusterClientExt, Error, to_dynamic};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
+use parking_lot::Mutex;
 
 use super::announce::Announced;
 use super::finalize::{
@@ -102,8 +103,8 @@ impl ConnectionReconciler {
 
     async fn forget(&self, name: &str) {
         self.links.forget(&self.ctx, name).await;
-        self.announced.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
-        self.accepted.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.announced.lock().remove(name);
+        self.accepted.lock().remove(name);
     }
 
     async fn local_uid(&self) -> kbind_cluster::Result<String> {
@@ -143,11 +144,7 @@ pub async fn reconcile(conn: Arc<Connection>, shared: Arc<ConnectionReconciler>)
 /// effort: a lost Event is not retried, so a flapping consumer never repeats one).
 async fn announce(conn: &Connection, shared: &ConnectionReconciler, next: Announced) {
     let name = conn.name_any();
-    let previous = shared
-        .announced
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(name.clone(), next.clone());
+    let previous = shared.announced.lock().insert(name.clone(), next.clone());
     let previous = previous.unwrap_or_else(|| Announced::from_status(conn));
     let events = previous.transitions(&next, conn);
     if events.is_empty() {
@@ -316,13 +313,7 @@ async fn load_kubeconfig(
         return Ok(Err(missing_key(secret_ref, &secret)));
     };
     let name = conn.name_any();
-    if let Some((_, kubeconfig)) = shared
-        .accepted
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&name)
-        .filter(|(value, _)| value == encoded)
-    {
+    if let Some((_, kubeconfig)) = shared.accepted.lock().get(&name).filter(|(value, _)| value == encoded) {
         return Ok(Ok(kubeconfig.clone()));
     }
     let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(encoded) else {
@@ -344,7 +335,6 @@ async fn load_kubeconfig(
     shared
         .accepted
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .insert(name, (encoded.to_string(), kubeconfig.clone()));
     Ok(Ok(kubeconfig))
 }

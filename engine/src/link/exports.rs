@@ -6,14 +6,15 @@
 //! CRDs (an issuer grants `get` by name) fall back to the poll.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use kbind_api::ExportedApi;
 use kbind_api::consts::{TRUE, label};
 use kbind_cluster::watcher::{Event, WatcherConfig, into_seam_error, watcher};
 use kbind_cluster::{ClusterClient, DynamicObject, Error};
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -55,7 +56,7 @@ impl ExportsWatch {
             // A relist is gathered aside and replaces what was seen once it is complete.
             let mut listing: Option<Seen> = None;
             while let Some(event) = events.next().await {
-                let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
+                let lock = || state.lock();
                 match event {
                     Ok(Event::Init) => listing = Some(Seen::new()),
                     Ok(Event::InitApply(crd)) => {
@@ -105,7 +106,7 @@ impl ExportsWatch {
         if !self.synced.load(Ordering::SeqCst) || self.refused.load(Ordering::SeqCst) {
             return None;
         }
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = self.seen.lock();
         let mut apis: Vec<ExportedApi> = seen.values().cloned().collect();
         apis.sort_by(|a, b| a.name.cmp(&b.name));
         apis.dedup_by(|a, b| a.name == b.name);

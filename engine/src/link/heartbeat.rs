@@ -7,9 +7,9 @@
 //! resourceVersion the pair wrote, so they neither conflict on the update nor re-read the identity.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -159,7 +159,7 @@ impl Pairs {
     /// `interval` old (the margin keeps a renewer whose timer fires a little early from skipping
     /// a round), else check.
     pub(crate) fn turn(&self, key: &PairKey, now: Instant, interval: Duration) -> Turn {
-        let pairs = self.pairs.lock().unwrap_or_else(|p| p.into_inner());
+        let pairs = self.pairs.lock();
         match pairs.get(key) {
             Some(pair) if now.saturating_duration_since(pair.renewed_at) < interval.mul_f32(0.9) => {
                 Turn::Check(pair.written.iter().cloned().collect())
@@ -174,7 +174,7 @@ impl Pairs {
         let Some(rv) = version(lease) else {
             return;
         };
-        let mut pairs = self.pairs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pairs = self.pairs.lock();
         let pair = pairs.entry(key.clone()).or_insert_with(|| Pair {
             lease: lease.clone(),
             written: VecDeque::new(),
@@ -193,7 +193,7 @@ impl Pairs {
     /// Forgets `key`'s renewals: the Lease was not as the pair wrote it, so none of them proves
     /// anything any more.
     pub(crate) fn broken(&self, key: &PairKey) {
-        self.pairs.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.pairs.lock().remove(key);
     }
 }
 

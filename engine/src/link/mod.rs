@@ -17,7 +17,7 @@ pub(crate) mod renew;
 mod state;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kbind_api::consts::{lease, reason};
@@ -26,6 +26,7 @@ use kbind_cluster::backoff::Backoff;
 use kbind_cluster::identity::ClusterIdentity;
 use kbind_cluster::{BearerToken, ClusterClient, Error, IdentitySource};
 use kube::ResourceExt;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
@@ -285,12 +286,14 @@ impl Links {
 
     /// The engaged provider of Connection `name`.
     pub fn get(&self, name: &str) -> Option<Arc<EngagedProvider>> {
-        self.read().get(name).and_then(|p| p.engaged.clone())
+        self.inner.published.read().get(name).and_then(|p| p.engaged.clone())
     }
 
     /// Names of the engaged Connections, sorted.
     pub fn engaged(&self) -> Vec<String> {
-        self.read()
+        self.inner
+            .published
+            .read()
             .iter()
             .filter(|(_, p)| p.engaged.is_some())
             .map(|(name, _)| name.clone())
@@ -299,12 +302,18 @@ impl Links {
 
     /// Where the link of Connection `name` stands.
     pub fn state(&self, name: &str) -> LinkState {
-        self.read().get(name).map_or(LinkState::Unlinked, |p| p.state.clone())
+        self.inner
+            .published
+            .read()
+            .get(name)
+            .map_or(LinkState::Unlinked, |p| p.state.clone())
     }
 
     /// The links whose engaged provider is faltering, with their failures in a row.
     pub fn faltering(&self) -> Vec<(String, u32)> {
-        self.read()
+        self.inner
+            .published
+            .read()
             .iter()
             .filter_map(|(name, p)| match p.state {
                 LinkState::Faltering { failures, .. } => Some((name.clone(), failures)),
@@ -317,6 +326,8 @@ impl Links {
     /// its renewals went, sorted by Connection.
     pub fn credentials(&self) -> Vec<CredentialReport> {
         let mut reports: BTreeMap<String, CredentialReport> = self
+            .inner
+            .published
             .read()
             .iter()
             .map(|(name, p)| {
@@ -345,7 +356,11 @@ impl Links {
     /// Whether the provider of Connection `name` is known to be down or another cluster (not
     /// merely "not engaged yet", as right after a restart or a leader hand-over).
     pub fn is_down(&self, name: &str) -> bool {
-        self.read().get(name).is_some_and(|p| p.state.is_down(p.failed))
+        self.inner
+            .published
+            .read()
+            .get(name)
+            .is_some_and(|p| p.state.is_down(p.failed))
     }
 
     /// A receiver that changes whenever a provider is engaged or disengaged.
@@ -359,15 +374,10 @@ impl Links {
         self.inner.wakes.subscribe()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Published>> {
-        self.inner.published.read().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn slot(&self, name: &str) -> Arc<tokio::sync::Mutex<Link>> {
         self.inner
             .links
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .entry(name.to_string())
             .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Link::new(name))))
             .clone()
@@ -394,17 +404,12 @@ impl Links {
 
     /// Ends the link of a Connection that is gone (disengaged; nothing is deleted).
     pub(crate) async fn forget(&self, ctx: &Context, name: &str) {
-        let slot = self.inner.links.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        let slot = self.inner.links.lock().remove(name);
         if let Some(slot) = slot {
             let mut link = slot.lock().await;
             link.drop_engagement(ctx, "the Connection is gone").await;
         }
-        let removed = self
-            .inner
-            .published
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
+        let removed = self.inner.published.write().remove(name);
         self.inner.renewals.forget(name);
         if removed.is_some_and(|p| p.engaged.is_some()) {
             self.inner.changes.send_modify(|n| *n += 1);
@@ -414,10 +419,8 @@ impl Links {
     /// Ends every link (leadership lost, shutdown): caches stopped, clients dropped, nothing
     /// deleted; the next term starts from `Unlinked`.
     pub(crate) fn drop_all(&self) {
-        let slots: Vec<_> = std::mem::take(&mut *self.inner.links.lock().unwrap_or_else(|p| p.into_inner()))
-            .into_values()
-            .collect();
-        let published = std::mem::take(&mut *self.inner.published.write().unwrap_or_else(|p| p.into_inner()));
+        let slots: Vec<_> = std::mem::take(&mut *self.inner.links.lock()).into_values().collect();
+        let published = std::mem::take(&mut *self.inner.published.write());
         for provider in published.into_values().filter_map(|p| p.engaged) {
             tracing::info!(connection = %provider.name, reason = "leadership lost or shutdown", "disengaged provider");
             provider.shut_down();
@@ -433,7 +436,7 @@ impl Links {
             engaged: link.engagement.clone(),
             credential_expires_at: link.credential_expires_at(),
         };
-        let mut published = self.inner.published.write().unwrap_or_else(|p| p.into_inner());
+        let mut published = self.inner.published.write();
         let before = published.insert(link.name.clone(), next);
         let was_down = before.as_ref().is_some_and(|p| p.state.is_down(p.failed));
         let engagement_changed = match (before.and_then(|p| p.engaged), &link.engagement) {

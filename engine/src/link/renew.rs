@@ -12,7 +12,6 @@
 //! backoff while the current token is used until it expires.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -21,6 +20,7 @@ use kbind_api::KubeconfigSecretRef;
 use kbind_api::consts::field_manager;
 use kbind_cluster::backoff::Backoff;
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, Error, PostParams};
+use parking_lot::Mutex;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -257,7 +257,7 @@ pub(crate) struct Counts(Mutex<BTreeMap<String, (u64, u64)>>);
 impl Counts {
     /// One renewal of Connection `name` went through (`true`) or failed.
     pub fn add(&self, name: &str, renewed: bool) {
-        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = self.0.lock();
         let entry = counts.entry(name.to_string()).or_default();
         if renewed {
             entry.0 += 1;
@@ -268,12 +268,12 @@ impl Counts {
 
     /// (renewed, failed) of every Connection that tried.
     pub fn all(&self) -> BTreeMap<String, (u64, u64)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.lock().clone()
     }
 
     /// Forgets Connection `name` (it is gone).
     pub fn forget(&self, name: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.0.lock().remove(name);
     }
 }
 

@@ -7,8 +7,8 @@
 //! events"). Cached objects are lean: see [`lean`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,6 +16,7 @@ use kbind_api::consts::field_manager;
 use kbind_cluster::watcher::{Event, WatchStreamExt, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -112,7 +113,7 @@ impl CachedStore {
 
     /// The error of the list or watch, while it is failing.
     pub fn failure(&self) -> Option<WatchFailure> {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failure.lock().clone()
     }
 
     /// The resource it watches.
@@ -122,13 +123,13 @@ impl CachedStore {
 
     /// Records a failed list or watch; the failure in its new state.
     fn failed(&self, verb: &'static str, cause: String) {
-        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failure = self.failure.lock();
         *failure = Some(WatchFailure::new(verb, cause, failure.as_ref()));
     }
 
     /// Forgets a failure once the watch works again; whether there was one.
     fn recovered(&self) -> bool {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).take().is_some()
+        self.failure.lock().take().is_some()
     }
 
     /// Waits up to `at_most` for the first list; whether the store is synced.
@@ -271,7 +272,7 @@ impl ProviderCache {
         stop_on: StopOn,
         buffer: usize,
     ) -> (CachedStore, broadcast::Receiver<CacheEvent>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.entries.lock();
         if let Some(entry) = entries.get(&key) {
             return (entry.cached.clone(), entry.events.subscribe());
         }
@@ -322,7 +323,7 @@ impl ProviderCache {
 
     /// `group/version/plural` of every GVR with a running watch, sorted.
     pub fn watched(&self) -> Vec<String> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = self.entries.lock();
         entries
             .iter()
             .filter(|(_, e)| !e.task.is_finished())
@@ -333,7 +334,7 @@ impl ProviderCache {
     /// Stops every watch; later `store` calls start none.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        let entries = std::mem::take(&mut *self.entries.lock().unwrap_or_else(|p| p.into_inner()));
+        let entries = std::mem::take(&mut *self.entries.lock());
         for entry in entries.values() {
             entry.task.abort();
         }

@@ -3,11 +3,12 @@
 //! (contract §2, §8 invariant 2).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use kbind_cluster::{ApiResource, ClusterClient, Error, Layer, Request, Result};
+use parking_lot::Mutex;
 
 /// What the guard knows about the cluster behind the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +73,7 @@ impl GuardedClient {
 
     /// What the guard currently knows about the identity.
     pub fn identity_state(&self) -> IdentityState {
-        self.guard.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.guard.state.lock().clone()
     }
 
     /// Stops the client for good: every later call fails without a request.
@@ -87,14 +88,14 @@ impl GuardedClient {
 
     /// Forces a re-read of the identity before the next write.
     pub fn mark_unverified(&self) {
-        let mut state = self.guard.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.guard.state.lock();
         if *state == IdentityState::Verified {
             *state = IdentityState::Unverified;
         }
     }
 
     fn set_state(&self, new: IdentityState) {
-        *self.guard.state.lock().unwrap_or_else(|p| p.into_inner()) = new;
+        *self.guard.state.lock() = new;
     }
 
     fn check_open(&self) -> Result<()> {
@@ -143,7 +144,7 @@ impl GuardedClient {
             res.plural,
             namespace.unwrap_or("")
         );
-        let restarted = !self.guard.watched.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+        let restarted = !self.guard.watched.lock().insert(key);
         if restarted {
             self.mark_unverified();
         }

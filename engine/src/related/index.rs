@@ -5,12 +5,13 @@
 //! it, §8.9).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kbind_cluster::watcher::{Event, WatcherConfig, watcher};
 use kbind_cluster::{ApiResource, ClusterClient, ClusterClientExt, DynamicObject};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -74,7 +75,7 @@ impl<K: Ord, T: Fold> Indexes<K, T> {
     }
 
     fn live(&self, key: &K) -> Option<Arc<WatchIndex<T::View>>> {
-        let indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        let indexes = self.indexes.lock();
         indexes.get(key).and_then(Weak::upgrade)
     }
 
@@ -107,7 +108,7 @@ impl<K: Ord, T: Fold> Indexes<K, T> {
         let resource = kbind_cluster::from_dynamic::<CustomResourceDefinition>(crd)
             .ok()
             .and_then(|crd| namespaced_resource(&crd));
-        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut indexes = self.indexes.lock();
         // Another syncer may have started it while the CRD was read.
         if let Some(live) = indexes.get(&key).and_then(Weak::upgrade) {
             return Ok(Some(live));

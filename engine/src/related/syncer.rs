@@ -5,11 +5,12 @@
 //! a write is needed, so a converged binding asks the servers nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kbind_api::{RelatedKind, RelatedResourceDirection, RelatedResourceSelector};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -147,10 +148,6 @@ type Visible = (
 
 /// The tally a syncer and the registry share.
 pub(crate) type SharedRelatedFindings = Arc<Mutex<RelatedFindings>>;
-
-pub(crate) fn lock(tally: &SharedRelatedFindings) -> std::sync::MutexGuard<'_, RelatedFindings> {
-    tally.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Called with a binding whose related report changed in what its status shows.
 pub type ChangeHook = Arc<dyn Fn(&BindingRef) + Send + Sync>;
@@ -377,7 +374,7 @@ impl Syncer {
         tally: SharedRelatedFindings,
         poke: Arc<Notify>,
     ) -> Self {
-        lock(&tally).name = spec.kind.to_string();
+        tally.lock().name = spec.kind.to_string();
         // Until [`Syncer::resolve`] knows the version: named for jitter keys and messages only.
         let res = kinds::builtin(&spec.kind, None).unwrap_or_else(|| ApiResource {
             group: spec.kind.group.clone(),
@@ -425,7 +422,7 @@ impl Syncer {
                 Ok(resolved) => {
                     self.res = resolved.res;
                     self.status_served = (resolved.source_status, resolved.target_status);
-                    let changed = lock(&self.tally).unserved.take().is_some();
+                    let changed = self.tally.lock().unserved.take().is_some();
                     if changed {
                         (self.env.changed)(&self.spec.binding);
                     }
@@ -436,7 +433,7 @@ impl Syncer {
             let wait = match &why {
                 Unresolved::NotServed(message) | Unresolved::Failed(message) => {
                     let changed = {
-                        let mut tally = lock(&self.tally);
+                        let mut tally = self.tally.lock();
                         let changed = tally.unserved.as_ref() != Some(message);
                         tally.unserved = Some(message.clone());
                         tally.converged = true;
@@ -489,10 +486,6 @@ impl Syncer {
             Side::Consumer => self.env.ctx.consumer.as_ref(),
             Side::Provider => self.provider.reader.as_ref(),
         }
-    }
-
-    fn retries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Instant>> {
-        self.retries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn selectors(&self) -> Vec<&RelatedResourceSelector> {
@@ -558,11 +551,11 @@ impl Syncer {
             target
                 .follow(self.cache(target_side), self.reader(target_side), &namespaces.set)
                 .await;
-            let before = lock(&self.tally).visible();
+            let before = self.tally.lock().visible();
             self.step(&source, &target, &namespaces, std::mem::take(&mut todo))
                 .await;
             let after = {
-                let mut tally = lock(&self.tally);
+                let mut tally = self.tally.lock();
                 let (provider_stores, consumer_stores) = if source_side == Side::Provider {
                     (&source, &target)
                 } else {
@@ -584,7 +577,7 @@ impl Syncer {
                 (self.env.changed)(&self.spec.binding);
             }
             // Wait for the next reason to look, then fold in whatever else is ready.
-            let retry_at = self.retries().values().min().copied();
+            let retry_at = self.retries.lock().values().min().copied();
             // Biased: a fixed order of branches keeps a paused-clock world deterministic.
             tokio::select! {
                 biased;
@@ -606,7 +599,7 @@ impl Syncer {
                 }
                 () = sleep_until_opt(retry_at) => {
                     let now = Instant::now();
-                    let mut retries = self.retries();
+                    let mut retries = self.retries.lock();
                     let due: Vec<Key> = retries.iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
                     for key in due {
                         retries.remove(&key);
@@ -650,7 +643,7 @@ impl Syncer {
             self.converge(source, target, namespaces, &key).await;
         }
         if todo.everything {
-            lock(&self.tally).converged = true;
+            self.tally.lock().converged = true;
         }
     }
 
@@ -676,12 +669,12 @@ impl Syncer {
                 .filter(|o| copy::is_ours(o, &self.spec.owner))
                 .map(|o| key_of(o)),
         );
-        let tally = lock(&self.tally);
+        let tally = self.tally.lock();
         keys.extend(tally.copied.iter().cloned());
         keys.extend(tally.conflicts.keys().cloned());
         keys.extend(tally.denied.keys().cloned());
         keys.extend(tally.owned.iter().cloned());
-        keys.extend(self.retries().keys().cloned());
+        keys.extend(self.retries.lock().keys().cloned());
         keys
     }
 
@@ -702,7 +695,7 @@ impl Syncer {
         let cached = target.get(key).filter(|_| self.in_reach(&key.0));
         let ours = cached.as_ref().filter(|t| copy::is_ours(t, &self.spec.owner));
         {
-            let mut tally = lock(&self.tally);
+            let mut tally = self.tally.lock();
             if ours.is_some() {
                 tally.owned.insert(key.clone());
             } else {
@@ -719,9 +712,9 @@ impl Syncer {
                 }
             }
             None => {
-                lock(&self.tally).forget(key);
+                self.tally.lock().forget(key);
                 let Some(copy) = ours else {
-                    self.retries().remove(key);
+                    self.retries.lock().remove(key);
                     return;
                 };
                 // Only a complete picture may say "not selected any more" (§8.9): every
@@ -766,8 +759,8 @@ impl Syncer {
             Ok(outcome) => self.record(key, outcome),
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not converged; retrying");
-                lock(&self.tally).forget(key);
-                self.retries().insert(
+                self.tally.lock().forget(key);
+                self.retries.lock().insert(
                     key.clone(),
                     Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
                 );
@@ -784,7 +777,7 @@ impl Syncer {
             return;
         };
         {
-            let mut written = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+            let mut written = self.statuses.lock();
             if original.data.get("status") == Some(status) {
                 written.remove(key);
                 return;
@@ -816,24 +809,21 @@ impl Syncer {
             .await
         {
             Ok(_) => {
-                self.statuses
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone(), status.clone());
-                if side == Side::Consumer && lock(&self.tally).consumer_refused.remove(&refused) {
+                self.statuses.lock().insert(key.clone(), status.clone());
+                if side == Side::Consumer && self.tally.lock().consumer_refused.remove(&refused) {
                     (self.env.changed)(&self.spec.binding);
                 }
             }
             Err(e) if e.is_forbidden() => {
                 let newly = if side == Side::Consumer {
-                    lock(&self.tally).consumer_refused.insert(refused)
+                    self.tally.lock().consumer_refused.insert(refused)
                 } else {
-                    lock(&self.tally).denied.insert(key.clone(), refused).is_none()
+                    self.tally.lock().denied.insert(key.clone(), refused).is_none()
                 };
                 if newly {
                     (self.env.changed)(&self.spec.binding);
                 }
-                self.retries().insert(
+                self.retries.lock().insert(
                     key.clone(),
                     Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), DENIED_RETRY),
                 );
@@ -847,7 +837,7 @@ impl Syncer {
                     ) => {}
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, object = %describe(&self.res, key), %side, error = %crate::cause::http_cause(&e), "status of a related copy not written back; retrying");
-                self.retries().insert(
+                self.retries.lock().insert(
                     key.clone(),
                     Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
                 );
@@ -860,26 +850,26 @@ impl Syncer {
     }
 
     fn record(&self, key: &Key, outcome: Outcome) {
-        let mut tally = lock(&self.tally);
+        let mut tally = self.tally.lock();
         tally.forget(key);
         match outcome {
             Outcome::Current => {
                 tally.copied.insert(key.clone());
-                self.retries().remove(key);
+                self.retries.lock().remove(key);
             }
             Outcome::Conflict(reason) => {
                 tally.conflicts.insert(key.clone(), reason);
-                self.retries().remove(key);
+                self.retries.lock().remove(key);
             }
             Outcome::Denied(denied) => {
                 tally.denied.insert(key.clone(), denied);
-                self.retries().insert(
+                self.retries.lock().insert(
                     key.clone(),
                     Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), DENIED_RETRY),
                 );
             }
             Outcome::Later => {
-                self.retries().insert(
+                self.retries.lock().insert(
                     key.clone(),
                     Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
                 );
@@ -897,15 +887,15 @@ impl Syncer {
             Ok(gone) => {
                 if gone {
                     tracing::info!(binding = %self.spec.binding.name, object = %describe(&self.res, key), %side, "removed a related copy nothing selects any more");
-                    let mut tally = lock(&self.tally);
+                    let mut tally = self.tally.lock();
                     tally.removed += 1;
                     tally.owned.remove(key);
                 }
-                self.retries().remove(key);
+                self.retries.lock().remove(key);
             }
             Err(e) => {
                 tracing::warn!(binding = %self.spec.binding.name, error = %e, "related copy not collected; retrying");
-                self.retries().insert(
+                self.retries.lock().insert(
                     key.clone(),
                     Instant::now() + self.env.ctx.jitter(&self.label(Some(key)), RETRY),
                 );

@@ -5,11 +5,12 @@
 //! of [`RelatedSyncers::on_change`], at most once a second per binding.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kbind_api::{Binding, ClusterBinding, ConflictPolicy, RelatedKind, RelatedResource, RelatedResourceDirection};
 use kube::runtime::reflector::{ObjectRef, Store};
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -125,7 +126,7 @@ struct Notifier {
 type SharedNotifier = Arc<Mutex<Notifier>>;
 
 fn notify(notifier: &SharedNotifier, binding: &BindingRef) {
-    let mut n = notifier.lock().unwrap_or_else(|p| p.into_inner());
+    let mut n = notifier.lock();
     let Some(hook) = n.hook.clone() else { return };
     if n.scheduled.contains(binding) {
         return;
@@ -139,7 +140,7 @@ fn notify(notifier: &SharedNotifier, binding: &BindingRef) {
             tokio::spawn(async move {
                 tokio::time::sleep_until(next).await;
                 {
-                    let mut n = notifier.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut n = notifier.lock();
                     n.scheduled.remove(&binding);
                     n.last.insert(binding.clone(), Instant::now());
                 }
@@ -173,13 +174,9 @@ pub struct RelatedSyncers {
 
 impl std::fmt::Debug for RelatedSyncers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let running: Vec<(BindingRef, Lane)> = lock(&self.inner.running).keys().cloned().collect();
+        let running: Vec<(BindingRef, Lane)> = self.inner.running.lock().keys().cloned().collect();
         f.debug_struct("RelatedSyncers").field("running", &running).finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl RelatedSyncers {
@@ -219,7 +216,7 @@ impl RelatedSyncers {
     /// Calls `hook` with a binding whenever what its status shows of related resources (copied
     /// count, conflicts, denials) changed; at most once a second per binding while copies churn.
     pub fn on_change(&self, hook: ChangeHook) {
-        lock(&self.inner.notifier).hook = Some(hook);
+        self.inner.notifier.lock().hook = Some(hook);
     }
 
     /// Makes the syncers of `spec` run on `provider`: starts the missing ones, restarts those
@@ -228,7 +225,7 @@ impl RelatedSyncers {
     pub fn ensure(&self, spec: RelatedSpec, provider: Arc<EngagedProvider>) {
         let binding = spec.binding.clone();
         self.forget_others(&binding);
-        let first = lock(&self.inner.seen).insert(binding.clone());
+        let first = self.inner.seen.lock().insert(binding.clone());
         let owner = Owner {
             binding_uid: binding.uid.clone(),
             consumer_cluster_uid: spec.consumer_cluster_uid.clone(),
@@ -237,9 +234,11 @@ impl RelatedSyncers {
         // (a removed rule's copies are collected).
         let mut all_kinds: BTreeSet<RelatedKind> = kinds_of(&spec.rules).into_iter().collect();
         all_kinds.extend(
-            lock(&self.inner.running)
+            self.inner
+                .running
+                .lock()
                 .keys()
-                .chain(lock(&self.inner.sweeps).keys())
+                .chain(self.inner.sweeps.lock().keys())
                 .filter(|(b, _)| *b == binding)
                 .map(|(_, (kind, _))| kind.clone()),
         );
@@ -257,11 +256,11 @@ impl RelatedSyncers {
                     .flat_map(|r| r.selector.references.iter().map(|p| p.path.clone()))
                     .collect();
                 if selectors.is_empty() {
-                    let stopped = lock(&self.inner.running).remove(&key).is_some();
+                    let stopped = self.inner.running.lock().remove(&key).is_some();
                     self.ensure_sweep(key, &owner, kind.clone(), direction, &provider, first || stopped);
                     continue;
                 }
-                lock(&self.inner.sweeps).remove(&key);
+                self.inner.sweeps.lock().remove(&key);
                 let syncer_spec = RelatedSyncerSpec {
                     binding: binding.clone(),
                     kind: kind.clone(),
@@ -289,7 +288,7 @@ impl RelatedSyncers {
     }
 
     fn ensure_syncer(&self, key: (BindingRef, Lane), spec: RelatedSyncerSpec, provider: &Arc<EngagedProvider>) {
-        let mut running = lock(&self.inner.running);
+        let mut running = self.inner.running.lock();
         if let Some(current) = running.get(&key)
             && current.spec == spec
             && Arc::ptr_eq(&current.provider, provider)
@@ -303,7 +302,7 @@ impl RelatedSyncers {
         let tally = SharedRelatedFindings::new(Mutex::new(
             running
                 .get(&key)
-                .map(|previous| syncer::lock(&previous.tally).carried_over())
+                .map(|previous| previous.tally.lock().carried_over())
                 .unwrap_or_default(),
         ));
         let poke = Arc::new(Notify::new());
@@ -341,9 +340,9 @@ impl RelatedSyncers {
         provider: &Arc<EngagedProvider>,
         needed: bool,
     ) {
-        let mut sweeps = lock(&self.inner.sweeps);
+        let mut sweeps = self.inner.sweeps.lock();
         let restart = sweeps.get(&key).is_some_and(|s| {
-            let done = lock(&s.state).done;
+            let done = s.state.lock().done;
             !done && (s.task.is_finished() || !Arc::ptr_eq(&s.provider, provider))
         });
         if !needed && !restart {
@@ -380,10 +379,10 @@ impl RelatedSyncers {
                 && b.uid != binding.uid)
                 || !live(b)
         };
-        lock(&self.inner.running).retain(|(b, _), _| !stale(b));
-        lock(&self.inner.sweeps).retain(|(b, _), _| !stale(b));
-        lock(&self.inner.seen).retain(|b| !stale(b));
-        lock(&self.inner.notifier).last.retain(|b, _| !stale(b));
+        self.inner.running.lock().retain(|(b, _), _| !stale(b));
+        self.inner.sweeps.lock().retain(|(b, _), _| !stale(b));
+        self.inner.seen.lock().retain(|b| !stale(b));
+        self.inner.notifier.lock().last.retain(|b, _| !stale(b));
     }
 
     /// What the syncers and sweeps of `binding` know now: copies in place, conflicts, refusals,
@@ -392,14 +391,14 @@ impl RelatedSyncers {
     pub fn report(&self, binding: &BindingRef) -> RelatedReport {
         let mut report = RelatedReport::default();
         let mut denied = BTreeSet::new();
-        for ((b, _), running) in lock(&self.inner.running).iter() {
+        for ((b, _), running) in self.inner.running.lock().iter() {
             if b == binding {
-                syncer::lock(&running.tally).add_to(&mut report, &mut denied);
+                running.tally.lock().add_to(&mut report, &mut denied);
             }
         }
-        for ((b, _), sweep) in lock(&self.inner.sweeps).iter() {
+        for ((b, _), sweep) in self.inner.sweeps.lock().iter() {
             if b == binding {
-                let state = lock(&sweep.state);
+                let state = sweep.state.lock();
                 report.removed += state.removed;
                 report.owned += usize::from(!state.done);
             }
@@ -411,10 +410,10 @@ impl RelatedSyncers {
 
     /// Stops every syncer and sweep of `binding` (nothing is deleted anywhere).
     pub fn stop(&self, binding: &BindingRef) {
-        lock(&self.inner.running).retain(|(b, _), _| b != binding);
-        lock(&self.inner.sweeps).retain(|(b, _), _| b != binding);
-        lock(&self.inner.seen).remove(binding);
-        let mut n = lock(&self.inner.notifier);
+        self.inner.running.lock().retain(|(b, _), _| b != binding);
+        self.inner.sweeps.lock().retain(|(b, _), _| b != binding);
+        self.inner.seen.lock().remove(binding);
+        let mut n = self.inner.notifier.lock();
         n.last.remove(binding);
     }
 }
@@ -447,7 +446,7 @@ async fn sweep(
             Ok(Some(res)) => break res,
             // Not served there: no copy of it can exist.
             Ok(None) => {
-                lock(&state).done = true;
+                state.lock().done = true;
                 return;
             }
             Err(why) => {
@@ -470,7 +469,7 @@ async fn sweep(
             }
         };
         if copies.is_empty() {
-            lock(&state).done = true;
+            state.lock().done = true;
             return;
         }
         for copy in copies {
@@ -481,7 +480,7 @@ async fn sweep(
             match delete_copy(writer, &res, side, &key).await {
                 Ok(true) => {
                     tracing::info!(binding = %binding.name, object = %super::describe(&res, &key), %side, "removed a related copy nothing selects any more");
-                    lock(&state).removed += 1;
+                    state.lock().removed += 1;
                 }
                 Ok(false) => {}
                 Err(e) => {
@@ -513,8 +512,8 @@ mod tests {
         let notifier = SharedNotifier::default();
         let calls = Arc::new(Mutex::new(Vec::<String>::new()));
         let seen = calls.clone();
-        lock(&notifier).hook = Some(Arc::new(move |b: &BindingRef| lock(&seen).push(b.name.clone())));
-        let count = |name: &str| lock(&calls).iter().filter(|n| *n == name).count();
+        notifier.lock().hook = Some(Arc::new(move |b: &BindingRef| seen.lock().push(b.name.clone())));
+        let count = |name: &str| calls.lock().iter().filter(|n| *n == name).count();
 
         for _ in 0..5 {
             notify(&notifier, &binding("a"));
@@ -539,10 +538,10 @@ mod tests {
     fn without_a_hook_nothing_is_queued() {
         let notifier = SharedNotifier::default();
         notify(&notifier, &binding("a"));
-        assert!(lock(&notifier).last.is_empty());
+        assert!(notifier.lock().last.is_empty());
         let calls = Arc::new(AtomicUsize::new(0));
         let seen = calls.clone();
-        lock(&notifier).hook = Some(Arc::new(move |_: &BindingRef| {
+        notifier.lock().hook = Some(Arc::new(move |_: &BindingRef| {
             seen.fetch_add(1, Ordering::SeqCst);
         }));
         notify(&notifier, &binding("a"));

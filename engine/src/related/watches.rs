@@ -4,11 +4,12 @@
 //! the engine's consumer cache.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, ListParams};
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use super::Side;
@@ -172,7 +173,7 @@ impl SideStores {
     }
 
     fn events_mut(&mut self) -> &mut SelectAll<BoxStream<'static, SideEvent>> {
-        self.events.get_mut().unwrap_or_else(|p| p.into_inner())
+        self.events.get_mut()
     }
 
     /// The side these stores are on.

@@ -16,10 +16,11 @@ mod provider_events;
 mod syncer;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kbind_api::ConflictPolicy;
 use kbind_cluster::ApiResource;
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -309,7 +310,7 @@ struct SharedFindings {
 /// Locked findings that, when released, tell the binding if what its status shows changed
 /// (so a healthy binding is reconciled on a change, not on a timer).
 struct FindingsGuard<'a> {
-    guard: std::sync::MutexGuard<'a, Findings>,
+    guard: parking_lot::MutexGuard<'a, Findings>,
     shown: Shown,
     owner: &'a SharedFindings,
 }
@@ -337,7 +338,7 @@ impl Drop for FindingsGuard<'_> {
 }
 
 fn lock(findings: &SharedFindings) -> FindingsGuard<'_> {
-    let guard = findings.findings.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = findings.findings.lock();
     let shown = guard.shown();
     FindingsGuard {
         guard,
@@ -405,15 +406,11 @@ impl Syncers {
         self
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<SyncerKey, Running>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Starts the syncer of `spec`, keeps it if it already runs the same spec on the same
     /// engagement, restarts it otherwise. Returns whether a syncer was (re)started.
     pub fn ensure(&self, spec: ApiSyncerSpec, provider: Arc<EngagedProvider>) -> bool {
         let key = spec.key();
-        let mut running = self.running();
+        let mut running = self.running.lock();
         if let Some(current) = running.get(&key)
             && current.spec == spec
             && Arc::ptr_eq(&current.provider, &provider)
@@ -462,12 +459,12 @@ impl Syncers {
 
     /// Stops one syncer (nothing is deleted anywhere).
     pub fn stop(&self, key: &SyncerKey) {
-        self.running().remove(key);
+        self.running.lock().remove(key);
     }
 
     /// Stops every syncer of a Connection (nothing is deleted anywhere).
     pub fn stop_connection(&self, connection: &str) {
-        self.running().retain(|k, _| k.connection != connection);
+        self.running.lock().retain(|k, _| k.connection != connection);
     }
 
     /// The keys of syncers whose report changed in what a binding's status shows (conflicts,
@@ -478,12 +475,12 @@ impl Syncers {
 
     /// Keys of the running syncers, sorted.
     pub fn keys(&self) -> Vec<SyncerKey> {
-        self.running().keys().cloned().collect()
+        self.running.lock().keys().cloned().collect()
     }
 
     /// What the syncer of `key` has seen, if it runs.
     pub fn report(&self, key: &SyncerKey) -> Option<SyncerReport> {
-        self.running().get(key).map(|r| SyncerReport {
+        self.running.lock().get(key).map(|r| SyncerReport {
             queued: r.pending.depth(),
             ..lock(&r.findings).report()
         })

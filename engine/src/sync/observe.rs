@@ -3,9 +3,9 @@
 //! reconcile. Times come from tokio's clock, so tests on a paused clock measure exactly.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -51,19 +51,15 @@ struct Triggers {
 }
 
 impl PendingTriggers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Triggers> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// A change of `key` was seen now; an earlier unprocessed change keeps its time.
     pub(crate) fn trigger(&self, key: ObjectKey) {
-        self.lock().queued.entry(key).or_insert_with(Instant::now);
+        self.inner.lock().queued.entry(key).or_insert_with(Instant::now);
     }
 
     /// A consumer watch event of `key` at `resource_version`: a change unless it is the echo of
     /// the syncer's own write.
     pub(crate) fn consumer_event(&self, key: ObjectKey, resource_version: Option<&str>) {
-        let mut triggers = self.lock();
+        let mut triggers = self.inner.lock();
         if triggers
             .status
             .get(&key)
@@ -85,7 +81,7 @@ impl PendingTriggers {
     /// The syncer wrote `key` on the consumer, producing `resource_version`.
     pub(crate) fn own_write(&self, key: ObjectKey, resource_version: Option<String>) {
         if let Some(rv) = resource_version {
-            self.lock().own.entry(key).or_default().insert(rv);
+            self.inner.lock().own.entry(key).or_default().insert(rv);
         }
     }
 
@@ -94,7 +90,7 @@ impl PendingTriggers {
         let Some(rv) = resource_version else {
             return;
         };
-        let mut triggers = self.lock();
+        let mut triggers = self.inner.lock();
         triggers.own.entry(key.clone()).or_default().insert(rv.clone());
         triggers.status.insert(key, (rv, status));
     }
@@ -102,7 +98,7 @@ impl PendingTriggers {
     /// Whether our status write of exactly `status` into `key` has not reached the store yet
     /// (and nobody wrote the object since).
     pub(crate) fn status_in_flight(&self, key: &ObjectKey, status: &Value) -> bool {
-        let triggers = self.lock();
+        let triggers = self.inner.lock();
         triggers
             .status
             .get(key)
@@ -112,7 +108,7 @@ impl PendingTriggers {
     /// A reconcile of `key` starts: the time of the first unprocessed change, if any (`None`
     /// for a periodic resync with nothing new).
     pub(crate) fn pick_up(&self, key: &ObjectKey) -> Option<Instant> {
-        let mut triggers = self.lock();
+        let mut triggers = self.inner.lock();
         let queued = triggers.queued.remove(key);
         let retrying = triggers.retrying.remove(key);
         match (queued, retrying) {
@@ -123,14 +119,14 @@ impl PendingTriggers {
 
     /// The reconcile that picked up the change of `since` failed: the retry measures from it.
     pub(crate) fn retry(&self, key: ObjectKey, since: Instant) {
-        let mut triggers = self.lock();
+        let mut triggers = self.inner.lock();
         let at = triggers.retrying.entry(key).or_insert(since);
         *at = (*at).min(since);
     }
 
     /// The object is gone: nothing will reconcile it.
     pub(crate) fn forget(&self, key: &ObjectKey) {
-        let mut triggers = self.lock();
+        let mut triggers = self.inner.lock();
         triggers.queued.remove(key);
         triggers.retrying.remove(key);
         triggers.own.remove(key);
@@ -139,7 +135,7 @@ impl PendingTriggers {
 
     /// Objects triggered and not yet picked up.
     pub(crate) fn depth(&self) -> usize {
-        self.lock().queued.len()
+        self.inner.lock().queued.len()
     }
 }
 

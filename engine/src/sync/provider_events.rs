@@ -3,12 +3,13 @@
 //! backstop).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use futures::stream::SelectAll;
 use futures::{Stream, StreamExt};
 use kbind_cluster::DynamicObject;
+use parking_lot::Mutex;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::mapper::ObjectKey;
@@ -73,7 +74,7 @@ impl ProviderWatches {
         namespace: Option<&str>,
     ) -> bool {
         let key = namespace.map(str::to_string);
-        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stores = self.stores.lock();
         if stores.contains_key(&key) {
             return false;
         }
@@ -98,7 +99,7 @@ impl ProviderWatches {
     /// How the followed stores follow the provider: whether all listed once, and the failure of
     /// one that fails now.
     pub(crate) fn health(&self) -> (bool, Option<crate::provider::WatchFailure>) {
-        let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        let stores = self.stores.lock();
         // Per namespace in use, no namespace in use yet is nothing to list.
         let chosen = !stores.is_empty() || self.per_namespace.load(Ordering::SeqCst);
         let listed = chosen && stores.values().all(CachedStore::is_synced);
@@ -107,7 +108,7 @@ impl ProviderWatches {
 
     /// The followed store that holds objects of `namespace`.
     pub(crate) fn store_for(&self, namespace: Option<&str>) -> Option<CachedStore> {
-        let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        let stores = self.stores.lock();
         stores
             .get(&None)
             .or_else(|| stores.get(&namespace.map(str::to_string)))
@@ -116,7 +117,7 @@ impl ProviderWatches {
 
     /// The events of every store followed now or later, merged. Yields nothing if called twice.
     pub(crate) fn changes(&self) -> impl Stream<Item = ProviderChange> + Send + 'static {
-        let added = self.receiver.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let added = self.receiver.lock().take();
         let followed: SelectAll<futures::stream::BoxStream<'static, ProviderChange>> = SelectAll::new();
         futures::stream::unfold((added, followed), |(mut added, mut followed)| async move {
             loop {
@@ -261,7 +262,7 @@ impl ProviderEchoes {
         }
         let mut lean = copy.clone();
         crate::provider::lean(&mut lean);
-        let mut own = self.lock();
+        let mut own = self.own.lock();
         let writes = own.entry(target).or_default();
         writes.versions.insert(rv);
         let continues = writes.latest.as_ref().is_some_and(|previous| {
@@ -279,7 +280,7 @@ impl ProviderEchoes {
     /// Anything else in the cache is our write's echo or a later change: the cache knows
     /// better, and the copy is forgotten.
     pub(crate) fn latest(&self, target: &ObjectKey, cached: Option<&str>) -> Option<Arc<DynamicObject>> {
-        let mut own = self.lock();
+        let mut own = self.own.lock();
         let writes = own.get_mut(target)?;
         let behind = writes.superseded.iter().any(|rv| rv.as_deref() == cached);
         if behind && let Some(copy) = &writes.latest {
@@ -292,7 +293,7 @@ impl ProviderEchoes {
 
     /// Whether an event of `target` at `resource_version` is the echo of an own write.
     pub(crate) fn is_echo(&self, target: ObjectKey, resource_version: Option<&str>) -> bool {
-        let mut own = self.lock();
+        let mut own = self.own.lock();
         let Some(writes) = own.get_mut(&target) else {
             return false;
         };
@@ -305,10 +306,6 @@ impl ProviderEchoes {
         // Events arrive in order: older own writes will not show up any more.
         own.remove(&target);
         false
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<ObjectKey, OwnWrites>> {
-        self.own.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

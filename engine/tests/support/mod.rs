@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,6 +21,7 @@ use kbind_engine::Links;
 use kbind_engine::context::{Context, EngineConfig};
 use kbind_engine::provider::EngagedProvider;
 use kbind_engine::remote::{Connector, Credentials, ProviderKubeconfig};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 pub const SERVER: &str = "https://provider.fake";
@@ -44,7 +45,6 @@ impl FakeConnector {
     pub fn route(&self, server: &str, cluster: &FakeCluster, ca: &str) {
         self.routes
             .lock()
-            .unwrap()
             .insert(server.to_string(), (cluster.clone(), ca.to_string()));
     }
 
@@ -65,7 +65,6 @@ impl Connector for FakeConnector {
         let (cluster, ca) = self
             .routes
             .lock()
-            .unwrap()
             .get(&kc.server)
             .cloned()
             .ok_or_else(|| Error::Transport("no route to host".into()))?;

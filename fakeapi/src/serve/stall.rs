@@ -6,10 +6,10 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker, ready};
 
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Whether connections are stalled, and who waits for them to flow again.
@@ -23,7 +23,7 @@ pub(crate) struct StallSwitch {
 impl StallSwitch {
     /// Stalls (`true`) or releases (`false`) every connection using this switch.
     pub(crate) fn set(&self, on: bool) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self.waiting.lock();
         self.on.store(on, Ordering::SeqCst);
         if !on {
             for waker in waiting.drain(..) {
@@ -37,7 +37,7 @@ impl StallSwitch {
         if !self.on.load(Ordering::SeqCst) {
             return Poll::Ready(());
         }
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self.waiting.lock();
         // Checked again under the lock: `set(false)` may have drained the wakers meanwhile.
         if !self.on.load(Ordering::SeqCst) {
             return Poll::Ready(());

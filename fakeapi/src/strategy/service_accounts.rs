@@ -102,7 +102,7 @@ fn issue_token(cluster: &Inner, info: &ResourceInfo, ns: &str, name: &str, body:
         (service_account_jwt(&claims, &raw[16..]), uid, user)
     };
     {
-        let mut tokens = cluster.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tokens = cluster.tokens.lock();
         // Expired tokens are never accepted again: forgetting them keeps a long run's map small.
         tokens.retain(|_, t| t.expires.is_none_or(|at| at > issued));
         tokens.insert(

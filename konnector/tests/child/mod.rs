@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -29,7 +30,7 @@ pub type Lines = Arc<Mutex<Vec<String>>>;
 
 /// The collected lines, for a failure message.
 pub fn dump(lines: &Lines) -> String {
-    lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+    lines.lock().join("\n")
 }
 
 /// Polls `check` until it returns `Some`, or fails with `what` and the konnectors' log.
@@ -75,10 +76,7 @@ pub fn follow_stderr(
                     let _ = tx.send(addrs.clone());
                 }
             }
-            lines
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!("[{identity}] {line}"));
+            lines.lock().push(format!("[{identity}] {line}"));
         }
     });
     rx

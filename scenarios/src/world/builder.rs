@@ -167,7 +167,7 @@ impl WorldBuilder {
             config: self.config,
             log,
             _log_guard: log_guard,
-            checked: std::sync::Mutex::new(Checked::default()),
+            checked: parking_lot::Mutex::new(Checked::default()),
         };
         world.install_kbind().await;
         world

@@ -43,7 +43,7 @@ impl World {
         let provider_users = self.konnector_provider_users();
         let consumer_uid = self.consumer.identity_uid();
         let (window, requests, stepwise) = {
-            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            let mut checked = self.checked.lock();
             let mut window = checked.window.clone();
             window.consumer_to = self.consumer.resource_version();
             checked.window = invariants::Window {
@@ -128,7 +128,7 @@ impl World {
         // (the log from a little before, so a secret written across the boundary is still
         // whole), or all of it when the set of secrets changed.
         let (after_rv, from) = {
-            let checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            let checked = self.checked.lock();
             if checked.log_secrets == secrets.len() {
                 let longest = secrets.iter().map(String::len).max().unwrap_or(0);
                 (window.consumer_from, checked.log_scanned.saturating_sub(longest))
@@ -139,7 +139,7 @@ impl World {
         let surfaces = invariants::consumer_surfaces(&consumer, after_rv);
         let (text, len) = self.log.text_from(from);
         {
-            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            let mut checked = self.checked.lock();
             checked.log_scanned = len;
             checked.log_secrets = secrets.len();
         }

@@ -82,7 +82,7 @@ pub struct World {
     log: LogCapture,
     _log_guard: tracing::subscriber::DefaultGuard,
     /// Where the previous check left off in each log (invariants 8 and 9 judge one step).
-    checked: std::sync::Mutex<Checked>,
+    checked: parking_lot::Mutex<Checked>,
 }
 
 impl World {

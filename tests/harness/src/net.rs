@@ -3,9 +3,9 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::{Ipv4Addr, TcpListener};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::Error;
@@ -20,7 +20,7 @@ pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// and callers retry when a server reports the port taken.
 pub(crate) fn free_port() -> Result<u16, Error> {
     static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut handed_out = HANDED_OUT.lock();
     for _ in 0..64 {
         let port = probe_port()?;
         if handed_out.insert(port) {

@@ -5,8 +5,9 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{OnceLock, mpsc};
+
+use parking_lot::Mutex;
 
 use crate::Error;
 
@@ -142,10 +143,7 @@ fn spawn_from_long_lived_thread(command: Command) -> io::Result<Child> {
         Mutex::new(tx)
     });
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-    let sent = spawner
-        .lock()
-        .map_err(|_| io::Error::other("spawner lock poisoned"))?
-        .send((command, reply_tx));
+    let sent = spawner.lock().send((command, reply_tx));
     match sent {
         Ok(()) => reply_rx.recv().map_err(|_| io::Error::other("spawner thread gone"))?,
         Err(mpsc::SendError((mut command, _))) => command.spawn(),

@@ -18,10 +18,11 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,7 +46,7 @@ struct Faults {
 
 impl Faults {
     fn latency(&self) -> Duration {
-        *self.latency.lock().unwrap_or_else(PoisonError::into_inner)
+        *self.latency.lock()
     }
 
     fn cut_all(&self) {
@@ -139,7 +140,7 @@ impl FaultProxy {
 
     /// Delays every chunk in either direction by `delay` from now on (zero turns latency off).
     pub fn latency(&self, delay: Duration) {
-        *self.faults.latency.lock().unwrap_or_else(PoisonError::into_inner) = delay;
+        *self.faults.latency.lock() = delay;
     }
 
     /// Cuts every open connection once (ending every watch); new connections are forwarded as before.

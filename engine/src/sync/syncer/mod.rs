@@ -118,14 +118,7 @@ async fn reconcile(obj: Arc<DynamicObject>, syncer: Arc<ApiSyncer>) -> Result<Ac
     match result {
         // A first 403 may be a restarting apiserver whose RBAC caches have not synced yet
         // (it answers 403 for a moment): tried again soon, reported only if it repeats.
-        Err(e)
-            if e.denied().is_some()
-                && syncer
-                    .forbidden_once
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone()) =>
-        {
+        Err(e) if e.denied().is_some() && syncer.forbidden_once.lock().insert(key.clone()) => {
             tracing::debug!(object = %key, error = %e, "provider call forbidden once; trying again before reporting it");
             Ok(Action::requeue(syncer.wait(&key, ERROR_RETRY)))
         }
@@ -138,11 +131,7 @@ async fn reconcile(obj: Arc<DynamicObject>, syncer: Arc<ApiSyncer>) -> Result<Ac
         }
         other => {
             if other.is_ok() {
-                syncer
-                    .forbidden_once
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&key);
+                syncer.forbidden_once.lock().remove(&key);
             }
             other
         }

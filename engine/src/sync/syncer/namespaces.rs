@@ -16,7 +16,7 @@ impl ApiSyncer {
         let Some(ns) = target.namespace.as_deref() else {
             return Ok(());
         };
-        if self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).contains(ns) {
+        if self.namespaces.lock().contains(ns) {
             return Ok(());
         }
         let namespaces = namespace_resource();
@@ -59,17 +59,14 @@ impl ApiSyncer {
                 }
             }
         }
-        self.namespaces
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(ns.to_string());
+        self.namespaces.lock().insert(ns.to_string());
         Ok(())
     }
 
     /// Forgets that `target`'s provider namespace exists.
     pub(super) fn forget_namespace(&self, target: &ObjectKey) {
         if let Some(ns) = &target.namespace {
-            self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).remove(ns);
+            self.namespaces.lock().remove(ns);
         }
     }
 }

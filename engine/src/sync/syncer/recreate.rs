@@ -3,9 +3,9 @@
 //! create per event as fast as the network allows.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::mapper::ObjectKey;
@@ -24,7 +24,7 @@ impl RecreateThrottle {
     /// [`RECREATE_INTERVAL`] ago (then deleted by someone else). Records this create otherwise.
     pub(super) fn wait(&self, target: &ObjectKey) -> Option<Duration> {
         let now = Instant::now();
-        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        let mut created = self.created.lock();
         // Pruned only when large: a first sync creates many copies within one interval.
         if created.len() > 1024 {
             created.retain(|_, at| now.duration_since(*at) < RECREATE_INTERVAL);
@@ -38,7 +38,7 @@ impl RecreateThrottle {
 
     /// Whether `target` was created less than [`RECREATE_INTERVAL`] ago.
     pub(super) fn created_lately(&self, target: &ObjectKey) -> bool {
-        let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        let created = self.created.lock();
         recreate_left(&created, target, Instant::now()).is_some()
     }
 }

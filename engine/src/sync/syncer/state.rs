@@ -2,11 +2,12 @@
 //! the provider side, and where it reports.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kbind_cluster::{ApiResource, ClusterClient, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::recreate::RecreateThrottle;
