@@ -1114,5 +1114,14 @@ async fn round_two(admin: &dyn ClusterClient, lease: &str) {
         assert!(Instant::now() < deadline, "the take-back waits for the resync");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(settled(admin, &issued[0]).await.reason, "NamespaceNotAvailable");
+    // The RoleBinding goes before the status says why: until the controller's status write
+    // lands, the Grant still reads settled and Ready, so wait for the reason itself.
+    loop {
+        let ready = settled(admin, &issued[0]).await;
+        if ready.reason == "NamespaceNotAvailable" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the taken-back Grant stays {ready:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
